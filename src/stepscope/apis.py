@@ -1,0 +1,71 @@
+"""What a CUDA/HIP runtime or driver API call does, from its name.
+
+Shared by the importers and capture so that ``api_calls.kind`` means the same
+thing whatever produced the run. Names are matched case-sensitively on their
+documented spelling (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``hipMemcpyAsync``...).
+"""
+
+from __future__ import annotations
+
+from stepscope.schema import ApiKind
+
+_PREFIXES = ("cuda", "cu", "hip")
+
+# suffix after the vendor prefix -> kind; checked in order, first match wins
+_RULES: tuple[tuple[str, ApiKind], ...] = (
+    ("GraphLaunch", ApiKind.GRAPH_LAUNCH),
+    ("LaunchKernel", ApiKind.LAUNCH),
+    ("LaunchCooperativeKernel", ApiKind.LAUNCH),
+    ("LaunchHostFunc", ApiKind.LAUNCH),
+    ("ExtLaunchKernel", ApiKind.LAUNCH),
+    ("ModuleLaunchKernel", ApiKind.LAUNCH),
+    ("LaunchGrid", ApiKind.LAUNCH),
+    ("DeviceSynchronize", ApiKind.SYNC),
+    ("CtxSynchronize", ApiKind.SYNC),
+    ("StreamSynchronize", ApiKind.SYNC),
+    ("EventSynchronize", ApiKind.SYNC),
+    ("StreamWaitEvent", ApiKind.EVENT),  # GPU-side wait, does not block the host
+    ("Memset", ApiKind.MEMSET),
+    ("Memcpy", ApiKind.MEMCPY),
+    ("MemPrefetch", ApiKind.MEMCPY),
+    ("Free", ApiKind.FREE),
+    ("MemRelease", ApiKind.FREE),
+    ("Malloc", ApiKind.ALLOC),
+    ("MemAlloc", ApiKind.ALLOC),
+    ("MemCreate", ApiKind.ALLOC),
+    ("HostAlloc", ApiKind.ALLOC),
+    ("HostRegister", ApiKind.ALLOC),
+    ("Event", ApiKind.EVENT),
+    ("Stream", ApiKind.STREAM),
+)
+
+# Calls that wait for the GPU: explicit syncs, and copies the host must wait for.
+# (Async copies from pageable memory are also synchronous for the host; the copy
+# analysis decides that from the memcpy record, not from the name.)
+_BLOCKING_COPY = ("Memcpy", "Memcpy2D", "Memcpy3D", "MemcpyDtoH", "MemcpyHtoD", "MemcpyDtoD",
+                  "MemcpyToSymbol", "MemcpyFromSymbol", "MemcpyWithStream", "MemcpyPeer")
+
+
+def _suffix(name: str) -> str:
+    for p in _PREFIXES:
+        if name.startswith(p) and len(name) > len(p) and name[len(p)].isupper():
+            return name[len(p):]
+    return name
+
+
+def classify_api(name: str) -> ApiKind:
+    """Kind of a runtime/driver call (``ApiKind.OTHER`` when unknown)."""
+    sfx = _suffix(name)
+    for needle, kind in _RULES:
+        if needle in sfx:
+            return kind
+    return ApiKind.OTHER
+
+
+def is_blocking_call(name: str) -> bool:
+    """True for calls that block the calling thread until GPU work finishes."""
+    sfx = _suffix(name).split("_")[0]
+    if classify_api(name) is ApiKind.SYNC:
+        return True
+    return sfx in _BLOCKING_COPY or (sfx.startswith("Memcpy") and not sfx.endswith("Async")
+                                     and "Async" not in sfx)

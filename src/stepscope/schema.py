@@ -1,0 +1,337 @@
+"""Every table of a run: columns, Arrow types and units, in one place.
+
+This module is the contract between the producers of a run (``capture/`` and
+``importers/``, both through ``store.writer``) and its consumers (``analysis/``
+and everything downstream).
+
+Conventions
+-----------
+* Times are integer nanoseconds (``ts_ns`` start, ``dur_ns`` duration) on one
+  clock per run; the offset applied to the source clock is in the manifest.
+* Every table carries ``rank`` (the process/rank partition the row belongs to).
+* Ids are explicit; a value that is not known is null, never ``-1``.
+* Names (kernel names, API names, annotation text) are dictionary-encoded.
+* Closed sets (copy kinds, memory kinds, API kinds ...) are small dictionary-
+  encoded string columns whose allowed values are the ``Enum`` members below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+_NAME = pa.dictionary(pa.int32(), pa.string())
+_ENUM = pa.dictionary(pa.int8(), pa.string())
+
+
+class CopyKind(str, Enum):
+    """Direction of a memory copy."""
+
+    HTOD = "HtoD"
+    DTOH = "DtoH"
+    DTOD = "DtoD"
+    HTOH = "HtoH"
+    PTOP = "PtoP"
+    UNKNOWN = "unknown"
+
+
+class MemoryKind(str, Enum):
+    """Kind of memory at one end of a copy or memset."""
+
+    PAGEABLE = "pageable"
+    PINNED = "pinned"
+    DEVICE = "device"
+    MANAGED = "managed"
+    ARRAY = "array"
+    UNKNOWN = "unknown"
+
+
+class ApiKind(str, Enum):
+    """What a CUDA/HIP runtime or driver call does, for launch/sync/copy analysis."""
+
+    LAUNCH = "launch"
+    GRAPH_LAUNCH = "graph_launch"
+    SYNC = "sync"
+    MEMCPY = "memcpy"
+    MEMSET = "memset"
+    ALLOC = "alloc"
+    FREE = "free"
+    EVENT = "event"
+    STREAM = "stream"
+    OTHER = "other"
+
+
+class ApiDomain(str, Enum):
+    RUNTIME = "runtime"
+    DRIVER = "driver"
+
+
+class SyncKind(str, Enum):
+    """GPU-side synchronization records (CUPTI SYNCHRONIZATION / Kineto ``cuda_sync``)."""
+
+    STREAM = "stream"
+    EVENT = "event"
+    CONTEXT = "context"
+    STREAM_WAIT_EVENT = "stream_wait_event"
+    UNKNOWN = "unknown"
+
+
+class AnnotationSource(str, Enum):
+    """Where a range annotation came from."""
+
+    USER = "user"  # torch record_function, TF TraceMe, JAX named scopes on the host
+    GPU_USER = "gpu_user"  # host annotation projected onto a GPU stream by Kineto
+    NVTX = "nvtx"
+    PROFILER_STEP = "profiler_step"
+
+
+class CpuOpKind(str, Enum):
+    FRAMEWORK = "framework"  # aten::*, TF ops ...
+    PYTHON = "python"  # python_function events (with_stack)
+
+
+class StepSource(str, Enum):
+    """How step boundaries were found (see ``analysis.steps``)."""
+
+    PROFILER_STEP = "profiler_step"
+    ANNOTATION = "annotation"
+    NVTX = "nvtx"
+    HOOK = "hook"
+    MANUAL = "manual"
+    PERIODICITY = "periodicity"
+    WHOLE_TRACE = "whole_trace"
+
+
+class InputWaitSource(str, Enum):
+    DATALOADER = "dataloader"  # torch DataLoader __next__ / enumerate(DataLoader)
+    TF_DATA = "tf_data"
+    CAPTURE_HOOK = "capture_hook"
+
+
+class DeviceType(str, Enum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    nullable: bool
+    doc: str
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema(
+            [pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns]
+        )
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+def _c(name: str, typ: pa.DataType, doc: str, unit: str = "", nullable: bool = True) -> Column:
+    return Column(name=name, type=typ, nullable=nullable, doc=doc, unit=unit)
+
+
+RANK = _c("rank", pa.int32(), "rank / process partition", nullable=False)
+TS = _c("ts_ns", pa.int64(), "start time", "ns", nullable=False)
+DUR = _c("dur_ns", pa.int64(), "duration", "ns", nullable=False)
+DEVICE = _c("device", pa.int32(), "GPU index as seen by the process")
+STREAM = _c("stream", pa.int64(), "stream id")
+CORR = _c("correlation", pa.int64(), "CUDA correlation id linking an API call to its GPU work")
+EXT = _c("external_id", pa.int64(), "framework op id linking GPU work to the op that issued it")
+PID = _c("pid", pa.int64(), "process id")
+TID = _c("tid", pa.int64(), "thread id")
+
+
+TABLES: dict[str, TableSpec] = {
+    t.name: t
+    for t in (
+        TableSpec(
+            "devices",
+            "One row per GPU per rank, with the limits occupancy is computed from.",
+            (
+                RANK,
+                _c("device", pa.int32(), "GPU index", nullable=False),
+                _c("name", pa.string(), "marketing name"),
+                _c("vendor", _ENUM, "nvidia | amd | unknown"),
+                _c("compute_major", pa.int16(), "compute capability major (NVIDIA)"),
+                _c("compute_minor", pa.int16(), "compute capability minor (NVIDIA)"),
+                _c("sm_count", pa.int32(), "streaming multiprocessors (CUs on AMD)"),
+                _c("warp_size", pa.int32(), "threads per warp"),
+                _c("max_threads_per_block", pa.int32(), ""),
+                _c("max_threads_per_sm", pa.int32(), ""),
+                _c("max_blocks_per_sm", pa.int32(), "resident blocks per SM (from the CC table when unknown)"),
+                _c("regs_per_block", pa.int32(), "registers"),
+                _c("regs_per_sm", pa.int32(), "registers"),
+                _c("smem_per_block", pa.int64(), "default shared memory per block", "B"),
+                _c("smem_per_block_optin", pa.int64(), "opt-in shared memory per block", "B"),
+                _c("smem_per_sm", pa.int64(), "shared memory per SM", "B"),
+                _c("total_memory", pa.int64(), "device memory", "B"),
+                _c("clock_khz", pa.int64(), "SM clock", "kHz"),
+                _c("memory_bandwidth_gbs", pa.float64(), "peak DRAM bandwidth", "GB/s"),
+            ),
+        ),
+        TableSpec(
+            "processes",
+            "Processes seen in the run (host processes; GPU 'processes' of a Kineto trace are devices).",
+            (RANK, _c("pid", pa.int64(), "process id", nullable=False), _c("name", pa.string(), ""),
+             _c("host", pa.string(), "host name")),
+        ),
+        TableSpec(
+            "threads",
+            "Host threads with their names.",
+            (RANK, PID, _c("tid", pa.int64(), "thread id", nullable=False), _c("name", pa.string(), "")),
+        ),
+        TableSpec(
+            "streams",
+            "GPU streams that carried work.",
+            (RANK, _c("device", pa.int32(), "", nullable=False), _c("stream", pa.int64(), "", nullable=False),
+             _c("name", pa.string(), ""), _c("priority", pa.int32(), "")),
+        ),
+        TableSpec(
+            "kernels",
+            "GPU kernel executions.",
+            (
+                RANK, TS, DUR, DEVICE, STREAM, CORR, EXT,
+                _c("name", _NAME, "kernel name (demangled where the source demangles)", nullable=False),
+                _c("grid_x", pa.int32(), "blocks"), _c("grid_y", pa.int32(), "blocks"),
+                _c("grid_z", pa.int32(), "blocks"),
+                _c("block_x", pa.int32(), "threads"), _c("block_y", pa.int32(), "threads"),
+                _c("block_z", pa.int32(), "threads"),
+                _c("registers", pa.int32(), "registers per thread"),
+                _c("shared_memory", pa.int64(), "static + dynamic shared memory per block", "B"),
+                _c("static_smem", pa.int64(), "static shared memory per block", "B"),
+                _c("dynamic_smem", pa.int64(), "dynamic shared memory per block", "B"),
+                _c("queued_ns", pa.int64(), "launch-to-start queue time if the source measured it", "ns"),
+                _c("graph_id", pa.int64(), "CUDA graph id when launched from a graph"),
+                _c("source_occupancy_pct", pa.float32(), "occupancy the source reported (Kineto 'est. achieved occupancy %')", "%"),
+            ),
+        ),
+        TableSpec(
+            "memcpy",
+            "GPU memory copies.",
+            (
+                RANK, TS, DUR, DEVICE, STREAM, CORR, EXT,
+                _c("kind", _ENUM, "CopyKind"),
+                _c("bytes", pa.int64(), "", "B"),
+                _c("src_kind", _ENUM, "MemoryKind of the source"),
+                _c("dst_kind", _ENUM, "MemoryKind of the destination"),
+                _c("dst_device", pa.int32(), "peer device for PtoP copies"),
+            ),
+        ),
+        TableSpec(
+            "memset",
+            "GPU memsets.",
+            (RANK, TS, DUR, DEVICE, STREAM, CORR, EXT, _c("bytes", pa.int64(), "", "B"),
+             _c("dst_kind", _ENUM, "MemoryKind")),
+        ),
+        TableSpec(
+            "api_calls",
+            "CUDA/HIP runtime and driver calls on host threads.",
+            (
+                RANK, TS, DUR, PID, TID, CORR, EXT,
+                _c("name", _NAME, "API function name", nullable=False),
+                _c("domain", _ENUM, "ApiDomain"),
+                _c("kind", _ENUM, "ApiKind"),
+                _c("cbid", pa.int32(), "CUPTI callback id"),
+            ),
+        ),
+        TableSpec(
+            "sync",
+            "GPU-side synchronization records (CUPTI SYNCHRONIZATION, Kineto cuda_sync).",
+            (RANK, TS, DUR, DEVICE, STREAM, CORR, EXT, _c("kind", _ENUM, "SyncKind"),
+             _c("event_id", pa.int64(), "CUDA event waited on")),
+        ),
+        TableSpec(
+            "annotations",
+            "Named ranges (NVTX, record_function, TraceMe) with nesting per thread.",
+            (
+                RANK, TS, DUR, PID, TID,
+                _c("id", pa.int64(), "row id, unique per rank", nullable=False),
+                _c("parent_id", pa.int64(), "enclosing annotation on the same thread"),
+                _c("depth", pa.int16(), "nesting depth on its thread, 0 = outermost"),
+                _c("name", _NAME, "", nullable=False),
+                _c("source", _ENUM, "AnnotationSource"),
+                _c("device", pa.int32(), "set for GPU-projected annotations"),
+                _c("stream", pa.int64(), "set for GPU-projected annotations"),
+                EXT,
+            ),
+        ),
+        TableSpec(
+            "cpu_ops",
+            "Framework ops and Python functions on host threads.",
+            (
+                RANK, TS, DUR, PID, TID, EXT,
+                _c("name", _NAME, "", nullable=False),
+                _c("kind", _ENUM, "CpuOpKind"),
+                _c("sequence", pa.int64(), "autograd sequence number"),
+            ),
+        ),
+        TableSpec(
+            "steps",
+            "Training steps as marked by the source (analysis may derive others).",
+            (RANK, TS, DUR, _c("step", pa.int64(), "step number as the source numbers it", nullable=False),
+             _c("source", _ENUM, "StepSource"), _c("name", pa.string(), "")),
+        ),
+        TableSpec(
+            "input_waits",
+            "Time the training thread was blocked waiting for the next batch.",
+            (RANK, TS, DUR, PID, TID, _c("source", _ENUM, "InputWaitSource"), _c("name", pa.string(), "")),
+        ),
+        TableSpec(
+            "samples",
+            "Periodic metrics (system, process, GPU), long format.",
+            (RANK, _c("ts_ns", pa.int64(), "sample time", "ns", nullable=False), DEVICE,
+             _c("metric", _NAME, "metric name, e.g. gpu.sm_util", nullable=False),
+             _c("value", pa.float64(), "", nullable=False), _c("unit", _ENUM, "")),
+        ),
+        TableSpec(
+            "stacks",
+            "Sampled Python call stacks of host threads.",
+            (RANK, _c("ts_ns", pa.int64(), "", "ns", nullable=False), PID, TID,
+             _c("frames", pa.string(), "innermost-last, one 'file:line function' per line")),
+        ),
+        TableSpec(
+            "memory_events",
+            "Allocator events (Kineto [memory] instants): allocations positive, frees negative.",
+            (
+                RANK, _c("ts_ns", pa.int64(), "", "ns", nullable=False), PID, TID,
+                _c("device_type", _ENUM, "DeviceType"),
+                _c("device", pa.int32(), ""),
+                _c("addr", pa.int64(), ""),
+                _c("bytes", pa.int64(), "signed size change", "B"),
+                _c("total_allocated", pa.int64(), "allocated after the event", "B"),
+                _c("total_reserved", pa.int64(), "reserved by the caching allocator after the event", "B"),
+            ),
+        ),
+    )
+}
+
+TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
+
+
+def spec(name: str) -> TableSpec:
+    """The spec of table ``name``; ``KeyError`` names the known tables."""
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"unknown table {name!r}; tables are: {', '.join(TABLE_NAMES)}") from None
+
+
+def empty_table(name: str) -> pa.Table:
+    return spec(name).arrow_schema.empty_table()

@@ -1,0 +1,165 @@
+"""The only code that writes run tables. Capture and importers both end here.
+
+A run is written into a temporary sibling folder and renamed into place when
+complete, so a reader never sees a half-written run. Tables are validated and
+cast against ``schema.TABLES`` on the way in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stepscope.errors import RunError
+from stepscope.schema import TABLE_NAMES, spec
+from stepscope.store.manifest import MANIFEST_NAME, Manifest
+
+
+def table_path(run_dir: Path, table: str, rank: int) -> Path:
+    """``RUN/<table>/rank-<r>.parquet``: one file per table per rank."""
+    return run_dir / table / f"rank-{rank}.parquet"
+
+
+def conform(table: str, data: pa.Table | Mapping[str, Any]) -> pa.Table:
+    """Cast ``data`` (Arrow table or column mapping) to the table's schema.
+
+    Missing nullable columns are filled with nulls; unknown columns are an error
+    (a typo in a producer must not silently drop data).
+    """
+    schema = spec(table).arrow_schema
+    if isinstance(data, pa.Table):
+        cols = {name: data.column(name) for name in data.column_names}
+        n = data.num_rows
+    else:
+        cols = dict(data)
+        lengths = {len(v) for v in cols.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"table {table}: columns have different lengths {sorted(lengths)}")
+        n = lengths.pop() if lengths else 0
+    unknown = set(cols) - set(schema.names)
+    if unknown:
+        raise ValueError(f"table {table}: unknown columns {sorted(unknown)}")
+    arrays = []
+    for field in schema:
+        if field.name in cols:
+            value = cols[field.name]
+            if isinstance(value, pa.ChunkedArray):
+                value = value.combine_chunks()
+            if not isinstance(value, pa.Array):
+                value = pa.array(value, type=field.type.value_type
+                                 if pa.types.is_dictionary(field.type) else field.type)
+            if value.type != field.type:
+                value = value.cast(field.type)
+            if not field.nullable and value.null_count:
+                raise ValueError(f"table {table}: column {field.name} has nulls")
+            arrays.append(value)
+        elif field.nullable:
+            arrays.append(pa.nulls(n, type=field.type))
+        elif field.name == "rank":  # the writer sets it from the partition
+            arrays.append(pa.array(np.zeros(n, dtype=np.int32)))
+        else:
+            raise ValueError(f"table {table}: required column {field.name} is missing")
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class RunWriter:
+    """Write a run atomically.
+
+    >>> with RunWriter(path) as w:           # doctest: +SKIP
+    ...     w.write("kernels", rank=0, data={...})
+    ...     w.finish(manifest)
+    Leaving the block without ``finish`` (or on an exception) removes the
+    temporary folder and leaves any existing run at ``path`` untouched.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        self.path = Path(path)
+        self.overwrite = overwrite
+        if self.path.exists() and not overwrite:
+            raise RunError(f"{self.path}: already exists (choose another -o or pass --force)")
+        parent = self.path.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent))
+        except OSError as exc:
+            raise RunError(f"{parent}: cannot create the run folder ({exc.strerror})") from None
+        self._counts: dict[tuple[str, int], int] = {}
+        self._done = False
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._done:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def write(self, table: str, rank: int, data: pa.Table | Mapping[str, Any]) -> int:
+        """Write (or append to) one table partition; returns the rows written."""
+        t = conform(table, data)
+        if t.num_rows == 0:
+            return 0
+        # the partition is the truth for the rank column
+        t = t.set_column(0, "rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32)))
+        dest = table_path(self._tmp, table, rank)
+        dest.parent.mkdir(exist_ok=True)
+        if dest.exists():  # append (several files for one rank): rewrite the partition
+            t = pa.concat_tables([pq.read_table(dest, schema=t.schema), t])
+        pq.write_table(t, dest, compression="zstd")
+        self._counts[(table, rank)] = t.num_rows
+        return t.num_rows
+
+    def write_many(self, rank: int, tables: Mapping[str, pa.Table | Mapping[str, Any]]) -> None:
+        for name, data in tables.items():
+            self.write(name, rank, data)
+
+    def finish(self, manifest: Manifest) -> Path:
+        """Write the manifest and move the run into place."""
+        m = dataclasses.replace(
+            manifest,
+            tables={name: sum(n for (t, _), n in self._counts.items() if t == name) for name in TABLE_NAMES},
+            created=manifest.created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        )
+        (self._tmp / MANIFEST_NAME).write_text(m.to_json(), encoding="utf-8")
+        os.chmod(self._tmp, 0o755)  # mkdtemp makes it private
+        if self.path.exists():
+            if not self.overwrite:
+                raise RunError(f"{self.path}: already exists")
+            old = self.path.with_name(f".{self.path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(self.path, old)
+            os.replace(self._tmp, self.path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self._tmp, self.path)
+        self._done = True
+        return self.path
+
+
+def write_run(
+    path: str | os.PathLike[str],
+    manifest: Manifest,
+    partitions: Iterable[tuple[int, Mapping[str, pa.Table | Mapping[str, Any]]]],
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Convenience: write all ``(rank, {table: data})`` partitions and finish."""
+    with RunWriter(path, overwrite=overwrite) as w:
+        for rank, tables in partitions:
+            w.write_many(rank, tables)
+        return w.finish(manifest)
+
+
+__all__: Sequence[str] = ["RunWriter", "conform", "table_path", "write_run"]
