@@ -335,3 +335,36 @@ def spec(name: str) -> TableSpec:
 
 def empty_table(name: str) -> pa.Table:
     return spec(name).arrow_schema.empty_table()
+
+
+def markdown() -> str:
+    """``docs/schema.md``, generated from the specs above (``python -m stepscope.schema``)."""
+    out = [
+        "# Run schema",
+        "",
+        f"Schema version {SCHEMA_VERSION}. Generated from `src/stepscope/schema.py` by "
+        "`python -m stepscope.schema > docs/schema.md`; a test keeps it in sync.",
+        "",
+        "A run is a folder: `manifest.json` plus `<table>/rank-<r>.parquet` for each table and "
+        "rank. Times are integer nanoseconds on one clock per run (`manifest.clock`, "
+        "`manifest.clock_offset_ns`). Unknown values are null. Names are dictionary-encoded.",
+        "",
+    ]
+    for t in TABLES.values():
+        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | unit | null | meaning |",
+                "|---|---|---|---|---|"]
+        for c in t.columns:
+            typ = "string (dict)" if pa.types.is_dictionary(c.type) else str(c.type)
+            out.append(f"| `{c.name}` | {typ} | {c.unit} | {'yes' if c.nullable else 'no'} | {c.doc.replace("|", "\\|")} |")
+        out.append("")
+    out += ["## Enumerations", ""]
+    for enum_cls in (CopyKind, MemoryKind, ApiKind, ApiDomain, SyncKind, AnnotationSource,
+                     CpuOpKind, StepSource, InputWaitSource, DeviceType):
+        out.append(f"- `{enum_cls.__name__}`: " + ", ".join(f"`{m.value}`" for m in enum_cls))
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(markdown())

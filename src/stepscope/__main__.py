@@ -1,0 +1,3 @@
+from stepscope.cli.main import run
+
+run()

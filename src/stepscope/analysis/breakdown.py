@@ -1,0 +1,136 @@
+"""The step-time breakdown: where each nanosecond of a step went. Sums to wall time.
+
+Every instant of a step window gets exactly one category, by priority (first
+that applies wins):
+
+GPU side (any device of the rank is busy):
+  1. ``compute``        a non-communication kernel is running;
+  2. ``communication``  only collective (NCCL/RCCL) kernels run: exposed communication;
+  3. ``copies``         only memcpy/memset run: exposed copies.
+GPU idle, attributed to what the host was doing at that instant:
+  4. ``input_wait``     a thread waits for the next batch (data loader ``__next__``);
+  5. ``sync``           a host thread is blocked in a device sync or blocking copy;
+  6. ``launch``         a host thread is in a kernel-launch call or in the framework
+                        op that issues it (the per-kernel dispatch cost);
+  7. ``host``           a host thread runs other framework ops / Python functions /
+                        user annotations (not step markers): CPU-bound work;
+  8. ``idle``           none of the above is known: unattributed GPU idle time.
+
+So ``sum(categories) == wall`` for every step, exactly (integer ns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stepscope.analysis.busy import DeviceActivity, IntervalSet, gpu_activity, rank_union
+from stepscope.analysis.intervals import I64
+from stepscope.analysis.steps import STEP_NAME, StepInfo
+from stepscope.schema import AnnotationSource
+from stepscope.store.run import Run
+
+CATEGORIES: tuple[str, ...] = (
+    "compute", "communication", "copies", "input_wait", "sync", "launch", "host", "idle",
+)
+GPU_CATEGORIES = ("compute", "communication", "copies")
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Per-step ns per category, and the mean over steady-state steps in ms."""
+
+    rank: int
+    per_step: tuple[dict[str, int], ...]  # aligned with StepInfo.steps
+    mean_ms: dict[str, float]  # over steady steps
+    steady_steps: int
+
+    def share(self) -> dict[str, float]:
+        total = sum(self.mean_ms.values())
+        return {c: (v / total if total else 0.0) for c, v in self.mean_ms.items()}
+
+
+def attribute(
+    win_start: I64, win_end: I64, layers: Sequence[tuple[str, IntervalSet]]
+) -> dict[str, I64]:
+    """Split each window among ``layers`` by priority; the rest is ``idle``.
+
+    Returns ns per window for every layer name plus ``"idle"``.
+    """
+    remaining = IntervalSet.of(win_start, win_end)
+    out: dict[str, I64] = {}
+    for name, layer in layers:
+        covered = remaining & layer
+        out[name] = covered.within(win_start, win_end)
+        remaining = remaining - layer
+    out["idle"] = remaining.within(win_start, win_end)
+    return out
+
+
+def _bounds(t: pa.Table) -> tuple[I64, I64]:
+    s = t.column("ts_ns").to_numpy()
+    return s, s + t.column("dur_ns").to_numpy()
+
+
+def host_work_intervals(run: Run, rank: int) -> IntervalSet:
+    """Framework ops, Python functions and user annotations on host threads.
+
+    Step markers (ProfilerStep#N and names like a step) are excluded: they span
+    the whole step and say nothing about what the host is doing.
+    """
+    ops = run.table("cpu_ops", rank)
+    s, e = _bounds(ops)
+    ann = run.table("annotations", rank)
+    if ann.num_rows:
+        src = ann.column("source").cast(pa.string())
+        ann = ann.filter(pc.is_in(src, pa.array([AnnotationSource.USER.value,
+                                                 AnnotationSource.NVTX.value])))
+        names = ann.column("name").cast(pa.string()).to_pylist()
+        step_like = {n: bool(STEP_NAME.match(n.strip())) for n in set(names)}
+        ann = ann.filter(pa.array([not step_like[n] for n in names], type=pa.bool_()))
+        a_s, a_e = _bounds(ann)
+        s, e = np.concatenate((s, a_s)), np.concatenate((e, a_e))
+    return IntervalSet.of(s, e)
+
+
+def host_layers(run: Run, rank: int) -> list[tuple[str, IntervalSet]]:
+    # imported here: these modules build on the same primitives and are optional inputs
+    from stepscope.analysis.input import input_wait_intervals
+    from stepscope.analysis.launches import launch_intervals
+    from stepscope.analysis.syncs import sync_intervals
+
+    return [
+        ("input_wait", IntervalSet.of(*input_wait_intervals(run, rank))),
+        ("sync", IntervalSet.of(*sync_intervals(run, rank))),
+        ("launch", IntervalSet.of(*launch_intervals(run, rank))),
+        ("host", host_work_intervals(run, rank)),
+    ]
+
+
+def breakdown_from_sets(
+    rank: int, steps: StepInfo, gpu: DeviceActivity, host: Sequence[tuple[str, IntervalSet]]
+) -> Breakdown:
+    ws, we = steps.starts, steps.ends
+    layers: list[tuple[str, IntervalSet]] = [
+        ("compute", gpu.compute),
+        ("communication", gpu.communication),
+        ("copies", gpu.copies),
+        *host,
+    ]
+    ns = attribute(ws, we, layers)
+    per_step = tuple({c: int(ns[c][i]) if c in ns else 0 for c in CATEGORIES}
+                     for i in range(ws.size))
+    steady = [i for i, st in enumerate(steps.steps) if st.steady]
+    mean_ms = {c: (float(np.mean([per_step[i][c] for i in steady])) / 1e6 if steady else 0.0)
+               for c in CATEGORIES}
+    return Breakdown(rank=rank, per_step=per_step, mean_ms=mean_ms, steady_steps=len(steady))
+
+
+def step_breakdown(run: Run, rank: int, steps: StepInfo) -> Breakdown:
+    """The breakdown of every step of ``rank`` (module docstring has the rules)."""
+    gpu = rank_union(gpu_activity(run, rank))
+    return breakdown_from_sets(rank, steps, gpu, host_layers(run, rank))

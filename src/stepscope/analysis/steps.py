@@ -1,0 +1,255 @@
+"""Step detection and steady-state selection.
+
+Where steps come from, first match wins (per rank):
+
+1. the ``steps`` table (Kineto ``ProfilerStep#N``, capture hooks, ``stepscope.step()``);
+2. host annotations (NVTX / record_function / TraceMe) whose name looks like a
+   step (:data:`STEP_NAME`) and that repeat at least twice at one nesting level;
+3. periodicity of the kernel stream (:func:`periodic_steps`): the kernel-name
+   sequence of a training loop repeats with the step; the period is the lag
+   ``p`` maximising the match rate ``mean(seq[i] == seq[i+p])`` (smallest
+   such lag within 2% of the best, and at least 90% matching); boundaries are
+   placed before the kernel phase preceded by the longest median GPU gap;
+4. otherwise the whole trace is one step.
+
+Steady state: the first step is dropped as warm-up when it is more than 25%
+longer than the median of the others (and at least 3 steps exist); a step is an
+outlier when ``|wall - median| > max(5 * 1.4826 * MAD, 0.25 * median)``. Both
+are reported, never silently hidden.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stepscope.analysis.intervals import I64
+from stepscope.schema import AnnotationSource, StepSource
+from stepscope.store.run import Run
+
+STEP_NAME = re.compile(
+    r"^(profilerstep#\d+|(train(ing)?[_ ]?)?step([#_ :-]*\d+)?|train|iteration([#_ :-]*\d+)?|"
+    r"iter([#_ :-]*\d+)?|batch([#_ :-]*\d+)?)$",
+    re.IGNORECASE,
+)
+MIN_PERIOD_MATCH = 0.90
+MAX_PERIODIC_KERNELS = 200_000
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int  # 0-based position in this rank's step list
+    number: int  # step number as the source numbers it
+    start_ns: int
+    end_ns: int
+    steady: bool
+    note: str = ""  # why a step is not steady
+
+    @property
+    def wall_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    rank: int
+    source: str  # StepSource value
+    steps: tuple[Step, ...]
+    detail: str = ""  # how they were found, one line
+
+    @property
+    def starts(self) -> I64:
+        return np.array([s.start_ns for s in self.steps], dtype=np.int64)
+
+    @property
+    def ends(self) -> I64:
+        return np.array([s.end_ns for s in self.steps], dtype=np.int64)
+
+    @property
+    def steady(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if s.steady)
+
+    @property
+    def walls_ns(self) -> I64:
+        return np.array([s.wall_ns for s in self.steps], dtype=np.int64)
+
+
+def _disjoint(starts: I64, ends: I64, numbers: I64) -> tuple[I64, I64, I64]:
+    """Sort by start and clip each step's end to the next step's start."""
+    order = np.argsort(starts, kind="stable")
+    s, e, n = starts[order], ends[order], numbers[order]
+    if s.size > 1:
+        e = np.minimum(e, np.append(s[1:], np.iinfo(np.int64).max))
+    keep = e > s
+    return s[keep], e[keep], n[keep]
+
+
+def select_steady(walls: I64) -> tuple[tuple[bool, ...], tuple[str, ...]]:
+    """Which steps are steady state, and a note for each that is not (module doc)."""
+    n = walls.size
+    steady = np.ones(n, dtype=bool)
+    notes = [""] * n
+    if n >= 3:
+        rest = np.median(walls[1:])
+        if walls[0] > 1.25 * rest:
+            steady[0] = False
+            notes[0] = f"warm-up: {walls[0] / rest:.2f}x the median of the other steps"
+    if n >= 4:
+        cand = walls[steady]
+        med = float(np.median(cand))
+        mad = float(np.median(np.abs(cand - med)))
+        limit = max(5 * 1.4826 * mad, 0.25 * med)
+        for i in range(n):
+            if steady[i] and abs(walls[i] - med) > limit:
+                steady[i] = False
+                notes[i] = f"outlier: {walls[i] / med:.2f}x the median step"
+    if not steady.any():
+        steady[:] = True
+        notes = [""] * n
+    return tuple(bool(x) for x in steady), tuple(notes)
+
+
+def _make(rank: int, source: StepSource, s: I64, e: I64, n: I64, detail: str) -> StepInfo:
+    steady, notes = select_steady(e - s)
+    steps = tuple(
+        Step(index=i, number=int(n[i]), start_ns=int(s[i]), end_ns=int(e[i]),
+             steady=steady[i], note=notes[i])
+        for i in range(s.size)
+    )
+    return StepInfo(rank=rank, source=source.value, steps=steps, detail=detail)
+
+
+def _from_steps_table(run: Run, rank: int) -> StepInfo | None:
+    t = run.table("steps", rank)
+    if t.num_rows == 0:
+        return None
+    s = t.column("ts_ns").to_numpy()
+    e = s + t.column("dur_ns").to_numpy()
+    n = t.column("step").to_numpy()
+    srcs = t.column("source").cast(pa.string()).to_pylist()
+    src = StepSource(srcs[0]) if srcs and srcs[0] else StepSource.PROFILER_STEP
+    s, e, n = _disjoint(s, e, n)
+    return _make(rank, src, s, e, n, f"{s.size} steps from the trace's {src.value} markers")
+
+
+def _from_annotations(run: Run, rank: int) -> StepInfo | None:
+    t = run.table("annotations", rank)
+    if t.num_rows == 0:
+        return None
+    t = t.filter(pc.is_in(t.column("source").cast(pa.string()),
+                          pa.array([AnnotationSource.USER.value, AnnotationSource.NVTX.value])))
+    names = t.column("name").cast(pa.string()).to_pylist()
+    uniq = {nm: bool(STEP_NAME.match(nm.strip())) for nm in set(names)}
+    mask = np.array([uniq[nm] for nm in names], dtype=bool)
+    if mask.sum() < 2:
+        return None
+    t = t.filter(pa.array(mask))
+    depth = t.column("depth").fill_null(0).to_numpy()
+    t = t.filter(pa.array(depth == depth.min()))  # outermost matching level
+    if t.num_rows < 2:
+        return None
+    s = t.column("ts_ns").to_numpy()
+    e = s + t.column("dur_ns").to_numpy()
+    nums = np.arange(t.num_rows, dtype=np.int64)
+    sources = set(t.column("source").cast(pa.string()).to_pylist())
+    src = StepSource.NVTX if sources == {AnnotationSource.NVTX.value} else StepSource.ANNOTATION
+    s, e, nums = _disjoint(s, e, nums)
+    label = sorted(set(t.column("name").cast(pa.string()).to_pylist()))[0]
+    return _make(rank, src, s, e, nums, f"{s.size} steps from annotations named like {label!r}")
+
+
+def find_period(seq: np.ndarray) -> tuple[int, float]:
+    """Best repeating lag of an integer sequence: ``(period, match_rate)``; (0, 0) if none."""
+    n = seq.size
+    if n < 4:
+        return 0, 0.0
+    max_lag = n // 2
+    # lags where a kernel name reappears are the only candidates worth testing
+    first_pos: dict[int, int] = {}
+    cand: set[int] = set()
+    for i, v in enumerate(seq[: min(n, 5000)].tolist()):
+        if v in first_pos:
+            lag = i - first_pos[v]
+            if 0 < lag <= max_lag:
+                cand.add(lag)
+        else:
+            first_pos[v] = i
+    # also multiples of small candidates are covered since we test all reappearance lags of
+    # every kernel's first occurrence; add lags of second occurrences for robustness
+    best_p, best_m = 0, 0.0
+    rates: dict[int, float] = {}
+    for p in sorted(cand):
+        m = float(np.mean(seq[:-p] == seq[p:]))
+        rates[p] = m
+        if m > best_m:
+            best_p, best_m = p, m
+    if best_m < MIN_PERIOD_MATCH:
+        return 0, best_m
+    for p in sorted(rates):  # smallest lag close to the best
+        if rates[p] >= best_m - 0.02:
+            return p, rates[p]
+    return best_p, best_m
+
+
+def periodic_steps(run: Run, rank: int) -> StepInfo | None:
+    k = run.table("kernels", rank)
+    if k.num_rows < 8:
+        return None
+    k = k.sort_by([("ts_ns", "ascending")])
+    if k.num_rows > MAX_PERIODIC_KERNELS:
+        k = k.slice(0, MAX_PERIODIC_KERNELS)
+    names = k.column("name")
+    if isinstance(names, pa.ChunkedArray):
+        names = names.combine_chunks()
+    codes = pc.dictionary_encode(names.cast(pa.string())).indices.to_numpy(zero_copy_only=False)
+    p, rate = find_period(codes.astype(np.int64))
+    if p == 0 or k.num_rows // p < 2:
+        return None
+    ts = k.column("ts_ns").to_numpy()
+    end = ts + k.column("dur_ns").to_numpy()
+    gap_before = np.empty_like(ts)
+    gap_before[0] = 0
+    gap_before[1:] = ts[1:] - np.maximum.accumulate(end)[:-1]
+    phases = np.arange(ts.size) % p
+    med = np.array([np.median(gap_before[phases == j]) for j in range(p)])
+    phase = int(np.argmax(med))
+    idx = np.arange(phase, ts.size, p)
+    if idx.size < 2:
+        return None
+    s = ts[idx[:-1]]
+    e = ts[idx[1:]]
+    nums = np.arange(s.size, dtype=np.int64)
+    detail = (f"{s.size} steps from the period of the kernel stream "
+              f"({p} kernels per step, {rate:.0%} of kernels repeat)")
+    return _make(rank, StepSource.PERIODICITY, s, e, nums, detail)
+
+
+def _whole_trace(run: Run, rank: int) -> StepInfo:
+    lo, hi = None, None
+    for name in ("kernels", "memcpy", "memset", "api_calls", "cpu_ops", "annotations"):
+        t = run.table(name, rank)
+        if t.num_rows == 0:
+            continue
+        s = t.column("ts_ns").to_numpy()
+        e = s + t.column("dur_ns").to_numpy()
+        lo = int(s.min()) if lo is None else min(lo, int(s.min()))
+        hi = int(e.max()) if hi is None else max(hi, int(e.max()))
+    if lo is None or hi is None or hi <= lo:
+        return StepInfo(rank=rank, source=StepSource.WHOLE_TRACE.value, steps=(),
+                        detail="no timed events")
+    step = Step(index=0, number=0, start_ns=lo, end_ns=hi, steady=True)
+    return StepInfo(rank=rank, source=StepSource.WHOLE_TRACE.value, steps=(step,),
+                    detail="no step markers and no repeating kernel pattern: the whole trace is one step")
+
+
+def detect_steps(run: Run, rank: int) -> StepInfo:
+    """Steps of one rank (see the module docstring for the order of sources)."""
+    for finder in (_from_steps_table, _from_annotations, periodic_steps):
+        info = finder(run, rank)
+        if info is not None and info.steps:
+            return info
+    return _whole_trace(run, rank)

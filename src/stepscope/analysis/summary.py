@@ -1,0 +1,126 @@
+"""Run-level figures derived from the per-rank analyses (what the overview shows).
+
+Across ranks: counts and GPU time are summed over ranks; per-step figures
+(step time, breakdown) are the mean over ranks of each rank's steady-state mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.breakdown import CATEGORIES
+
+
+@dataclass(frozen=True)
+class StepTimeStats:
+    mean_ms: float
+    median_ms: float
+    p95_ms: float
+    min_ms: float
+    max_ms: float
+    cv: float  # coefficient of variation (std / mean)
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    rank: int
+    steps: int
+    steady_steps: int
+    step_source: str
+    wall_ms: float  # sum of all step walls
+    step_time: StepTimeStats | None  # over steady steps
+    gpu_busy_ms: float  # whole trace, summed over devices
+    gpu_busy_in_steps_ms: float  # inside step windows, summed over devices
+    gpu_busy_pct: float  # busy inside steps / (wall * devices)
+    kernels: int
+    kernel_time_ms: float
+    breakdown_ms: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    ranks: tuple[RankSummary, ...]
+    steps: int
+    steady_steps: int
+    wall_ms: float
+    step_time: StepTimeStats | None
+    gpu_busy_ms: float
+    gpu_busy_in_steps_ms: float
+    gpu_busy_pct: float
+    kernels: int
+    kernel_time_ms: float
+    breakdown_ms: dict[str, float]
+    tensor_core_share: float
+    est_sm_efficiency: float
+    step_source: str
+
+
+def step_time_stats(walls_ns: np.ndarray) -> StepTimeStats | None:
+    if walls_ns.size == 0:
+        return None
+    ms = walls_ns.astype(np.float64) / 1e6
+    mean = float(ms.mean())
+    return StepTimeStats(mean_ms=mean, median_ms=float(np.median(ms)),
+                         p95_ms=float(np.percentile(ms, 95)), min_ms=float(ms.min()),
+                         max_ms=float(ms.max()), cv=float(ms.std() / mean) if mean else 0.0)
+
+
+def rank_summary(ra: RankAnalysis) -> RankSummary:
+    walls = ra.steps.walls_ns
+    steady_walls = np.array([s.wall_ns for s in ra.steps.steady], dtype=np.int64)
+    n_dev = max(1, len({int(d["device"]) for d in ra.devices}))
+    in_steps = float(sum(ra.step_busy_ns)) / 1e6
+    wall = float(walls.sum()) / 1e6
+    return RankSummary(
+        rank=ra.rank,
+        steps=len(ra.steps.steps),
+        steady_steps=len(ra.steps.steady),
+        step_source=ra.steps.source,
+        wall_ms=wall,
+        step_time=step_time_stats(steady_walls),
+        gpu_busy_ms=ra.gpu_busy_ns / 1e6,
+        gpu_busy_in_steps_ms=in_steps,
+        gpu_busy_pct=100.0 * in_steps / (wall * n_dev) if wall else 0.0,
+        kernels=ra.kernel_count,
+        kernel_time_ms=ra.kernel_time_ns / 1e6,
+        breakdown_ms=dict(ra.breakdown.mean_ms),
+    )
+
+
+def _mean(xs: list[float]) -> float:
+    return float(np.mean(xs)) if xs else 0.0
+
+
+def summarize(analysis: Analysis) -> RunSummary:
+    rs = tuple(rank_summary(ra) for ra in analysis.ranks)
+    stats = [r.step_time for r in rs if r.step_time is not None]
+    step_time = None
+    if stats:
+        step_time = StepTimeStats(
+            mean_ms=_mean([s.mean_ms for s in stats]), median_ms=_mean([s.median_ms for s in stats]),
+            p95_ms=_mean([s.p95_ms for s in stats]), min_ms=min(s.min_ms for s in stats),
+            max_ms=max(s.max_ms for s in stats), cv=_mean([s.cv for s in stats]))
+    ks = [ra.kernel_summary for ra in analysis.ranks]
+    k_total = sum(k.total_ns for k in ks)
+    busy_in = sum(r.gpu_busy_in_steps_ms for r in rs)
+    sources = sorted({r.step_source for r in rs})
+    return RunSummary(
+        ranks=rs,
+        steps=max((r.steps for r in rs), default=0),
+        steady_steps=max((r.steady_steps for r in rs), default=0),
+        wall_ms=_mean([r.wall_ms for r in rs]),
+        step_time=step_time,
+        gpu_busy_ms=sum(r.gpu_busy_ms for r in rs),
+        gpu_busy_in_steps_ms=busy_in,
+        gpu_busy_pct=_mean([r.gpu_busy_pct for r in rs]),
+        kernels=sum(r.kernels for r in rs),
+        kernel_time_ms=sum(r.kernel_time_ms for r in rs),
+        breakdown_ms={c: _mean([r.breakdown_ms.get(c, 0.0) for r in rs]) for c in CATEGORIES},
+        tensor_core_share=(sum(k.tensor_core_ns for k in ks) / k_total) if k_total else 0.0,
+        est_sm_efficiency=(sum(k.est_sm_efficiency * k.total_ns for k in ks) / k_total)
+        if k_total else 0.0,
+        step_source="+".join(sources),
+    )

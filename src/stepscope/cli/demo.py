@@ -1,0 +1,55 @@
+"""``stepscope demo``: import and report two small real H100 traces bundled with the package.
+
+Works on a fresh machine with no GPU and no framework installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from stepscope.importers import import_traces
+from stepscope.report import build_report
+from stepscope.reporters.json_report import to_json
+from stepscope.reporters.terminal import WIDTH, print_report, render_text
+from stepscope.store.run import Run
+
+DEMOS = (
+    ("gpt_bf16_adamw", "GPT-style bf16 training step (H100, torch.profiler with stacks)"),
+    ("cnn_fp32_sync", "fp32 CNN with pageable copies and .item() every step (H100)"),
+)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("demo", help="import and report the bundled H100 demo traces")
+    p.add_argument("-o", "--output", default="stepscope-demo",
+                   help="folder for the demo runs and reports (default: ./stepscope-demo)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console(width=WIDTH)
+    written: list[Path] = []
+    data = resources.files("stepscope") / "data"
+    for name, title in DEMOS:
+        with resources.as_file(data / f"{name}.pt.trace.json.gz") as trace:
+            run_dir = import_traces([trace], out / f"{name}.stepscope", overwrite=True)
+        report = build_report(Run(run_dir))
+        console.rule(f"[bold]{title}")
+        print_report(report, console)
+        json_path = out / f"{name}.report.json"
+        txt_path = out / f"{name}.report.txt"
+        json_path.write_text(to_json(report), encoding="utf-8")
+        txt_path.write_text(render_text(report), encoding="utf-8")
+        written += [run_dir, json_path, txt_path]
+    console.rule("[bold]demo files")
+    for p in written:
+        console.print(f"  {p}", highlight=False)
+    console.print("Next: stepscope report RUN, stepscope query RUN \"SELECT ...\"", highlight=False)
+    return 0

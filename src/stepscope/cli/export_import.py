@@ -1,0 +1,34 @@
+"""``stepscope import TRACE... -o RUN``: foreign traces into a run folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from stepscope.importers import import_traces
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("import", help="import Kineto traces (files or folders, one file per rank)")
+    p.add_argument("traces", nargs="+", help="trace files (.json / .json.gz) or folders")
+    p.add_argument("-o", "--output", help="run folder to write (default: <first trace>.stepscope)")
+    p.add_argument("--force", action="store_true", help="replace an existing run folder")
+    p.set_defaults(run=run)
+
+
+def default_output(first: str) -> Path:
+    p = Path(first.rstrip("/"))
+    name = p.name
+    for suffix in (".gz", ".json", ".trace", ".pt"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return p.with_name(name + ".stepscope")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.output) if args.output else default_output(args.traces[0])
+    path = import_traces(args.traces, out, overwrite=args.force)
+    print(f"wrote run {path}", file=sys.stdout)
+    return 0

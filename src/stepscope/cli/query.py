@@ -1,0 +1,51 @@
+"""``stepscope query RUN "SQL"``: SQL over the run's tables (DuckDB)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from stepscope.reporters.json_report import jsonable
+from stepscope.schema import TABLES
+from stepscope.store.run import Run
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("query", help="run SQL over a run's tables",
+                       description="Tables: " + ", ".join(TABLES))
+    p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("sql")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--limit", type=int, default=100, help="rows shown in table format (0 = all)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = Run(args.run_dir).query(args.sql)
+    rows = result.to_pylist()
+    if args.format == "json":
+        print(json.dumps(jsonable(rows), indent=1, ensure_ascii=False))
+    elif args.format == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(result.column_names)
+        for r in rows:
+            w.writerow([r[c] for c in result.column_names])
+    else:
+        tab = Table(show_edge=False, box=None, header_style="bold")
+        for c in result.column_names:
+            tab.add_column(c, overflow="fold")
+        shown = rows if args.limit == 0 else rows[: args.limit]
+        for r in shown:
+            tab.add_row(*(Text("" if r[c] is None else str(r[c])) for c in result.column_names))
+        console = Console()
+        console.print(tab)
+        if len(shown) < len(rows):
+            console.print(f"({len(rows)} rows, {len(shown)} shown; --limit 0 shows all)")
+    return 0

@@ -1,0 +1,227 @@
+"""Column helpers for the Kineto importer: time conversion, tolerant typed
+arrays, event filtering, annotation nesting and copy-name parsing."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from stepscope.importers.kineto_events import EMPTY_ARGS, Args, Event
+from stepscope.schema import CopyKind, MemoryKind
+from stepscope.store.manifest import Diagnostic
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+_BITS = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
+
+
+def us_to_ns(us: F64, offset_ns: int = 0) -> I64:
+    """Microseconds (float) to integer nanoseconds, rounded to the nearest ns.
+
+    Epoch microseconds (~1.7e15) times 1000 exceed float64's exact range, so the
+    whole and fractional microseconds are scaled separately.
+    """
+    whole = np.floor(us)
+    ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+    if offset_ns:
+        ns += np.int64(offset_ns)
+    return ns
+
+
+def _to_int(v: Any, lo: int, hi: int) -> int | None:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        out = v
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            return None
+        out = int(v)
+    elif isinstance(v, str):
+        try:
+            out = int(v.strip(), 0)
+        except ValueError:
+            return None
+    else:
+        return None
+    return out if lo <= out <= hi else None
+
+
+def int_array(values: Sequence[Any], typ: pa.DataType = pa.int64()) -> pa.Array:
+    """An Arrow integer array; strings such as ``"0x0"`` are parsed, anything
+    unusable (or out of range) becomes null."""
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        bits = _BITS[typ]
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        return pa.array([_to_int(v, lo, hi) for v in values], type=typ)
+
+
+def float_array(values: Sequence[Any], typ: pa.DataType = pa.float64()) -> pa.Array:
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        out: list[float | None] = []
+        for v in values:
+            try:
+                out.append(None if v is None or isinstance(v, bool) else float(v))
+            except (TypeError, ValueError):
+                out.append(None)
+        return pa.array(out, type=typ)
+
+
+def get(args: Sequence[Args], name: str) -> list[Any]:
+    """One ``Args`` field for every event, as a list (C-speed attribute access)."""
+    return list(map(attrgetter(name), args))
+
+
+def args_of(events: Sequence[Event]) -> list[Args]:
+    return [EMPTY_ARGS if e.args is None else e.args for e in events]
+
+
+def int_or_fallback(primary: list[Any], fallback: list[Any], typ: pa.DataType) -> pa.Array:
+    """``primary`` where it is set, else ``fallback`` (e.g. args.device, else pid)."""
+    merged = [p if p is not None else f for p, f in zip(primary, fallback)]
+    return int_array(merged, typ)
+
+
+@dataclass
+class Drops:
+    """Events dropped while building tables, one diagnostic per reason."""
+
+    path: str
+    counts: dict[str, int] = field(default_factory=dict)
+    first: dict[str, tuple[Event, str]] = field(default_factory=dict)
+
+    def add(self, code: str, events: Sequence[Event], mask: npt.NDArray[np.bool_], why: str) -> None:
+        n = int(mask.sum())
+        if not n:
+            return
+        self.counts[code] = self.counts.get(code, 0) + n
+        if code not in self.first:
+            self.first[code] = (events[int(np.argmax(mask))], why)
+
+    def diagnostics(self, all_events: Sequence[Event]) -> list[Diagnostic]:
+        out = []
+        for code, n in self.counts.items():
+            ev, why = self.first[code]
+            index = next((i for i, e in enumerate(all_events) if e is ev), -1)
+            out.append(Diagnostic(
+                "warning", code,
+                f"{n} event(s) {why} were dropped; first: event {index} "
+                f"(cat {ev.cat!r}, name {ev.name[:80]!r}, ts {ev.ts}, dur {ev.dur})",
+                self.path, n))
+        return out
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Events of one category that survived the checks, with their times in ns."""
+
+    events: list[Event]
+    ts_ns: I64
+    dur_ns: I64  # zeros for instants
+
+
+def timed(events: list[Event], base_ns: int, drops: Drops, *, instant: bool = False) -> Timed:
+    """Convert ``ts``/``dur`` to ns; drop events with no ``ts``, no ``dur`` (complete
+    events) or a negative ``dur``."""
+    ts = np.fromiter((e.ts for e in events), np.float64, len(events))
+    bad = ~np.isfinite(ts)
+    drops.add("missing_ts", events, bad, "without a timestamp ('ts')")
+    if instant:
+        dur = np.zeros(len(events))
+    else:
+        dur = np.fromiter((e.dur for e in events), np.float64, len(events))
+        no_dur = ~np.isfinite(dur) & ~bad
+        drops.add("missing_dur", events, no_dur, "without a duration ('dur')")
+        neg = (dur < 0) & ~bad
+        drops.add("negative_duration", events, neg, "with a negative duration")
+        bad |= no_dur | neg
+    if bad.any():
+        keep = ~bad
+        events = [e for e, k in zip(events, keep.tolist()) if k]
+        ts, dur = ts[keep], dur[keep]
+    return Timed(events, us_to_ns(ts, base_ns), us_to_ns(dur))
+
+
+def nest(group: Sequence[Any], ts: I64, dur: I64) -> tuple[I64, npt.NDArray[np.int16]]:
+    """Parent (row index, -1 for none) and depth of each range, by containment
+    within its group (e.g. one thread). Ranges sort by start, longest first."""
+    n = len(ts)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int16)
+    if not n:
+        return parent, depth
+    keys: dict[Any, int] = {}
+    gid = np.fromiter((keys.setdefault(g, len(keys)) for g in group), np.int64, n)
+    end = ts + dur
+    order = np.lexsort((-end, ts, gid)).tolist()
+    end_l, gid_l = end.tolist(), gid.tolist()
+    stack: list[int] = []
+    current = -1
+    for i in order:
+        if gid_l[i] != current:
+            current = gid_l[i]
+            stack.clear()
+        e = end_l[i]
+        while stack and end_l[stack[-1]] < e:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+            depth[i] = min(len(stack), 32767)
+        stack.append(i)
+    return parent, depth
+
+
+_COPY_KINDS = {
+    "HtoD": CopyKind.HTOD, "DtoH": CopyKind.DTOH, "DtoD": CopyKind.DTOD, "HtoH": CopyKind.HTOH,
+    "PtoP": CopyKind.PTOP, "HtoA": CopyKind.HTOD, "AtoH": CopyKind.DTOH, "AtoD": CopyKind.DTOD,
+    "DtoA": CopyKind.DTOD, "AtoA": CopyKind.DTOD,
+}
+_MEM_KINDS = {
+    "pageable": MemoryKind.PAGEABLE, "pinned": MemoryKind.PINNED, "device": MemoryKind.DEVICE,
+    "device static": MemoryKind.DEVICE, "managed": MemoryKind.MANAGED,
+    "managed static": MemoryKind.MANAGED, "array": MemoryKind.ARRAY,
+}
+_MEMCPY = re.compile(r"^\s*Memcpy\s+(\w+)(?:\s*\(\s*([^)>]*?)\s*->\s*([^)]*?)\s*\))?")
+_MEMSET = re.compile(r"^\s*Memset\s*\(\s*([^)]*?)\s*\)")
+
+
+def memory_kind(text: str | None) -> str:
+    """``Pageable`` -> ``pageable``; AMD's ``Host`` and anything unknown -> ``unknown``."""
+    if not text:
+        return MemoryKind.UNKNOWN.value
+    return _MEM_KINDS.get(text.lower(), MemoryKind.UNKNOWN).value
+
+
+def parse_memcpy_name(name: str) -> tuple[str, str, str]:
+    """``Memcpy HtoD (Pinned -> Device)`` -> (CopyKind, src MemoryKind, dst MemoryKind)."""
+    m = _MEMCPY.match(name)
+    if not m:
+        unknown = MemoryKind.UNKNOWN.value
+        return CopyKind.UNKNOWN.value, unknown, unknown
+    kind = _COPY_KINDS.get(m.group(1), CopyKind.UNKNOWN).value
+    return kind, memory_kind(m.group(2)), memory_kind(m.group(3))
+
+
+def parse_memset_name(name: str) -> str:
+    m = _MEMSET.match(name)
+    return memory_kind(m.group(1) if m else None)
+
+
+def per_name(names: pa.Array, fn: Any, typ: pa.DataType = pa.string()) -> pa.Array:
+    """Apply ``fn`` once per distinct name and spread the results over the rows."""
+    enc = names if pa.types.is_dictionary(names.type) else names.dictionary_encode()
+    values = pa.array([fn(v) for v in enc.dictionary.to_pylist()], type=typ)
+    return values.take(enc.indices)

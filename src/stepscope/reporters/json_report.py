@@ -1,0 +1,131 @@
+"""The machine-readable report (``stepscope.report/1``): the stable twin of the terminal and HTML.
+
+Contract (version 1; later versions only add keys):
+  schema            "stepscope.report/1"
+  run               path, source, tool, files, ranks, devices, partial, diagnostics
+  summary           steps, steady_steps, wall_ms, step_ms{mean,median,p95,min,max,cv},
+                    gpu_busy_ms (whole trace, summed over devices), gpu_busy_in_steps_ms,
+                    gpu_busy_pct, kernels (count), kernel_time_ms, tensor_core_share,
+                    est_sm_efficiency, step_source
+  steps             [{rank, index, number, start_ns, end_ns, wall_ms, gpu_busy_ms, steady,
+                      note, breakdown{category: ms}}]
+  breakdown         category -> mean ms per steady step (sums to the mean step time)
+  kernels           top kernels by time: name, calls, total/mean/median/min/max ms, share,
+                    grid, block, registers, shared_memory, occupancy, occupancy_limiter,
+                    sm_coverage, waves, tensor_cores, precision, category
+  launches, syncs, copies, input   per-rank detail objects (see docs/report-json.md)
+  ranks             per-rank summaries
+  findings          ranked advisor findings (empty until the advisor lands)
+  skipped_rules     rules that could not run, with the reason
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.summary import StepTimeStats, summarize
+from stepscope.report import REPORT_SCHEMA, Report
+
+
+def jsonable(obj: Any) -> Any:
+    """Dataclasses, numpy values, enums, paths and tuples -> plain JSON values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, enum.Enum):
+        return jsonable(obj.value)
+    if isinstance(obj, np.generic):
+        return jsonable(obj.item())
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else round(obj, 6)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 6)
+
+
+def _step_ms(st: StepTimeStats | None) -> dict[str, float] | None:
+    if st is None:
+        return None
+    return {"mean": st.mean_ms, "median": st.median_ms, "p95": st.p95_ms, "min": st.min_ms,
+            "max": st.max_ms, "cv": st.cv}
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    a = report.analysis
+    m = report.manifest
+    s = summarize(a)
+    steps = []
+    for ra in a.ranks:
+        for st, busy, bd in zip(ra.steps.steps, ra.step_busy_ns, ra.breakdown.per_step):
+            steps.append({
+                "rank": ra.rank, "index": st.index, "number": st.number,
+                "start_ns": st.start_ns, "end_ns": st.end_ns, "wall_ms": _ms(st.wall_ns),
+                "gpu_busy_ms": _ms(busy), "steady": st.steady, "note": st.note,
+                "breakdown": {c: _ms(v) for c, v in bd.items()},
+            })
+    kernels = []
+    for ra in a.ranks:
+        for k in ra.kernels:
+            kernels.append({
+                "rank": ra.rank, "name": k.name, "calls": k.calls, "total_ms": _ms(k.total_ns),
+                "mean_ms": _ms(k.mean_ns), "median_ms": _ms(k.median_ns), "min_ms": _ms(k.min_ns),
+                "max_ms": _ms(k.max_ns), "share": k.share, "grid": list(k.grid),
+                "block": list(k.block), "registers": k.registers,
+                "shared_memory": k.shared_memory, "occupancy": k.occupancy,
+                "occupancy_limiter": k.occupancy_limiter, "sm_coverage": k.sm_coverage,
+                "waves": k.waves, "tensor_cores": k.tensor_cores, "precision": k.precision,
+                "category": k.category,
+            })
+    summary = {
+        "steps": s.steps, "steady_steps": s.steady_steps, "wall_ms": s.wall_ms,
+        "step_ms": _step_ms(s.step_time), "gpu_busy_ms": s.gpu_busy_ms,
+        "gpu_busy_in_steps_ms": s.gpu_busy_in_steps_ms, "gpu_busy_pct": s.gpu_busy_pct,
+        "kernels": s.kernels, "kernel_time_ms": s.kernel_time_ms,
+        "tensor_core_share": s.tensor_core_share, "est_sm_efficiency": s.est_sm_efficiency,
+        "step_source": s.step_source,
+    }
+    out: dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "run": {
+            "path": str(report.run_path), "source": m.source.kind, "tool": m.source.tool,
+            "files": list(m.source.files), "created": m.created, "partial": m.partial,
+            "ranks": [dataclasses.asdict(r) for r in m.ranks],
+            "devices": [d for ra in a.ranks for d in ra.devices],
+            "diagnostics": [dataclasses.asdict(d) for d in m.diagnostics],
+            "step_detection": {str(ra.rank): ra.steps.detail for ra in a.ranks},
+        },
+        "summary": summary,
+        "steps": steps,
+        "breakdown": dict(s.breakdown_ms),
+        "kernels": kernels,
+        "launches": {str(ra.rank): ra.launches for ra in a.ranks},
+        "syncs": {str(ra.rank): ra.syncs for ra in a.ranks},
+        "copies": {str(ra.rank): ra.copies for ra in a.ranks},
+        "input": {str(ra.rank): ra.input for ra in a.ranks},
+        "ranks": [dataclasses.asdict(r) for r in s.ranks],
+        "findings": list(report.findings),
+        "skipped_rules": list(report.skipped_rules),
+    }
+    result = jsonable(out)
+    assert isinstance(result, dict)
+    return result
+
+
+def to_json(report: Report, *, indent: int | None = 2) -> str:
+    return json.dumps(report_dict(report), indent=indent, ensure_ascii=False)

@@ -1,0 +1,151 @@
+"""The terminal summary (rich). Fits 100 columns. Trace names are always rendered as plain text."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from stepscope.analysis.breakdown import CATEGORIES
+from stepscope.analysis.summary import RunSummary, summarize
+from stepscope.report import Report
+
+WIDTH = 100
+BAR = 72
+STYLE = {
+    "compute": "green", "communication": "magenta", "copies": "cyan", "input_wait": "red",
+    "sync": "yellow", "launch": "bright_blue", "host": "blue", "idle": "bright_black",
+}
+LABEL = {
+    "compute": "GPU compute", "communication": "exposed comm", "copies": "exposed copies",
+    "input_wait": "input wait", "sync": "sync", "launch": "launch", "host": "host work",
+    "idle": "idle (unattributed)",
+}
+
+
+def _short(name: str, width: int) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def breakdown_bar(breakdown_ms: dict[str, float], width: int = BAR) -> Text:
+    """One line of coloured blocks, each category's width proportional to its time."""
+    total = sum(breakdown_ms.values())
+    bar = Text()
+    if total <= 0:
+        return Text("(no steps)")
+    # largest-remainder rounding so the cells add up to the width exactly
+    exact = {c: breakdown_ms.get(c, 0.0) / total * width for c in CATEGORIES}
+    cells = {c: int(v) for c, v in exact.items()}
+    for c in sorted(CATEGORIES, key=lambda c: exact[c] - cells[c], reverse=True)[
+        : width - sum(cells.values())
+    ]:
+        cells[c] += 1
+    for c in CATEGORIES:
+        bar.append("█" * cells[c], style=STYLE[c])
+    return bar
+
+
+def _legend(s: RunSummary) -> Text:
+    total = sum(s.breakdown_ms.values())
+    t = Text()
+    for c in CATEGORIES:
+        v = s.breakdown_ms.get(c, 0.0)
+        if v <= 0 or total <= 0:
+            continue
+        t.append("■ ", style=STYLE[c])
+        t.append(f"{LABEL[c]} {v:.2f} ms ({v / total:.0%})   ")
+    return t
+
+
+def _header(report: Report, s: RunSummary) -> Text:
+    m = report.manifest
+    devs = {(d.get("name") or "GPU", d.get("compute_major"), d.get("compute_minor"), d.get("sm_count"))
+            for ra in report.analysis.ranks for d in ra.devices}
+    t = Text()
+    t.append("stepscope", style="bold")
+    t.append(f"  {m.source.kind} run, {len(m.ranks)} rank(s)")
+    if m.partial:
+        t.append("  PARTIAL (the program did not finish)", style="bold red")
+    for name, major, minor, sms in sorted(devs, key=str):
+        cc = f"CC {major}.{minor}, " if major is not None else ""
+        t.append(f"\n{name} ({cc}{sms} SMs)")
+    return t
+
+
+def _overview(s: RunSummary) -> Text:
+    t = Text()
+    t.append(f"Steps {s.steps}", style="bold")
+    t.append(f" ({s.step_source}, {s.steady_steps} steady)")
+    if s.step_time is not None:
+        st = s.step_time
+        t.append("   step time ")
+        t.append(f"{st.median_ms:.2f} ms", style="bold")
+        t.append(f" median, {st.mean_ms:.2f} mean, {st.p95_ms:.2f} p95")
+    t.append("\nGPU busy ")
+    t.append(f"{s.gpu_busy_pct:.1f}%", style="bold")
+    t.append(f" of step time ({s.gpu_busy_in_steps_ms:.1f} of {s.wall_ms:.1f} ms)")
+    t.append(f"   kernels {s.kernels} ({s.kernel_time_ms:.1f} ms)")
+    if s.kernel_time_ms > 0:
+        t.append(f"   tensor cores {s.tensor_core_share:.0%} of kernel time")
+        t.append(f"   est. SM efficiency {s.est_sm_efficiency:.0%}")
+    return t
+
+
+def _kernels(report: Report, limit: int) -> Table:
+    tab = Table(title="Top kernels (steady-state steps)", title_justify="left", expand=False,
+                show_edge=False, pad_edge=False, box=None, header_style="bold")
+    tab.add_column("kernel", max_width=44, no_wrap=True, overflow="ellipsis")
+    tab.add_column("calls", justify="right")
+    tab.add_column("total ms", justify="right")
+    tab.add_column("share", justify="right")
+    tab.add_column("blocks", justify="right")
+    tab.add_column("occ.", justify="right")
+    tab.add_column("type", no_wrap=True)
+    rows = [k for ra in report.analysis.ranks for k in ra.kernels]
+    rows.sort(key=lambda k: k.total_ns, reverse=True)
+    for k in rows[:limit]:
+        occ = f"{k.occupancy:.0%}" if k.occupancy is not None else "-"
+        kind = k.category + (f" {k.precision}" if k.precision else "")
+        if k.tensor_cores:
+            kind += " TC"
+        tab.add_row(Text(_short(k.name, 44)), str(k.calls), f"{k.total_ns / 1e6:.2f}",
+                    f"{k.share:.0%}", str(k.blocks), occ, Text(kind))
+    return tab
+
+
+def render(report: Report, *, top_kernels: int = 8) -> Group:
+    s = summarize(report.analysis)
+    parts: list[RenderableType] = [_header(report, s), Text(), _overview(s), Text()]
+    if s.step_time is not None:
+        parts += [Text("Where a step's time goes (mean of steady steps)", style="bold"),
+                  breakdown_bar(s.breakdown_ms), _legend(s), Text()]
+    if s.kernels:
+        parts += [_kernels(report, top_kernels), Text()]
+    if report.findings:
+        parts.append(Text("Findings", style="bold"))
+        for f in report.findings:
+            parts.append(Text(f"- {getattr(f, 'title', f)}"))
+    else:
+        parts.append(Text("Findings: the advisor is not part of this version "
+                          "(see the breakdown above).", style="dim"))
+    diags = report.manifest.diagnostics
+    if diags:
+        parts.append(Text("\nDiagnostics", style="bold"))
+        for d in diags[:8]:
+            parts.append(Text(f"- {d.level}: {d.message}" + (f" ({d.file})" if d.file else "")))
+    parts.append(Text(f"\nRun: {report.run_path}", style="dim"))
+    return Group(*parts)
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    console = console or Console(width=WIDTH)
+    console.print(render(report))
+
+
+def render_text(report: Report, width: int = WIDTH) -> str:
+    """The summary as plain text (no colour), e.g. for tests and report.txt."""
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console.print(render(report))
+    return console.export_text()

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from builder import TraceBuilder
+from stepscope.analysis.steps import detect_steps, find_period, select_steady
+
+
+def test_steps_from_table_sorted_and_clipped(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(200, 100, step=2).step(0, 120, step=0).step(100, 100, step=1)  # step 0 overlaps step 1
+    info = detect_steps(b.build(tmp_path / "r"), 0)
+    assert info.source == "profiler_step"
+    assert [(s.number, s.start_ns, s.end_ns) for s in info.steps] == [
+        (0, 0, 100_000), (1, 100_000, 200_000), (2, 200_000, 300_000)]
+
+
+def test_steps_from_annotations_named_like_steps(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for i in range(3):
+        b.nvtx(f"train_step {i}", i * 100, 90)
+    b.nvtx("forward", 5, 10)  # not a step name
+    info = detect_steps(b.build(tmp_path / "r"), 0)
+    assert info.source == "nvtx"
+    assert [s.wall_ns for s in info.steps] == [90_000] * 3
+
+
+def test_periodicity_fallback(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    # 4 steps of [embed, gemm, gemm, relu, opt] with a 50 µs gap before each step
+    t = 0.0
+    for _ in range(4):
+        t += 50
+        for name in ("embed", "gemm", "gemm", "relu", "opt"):
+            b.kernel(name, t, 10)
+            t += 12
+    info = detect_steps(b.build(tmp_path / "r"), 0)
+    assert info.source == "periodicity"
+    # boundaries at the 'embed' kernels (after the 50 µs gap): 3 full periods of 50+5*12=110 µs
+    assert len(info.steps) == 3
+    assert all(s.wall_ns == 110_000 for s in info.steps)
+    assert info.steps[0].start_ns == 50_000
+
+
+def test_whole_trace_fallback(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.kernel("a", 10, 5).kernel("b", 30, 5)
+    info = detect_steps(b.build(tmp_path / "r"), 0)
+    assert info.source == "whole_trace"
+    assert [(s.start_ns, s.end_ns) for s in info.steps] == [(10_000, 35_000)]
+
+
+def test_find_period_prefers_step_over_layer_period() -> None:
+    # 6 'layers' of (a, b) inside a step, then an optimizer kernel: the step period is 13
+    step = [0] + [1, 2] * 6
+    seq = np.array(step * 8, dtype=np.int64)
+    p, rate = find_period(seq)
+    assert p == 13 and rate == 1.0
+
+
+def test_select_steady_warmup_and_outlier() -> None:
+    steady, notes = select_steady(np.array([300, 100, 101, 99, 100, 250], dtype=np.int64))
+    assert steady == (False, True, True, True, True, False)
+    assert notes[0].startswith("warm-up") and notes[5].startswith("outlier")
+    steady, _ = select_steady(np.array([100, 100, 104], dtype=np.int64))
+    assert steady == (True, True, True)
