@@ -355,7 +355,9 @@ def markdown() -> str:
                 "|---|---|---|---|---|"]
         for c in t.columns:
             typ = "string (dict)" if pa.types.is_dictionary(c.type) else str(c.type)
-            out.append(f"| `{c.name}` | {typ} | {c.unit} | {'yes' if c.nullable else 'no'} | {c.doc.replace("|", "\\|")} |")
+            doc = c.doc.replace("|", "\\|")
+            null = "yes" if c.nullable else "no"
+            out.append(f"| `{c.name}` | {typ} | {c.unit} | {null} | {doc} |")
         out.append("")
     out += ["## Enumerations", ""]
     for enum_cls in (CopyKind, MemoryKind, ApiKind, ApiDomain, SyncKind, AnnotationSource,
