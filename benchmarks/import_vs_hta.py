@@ -298,7 +298,11 @@ def summarize(runs: list[dict[str, Any]], mb: float) -> dict[str, Any]:
 
 
 def _f(x: Any, fmt: str = "{:.1f}") -> str:
-    return "–" if x is None else fmt.format(x)
+    if x is None:
+        return "–"
+    if fmt == "{:.1f}" and abs(x) < 10:
+        fmt = "{:.2f}"
+    return fmt.format(x)
 
 
 def markdown_table(entry: dict[str, Any]) -> str:
@@ -317,14 +321,15 @@ def markdown_table(entry: dict[str, Any]) -> str:
         if s is None:
             lines.append(f"| {tool} | pending | | | | | | | | |")
             continue
+        label = f"{tool} (saved: --baseline)" if s.get("from_baseline") else tool
         if not s.get("runs"):
-            lines.append(f"| {tool} | 0/{s.get('attempts', 0)} | failed: {s.get('error', '')[:200]}"
+            lines.append(f"| {label} | 0/{s.get('attempts', 0)} | failed: {s.get('error', '')[:200]}"
                          " | | | | | | | |")
             continue
         lines.append(
-            f"| {tool} | {s['runs']} | {_f(s['wall_s_median'])} | "
+            f"| {label} | {s['runs']} | {_f(s['wall_s_median'])} | "
             f"{_f(s['wall_s_min'])}–{_f(s['wall_s_max'])} | "
-            f"{_f(s['load_s_median'])} + {_f(s['analysis_s_median'], '{:.2f}')} | "
+            f"{_f(s['load_s_median'])} + {_f(s['analysis_s_median'])} | "
             f"{_f(s['peak_rss_mb_median'], '{:.0f}')} | {_f(s['peak_tree_rss_mb_median'], '{:.0f}')} | "
             f"{_f(s['cores_used_median'], '{:.2f}')} | {_f(s['mb_per_s'])} | "
             f"{_f(s['mb_per_s_per_core'])} |"

@@ -111,3 +111,118 @@ def assign_to_windows(ts: I64, win_starts: I64, win_ends: I64) -> npt.NDArray[np
     i = np.searchsorted(win_starts, ts, side="right") - 1
     ok = (i >= 0) & (ts < win_ends[np.maximum(i, 0)])
     return np.where(ok, i, -1).astype(np.int64)
+
+
+# -- containment queries (added for launches/syncs: "which op encloses this call") ------------
+
+
+def _sorted_containers(cs: I64, ce: I64) -> tuple[npt.NDArray[np.intp], I64, I64]:
+    """Containers ordered by start ascending, then end descending (outer before inner)."""
+    order = np.lexsort((-ce, cs))
+    return order, cs[order], ce[order]
+
+
+def innermost_containing(cs: object, ce: object, qs: object, qe: object) -> I64:
+    """For each query ``[qs, qe]``, the index of the innermost container with
+    ``cs <= qs`` and ``ce >= qe`` (the one that starts last; ties: the shortest), or -1.
+
+    Containers need not be properly nested. Vectorised: with containers sorted by
+    start, the answer is the largest position ``j <= k`` (``k`` = last container
+    starting at or before ``qs``) with ``end[j] >= qe``; it is found by binary
+    lifting over a sparse table of window maxima of ``end`` (``O((n + q) log n)``).
+    """
+    c_s, c_e, q_s, q_e = as_i64(cs), as_i64(ce), as_i64(qs), as_i64(qe)
+    out = np.full(q_s.size, -1, dtype=np.int64)
+    n = c_s.size
+    if n == 0 or q_s.size == 0:
+        return out
+    order, s, e = _sorted_containers(c_s, c_e)
+    cur = np.searchsorted(s, q_s, side="right").astype(np.int64) - 1
+    # levels[l][j] = max(e[max(0, j - 2**l + 1) .. j])
+    levels = [e]
+    width = 1
+    while width < n:
+        prev = levels[-1]
+        nxt = prev.copy()
+        nxt[width:] = np.maximum(prev[width:], prev[:-width])
+        levels.append(nxt)
+        width *= 2
+    for lvl in range(len(levels) - 1, -1, -1):
+        valid = cur >= 0
+        skip = valid & (levels[lvl][np.maximum(cur, 0)] < q_e)  # whole block ends too early
+        cur = np.where(skip, cur - (1 << lvl), cur)
+    found = cur >= 0
+    out[found] = order[cur[found]]
+    return out
+
+
+def outermost_containing(cs: object, ce: object, qs: object, qe: object) -> I64:
+    """For each query, the index of the outermost container (the one that starts
+    first; ties: the longest) with ``cs <= qs`` and ``ce >= qe``, or -1.
+
+    With containers sorted by start, it is the smallest position ``j`` whose prefix
+    maximum of ``end`` reaches ``qe``, provided ``j`` starts at or before ``qs``.
+    """
+    c_s, c_e, q_s, q_e = as_i64(cs), as_i64(ce), as_i64(qs), as_i64(qe)
+    out = np.full(q_s.size, -1, dtype=np.int64)
+    if c_s.size == 0 or q_s.size == 0:
+        return out
+    order, s, e = _sorted_containers(c_s, c_e)
+    k = np.searchsorted(s, q_s, side="right") - 1
+    j = np.searchsorted(np.maximum.accumulate(e), q_e, side="left")
+    found = j <= k
+    out[found] = order[j[found]]
+    return out
+
+
+def containing_by_group(
+    c_group: object, cs: object, ce: object, q_group: object, qs: object, qe: object,
+    *, innermost: bool = True,
+) -> I64:
+    """:func:`innermost_containing` (or :func:`outermost_containing`) where a container
+    only counts for queries of the same group (e.g. the same host thread).
+
+    Groups are integer ids (see :func:`group_ids`); the loop is over groups, not events.
+    """
+    c_g, c_s, c_e = as_i64(c_group), as_i64(cs), as_i64(ce)
+    q_g, q_s, q_e = as_i64(q_group), as_i64(qs), as_i64(qe)
+    out = np.full(q_s.size, -1, dtype=np.int64)
+    if c_s.size == 0 or q_s.size == 0:
+        return out
+    fn = innermost_containing if innermost else outermost_containing
+    if c_g.min() == c_g.max() == q_g.min() == q_g.max():  # one group (one thread): no split
+        return fn(c_s, c_e, q_s, q_e)
+    oc = np.argsort(c_g, kind="stable")
+    oq = np.argsort(q_g, kind="stable")
+    cg, qg = c_g[oc], q_g[oq]
+    groups = qg[np.flatnonzero(np.diff(qg, prepend=qg[0] - 1))]
+    c_lo, c_hi = np.searchsorted(cg, groups, "left"), np.searchsorted(cg, groups, "right")
+    q_lo, q_hi = np.searchsorted(qg, groups, "left"), np.searchsorted(qg, groups, "right")
+    for a, b, x, y in zip(c_lo.tolist(), c_hi.tolist(), q_lo.tolist(), q_hi.tolist()):
+        if a == b:
+            continue
+        cm, qm = oc[a:b], oq[x:y]
+        idx = fn(c_s[cm], c_e[cm], q_s[qm], q_e[qm])
+        out[qm] = np.where(idx >= 0, cm[np.maximum(idx, 0)], -1)
+    return out
+
+
+def group_ids(*keys: tuple[object, object]) -> tuple[I64, ...]:
+    """Dense ids for ``(a, b)`` key pairs (e.g. ``(pid, tid)``) shared across several arrays.
+
+    ``group_ids((pid1, tid1), (pid2, tid2))`` returns one id array per argument; equal
+    pairs get equal ids.
+    """
+    a = np.concatenate([as_i64(k[0]) for k in keys]) if keys else as_i64([])
+    b = np.concatenate([as_i64(k[1]) for k in keys]) if keys else as_i64([])
+    sizes = [as_i64(k[0]).size for k in keys]
+    if a.size == 0:
+        return tuple(np.zeros(0, dtype=np.int64) for _ in keys)
+    if a.min() == a.max() and b.min() == b.max():  # one pair (one thread): all zeros
+        return tuple(np.zeros(n, dtype=np.int64) for n in sizes)
+    # dense codes per component, then one int64 key per pair (no row-wise unique)
+    _, ia = np.unique(a, return_inverse=True)
+    _, ib = np.unique(b, return_inverse=True)
+    _, inv = np.unique(ia.astype(np.int64) * (int(ib.max()) + 1) + ib, return_inverse=True)
+    inv = inv.reshape(-1).astype(np.int64)
+    return tuple(np.split(inv, np.cumsum(sizes)[:-1]))

@@ -97,12 +97,16 @@ class DeviceLimits:
 
     @staticmethod
     def for_compute(major: int, minor: int, sm_count: int) -> DeviceLimits:
-        """Limits of compute capability ``major.minor`` from the tables; ``ValueError`` if unknown."""
+        """Limits of compute capability ``major.minor`` from the tables.
+
+        ``ValueError`` for a compute capability the tables do not know.
+        """
         try:
             warps, blocks, smem_kb, optin_kb, cfg = _CC[(int(major), int(minor))]
         except KeyError:
             known = ", ".join(f"{a}.{b}" for a, b in _CC)
-            raise ValueError(f"unknown compute capability {major}.{minor}; known: {known}") from None
+            raise ValueError(
+                f"unknown compute capability {major}.{minor}; known: {known}") from None
         return DeviceLimits(
             compute=(int(major), int(minor)),
             sm_count=int(sm_count),
@@ -130,7 +134,8 @@ class DeviceLimits:
         vendor = row.get("vendor")
         if vendor is not None and str(vendor).lower() not in ("nvidia", "unknown", ""):
             return None
-        major, minor = _pos(row.get("compute_major"), zero_ok=True), _pos(row.get("compute_minor"), zero_ok=True)
+        major = _pos(row.get("compute_major"), zero_ok=True)
+        minor = _pos(row.get("compute_minor"), zero_ok=True)
         if major is None or minor is None or (major, minor) not in _CC:
             return None
         base = DeviceLimits.for_compute(major, minor, _pos(row.get("sm_count")) or 0)
@@ -141,7 +146,8 @@ class DeviceLimits:
             warp_size=warp,
             max_warps_per_sm=threads_sm // warp if threads_sm else base.max_warps_per_sm,
             max_blocks_per_sm=_pos(row.get("max_blocks_per_sm")) or base.max_blocks_per_sm,
-            max_threads_per_block=_pos(row.get("max_threads_per_block")) or base.max_threads_per_block,
+            max_threads_per_block=(_pos(row.get("max_threads_per_block"))
+                                   or base.max_threads_per_block),
             regs_per_sm=_pos(row.get("regs_per_sm")) or base.regs_per_sm,
             max_regs_per_block=_pos(row.get("regs_per_block")) or base.max_regs_per_block,
             smem_per_sm=_pos(row.get("smem_per_sm")) or base.smem_per_sm,
@@ -251,7 +257,8 @@ def theoretical_occupancy(
     limits: DeviceLimits, threads_per_block: int, registers_per_thread: int, smem_per_block: int
 ) -> Occupancy:
     """Occupancy of one launch configuration (``smem_per_block`` = static + dynamic bytes)."""
-    occ, active, limiter = occupancy_arrays(limits, threads_per_block, registers_per_thread, smem_per_block)
+    occ, active, limiter = occupancy_arrays(
+        limits, threads_per_block, registers_per_thread, smem_per_block)
     blocks = int(active[0])
     warps = blocks * -(-max(threads_per_block, 0) // limits.warp_size)
     return Occupancy(blocks, warps, float(occ[0]), str(limiter[0]))
@@ -276,7 +283,8 @@ def kineto_estimated_occupancy(
     opt-in launch) gets 0 blocks and so 0 %: Kineto is wrong there, not the kernel.
     Returns -99 where Kineto's calculator fails (empty block), as Kineto writes it.
     """
-    t, r, s, b = np.broadcast_arrays(_as_i64(threads), _as_i64(regs), _as_i64(smem), _as_i64(blocks))
+    t, r, s, b = np.broadcast_arrays(
+        _as_i64(threads), _as_i64(regs), _as_i64(smem), _as_i64(blocks))
     lims = _per_sm_limits(limits, t, r, s, limits.smem_per_block)
     # Kineto passes maxThreadsPerBlock = INT_MAX for the function, so only the device cap applies
     active = np.stack(lims).min(axis=0).astype(np.float32)

@@ -54,7 +54,7 @@ class RunSummary:
     kernel_time_ms: float
     breakdown_ms: dict[str, float]
     tensor_core_share: float
-    est_sm_efficiency: float
+    est_sm_efficiency: float | None
     step_source: str
 
 
@@ -94,6 +94,12 @@ def _mean(xs: list[float]) -> float:
     return float(np.mean(xs)) if xs else 0.0
 
 
+def _weighted_mean(pairs: list[tuple[float | None, int]]) -> float | None:
+    known = [(v, w) for v, w in pairs if v is not None and w > 0]
+    total = sum(w for _, w in known)
+    return sum(v * w for v, w in known) / total if total else None
+
+
 def summarize(analysis: Analysis) -> RunSummary:
     rs = tuple(rank_summary(ra) for ra in analysis.ranks)
     stats = [r.step_time for r in rs if r.step_time is not None]
@@ -120,7 +126,6 @@ def summarize(analysis: Analysis) -> RunSummary:
         kernel_time_ms=sum(r.kernel_time_ms for r in rs),
         breakdown_ms={c: _mean([r.breakdown_ms.get(c, 0.0) for r in rs]) for c in CATEGORIES},
         tensor_core_share=(sum(k.tensor_core_ns for k in ks) / k_total) if k_total else 0.0,
-        est_sm_efficiency=(sum(k.est_sm_efficiency * k.total_ns for k in ks) / k_total)
-        if k_total else 0.0,
+        est_sm_efficiency=_weighted_mean([(k.est_sm_efficiency, k.total_ns) for k in ks]),
         step_source="+".join(sources),
     )

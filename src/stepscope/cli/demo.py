@@ -10,12 +10,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from stepscope.importers import import_traces
 from stepscope.report import build_report
 from stepscope.reporters.json_report import to_json
-from stepscope.reporters.terminal import WIDTH, print_report, render_text
+from stepscope.reporters.terminal import console_for_stdout, print_report, render_text
 from stepscope.store.run import Run
 
 DEMOS = (
@@ -34,7 +32,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    console = Console(width=WIDTH)
+    console = console_for_stdout()
     written: list[Path] = []
     data = resources.files("stepscope") / "data"
     for name, title in DEMOS:

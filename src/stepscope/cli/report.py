@@ -6,12 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from stepscope.errors import StepscopeError
 from stepscope.report import build_report
 from stepscope.reporters.json_report import to_json
-from stepscope.reporters.terminal import WIDTH, print_report, render_text
+from stepscope.reporters.terminal import print_report, render_text
 from stepscope.store.run import Run
 
 
@@ -39,5 +37,5 @@ def run(args: argparse.Namespace) -> int:
     elif text is not None:
         print(text)
     else:
-        print_report(report, Console(width=min(WIDTH, Console().width or WIDTH)))
+        print_report(report)
     return 0

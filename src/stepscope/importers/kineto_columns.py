@@ -21,6 +21,7 @@ from stepscope.store.manifest import Diagnostic
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
+_TS, _DUR = attrgetter("ts"), attrgetter("dur")
 _BITS = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
 
 
@@ -67,6 +68,16 @@ def int_array(values: Sequence[Any], typ: pa.DataType = pa.int64()) -> pa.Array:
         return pa.array([_to_int(v, lo, hi) for v in values], type=typ)
 
 
+def with_nulls(values: npt.NDArray[Any], null: npt.NDArray[np.bool_], typ: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array, null where ``null`` (no numpy.ma detour)."""
+    arr = pa.array(values, type=typ)
+    if not null.any():
+        return arr
+    validity = pa.py_buffer(np.packbits(~null, bitorder="little").tobytes())
+    return pa.Array.from_buffers(typ, len(arr), [validity, arr.buffers()[1]],
+                                 null_count=int(null.sum()))
+
+
 def float_array(values: Sequence[Any], typ: pa.DataType = pa.float64()) -> pa.Array:
     try:
         return pa.array(values, type=typ)
@@ -101,26 +112,32 @@ class Drops:
 
     path: str
     counts: dict[str, int] = field(default_factory=dict)
-    first: dict[str, tuple[Event, str]] = field(default_factory=dict)
+    first: dict[str, str] = field(default_factory=dict)
+    _chunk: tuple[int, Sequence[Event]] = (0, ())
+
+    def set_chunk(self, index: int, events: Sequence[Event]) -> None:
+        """The chunk being processed and the file index of its first event."""
+        self._chunk = (index, events)
 
     def add(self, code: str, events: Sequence[Event], mask: npt.NDArray[np.bool_], why: str) -> None:
-        n = int(mask.sum())
+        n = int(np.count_nonzero(mask))
         if not n:
             return
         self.counts[code] = self.counts.get(code, 0) + n
         if code not in self.first:
-            self.first[code] = (events[int(np.argmax(mask))], why)
+            ev = events[int(np.argmax(mask))]
+            start, chunk = self._chunk
+            where = next((start + i for i, e in enumerate(chunk) if e is ev), None)
+            self.first[code] = (
+                f"{n} event(s) {why} were dropped; first: "
+                f"{'' if where is None else f'event {where} '}"
+                f"(cat {ev.cat!r}, name {ev.name[:80]!r}, ts {ev.ts}, dur {ev.dur})")
 
-    def diagnostics(self, all_events: Sequence[Event]) -> list[Diagnostic]:
+    def diagnostics(self) -> list[Diagnostic]:
         out = []
         for code, n in self.counts.items():
-            ev, why = self.first[code]
-            index = next((i for i, e in enumerate(all_events) if e is ev), -1)
-            out.append(Diagnostic(
-                "warning", code,
-                f"{n} event(s) {why} were dropped; first: event {index} "
-                f"(cat {ev.cat!r}, name {ev.name[:80]!r}, ts {ev.ts}, dur {ev.dur})",
-                self.path, n))
+            msg = self.first[code].split(" event(s) ", 1)[1]
+            out.append(Diagnostic("warning", code, f"{n} event(s) {msg}", self.path, n))
         return out
 
 
@@ -136,13 +153,13 @@ class Timed:
 def timed(events: list[Event], base_ns: int, drops: Drops, *, instant: bool = False) -> Timed:
     """Convert ``ts``/``dur`` to ns; drop events with no ``ts``, no ``dur`` (complete
     events) or a negative ``dur``."""
-    ts = np.fromiter((e.ts for e in events), np.float64, len(events))
+    ts = np.fromiter(map(_TS, events), np.float64, len(events))
     bad = ~np.isfinite(ts)
     drops.add("missing_ts", events, bad, "without a timestamp ('ts')")
     if instant:
         dur = np.zeros(len(events))
     else:
-        dur = np.fromiter((e.dur for e in events), np.float64, len(events))
+        dur = np.fromiter(map(_DUR, events), np.float64, len(events))
         no_dur = ~np.isfinite(dur) & ~bad
         drops.add("missing_dur", events, no_dur, "without a duration ('dur')")
         neg = (dur < 0) & ~bad

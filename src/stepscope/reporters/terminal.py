@@ -47,15 +47,22 @@ def breakdown_bar(breakdown_ms: dict[str, float], width: int = BAR) -> Text:
     return bar
 
 
-def _legend(s: RunSummary) -> Text:
+def _legend(s: RunSummary, width: int = WIDTH) -> Text:
+    """Category labels with ms and share, wrapped between items (never inside one)."""
     total = sum(s.breakdown_ms.values())
     t = Text()
+    used = 0
     for c in CATEGORIES:
         v = s.breakdown_ms.get(c, 0.0)
         if v <= 0 or total <= 0:
             continue
+        item = f"{LABEL[c]} {v:.2f} ms ({v / total:.0%})"
+        if used and used + len(item) + 5 > width:
+            t.append("\n")
+            used = 0
         t.append("■ ", style=STYLE[c])
-        t.append(f"{LABEL[c]} {v:.2f} ms ({v / total:.0%})   ")
+        t.append(item + "   ")
+        used += len(item) + 5
     return t
 
 
@@ -89,20 +96,21 @@ def _overview(s: RunSummary) -> Text:
     t.append(f"   kernels {s.kernels} ({s.kernel_time_ms:.1f} ms)")
     if s.kernel_time_ms > 0:
         t.append(f"   tensor cores {s.tensor_core_share:.0%} of kernel time")
-        t.append(f"   est. SM efficiency {s.est_sm_efficiency:.0%}")
+        if s.est_sm_efficiency is not None:
+            t.append(f"   est. SM efficiency {s.est_sm_efficiency:.0%}")
     return t
 
 
 def _kernels(report: Report, limit: int) -> Table:
     tab = Table(title="Top kernels (steady-state steps)", title_justify="left", expand=False,
                 show_edge=False, pad_edge=False, box=None, header_style="bold")
-    tab.add_column("kernel", max_width=44, no_wrap=True, overflow="ellipsis")
-    tab.add_column("calls", justify="right")
-    tab.add_column("total ms", justify="right")
-    tab.add_column("share", justify="right")
-    tab.add_column("blocks", justify="right")
-    tab.add_column("occ.", justify="right")
-    tab.add_column("type", no_wrap=True)
+    tab.add_column("kernel", width=42, no_wrap=True, overflow="ellipsis")
+    tab.add_column("calls", justify="right", min_width=5)
+    tab.add_column("total ms", justify="right", min_width=8)
+    tab.add_column("share", justify="right", min_width=5)
+    tab.add_column("blocks", justify="right", min_width=7)
+    tab.add_column("occ.", justify="right", min_width=4)
+    tab.add_column("type", no_wrap=True, overflow="ellipsis", max_width=22)
     rows = [k for ra in report.analysis.ranks for k in ra.kernels]
     rows.sort(key=lambda k: k.total_ns, reverse=True)
     for k in rows[:limit]:
@@ -110,7 +118,7 @@ def _kernels(report: Report, limit: int) -> Table:
         kind = k.category + (f" {k.precision}" if k.precision else "")
         if k.tensor_cores:
             kind += " TC"
-        tab.add_row(Text(_short(k.name, 44)), str(k.calls), f"{k.total_ns / 1e6:.2f}",
+        tab.add_row(Text(_short(k.name, 42)), str(k.calls), f"{k.total_ns / 1e6:.2f}",
                     f"{k.share:.0%}", str(k.blocks), occ, Text(kind))
     return tab
 
@@ -139,8 +147,14 @@ def render(report: Report, *, top_kernels: int = 8) -> Group:
     return Group(*parts)
 
 
+def console_for_stdout() -> Console:
+    """100 columns, or fewer on a narrower terminal."""
+    probe = Console()
+    return Console(width=min(WIDTH, probe.width) if probe.is_terminal else WIDTH)
+
+
 def print_report(report: Report, console: Console | None = None) -> None:
-    console = console or Console(width=WIDTH)
+    console = console or console_for_stdout()
     console.print(render(report))
 
 

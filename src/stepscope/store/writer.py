@@ -119,7 +119,7 @@ class RunWriter:
             t = pa.concat_tables([pq.read_table(dest, schema=t.schema), t])
         pq.write_table(t, dest, compression="zstd")
         self._counts[(table, rank)] = t.num_rows
-        return t.num_rows
+        return int(t.num_rows)
 
     def write_many(self, rank: int, tables: Mapping[str, pa.Table | Mapping[str, Any]]) -> None:
         for name, data in tables.items():

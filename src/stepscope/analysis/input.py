@@ -1,0 +1,113 @@
+"""Input pipeline: how long each step waited for its next batch, and whether the GPU idled.
+
+Per step window ``w`` (wall ``= end - start``)::
+
+    waits         = union of the rank's ``input_waits`` intervals (all threads)
+    wait_ns[w]    = |waits ∩ w|                       (clipped to the window)
+    share[w]      = wait_ns[w] / wall[w]
+    count[w]      = input waits starting in w
+    gpu_busy      = union of kernels, memcpy and memset of every device of the rank
+    idle_wait_ns[w] = |(waits − gpu_busy) ∩ w|        (waiting while no GPU work ran)
+
+Aggregates: mean / median / max of ``wait_ns`` over the windows, mean share, and the
+first window: ``first_step_wait_ns``, ``mean_wait_ns_excl_first`` and
+``first_step_outlier`` = at least 2 windows and the first waited more than twice the
+median of the others plus 1 ms (DataLoader worker start-up usually lands there).
+Totals are the sums over the windows; with no windows they are over the whole rank and
+per-step tuples are empty.
+
+``dataloader`` is a copy of ``run.manifest.settings["dataloader"]`` when the capture
+recorded the loader settings (num_workers, pin_memory, prefetch_factor,
+persistent_workers ...), else None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.intervals import I64
+from stepscope.analysis.launches import bounds, count_window, gpu_records, ints, mean_of, median_of
+from stepscope.store.run import Run
+
+FIRST_STEP_FACTOR = 2.0
+FIRST_STEP_MIN_EXCESS_NS = 1_000_000
+
+
+@dataclass(frozen=True)
+class InputAnalysis:
+    rank: int
+    n_steps: int
+    # per step, aligned with the windows
+    wait_ns_per_step: tuple[int, ...]
+    count_per_step: tuple[int, ...]
+    share_per_step: tuple[float, ...]
+    gpu_idle_wait_ns_per_step: tuple[int, ...]
+    # over the windows
+    mean_wait_ns_per_step: float
+    median_wait_ns_per_step: float
+    max_wait_ns_per_step: int
+    mean_share: float
+    mean_count_per_step: float
+    mean_gpu_idle_wait_ns_per_step: float
+    first_step_wait_ns: int
+    mean_wait_ns_excl_first: float
+    first_step_outlier: bool
+    # totals (over the windows; the whole rank with no windows)
+    count: int
+    wait_ns: int
+    gpu_idle_wait_ns: int
+    dataloader: dict[str, Any] | None
+
+
+def input_wait_intervals(run: Run, rank: int) -> tuple[I64, I64]:
+    """Union of the rank's input-wait intervals (all threads). Sorted, disjoint."""
+    return iv.union(*bounds(run.table("input_waits", rank)))
+
+
+def analyze_input(run: Run, rank: int, win_start: I64, win_end: I64) -> InputAnalysis:
+    """Input waits of ``rank`` per step (module docstring has the formulas)."""
+    ws, we = iv.as_i64(win_start), iv.as_i64(win_end)
+    n = ws.size
+    w_s, w_e = bounds(run.table("input_waits", rank))
+    u_s, u_e = iv.union(w_s, w_e)
+    g_s, g_e, _, _ = gpu_records(run, rank)
+    b_s, b_e = iv.union(g_s, g_e)
+    i_s, i_e = iv.subtract(u_s, u_e, b_s, b_e)
+
+    wait = iv.overlap_with_windows(u_s, u_e, ws, we)
+    idle = iv.overlap_with_windows(i_s, i_e, ws, we)
+    counts = count_window(iv.assign_to_windows(w_s, ws, we), n)
+    wall = (we - ws).astype(np.float64)
+    share = np.divide(wait, wall, out=np.zeros(n, dtype=np.float64), where=wall > 0)
+
+    first = int(wait[0]) if n else 0
+    rest = wait[1:]
+    outlier = bool(n >= 2 and first > FIRST_STEP_FACTOR * float(np.median(rest))
+                   + FIRST_STEP_MIN_EXCESS_NS)
+    raw = run.manifest.settings.get("dataloader")
+    loader = dict(raw) if isinstance(raw, dict) else None
+    return InputAnalysis(
+        rank=rank,
+        n_steps=n,
+        wait_ns_per_step=ints(wait),
+        count_per_step=ints(counts),
+        share_per_step=tuple(float(x) for x in share),
+        gpu_idle_wait_ns_per_step=ints(idle),
+        mean_wait_ns_per_step=mean_of(wait),
+        median_wait_ns_per_step=median_of(wait),
+        max_wait_ns_per_step=int(wait.max()) if n else 0,
+        mean_share=mean_of(share),
+        mean_count_per_step=mean_of(counts),
+        mean_gpu_idle_wait_ns_per_step=mean_of(idle),
+        first_step_wait_ns=first,
+        mean_wait_ns_excl_first=mean_of(rest),
+        first_step_outlier=outlier,
+        count=int(counts.sum()) if n else int(w_s.size),
+        wait_ns=int(wait.sum()) if n else int((u_e - u_s).sum()),
+        gpu_idle_wait_ns=int(idle.sum()) if n else int((i_e - i_s).sum()),
+        dataloader=loader,
+    )

@@ -1,0 +1,352 @@
+"""Kernel-launch analysis: launch API cost, queue delay, and GPU idle waiting for launches.
+
+Pairing
+-------
+A *launch* is an ``api_calls`` row of kind ``launch`` or ``graph_launch``. It is
+paired, by ``correlation`` (same rank), with the GPU work it issued: kernels, and
+memcpy/memset records (graph nodes). A graph launch may pair with many records.
+Per paired launch::
+
+    api_ns    = launch call duration
+    gpu_ns    = sum of the durations of its GPU records (one kernel for a plain launch)
+    queue_ns  = max(0, first record start - launch call end)
+
+Negative raw queue delays (the kernel started before the call returned, or clocks
+disagree) are clipped to 0 and counted in ``negative_queue``. A launch is a
+*kernel shorter than its launch cost* when ``gpu_ns < api_ns``.
+
+Launch-bound idle
+-----------------
+Per device (streams merged): ``busy`` = union of its kernel, memcpy and memset
+intervals. Every gap ``[end_i, start_{i+1})`` between consecutive busy intervals is
+*launch-bound* when the API call that issued the work starting the next busy
+interval (any launch, memcpy or memset call, matched by correlation; the earliest
+ending one if several records start at that instant) ended after ``end_i``: the GPU
+had finished everything it had been given and was waiting for the host to issue
+more. Gaps whose next work has no known API call are not counted. A gap is *long*
+when it lasts more than ``long_gap_ns`` (default 100 µs): long waits for the
+host are host work between launches (Python, data, logging), short ones are the
+classic launch-overhead signature (back-to-back tiny kernels).
+
+Steps
+-----
+Events (launch calls) belong to the step window containing their start; counts and
+per-event sums per step use that. Idle time is clipped to the windows (a gap that
+straddles a boundary is split), and a gap is counted in the step of its start. On a
+rank with several devices, idle time is the union of their launch-bound gaps (time
+during which at least one device waited for the host), so it never exceeds wall time.
+Scope figures (medians, counts, shares) are over the launches inside the windows;
+with no windows they are over the whole rank and per-step tuples are empty.
+Means per step are over the windows (0.0 with none).
+
+Launch time on the host (:func:`launch_intervals`, for the step-time breakdown)
+-------------------------------------------------------------------------------
+Union of the launch call intervals and of the innermost framework op enclosing each
+launch call on the same ``(pid, tid)`` (the dispatch cost that precedes a launch). An
+op that contains a launch but runs long on the CPU for other reasons (cuDNN autotuning,
+lazy module loading) is counted whole: it shows up in warm-up steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.intervals import I64
+from stepscope.schema import ApiKind, CpuOpKind
+from stepscope.store.run import Run
+
+LONG_GAP_NS = 100_000
+_NONE = np.iinfo(np.int64).max
+LAUNCH_KINDS = (ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value)
+
+
+# -- column helpers shared by launches / syncs / copies / input --------------------------------
+
+
+def column_i64(t: pa.Table, name: str, fill: int = -1) -> I64:
+    """Column as int64 numpy, nulls replaced by ``fill``."""
+    if t.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    col = pc.fill_null(t.column(name), fill)
+    return np.asarray(col.to_numpy(), dtype=np.int64)
+
+
+def column_str(t: pa.Table, name: str) -> pa.ChunkedArray:
+    """A (possibly dictionary-encoded) string column as plain strings."""
+    return t.column(name).cast(pa.string())
+
+
+def distinct_names(t: pa.Table, name: str) -> list[str]:
+    """Distinct non-null values of a string column (evaluate per-name rules on these)."""
+    if t.num_rows == 0:
+        return []
+    return [v for v in pc.unique(column_str(t, name)).to_pylist() if v is not None]
+
+
+def str_in(t: pa.Table, name: str, values: tuple[str, ...]) -> npt.NDArray[np.bool_]:
+    """Mask of rows whose string column ``name`` is one of ``values`` (nulls: False)."""
+    if t.num_rows == 0:
+        return np.zeros(0, dtype=bool)
+    m = pc.is_in(column_str(t, name), value_set=pa.array(list(values), type=pa.string()))
+    return np.asarray(pc.fill_null(m, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def bounds(t: pa.Table) -> tuple[I64, I64]:
+    s = column_i64(t, "ts_ns", 0)
+    return s, s + column_i64(t, "dur_ns", 0)
+
+
+def per_window(values: object, idx: I64, n: int) -> I64:
+    """Integer sum of ``values`` per window index (``idx`` -1 = outside)."""
+    v = np.asarray(values, dtype=np.int64)
+    m = idx >= 0
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, idx[m], v[m])
+    return out
+
+
+def count_window(idx: I64, n: int) -> I64:
+    return np.bincount(idx[idx >= 0], minlength=n)[:n].astype(np.int64)
+
+
+def mean_of(x: I64 | npt.NDArray[np.float64]) -> float:
+    return float(np.mean(x)) if x.size else 0.0
+
+
+def median_of(x: I64 | npt.NDArray[np.float64]) -> float:
+    return float(np.median(x)) if x.size else 0.0
+
+
+def ints(x: I64) -> tuple[int, ...]:
+    return tuple(int(v) for v in x)
+
+
+def gpu_records(run: Run, rank: int) -> tuple[I64, I64, I64, I64]:
+    """All GPU work of a rank (kernels, memcpy, memset): start, end, device, correlation.
+
+    Null devices read as 0 (as in ``busy``), null correlations as -1.
+    """
+    parts = [run.table(n, rank) for n in ("kernels", "memcpy", "memset")]
+    s = np.concatenate([bounds(t)[0] for t in parts])
+    e = np.concatenate([bounds(t)[1] for t in parts])
+    d = np.concatenate([column_i64(t, "device", 0) for t in parts])
+    c = np.concatenate([column_i64(t, "correlation", -1) for t in parts])
+    return s, e, d, c
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchAnalysis:
+    """Launch figures of one rank (module docstring has the formulas)."""
+
+    rank: int
+    n_steps: int
+    long_gap_ns: int
+    # per step, aligned with the windows
+    launches_per_step: tuple[int, ...]
+    launch_api_ns_per_step: tuple[int, ...]  # sum of launch call durations
+    short_kernels_per_step: tuple[int, ...]
+    launch_idle_ns_per_step: tuple[int, ...]
+    launch_idle_short_ns_per_step: tuple[int, ...]
+    launch_idle_long_ns_per_step: tuple[int, ...]
+    launch_idle_gaps_per_step: tuple[int, ...]
+    # means per step over the windows
+    mean_launches_per_step: float
+    mean_launch_api_ns_per_step: float
+    mean_launch_idle_ns_per_step: float
+    mean_launch_idle_short_ns_per_step: float
+    mean_launch_idle_long_ns_per_step: float
+    # over the scope (launches inside the windows)
+    launches: int
+    graph_launches: int
+    paired: int  # launches matched to GPU work
+    mean_api_ns: float
+    median_api_ns: float
+    mean_queue_ns: float
+    median_queue_ns: float
+    negative_queue: int  # raw queue delays < 0, clipped to 0
+    short_kernels: int  # paired launches with gpu_ns < api_ns
+    short_kernel_share: float  # short_kernels / paired
+    short_kernel_gpu_ns: int
+    launch_idle_ns: int
+    launch_idle_short_ns: int
+    launch_idle_long_ns: int
+    launch_idle_gaps: int
+
+
+def _gpu_by_correlation(run: Run, rank: int) -> tuple[I64, I64, I64]:
+    """Sorted distinct correlations of GPU work, their first start and summed duration."""
+    s, e, _, c = gpu_records(run, rank)
+    keep = c >= 0
+    s, e, c = s[keep], e[keep], c[keep]
+    if c.size == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z.copy(), z.copy()
+    order = np.argsort(c, kind="stable")
+    c, s, d = c[order], s[order], (e - s)[order]
+    uniq, first = np.unique(c, return_index=True)
+    return uniq, np.minimum.reduceat(s, first), np.add.reduceat(d, first)
+
+
+def _lookup(keys: I64, sorted_keys: I64) -> I64:
+    """Position of each key in ``sorted_keys`` (distinct), or -1."""
+    if sorted_keys.size == 0:
+        return np.full(keys.size, -1, dtype=np.int64)
+    pos = np.searchsorted(sorted_keys, keys)
+    pos_c = np.minimum(pos, sorted_keys.size - 1)
+    return np.where((pos < sorted_keys.size) & (sorted_keys[pos_c] == keys), pos_c, -1).astype(
+        np.int64)
+
+
+def launch_bound_gaps(run: Run, rank: int) -> tuple[I64, I64]:
+    """Launch-bound idle gaps of every device of the rank (module docstring), concatenated
+    over devices (disjoint within a device, sorted by device then time)."""
+    s, e, d, c = gpu_records(run, rank)
+    api = run.table("api_calls", rank)
+    a_corr = column_i64(api, "correlation", -1)
+    _, a_e = bounds(api)
+    m = a_corr >= 0
+    a_corr, a_e = a_corr[m], a_e[m]
+    order = np.argsort(a_corr, kind="stable")
+    a_corr, a_e = a_corr[order], a_e[order]
+    uniq_corr, first = np.unique(a_corr, return_index=True)
+    uniq_end = a_e[first]
+    pos = _lookup(c, uniq_corr)
+    api_end = np.where(pos >= 0, uniq_end[np.maximum(pos, 0)], _NONE)
+    gs: list[I64] = []
+    ge: list[I64] = []
+    for dev in np.unique(d):
+        md = d == dev
+        ds, de, dapi = s[md], e[md], api_end[md]
+        bs, be = iv.union(ds, de)
+        if bs.size < 2:
+            continue
+        order = np.argsort(ds, kind="stable")
+        ts_sorted, api_sorted = ds[order], dapi[order]
+        uts, ufirst = np.unique(ts_sorted, return_index=True)
+        min_api = np.minimum.reduceat(api_sorted, ufirst)
+        prev_end, next_start = be[:-1], bs[1:]
+        nxt_api = min_api[np.searchsorted(uts, next_start)]
+        bound = (nxt_api != _NONE) & (nxt_api > prev_end)
+        gs.append(prev_end[bound])
+        ge.append(next_start[bound])
+    if not gs:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z.copy()
+    return np.concatenate(gs), np.concatenate(ge)
+
+
+def analyze_launches(
+    run: Run, rank: int, win_start: I64, win_end: I64, *, long_gap_ns: int = LONG_GAP_NS
+) -> LaunchAnalysis:
+    """Launch cost, queue delay, short kernels and launch-bound idle of ``rank``."""
+    ws, we = iv.as_i64(win_start), iv.as_i64(win_end)
+    n = ws.size
+    api = run.table("api_calls", rank)
+    is_launch = str_in(api, "kind", LAUNCH_KINDS)
+    is_graph = str_in(api, "kind", (ApiKind.GRAPH_LAUNCH.value,))
+    lt = api.filter(pa.array(is_launch, type=pa.bool_())) if api.num_rows else api
+    graph = is_graph[is_launch]
+    l_s, l_e = bounds(lt)
+    l_corr = column_i64(lt, "correlation", -1)
+    step = iv.assign_to_windows(l_s, ws, we)
+    scope = step >= 0 if n else np.ones(l_s.size, dtype=bool)
+
+    corr, first_start, gpu_sum = _gpu_by_correlation(run, rank)
+    pos = np.where(l_corr >= 0, _lookup(l_corr, corr), -1)
+    paired = pos >= 0
+    api_ns = l_e - l_s
+    raw_q = first_start[np.maximum(pos, 0)] - l_e if corr.size else np.zeros_like(l_s)
+    gpu_ns = gpu_sum[np.maximum(pos, 0)] if corr.size else np.zeros_like(l_s)
+    short = paired & (gpu_ns < api_ns)
+
+    sp = scope & paired
+    queue = np.maximum(raw_q[sp], 0)
+    n_paired = int(sp.sum())
+    n_short = int((short & scope).sum())
+
+    g_s, g_e = launch_bound_gaps(run, rank)
+    long = (g_e - g_s) > long_gap_ns
+    g_step = iv.assign_to_windows(g_s, ws, we)
+    g_scope = g_step >= 0 if n else np.ones(g_s.size, dtype=bool)
+
+    def clipped(mask: npt.NDArray[np.bool_]) -> I64:
+        # gaps of several devices are merged: time during which some device waited
+        return iv.overlap_with_windows(*iv.union(g_s[mask], g_e[mask]), ws, we) \
+            if mask.any() and n else np.zeros(n, dtype=np.int64)
+
+    idle = clipped(np.ones(g_s.size, dtype=bool))
+    idle_short = clipped(~long)
+    idle_long = clipped(long)
+    launches_ps = count_window(step, n)
+    api_ps = per_window(api_ns, step, n)
+    short_ps = count_window(np.where(short, step, -1), n)
+    if n:
+        idle_ns, idle_short_ns, idle_long_ns = (int(x.sum()) for x in (idle, idle_short,
+                                                                        idle_long))
+    else:
+        idle_ns, idle_short_ns, idle_long_ns = (iv.total(g_s, g_e), iv.total(g_s[~long],
+                                                g_e[~long]), iv.total(g_s[long], g_e[long]))
+    return LaunchAnalysis(
+        rank=rank,
+        n_steps=n,
+        long_gap_ns=long_gap_ns,
+        launches_per_step=ints(launches_ps),
+        launch_api_ns_per_step=ints(api_ps),
+        short_kernels_per_step=ints(short_ps),
+        launch_idle_ns_per_step=ints(idle),
+        launch_idle_short_ns_per_step=ints(idle_short),
+        launch_idle_long_ns_per_step=ints(idle_long),
+        launch_idle_gaps_per_step=ints(count_window(g_step, n)),
+        mean_launches_per_step=mean_of(launches_ps),
+        mean_launch_api_ns_per_step=mean_of(api_ps),
+        mean_launch_idle_ns_per_step=mean_of(idle),
+        mean_launch_idle_short_ns_per_step=mean_of(idle_short),
+        mean_launch_idle_long_ns_per_step=mean_of(idle_long),
+        launches=int(scope.sum()),
+        graph_launches=int((scope & graph).sum()),
+        paired=n_paired,
+        mean_api_ns=mean_of(api_ns[scope]),
+        median_api_ns=median_of(api_ns[scope]),
+        mean_queue_ns=mean_of(queue),
+        median_queue_ns=median_of(queue),
+        negative_queue=int((raw_q[sp] < 0).sum()),
+        short_kernels=n_short,
+        short_kernel_share=n_short / n_paired if n_paired else 0.0,
+        short_kernel_gpu_ns=int(gpu_ns[short & scope].sum()),
+        launch_idle_ns=idle_ns,
+        launch_idle_short_ns=idle_short_ns,
+        launch_idle_long_ns=idle_long_ns,
+        launch_idle_gaps=int(g_scope.sum()),
+    )
+
+
+def launch_intervals(run: Run, rank: int) -> tuple[I64, I64]:
+    """Host time spent launching: the union of launch call intervals and of the innermost
+    framework op (``cpu_ops.kind == "framework"``) enclosing each launch call on the same
+    ``(pid, tid)`` (the per-op dispatch cost that precedes a launch). Sorted, disjoint.
+    """
+    api = run.table("api_calls", rank)
+    is_launch = str_in(api, "kind", LAUNCH_KINDS)
+    lt = api.filter(pa.array(is_launch, type=pa.bool_())) if api.num_rows else api
+    l_s, l_e = bounds(lt)
+    ops = run.table("cpu_ops", rank)
+    is_fw = str_in(ops, "kind", (CpuOpKind.FRAMEWORK.value,))
+    if l_s.size == 0 or not is_fw.any():
+        return iv.union(l_s, l_e)
+    ops = ops.filter(pa.array(is_fw, type=pa.bool_()))
+    o_s, o_e = bounds(ops)
+    og, lg = iv.group_ids((column_i64(ops, "pid"), column_i64(ops, "tid")),
+                          (column_i64(lt, "pid"), column_i64(lt, "tid")))
+    idx = iv.containing_by_group(og, o_s, o_e, lg, l_s, l_e, innermost=True)
+    used = np.zeros(o_s.size, dtype=bool)
+    used[idx[idx >= 0]] = True
+    return iv.union(np.concatenate((l_s, o_s[used])), np.concatenate((l_e, o_e[used])))

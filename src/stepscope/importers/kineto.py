@@ -1,0 +1,133 @@
+"""Import a PyTorch profiler (Kineto) Chrome trace into the run tables.
+
+One file is one rank. Times in the file are microseconds relative to
+``baseTimeNanoseconds`` (or epoch microseconds when it is absent); tables get
+integer Unix nanoseconds. ``kineto_reader`` decodes the file (fast, in chunks),
+``kineto_build`` and ``kineto_tables`` map the categories onto tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from stepscope.errors import TraceFormatError
+from stepscope.importers.kineto_build import (
+    IGNORED_CATEGORIES, TABLE_CATEGORIES, TableBuilder, vendor,
+)
+from stepscope.importers.kineto_events import TraceDoc
+from stepscope.importers.kineto_reader import CHUNK_BYTES, EventReader, SplitFailed, load_bytes
+from stepscope.store.manifest import Diagnostic, RankInfo
+from stepscope.store.writer import conform
+
+
+@dataclass(frozen=True)
+class KinetoFile:
+    """One Kineto trace file as tables (schema-conformed Arrow) plus what the manifest needs."""
+
+    tables: dict[str, pa.Table]
+    rank: RankInfo
+    diagnostics: tuple[Diagnostic, ...]
+    clock_offset_ns: int
+    tool: str
+    details: dict[str, Any]
+
+
+def parse_kineto(path: str | Path, *, default_rank: int, chunk_bytes: int = CHUNK_BYTES) -> KinetoFile:
+    """Read one Kineto trace (``.json`` or gzip, by content).
+
+    ``default_rank`` is used when the file has no ``distributedInfo.rank``.
+    Raises ``TraceFormatError`` when the file cannot be used at all; events that
+    cannot be used are dropped and reported in ``diagnostics``.
+    """
+    p = Path(path)
+    name = str(p)
+    loaded = load_bytes(p)
+    try:
+        try:
+            reader = EventReader(loaded.data, name, chunk_bytes=chunk_bytes)
+            builder = TableBuilder(name)
+            for index, events in reader.chunks():
+                builder.add(index, events)
+                del events
+        except SplitFailed:  # start over with one whole-document decode
+            reader = EventReader(loaded.data, name)
+            builder = TableBuilder(name)
+            for index, events in reader.whole():
+                builder.add(index, events)
+                del events
+    finally:
+        loaded.close()
+    doc = reader.meta
+    _check_is_kineto(doc, builder, name)
+    base = doc.baseTimeNanoseconds or 0
+    tables = builder.finish(base, doc.deviceProperties)
+    diags = reader.diagnostics + builder.drops.diagnostics()
+    unknown = {k: n for k, n in builder.categories.items()
+               if k and k not in TABLE_CATEGORIES and k not in IGNORED_CATEGORIES}
+    if unknown:
+        total = sum(unknown.values())
+        listed = ", ".join(f"{k} ({n})" for k, n in sorted(unknown.items(), key=lambda kv: -kv[1]))
+        diags.append(Diagnostic("info", "unknown_category",
+                                f"{total} event(s) of categories stepscope does not import were "
+                                f"skipped: {listed}", name, total))
+    if not builder.events:
+        diags.append(Diagnostic("warning", "empty_trace", "the trace has no events", name))
+    dist = doc.distributedInfo
+    has_rank = dist is not None and dist.rank is not None
+    rank = dist.rank if dist is not None and dist.rank is not None else default_rank
+    info = RankInfo(rank=rank, pid=builder.host_pid, file=name,
+                    world_size=dist.world_size if dist is not None else None,
+                    backend=(dist.backend or "") if dist is not None else "")
+    vend = vendor(doc.deviceProperties[0]) if doc.deviceProperties else "unknown"
+    details: dict[str, Any] = {
+        "file": name, "bytes": loaded.size, "compressed": loaded.compressed,
+        "events": builder.events, "categories": dict(sorted(builder.categories.items())),
+        "rank_source": "distributedInfo" if has_rank else "file_order",
+        "base_time_ns": doc.baseTimeNanoseconds, "trace_id": doc.trace_id,
+        "schema_version": doc.schemaVersion, "display_time_unit": doc.displayTimeUnit,
+        "with_stack": _flag(doc.with_stack), "profile_memory": _flag(doc.profile_memory),
+        "record_shapes": _flag(doc.record_shapes), "vendor": vend,
+        "nccl_version": dist.nccl_version if dist is not None else None,
+    }
+    return KinetoFile(
+        tables={k: conform(k, v) for k, v in tables.items()},
+        rank=info, diagnostics=tuple(diags), clock_offset_ns=base,
+        tool=_tool(doc, vend), details=details)
+
+
+def _check_is_kineto(doc: TraceDoc, builder: TableBuilder, path: str) -> None:
+    """A JAX/TensorFlow or other Chrome trace has none of Kineto's categories or keys."""
+    if any(k in TABLE_CATEGORIES or k in IGNORED_CATEGORIES for k in builder.categories):
+        return
+    if doc.schemaVersion is not None or doc.deviceProperties is not None \
+            or doc.baseTimeNanoseconds is not None or doc.distributedInfo is not None:
+        return
+    procs = [e.args.name or "" for e in builder.metadata
+             if e.name == "process_name" and e.args is not None]
+    if any(p.startswith(("/device:", "/host:")) for p in procs):
+        raise TraceFormatError(path, "a JAX/TensorFlow trace-event file, not a PyTorch profiler "
+                                     "trace; import the matching .xplane.pb (XSpace importer)")
+    if not builder.events:
+        raise TraceFormatError(path, "not a trace: 'traceEvents' is empty and there is no "
+                                     "PyTorch profiler metadata")
+    raise TraceFormatError(path, "a Chrome trace-event file without PyTorch profiler (Kineto) "
+                                 "events; stepscope imports torch.profiler traces")
+
+
+def _flag(v: int | bool | None) -> bool | None:
+    return None if v is None else bool(v)
+
+
+def _tool(doc: TraceDoc, vendor: str) -> str:
+    parts = ["PyTorch profiler (Kineto)"]
+    if doc.cupti_version:
+        parts.append(f"CUPTI {doc.cupti_version}")
+    if doc.cuda_runtime_version:
+        parts.append(f"CUDA runtime {doc.cuda_runtime_version}")
+    if vendor == "amd" and not doc.cupti_version:
+        parts.append("ROCm")
+    return ", ".join(parts)

@@ -1,0 +1,232 @@
+"""Assemble the run tables of one Kineto file from its event chunks.
+
+Each chunk of decoded events is grouped by category and turned into columns
+at once (the events are then dropped); the few events that need the whole file
+(annotations, metadata) are kept until :meth:`TableBuilder.finish`. Times stay
+relative to ``baseTimeNanoseconds`` until the end, because Kineto writes that
+key after the events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from stepscope.importers import kineto_tables as kt
+from stepscope.importers.kineto_columns import Drops, Timed, timed
+from stepscope.importers.kineto_events import DeviceProps, Event
+from stepscope.schema import AnnotationSource, ApiDomain, CpuOpKind
+
+API_CATEGORIES: dict[str, ApiDomain] = {
+    "cuda_runtime": ApiDomain.RUNTIME, "cuda_driver": ApiDomain.DRIVER,
+    "xpu_runtime": ApiDomain.RUNTIME, "mtia_runtime": ApiDomain.RUNTIME,
+    "privateuse1_runtime": ApiDomain.RUNTIME, "privateuse1_driver": ApiDomain.DRIVER,
+}
+CPU_OP_CATEGORIES: dict[str, CpuOpKind] = {
+    "cpu_op": CpuOpKind.FRAMEWORK, "operator": CpuOpKind.FRAMEWORK,
+    "Operator": CpuOpKind.FRAMEWORK, "python_function": CpuOpKind.PYTHON,
+}
+GPU_TABLES = (("kernel", "kernels", kt.kernels), ("gpu_memcpy", "memcpy", kt.memcpy),
+              ("gpu_memset", "memset", kt.memset), ("cuda_sync", "sync", kt.sync))
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
+TABLE_CATEGORIES = frozenset(
+    {"user_annotation", "cpu_instant_event", *GPU_CATEGORIES, *API_CATEGORIES, *CPU_OP_CATEGORIES})
+# Kineto categories with nothing to import (flows link by correlation already).
+IGNORED_CATEGORIES = frozenset({
+    "Trace", "ac2g", "fwdbwd", "overhead", "external_correlation", "cuda_profiler_range",
+    "glow_runtime", "gpu_pm_counter", "mtia_ccp_events",
+})
+_PH, _PID = attrgetter("ph"), attrgetter("pid")
+
+
+def bucket(events: list[Event]) -> dict[str, list[Event]]:
+    """Events by category (``""`` for none: metadata and global instants), in
+    file order. Consumers pick the phases they need (:func:`phase`)."""
+    out: defaultdict[str | None, list[Event]] = defaultdict(list)
+    for e in events:
+        out[e.cat].append(e)
+    merged: dict[str, list[Event]] = {}
+    for cat, b in out.items():
+        merged.setdefault(cat or "", []).extend(b)
+    return merged
+
+
+def phase(events: list[Event] | None, *phases: str) -> list[Event]:
+    """The events with one of ``phases`` (the list itself when all are)."""
+    if not events:
+        return []
+    if set(map(_PH, events)).issubset(phases):
+        return events
+    return [e for e in events if e.ph in phases]
+
+
+def fill_correlation_from_flows(buckets: dict[str, list[Event]]) -> None:
+    """Old traces: a GPU event without ``args.correlation`` gets the id of the
+    ``ac2g`` flow that ends on it (same pid, tid and ts; Kineto writes the flow
+    next to the event, so both are in the same chunk)."""
+    missing = [e for cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in buckets.get(cat, ())
+               if e.args is not None and e.args.correlation is None]
+    if not missing:
+        return
+    flows = {(e.pid, e.tid, e.ts): e.id for e in phase(buckets.get("ac2g"), "f") if e.id is not None}
+    for e in missing:
+        fid = flows.get((e.pid, e.tid, e.ts))
+        if fid is not None and e.args is not None:
+            e.args.correlation = fid
+
+
+class TableBuilder:
+    """Columns of one file's tables, fed chunk by chunk."""
+
+    def __init__(self, path: str) -> None:
+        self.drops = Drops(path)
+        self.parts: defaultdict[str, list[kt.Columns]] = defaultdict(list)
+        self.user: list[Timed] = []
+        self.gpu_user: list[Timed] = []
+        self.metadata: list[Event] = []
+        self.gpu_pids: set[Any] = set()
+        self.categories: Counter[str] = Counter()
+        self.events = 0
+        self.host_pid: int | None = None
+
+    def add(self, index: int, events: list[Event]) -> None:
+        """Turn one chunk of events (the first is event ``index`` of the file) into columns."""
+        self.drops.set_chunk(index, events)
+        self.events += len(events)
+        buckets = bucket(events)
+        self.categories.update({k: len(v) for k, v in buckets.items()})
+        fill_correlation_from_flows(buckets)
+
+        def x(cat: str) -> Timed:
+            return timed(phase(buckets.get(cat), "X"), 0, self.drops)
+
+        for cat, table, build in GPU_TABLES:
+            if cat in buckets:
+                t = x(cat)
+                if t.events:
+                    self.parts[table].append(build(t))
+        api = kt.api_calls([(x(c), d) for c, d in API_CATEGORIES.items() if c in buckets])
+        ops = kt.cpu_ops([(x(c), k) for c, k in CPU_OP_CATEGORIES.items() if c in buckets])
+        mem = [e for e in phase(buckets.get("cpu_instant_event"), "i", "I") if e.name == "[memory]"]
+        memory = kt.memory_events(timed(mem, 0, self.drops, instant=True)) if mem else None
+        for table, cols in (("api_calls", api), ("cpu_ops", ops), ("memory_events", memory)):
+            if cols is not None:
+                self.parts[table].append(cols)
+        for cat, keep in (("user_annotation", self.user), ("gpu_user_annotation", self.gpu_user)):
+            if cat in buckets:
+                keep.append(x(cat))
+        self.metadata.extend(phase(buckets.get(""), "M"))
+        for cat in GPU_CATEGORIES:
+            if cat in buckets:
+                self.gpu_pids.update(map(_PID, buckets[cat]))
+
+    def finish(self, base_ns: int, devices: Sequence[DeviceProps] | None) -> dict[str, kt.Columns]:
+        """All tables (times shifted by ``base_ns`` onto the Unix clock)."""
+        out = {name: kt.concat(chunks) for name, chunks in self.parts.items()}
+        self.parts.clear()
+        for table, column, first in (("api_calls", "domain", ApiDomain.RUNTIME.value),
+                                     ("cpu_ops", "kind", CpuOpKind.FRAMEWORK.value)):
+            if table in out:  # several categories: one time order, whatever the chunking
+                cols = out[table]
+                later = pc.not_equal(kt.plain(cols[column]), first).to_numpy(zero_copy_only=False)
+                out[table] = kt.take(cols, np.lexsort((later, cols["ts_ns"])))
+        if "kernels" in out:
+            k = out["kernels"]
+            k["queued_ns"] = kt.queued_ns(k["ts_ns"] + base_ns, k.pop("_queued_us"))
+        ann, steps = kt.annotation_tables(_concat_timed(self.user), _concat_timed(self.gpu_user))
+        for table, built in (("annotations", ann), ("steps", steps)):
+            if built is not None:
+                out[table] = built
+        waits = kt.input_waits([ann, out.get("cpu_ops")])
+        if waits is not None:
+            out["input_waits"] = waits
+        if base_ns:
+            for cols in out.values():
+                if "ts_ns" in cols:
+                    cols["ts_ns"] = cols["ts_ns"] + np.int64(base_ns)
+        procs, threads, stream_names = self._processes_threads()
+        if procs:
+            out["processes"] = {"pid": [p for p, _ in procs], "name": [n for _, n in procs]}
+        if threads:
+            out["threads"] = {"pid": [p for p, _, _ in threads], "tid": [t for _, t, _ in threads],
+                              "name": [n for _, _, n in threads]}
+        st = kt.streams([out[t] for t in ("kernels", "memcpy", "memset") if t in out], stream_names)
+        if st is not None:
+            out["streams"] = st
+        if devices:
+            out["devices"] = device_columns(devices)
+        self.host_pid = host_pid(out, procs)
+        return out
+
+    def _processes_threads(self) -> tuple[
+            list[tuple[int, str]], list[tuple[int, int, str]], dict[tuple[int, int], str]]:
+        """Host processes and threads; GPU 'processes' (devices) give stream names."""
+        gpu_pids = set(self.gpu_pids)
+        names: dict[int, str] = {}
+        threads: dict[tuple[int, int], str] = {}
+        for e in self.metadata:
+            a = e.args
+            if a is None or not isinstance(e.pid, int) or isinstance(e.pid, bool):
+                continue
+            if e.name == "process_labels" and (a.labels or "").startswith("GPU"):
+                gpu_pids.add(e.pid)
+            elif e.name == "process_name" and a.name is not None:
+                names[e.pid] = a.name
+            elif e.name == "thread_name" and a.name is not None and isinstance(e.tid, int):
+                threads[(e.pid, e.tid)] = a.name
+        procs = [(pid, nm) for pid, nm in sorted(names.items()) if pid not in gpu_pids]
+        host_threads = [(pid, tid, nm) for (pid, tid), nm in sorted(threads.items())
+                        if pid not in gpu_pids]
+        streams = {k: v.strip() for k, v in threads.items() if k[0] in gpu_pids}
+        return procs, host_threads, streams
+
+
+def _concat_timed(parts: list[Timed]) -> Timed:
+    if len(parts) == 1:
+        return parts[0]
+    return Timed([e for p in parts for e in p.events],
+                 np.concatenate([p.ts_ns for p in parts]) if parts else np.zeros(0, np.int64),
+                 np.concatenate([p.dur_ns for p in parts]) if parts else np.zeros(0, np.int64))
+
+
+def host_pid(tables: dict[str, kt.Columns], procs: list[tuple[int, str]]) -> int | None:
+    """The training process: the one with profiler steps, else the busiest host pid."""
+    ann = tables.get("annotations")
+    if ann is not None:
+        is_step = pc.equal(kt.plain(ann["source"]), AnnotationSource.PROFILER_STEP.value)
+        steps = pc.filter(ann["pid"], is_step).drop_null()
+        if len(steps):
+            return int(pc.mode(steps)[0]["mode"].as_py())
+    for table in ("cpu_ops", "api_calls"):
+        cols = tables.get(table)
+        if cols is not None and len(cols["pid"].drop_null()):
+            return int(pc.mode(cols["pid"])[0]["mode"].as_py())
+    return procs[0][0] if procs else None
+
+
+def vendor(d: DeviceProps) -> str:
+    text = d.name.lower()
+    if any(w in text for w in ("amd", "radeon", "instinct")) or d.warpSize == 64:
+        return "amd"
+    return "nvidia"
+
+
+def device_columns(props: Sequence[DeviceProps]) -> kt.Columns:
+    rows = [{
+        "device": d.id, "name": d.name, "vendor": vendor(d),
+        "compute_major": d.computeMajor, "compute_minor": d.computeMinor,
+        "sm_count": d.numSms, "warp_size": d.warpSize,
+        "max_threads_per_block": d.maxThreadsPerBlock,
+        "max_threads_per_sm": d.maxThreadsPerMultiprocessor,
+        "regs_per_block": d.regsPerBlock, "regs_per_sm": d.regsPerMultiprocessor,
+        "smem_per_block": d.sharedMemPerBlock, "smem_per_block_optin": d.sharedMemPerBlockOptin,
+        "smem_per_sm": d.sharedMemPerMultiprocessor if d.sharedMemPerMultiprocessor is not None
+        else d.maxSharedMemoryPerMultiProcessor,
+        "total_memory": d.totalGlobalMem,
+    } for d in props]
+    return {k: [r[k] for r in rows] for k in rows[0]}

@@ -1,0 +1,270 @@
+"""Read a Kineto trace file and decode its events, chunk by chunk.
+
+Memory: decoding a whole trace at once holds every event as a Python object
+(about 3x the JSON size). Large traces are therefore decoded in chunks of
+``CHUNK_BYTES`` of JSON, each turned into columns before the next is decoded.
+
+Chunk boundaries are found without a JSON parser: in valid JSON the bytes
+``}, {"<letter>`` cannot lie inside a string (the quote would end the string and
+a letter cannot follow a closing quote), so they separate two objects. If that
+is not a boundary between two top-level events (an array of objects inside an
+event), the chunk does not decode; the reader then reports :class:`SplitFailed`
+and the caller starts over with one whole-document decode. The top-level keys
+before ``traceEvents`` are decoded from the head of the file, the ones after it
+with the last chunk.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import mmap
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from stepscope.errors import TraceFormatError
+from stepscope.importers.kineto_events import (
+    DOC, EVENT, EVENTS, META_TYPES, RAW_DOC, RAW_EVENTS, Event, TraceDoc,
+)
+from stepscope.store.manifest import Diagnostic
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK_BYTES = 16 << 20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
+_BOUNDARY = re.compile(rb'\}\s*,\s*(\{)\s*"[A-Za-z_]')
+
+
+class SplitFailed(Exception):
+    """The chunked decode cannot be used for this file; decode it whole."""
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (restored even on error)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A trace file's bytes (or a read-only map of them) and its uncompressed size."""
+
+    data: bytes | mmap.mmap
+    size: int
+    compressed: bool
+
+    def close(self) -> None:
+        if isinstance(self.data, mmap.mmap):
+            self.data.close()
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def load_bytes(path: Path) -> Loaded:
+    """Read ``path``: gzip is detected by content and decompressed into memory,
+    plain files are memory-mapped. Raises ``TraceFormatError`` naming the file."""
+    name = str(path)
+    if not path.exists():
+        raise TraceFormatError(name, "no such file")
+    if path.is_dir():
+        raise TraceFormatError(name, "is a directory, not a trace file")
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) == GZIP_MAGIC:
+                fh.seek(0)
+                raw = fh.read()
+                try:
+                    data = gzip.decompress(raw)
+                except EOFError:
+                    raise TraceFormatError(
+                        name, "truncated gzip file (the download or copy is incomplete)") from None
+                except (OSError, zlib.error) as exc:
+                    raise TraceFormatError(name, f"corrupt gzip file ({one_line(exc)})") from None
+                del raw
+                if not data:
+                    raise TraceFormatError(name, "empty file, not a trace")
+                return Loaded(data, len(data), True)
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                raise TraceFormatError(name, "empty file, not a trace")
+            return Loaded(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), size, False)
+    except PermissionError:
+        raise TraceFormatError(name, "permission denied (cannot read the file)") from None
+    except OSError as exc:
+        raise TraceFormatError(name, f"cannot read ({exc.strerror or one_line(exc)})") from None
+
+
+class EventReader:
+    """Yields ``(index of the first event, events)`` chunks of one trace file.
+
+    ``meta`` (the top-level keys) and ``diagnostics`` are complete once the
+    iteration has finished.
+    """
+
+    def __init__(self, data: bytes | mmap.mmap, path: str, *, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.data = data
+        self.path = path
+        self.chunk_bytes = chunk_bytes
+        self.meta = TraceDoc()
+        self.diagnostics: list[Diagnostic] = []
+        self._bad = 0
+        self._first_bad = ""
+        self._dropped_in_last = 0
+
+    def chunks(self) -> Iterator[tuple[int, list[Event]]]:
+        """Chunked decode for large files (raises :class:`SplitFailed` when the
+        file cannot be split), one whole-document decode for small ones."""
+        if len(self.data) < 2 * self.chunk_bytes:
+            yield from self.whole()
+            return
+        yield from self._split()
+        self._finish()
+
+    def whole(self) -> Iterator[tuple[int, list[Event]]]:
+        try:
+            with gc_paused():
+                doc = DOC.decode(self.data)
+        except msgspec.ValidationError:
+            doc = self._lenient(self.data, 0)
+        except msgspec.DecodeError as exc:
+            raise TraceFormatError(self.path, f"invalid JSON ({one_line(exc)})") from None
+        if doc.traceEvents is None:
+            raise TraceFormatError(self.path, "not a trace: a JSON object without 'traceEvents'")
+        events, doc.traceEvents = doc.traceEvents, None
+        self.meta = doc
+        self._finish()
+        yield 0, events
+
+    def _split(self) -> Iterator[tuple[int, list[Event]]]:
+        data = self.data
+        m = _EVENTS_KEY.search(data)
+        if m is None:
+            raise SplitFailed
+        try:
+            with gc_paused():
+                head = DOC.decode(b"".join((memoryview(data)[:m.end()], b"]}")))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            raise SplitFailed from None
+        view = memoryview(data)
+        pos, index, end = m.end(), 0, len(data)
+        while True:
+            cut = _BOUNDARY.search(data, pos + self.chunk_bytes) \
+                if end - pos > 2 * self.chunk_bytes else None
+            if cut is None:  # the last chunk: rebuild a document from it and the trailing keys
+                try:
+                    tail = self._decode_doc(b"".join((b'{"traceEvents":[', view[pos:])), index)
+                except TraceFormatError:
+                    raise SplitFailed from None  # the whole-document decode says what is wrong
+                events = tail.traceEvents or []
+                tail.traceEvents = None
+                self.meta = _merge(head, tail)
+                yield index, events
+                return
+            events = self._decode_events(b"".join((b"[", view[pos:cut.start() + 1], b"]")), index)
+            yield index, events
+            index += len(events) + self._dropped_in_last
+            pos = cut.start(1)
+
+    def _decode_events(self, buf: bytes, index: int) -> list[Event]:
+        self._dropped_in_last = 0
+        try:
+            with gc_paused():
+                return EVENTS.decode(buf)
+        except msgspec.ValidationError:
+            pass
+        except msgspec.DecodeError:
+            raise SplitFailed from None
+        try:
+            with gc_paused():
+                raws = RAW_EVENTS.decode(buf)
+        except msgspec.DecodeError:
+            raise SplitFailed from None
+        out = self._events_from_raw(raws, index)
+        self._dropped_in_last = len(raws) - len(out)
+        return out
+
+    def _decode_doc(self, buf: bytes, index: int) -> TraceDoc:
+        try:
+            with gc_paused():
+                return DOC.decode(buf)
+        except msgspec.ValidationError:
+            return self._lenient(buf, index)
+        except msgspec.DecodeError:
+            raise SplitFailed from None
+
+    def _lenient(self, buf: bytes | mmap.mmap, index: int) -> TraceDoc:
+        """Decode the document part by part; drop events that do not fit ``Event``."""
+        path = self.path
+        try:
+            with gc_paused():
+                raw = RAW_DOC.decode(buf)
+        except msgspec.ValidationError as exc:
+            msg = one_line(exc)
+            if msg.startswith("Expected `object`"):
+                got = msg.split("got `", 1)[-1].split("`", 1)[0]
+                raise TraceFormatError(path, f"not a trace: the top level is a JSON {got}, "
+                                             "expected an object with 'traceEvents'") from None
+            if "traceEvents" in msg:
+                raise TraceFormatError(path, f"'traceEvents' is not a list ({msg})") from None
+            raise TraceFormatError(path, f"not a trace ({msg})") from None
+        except msgspec.DecodeError as exc:
+            raise TraceFormatError(path, f"invalid JSON ({one_line(exc)})") from None
+        meta: dict[str, Any] = {}
+        for key, typ in META_TYPES.items():
+            value = getattr(raw, key)
+            if value is None:
+                continue
+            try:
+                meta[key] = msgspec.json.decode(value, type=typ)
+            except msgspec.ValidationError as exc:
+                self.diagnostics.append(Diagnostic(
+                    "warning", "bad_metadata", f"top-level '{key}' ignored: {one_line(exc)}", path))
+        events = None if raw.traceEvents is None else self._events_from_raw(raw.traceEvents, index)
+        return TraceDoc(traceEvents=events, **meta)
+
+    def _events_from_raw(self, raws: list[msgspec.Raw], index: int) -> list[Event]:
+        out: list[Event] = []
+        with gc_paused():
+            for i, item in enumerate(raws):
+                try:
+                    out.append(EVENT.decode(item))
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    if not self._bad:
+                        self._first_bad = f"event {index + i}: {one_line(exc)}".replace("`$.", "`")
+                    self._bad += 1
+        return out
+
+    def _finish(self) -> None:
+        if self._bad:
+            self.diagnostics.append(Diagnostic(
+                "warning", "bad_event",
+                f"{self._bad} event(s) with fields of an unexpected type were skipped; "
+                f"first: {self._first_bad}", self.path, self._bad))
+            self._bad = 0
+
+
+def _merge(head: TraceDoc, tail: TraceDoc) -> TraceDoc:
+    """Top-level keys from before the events and after them (after wins)."""
+    values = {f.name: getattr(tail, f.name) if getattr(tail, f.name) is not None
+              else getattr(head, f.name) for f in msgspec.structs.fields(TraceDoc)}
+    return TraceDoc(**values)
+
+
+__all__ = ["CHUNK_BYTES", "EventReader", "Loaded", "SplitFailed", "gc_paused", "load_bytes",
+           "one_line"]
