@@ -1,0 +1,56 @@
+"""Run every rule, rank what they find by estimated saving, list the rules that could not run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stepscope.advisor.base import Context, Finding, Rule, Severity, Skipped
+from stepscope.advisor.overhead import HostTrust, host_trust
+from stepscope.analysis import Analysis
+from stepscope.analysis.summary import summarize
+from stepscope.store.run import Run
+
+
+class SkipRule(Exception):
+    """Raised by a rule whose inputs are missing at run time; the message says what."""
+
+
+@dataclass(frozen=True)
+class Advice:
+    findings: tuple[Finding, ...]  # ranked: largest estimated saving first
+    skipped: tuple[Skipped, ...]
+    host_trust: HostTrust
+
+
+SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def rank_findings(findings: Sequence[Finding]) -> tuple[Finding, ...]:
+    """Largest saving first; ties broken by severity, then id (stable output)."""
+    return tuple(sorted(findings, key=lambda f: (-f.est_saving_ms, SEVERITY_ORDER[f.severity], f.id)))
+
+
+def advise(run: Run, analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
+    if rules is None:
+        from stepscope.advisor.rules import RULES
+
+        rules = RULES
+    trust = host_trust(run, analysis)
+    ctx = Context(run=run, analysis=analysis, summary=summarize(analysis),
+                  host_confidence=trust.confidence, host_note=trust.note)
+    found: list[Finding] = []
+    skipped: list[Skipped] = []
+    for rule in rules:
+        missing = [t for t in rule.requires if run.manifest.tables.get(t, 0) == 0]
+        if missing:
+            skipped.append(Skipped(rule.id, f"needs {', '.join(missing)} (the run has none)"))
+            continue
+        if ctx.step_ms <= 0:
+            skipped.append(Skipped(rule.id, "the run has no steps"))
+            continue
+        try:
+            found.extend(rule.check(ctx))
+        except SkipRule as exc:
+            skipped.append(Skipped(rule.id, str(exc)))
+    return Advice(findings=rank_findings(found), skipped=tuple(skipped), host_trust=trust)

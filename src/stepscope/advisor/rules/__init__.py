@@ -1,0 +1,35 @@
+"""The rule catalogue. One module per rule; module name == rule id == docs/rules/<id>.md.
+
+Each module defines ``RULE``, an object satisfying ``advisor.base.Rule``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from stepscope.advisor.base import Rule
+
+RULE_IDS: tuple[str, ...] = (
+    "input_bound", "host_bound", "step_gaps", "launch_bound", "sync_calls",
+    "pageable_memcpy", "excess_transfers", "no_copy_overlap",
+    "small_grid", "low_occupancy", "no_tensor_cores", "tc_misaligned",
+    "memory_pressure", "memory_underused", "unstable_steps",
+)
+
+
+def _load() -> tuple[Rule, ...]:
+    rules = []
+    for rid in RULE_IDS:
+        try:
+            mod = importlib.import_module(f"stepscope.advisor.rules.{rid}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"stepscope.advisor.rules.{rid}":
+                raise
+            continue  # not written yet
+        rule = mod.RULE
+        assert rule.id == rid, f"{rid}.RULE has id {rule.id}"
+        rules.append(rule)
+    return tuple(rules)
+
+
+RULES: tuple[Rule, ...] = _load()
