@@ -1,6 +1,6 @@
 """Foreign traces -> a stepscope run (the same tables capture writes).
 
->>> run_path = import_traces(["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"], "run")  # doctest: +SKIP
+>>> import_traces(["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"], "run")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnosti
             detect(p)  # raises with what the file is (missing, not a trace, JAX ...)
             add(p)
     if not out:
-        raise TraceFormatError(", ".join(str(p) for p in paths) or "(no paths)", "no trace files given")
+        given = ", ".join(str(p) for p in paths) or "(no paths)"
+        raise TraceFormatError(given, "no trace files given")
     return out, diags
 
 
@@ -82,8 +83,9 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
             kf = parse_kineto(f, default_rank=i)
             r = kf.rank.rank
             if r in ranks:
-                raise TraceFormatError(str(f), f"rank {r} again (also the rank of {ranks[r].file}); "
-                                               "give each rank's trace once")
+                raise TraceFormatError(
+                    str(f), f"rank {r} again (also the rank of {ranks[r].file}); "
+                            "give each rank's trace once")
             ranks[r] = kf.rank
             writer.write_many(r, kf.tables)
             diags.extend(kf.diagnostics)

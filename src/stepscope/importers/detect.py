@@ -55,7 +55,8 @@ def sniff(path: Path, limit: int = SNIFF_BYTES) -> tuple[bytes, bool]:
                     break
                 chunk = fh.read(_CHUNK)
             if not d.eof and len(out) < limit:
-                raise TraceFormatError(name, "truncated gzip file (the download or copy is incomplete)")
+                raise TraceFormatError(
+                    name, "truncated gzip file (the download or copy is incomplete)")
             complete = d.eof and not d.unused_data
             return bytes(out), complete
     except PermissionError:
@@ -78,6 +79,11 @@ def detect(path: str | Path) -> str:
                                      "object with 'traceEvents' (a PyTorch profiler trace)")
     if text[:1] != b"{":
         raise TraceFormatError(name, "not a JSON trace (does not start with '{')")
+    if complete:  # small enough to check the JSON itself
+        try:
+            msgspec.json.decode(head)
+        except msgspec.DecodeError as exc:
+            raise TraceFormatError(name, f"invalid JSON ({exc})") from None
     has_events = b'"traceEvents"' in head
     if _JAX.search(head) and not _KINETO.search(head):
         raise TraceFormatError(name, "a JAX/TensorFlow trace-event file, not a PyTorch profiler "
@@ -85,10 +91,6 @@ def detect(path: str | Path) -> str:
     if _KINETO.search(head):
         return "kineto"
     if complete:
-        try:
-            msgspec.json.decode(head)
-        except msgspec.DecodeError as exc:
-            raise TraceFormatError(name, f"invalid JSON ({exc})") from None
         if not has_events:
             raise TraceFormatError(name, "not a trace: a JSON object without 'traceEvents'")
         raise TraceFormatError(name, "a Chrome trace-event file without PyTorch profiler (Kineto) "

@@ -12,12 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from stepscope.errors import TraceFormatError
 from stepscope.importers.kineto_build import (
-    IGNORED_CATEGORIES, TABLE_CATEGORIES, TableBuilder, vendor,
+    IGNORED_CATEGORIES,
+    TABLE_CATEGORIES,
+    TableBuilder,
+    vendor,
 )
+from stepscope.importers.kineto_columns import arrow
 from stepscope.importers.kineto_events import TraceDoc
 from stepscope.importers.kineto_reader import CHUNK_BYTES, EventReader, SplitFailed, load_bytes
 from stepscope.store.manifest import Diagnostic, RankInfo
@@ -36,7 +41,8 @@ class KinetoFile:
     details: dict[str, Any]
 
 
-def parse_kineto(path: str | Path, *, default_rank: int, chunk_bytes: int = CHUNK_BYTES) -> KinetoFile:
+def parse_kineto(path: str | Path, *, default_rank: int,
+                 chunk_bytes: int = CHUNK_BYTES) -> KinetoFile:
     """Read one Kineto trace (``.json`` or gzip, by content).
 
     ``default_rank`` is used when the file has no ``distributedInfo.rank``.
@@ -51,18 +57,18 @@ def parse_kineto(path: str | Path, *, default_rank: int, chunk_bytes: int = CHUN
             reader = EventReader(loaded.data, name, chunk_bytes=chunk_bytes)
             builder = TableBuilder(name)
             for index, events in reader.chunks():
-                builder.add(index, events)
+                builder.add(index, events, reader.skipped)
                 del events
         except SplitFailed:  # start over with one whole-document decode
             reader = EventReader(loaded.data, name)
             builder = TableBuilder(name)
             for index, events in reader.whole():
-                builder.add(index, events)
+                builder.add(index, events, reader.skipped)
                 del events
     finally:
         loaded.close()
     doc = reader.meta
-    _check_is_kineto(doc, builder, name)
+    _check_is_kineto(doc, builder, name, len(reader.skipped))
     base = doc.baseTimeNanoseconds or 0
     tables = builder.finish(base, doc.deviceProperties)
     diags = reader.diagnostics + builder.drops.diagnostics()
@@ -77,8 +83,8 @@ def parse_kineto(path: str | Path, *, default_rank: int, chunk_bytes: int = CHUN
     if not builder.events:
         diags.append(Diagnostic("warning", "empty_trace", "the trace has no events", name))
     dist = doc.distributedInfo
-    has_rank = dist is not None and dist.rank is not None
     rank = dist.rank if dist is not None and dist.rank is not None else default_rank
+    has_rank = dist is not None and dist.rank is not None
     info = RankInfo(rank=rank, pid=builder.host_pid, file=name,
                     world_size=dist.world_size if dist is not None else None,
                     backend=(dist.backend or "") if dist is not None else "")
@@ -94,24 +100,34 @@ def parse_kineto(path: str | Path, *, default_rank: int, chunk_bytes: int = CHUN
         "nccl_version": dist.nccl_version if dist is not None else None,
     }
     return KinetoFile(
-        tables={k: conform(k, v) for k, v in tables.items()},
+        tables={k: _conformed(k, cols, rank) for k, cols in tables.items()},
         rank=info, diagnostics=tuple(diags), clock_offset_ns=base,
         tool=_tool(doc, vend), details=details)
 
 
-def _check_is_kineto(doc: TraceDoc, builder: TableBuilder, path: str) -> None:
+def _conformed(table: str, cols: dict[str, Any], rank: int) -> pa.Table:
+    """Columns -> the table's schema (numpy columns as zero-copy Arrow, rank filled in)."""
+    data = {c: arrow(v) if isinstance(v, np.ndarray) else v for c, v in cols.items()}
+    n = len(next(iter(data.values()))) if data else 0
+    data["rank"] = arrow(np.full(n, rank, dtype=np.int32))
+    return conform(table, data)
+
+
+def _check_is_kineto(doc: TraceDoc, builder: TableBuilder, path: str, skipped: int) -> None:
     """A JAX/TensorFlow or other Chrome trace has none of Kineto's categories or keys."""
     if any(k in TABLE_CATEGORIES or k in IGNORED_CATEGORIES for k in builder.categories):
         return
     if doc.schemaVersion is not None or doc.deviceProperties is not None \
             or doc.baseTimeNanoseconds is not None or doc.distributedInfo is not None:
         return
-    procs = [e.args.name or "" for e in builder.metadata
-             if e.name == "process_name" and e.args is not None]
+    procs = [e.args.name or "" for e in builder.metadata if e.name == "process_name"]
     if any(p.startswith(("/device:", "/host:")) for p in procs):
         raise TraceFormatError(path, "a JAX/TensorFlow trace-event file, not a PyTorch profiler "
                                      "trace; import the matching .xplane.pb (XSpace importer)")
     if not builder.events:
+        if skipped:
+            raise TraceFormatError(path, f"none of its {skipped} events could be read as trace "
+                                         "events, and there is no PyTorch profiler metadata")
         raise TraceFormatError(path, "not a trace: 'traceEvents' is empty and there is no "
                                      "PyTorch profiler metadata")
     raise TraceFormatError(path, "a Chrome trace-event file without PyTorch profiler (Kineto) "

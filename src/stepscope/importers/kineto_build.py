@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow.compute as pc
 
@@ -50,9 +51,10 @@ def bucket(events: list[Event]) -> dict[str, list[Event]]:
     out: defaultdict[str | None, list[Event]] = defaultdict(list)
     for e in events:
         out[e.cat].append(e)
-    merged: dict[str, list[Event]] = {}
-    for cat, b in out.items():
-        merged.setdefault(cat or "", []).extend(b)
+    merged: dict[str, list[Event]] = {cat: b for cat, b in out.items() if cat}
+    uncategorized = [e for cat in (None, "") for e in out.get(cat, ())]
+    if uncategorized:
+        merged[""] = uncategorized
     return merged
 
 
@@ -70,14 +72,16 @@ def fill_correlation_from_flows(buckets: dict[str, list[Event]]) -> None:
     ``ac2g`` flow that ends on it (same pid, tid and ts; Kineto writes the flow
     next to the event, so both are in the same chunk)."""
     missing = [e for cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in buckets.get(cat, ())
-               if e.args is not None and e.args.correlation is None]
+               if e.args.correlation is None]
     if not missing:
         return
-    flows = {(e.pid, e.tid, e.ts): e.id for e in phase(buckets.get("ac2g"), "f") if e.id is not None}
+    flows = {(e.pid, e.tid, e.ts): e.id for e in phase(buckets.get("ac2g"), "f")
+             if e.id is not None}
     for e in missing:
         fid = flows.get((e.pid, e.tid, e.ts))
-        if fid is not None and e.args is not None:
-            e.args.correlation = fid
+        if fid is None:
+            continue
+        e.args = msgspec.structs.replace(e.args, correlation=fid)
 
 
 class TableBuilder:
@@ -94,9 +98,10 @@ class TableBuilder:
         self.events = 0
         self.host_pid: int | None = None
 
-    def add(self, index: int, events: list[Event]) -> None:
-        """Turn one chunk of events (the first is event ``index`` of the file) into columns."""
-        self.drops.set_chunk(index, events)
+    def add(self, index: int, events: list[Event], skipped: Sequence[int] = ()) -> None:
+        """Turn one chunk of events (the first is event ``index`` of the file) into
+        columns; ``skipped`` are the file indices of events the decoder dropped."""
+        self.drops.set_chunk(index, events, skipped)
         self.events += len(events)
         buckets = bucket(events)
         self.categories.update({k: len(v) for k, v in buckets.items()})
@@ -124,6 +129,7 @@ class TableBuilder:
         for cat in GPU_CATEGORIES:
             if cat in buckets:
                 self.gpu_pids.update(map(_PID, buckets[cat]))
+        self.drops.set_chunk(index, ())  # let the chunk's events go
 
     def finish(self, base_ns: int, devices: Sequence[DeviceProps] | None) -> dict[str, kt.Columns]:
         """All tables (times shifted by ``base_ns`` onto the Unix clock)."""
@@ -171,7 +177,7 @@ class TableBuilder:
         threads: dict[tuple[int, int], str] = {}
         for e in self.metadata:
             a = e.args
-            if a is None or not isinstance(e.pid, int) or isinstance(e.pid, bool):
+            if not isinstance(e.pid, int) or isinstance(e.pid, bool):
                 continue
             if e.name == "process_labels" and (a.labels or "").startswith("GPU"):
                 gpu_pids.add(e.pid)

@@ -15,11 +15,11 @@ fail; the reader then decodes event by event and drops the bad events.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
-IntLike = Union[int, str, None]  # ints as Kineto writes them; strings as HIP/ROCm sometimes does
+IntLike = int | str | None  # ints as Kineto writes them; strings as HIP/ROCm sometimes does
 NAN = float("nan")
 
 
@@ -28,7 +28,7 @@ def _f(key: str) -> Any:
     return msgspec.field(default=None, name=key)
 
 
-class Args(msgspec.Struct, gc=False):
+class Args(msgspec.Struct, gc=False, frozen=True):
     """The keys of an event's ``args`` that some table needs (all optional)."""
 
     external_id: IntLike = _f("External id")
@@ -42,11 +42,11 @@ class Args(msgspec.Struct, gc=False):
     shared_memory: IntLike = _f("shared memory")
     queued: IntLike = None
     graph_id: IntLike = _f("graph id")
-    grid: Union[list[int], str, None] = None
-    block: Union[list[int], str, None] = None
-    occupancy: Union[float, str, None] = _f("est. achieved occupancy %")
+    grid: list[int] | str | None = None
+    block: list[int] | str | None = None
+    occupancy: float | str | None = _f("est. achieved occupancy %")
     sequence: IntLike = _f("Sequence number")
-    sync_kind: Union[str, None] = _f("cuda_sync_kind")
+    sync_kind: str | None = _f("cuda_sync_kind")
     wait_event: IntLike = _f("wait_on_cuda_event_id")
     mem_bytes: IntLike = _f("Bytes")
     total_allocated: IntLike = _f("Total Allocated")
@@ -54,8 +54,8 @@ class Args(msgspec.Struct, gc=False):
     device_id: IntLike = _f("Device Id")
     device_type: IntLike = _f("Device Type")
     addr: IntLike = _f("Addr")
-    name: Union[str, None] = None  # metadata events: process_name / thread_name
-    labels: Union[str, None] = None  # metadata events: process_labels
+    name: str | None = None  # metadata events: process_name / thread_name
+    labels: str | None = None  # metadata events: process_labels
 
 
 EMPTY_ARGS = Args()
@@ -65,92 +65,92 @@ class Event(msgspec.Struct, gc=False):
     """One trace event; ``ts``/``dur`` are microseconds (NaN when absent)."""
 
     ph: str = ""
-    cat: Union[str, None] = None
+    cat: str | None = None
     name: str = ""
-    pid: Union[int, str, None] = None
-    tid: Union[int, str, None] = None
+    pid: int | str | None = None
+    tid: int | str | None = None
     ts: float = NAN
     dur: float = NAN
-    id: Union[int, str, None] = None  # flow events
-    args: Union[Args, None] = None
+    id: int | str | None = None  # flow events
+    args: Args = EMPTY_ARGS  # shared (frozen) when the event has no args
 
 
 class DeviceProps(msgspec.Struct, gc=False):
     id: int = 0
     name: str = ""
-    totalGlobalMem: Union[int, None] = None
-    computeMajor: Union[int, None] = None
-    computeMinor: Union[int, None] = None
-    maxThreadsPerBlock: Union[int, None] = None
-    maxThreadsPerMultiprocessor: Union[int, None] = None
-    regsPerBlock: Union[int, None] = None
-    regsPerMultiprocessor: Union[int, None] = None
-    warpSize: Union[int, None] = None
-    sharedMemPerBlock: Union[int, None] = None
-    sharedMemPerBlockOptin: Union[int, None] = None
-    sharedMemPerMultiprocessor: Union[int, None] = None
-    maxSharedMemoryPerMultiProcessor: Union[int, None] = None  # AMD spelling
-    numSms: Union[int, None] = None
+    totalGlobalMem: int | None = None
+    computeMajor: int | None = None
+    computeMinor: int | None = None
+    maxThreadsPerBlock: int | None = None
+    maxThreadsPerMultiprocessor: int | None = None
+    regsPerBlock: int | None = None
+    regsPerMultiprocessor: int | None = None
+    warpSize: int | None = None
+    sharedMemPerBlock: int | None = None
+    sharedMemPerBlockOptin: int | None = None
+    sharedMemPerMultiprocessor: int | None = None
+    maxSharedMemoryPerMultiProcessor: int | None = None  # AMD spelling
+    numSms: int | None = None
 
 
 class DistInfo(msgspec.Struct, gc=False):
-    rank: Union[int, None] = None
-    world_size: Union[int, None] = None
-    backend: Union[str, None] = None
-    nccl_version: Union[str, None] = None
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    nccl_version: str | None = None
 
 
 # Top-level keys other than the events; decoded leniently one by one in the slow path.
 META_TYPES: dict[str, Any] = {
-    "schemaVersion": Union[int, str, None],
-    "deviceProperties": Union[list[DeviceProps], None],
-    "distributedInfo": Union[DistInfo, None],
-    "baseTimeNanoseconds": Union[int, None],
-    "trace_id": Union[str, None],
-    "displayTimeUnit": Union[str, None],
-    "cupti_version": Union[int, None],
-    "cuda_runtime_version": Union[int, None],
-    "cuda_driver_version": Union[int, None],
-    "with_stack": Union[int, bool, None],
-    "profile_memory": Union[int, bool, None],
-    "record_shapes": Union[int, bool, None],
+    "schemaVersion": int | str | None,
+    "deviceProperties": list[DeviceProps] | None,
+    "distributedInfo": DistInfo | None,
+    "baseTimeNanoseconds": int | None,
+    "trace_id": str | None,
+    "displayTimeUnit": str | None,
+    "cupti_version": int | None,
+    "cuda_runtime_version": int | None,
+    "cuda_driver_version": int | None,
+    "with_stack": int | bool | None,
+    "profile_memory": int | bool | None,
+    "record_shapes": int | bool | None,
 }
 
 
 class TraceDoc(msgspec.Struct, gc=False):
     """The parts of a Kineto trace file the importer reads."""
 
-    traceEvents: Union[list[Event], None] = None
-    schemaVersion: Union[int, str, None] = None
-    deviceProperties: Union[list[DeviceProps], None] = None
-    distributedInfo: Union[DistInfo, None] = None
-    baseTimeNanoseconds: Union[int, None] = None
-    trace_id: Union[str, None] = None
-    displayTimeUnit: Union[str, None] = None
-    cupti_version: Union[int, None] = None
-    cuda_runtime_version: Union[int, None] = None
-    cuda_driver_version: Union[int, None] = None
-    with_stack: Union[int, bool, None] = None
-    profile_memory: Union[int, bool, None] = None
-    record_shapes: Union[int, bool, None] = None
+    traceEvents: list[Event] | None = None
+    schemaVersion: int | str | None = None
+    deviceProperties: list[DeviceProps] | None = None
+    distributedInfo: DistInfo | None = None
+    baseTimeNanoseconds: int | None = None
+    trace_id: str | None = None
+    displayTimeUnit: str | None = None
+    cupti_version: int | None = None
+    cuda_runtime_version: int | None = None
+    cuda_driver_version: int | None = None
+    with_stack: int | bool | None = None
+    profile_memory: int | bool | None = None
+    record_shapes: int | bool | None = None
 
 
 class RawDoc(msgspec.Struct):
-    """Slow path: the same document with each part left undecoded."""
+    """Slow path: the same document with each part left undecoded (empty when absent)."""
 
-    traceEvents: Union[list[msgspec.Raw], None] = None
-    schemaVersion: Union[msgspec.Raw, None] = None
-    deviceProperties: Union[msgspec.Raw, None] = None
-    distributedInfo: Union[msgspec.Raw, None] = None
-    baseTimeNanoseconds: Union[msgspec.Raw, None] = None
-    trace_id: Union[msgspec.Raw, None] = None
-    displayTimeUnit: Union[msgspec.Raw, None] = None
-    cupti_version: Union[msgspec.Raw, None] = None
-    cuda_runtime_version: Union[msgspec.Raw, None] = None
-    cuda_driver_version: Union[msgspec.Raw, None] = None
-    with_stack: Union[msgspec.Raw, None] = None
-    profile_memory: Union[msgspec.Raw, None] = None
-    record_shapes: Union[msgspec.Raw, None] = None
+    traceEvents: list[msgspec.Raw] | None = None
+    schemaVersion: msgspec.Raw = msgspec.Raw()
+    deviceProperties: msgspec.Raw = msgspec.Raw()
+    distributedInfo: msgspec.Raw = msgspec.Raw()
+    baseTimeNanoseconds: msgspec.Raw = msgspec.Raw()
+    trace_id: msgspec.Raw = msgspec.Raw()
+    displayTimeUnit: msgspec.Raw = msgspec.Raw()
+    cupti_version: msgspec.Raw = msgspec.Raw()
+    cuda_runtime_version: msgspec.Raw = msgspec.Raw()
+    cuda_driver_version: msgspec.Raw = msgspec.Raw()
+    with_stack: msgspec.Raw = msgspec.Raw()
+    profile_memory: msgspec.Raw = msgspec.Raw()
+    record_shapes: msgspec.Raw = msgspec.Raw()
 
 
 DOC = msgspec.json.Decoder(TraceDoc)

@@ -17,6 +17,7 @@ from stepscope.apis import classify_api
 from stepscope.importers.kineto_columns import (
     Timed,
     args_of,
+    arrow,
     float_array,
     get,
     int_array,
@@ -69,7 +70,7 @@ def tids(events: Sequence[Event]) -> pa.Array:
 
 
 def repeat(value: str, n: int) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int8)), pa.array([value]))
+    return pa.DictionaryArray.from_arrays(arrow(np.zeros(n, dtype=np.int8)), pa.array([value]))
 
 
 def _host(t: Timed) -> Columns:
@@ -98,7 +99,8 @@ def _xyz(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
         try:
             flat = np.fromiter(chain.from_iterable(values), np.int64, 3 * n).reshape(-1, 3)
             if flat.min() >= 0 and flat.max() < 2**31:
-                return pa.array(flat[:, 0], I32), pa.array(flat[:, 1], I32), pa.array(flat[:, 2], I32)
+                x, y, z = (arrow(flat[:, i].astype(np.int32)) for i in range(3))
+                return x, y, z
         except (TypeError, ValueError, OverflowError):
             pass
     ok = [v if v.__class__ is list and len(v) == 3 else None for v in values]
@@ -207,7 +209,7 @@ def cpu_ops(parts: Sequence[tuple[Timed, CpuOpKind]]) -> Columns | None:
 
 def take(cols: Columns, order: npt.NDArray[np.int64]) -> Columns:
     """The rows of ``cols`` in ``order``."""
-    idx = pa.array(order)
+    idx = arrow(order.astype(np.int64, copy=False))
     return {k: (v[order] if isinstance(v, np.ndarray) else v.take(idx)) for k, v in cols.items()}
 
 
@@ -220,7 +222,8 @@ def concat(chunks: Sequence[Columns]) -> Columns:
         if isinstance(values[0], np.ndarray):
             out[key] = np.concatenate(values)
         elif any(pa.types.is_dictionary(v.type) for v in values):
-            values = [v if pa.types.is_dictionary(v.type) else v.dictionary_encode() for v in values]
+            values = [v if pa.types.is_dictionary(v.type) else v.dictionary_encode()
+                      for v in values]
             out[key] = pa.chunked_array(values).unify_dictionaries().combine_chunks()
         else:
             out[key] = pa.concat_arrays(values)
@@ -296,16 +299,17 @@ def input_waits(parts: Sequence[Columns | None]) -> Columns | None:
             continue
         mask = pc.fill_null(hits.take(names.indices), False)
         if "source" in cols:  # not the GPU-projected copies
-            mask = pc.and_(mask, pc.not_equal(plain(cols["source"]), AnnotationSource.GPU_USER.value))
+            gpu_copy = pc.equal(plain(cols["source"]), AnnotationSource.GPU_USER.value)
+            mask = pc.and_(mask, pc.invert(gpu_copy))
         idx = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
         if not len(idx):
             continue
-        take = pa.array(idx)
+        sel = arrow(idx.astype(np.int64, copy=False))
         chunks.append({
             "ts_ns": np.asarray(cols["ts_ns"])[idx], "dur_ns": np.asarray(cols["dur_ns"])[idx],
-            "pid": cols["pid"].take(take), "tid": cols["tid"].take(take),
+            "pid": cols["pid"].take(sel), "tid": cols["tid"].take(sel),
             "source": repeat(InputWaitSource.DATALOADER.value, len(idx)),
-            "name": plain(names.take(take)),
+            "name": plain(names.take(sel)),
         })
     return concat(chunks) if chunks else None
 

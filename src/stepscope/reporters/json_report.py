@@ -15,8 +15,11 @@ Contract (version 1; later versions only add keys):
                     sm_coverage, waves, tensor_cores, precision, category
   launches, syncs, copies, input   per-rank detail objects (see docs/report-json.md)
   ranks             per-rank summaries
-  findings          ranked advisor findings (empty until the advisor lands)
+  findings          ranked advisor findings: id, category, severity, title, est_saving_ms,
+                    est_saving_pct, method, evidence, fix{pytorch,tensorflow,jax,cuda}, where,
+                    confidence, note, docs
   skipped_rules     rules that could not run, with the reason
+  host_trust        how far host-side timings can be trusted (profiler overhead estimate)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.advisor import Finding
 from stepscope.analysis.summary import StepTimeStats, summarize
 from stepscope.report import REPORT_SCHEMA, Report
 
@@ -64,6 +68,13 @@ def _step_ms(st: StepTimeStats | None) -> dict[str, float] | None:
         return None
     return {"mean": st.mean_ms, "median": st.median_ms, "p95": st.p95_ms, "min": st.min_ms,
             "max": st.max_ms, "cv": st.cv}
+
+
+def finding_dict(f: Finding) -> dict[str, Any]:
+    d = jsonable(f)
+    assert isinstance(d, dict)
+    d["docs"] = f"docs/rules/{f.id}.md"
+    return d
 
 
 def report_dict(report: Report) -> dict[str, Any]:
@@ -119,8 +130,9 @@ def report_dict(report: Report) -> dict[str, Any]:
         "copies": {str(ra.rank): ra.copies for ra in a.ranks},
         "input": {str(ra.rank): ra.input for ra in a.ranks},
         "ranks": [dataclasses.asdict(r) for r in s.ranks],
-        "findings": list(report.findings),
-        "skipped_rules": list(report.skipped_rules),
+        "findings": [finding_dict(f) for f in report.advice.findings],
+        "skipped_rules": [dataclasses.asdict(x) for x in report.advice.skipped],
+        "host_trust": report.advice.host_trust,
     }
     result = jsonable(out)
     assert isinstance(result, dict)

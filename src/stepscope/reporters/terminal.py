@@ -123,6 +123,34 @@ def _kernels(report: Report, limit: int) -> Table:
     return tab
 
 
+SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
+    adv = report.advice
+    out: list[RenderableType] = []
+    if not adv.findings:
+        out.append(Text("Findings: none above the reporting thresholds.", style="bold"))
+    else:
+        out.append(Text("Findings (ranked by estimated saving per step)", style="bold"))
+        for i, f in enumerate(adv.findings[:limit], 1):
+            line = Text(f"{i}. ")
+            line.append(f"[{f.severity.value}]", style=SEV_STYLE[f.severity.value])
+            line.append(f" {f.title}")
+            line.append(f"  (save ~{f.est_saving_ms:.2f} ms/step, {f.est_saving_pct:.0f}%"
+                        f"{'' if f.confidence.value == 'high' else ', ' + f.confidence.value + ' confidence'})",
+                        style="bold")
+            out.append(line)
+            fix = f.fix.pytorch or f.fix.cuda or f.fix.tensorflow or f.fix.jax
+            if fix:
+                out.append(Text(f"   fix: {_short(fix.splitlines()[0], WIDTH - 8)}", style="green"))
+        if len(adv.findings) > limit:
+            out.append(Text(f"   ... {len(adv.findings) - limit} more in the JSON report", style="dim"))
+    if adv.host_trust.note:
+        out.append(Text(f"Note: {adv.host_trust.note}", style="yellow"))
+    return out
+
+
 def render(report: Report, *, top_kernels: int = 8) -> Group:
     s = summarize(report.analysis)
     parts: list[RenderableType] = [_header(report, s), Text(), _overview(s), Text()]
@@ -131,13 +159,7 @@ def render(report: Report, *, top_kernels: int = 8) -> Group:
                   breakdown_bar(s.breakdown_ms), _legend(s), Text()]
     if s.kernels:
         parts += [_kernels(report, top_kernels), Text()]
-    if report.findings:
-        parts.append(Text("Findings", style="bold"))
-        for f in report.findings:
-            parts.append(Text(f"- {getattr(f, 'title', f)}"))
-    else:
-        parts.append(Text("Findings: the advisor is not part of this version "
-                          "(see the breakdown above).", style="dim"))
+    parts += _findings(report)
     diags = report.manifest.diagnostics
     if diags:
         parts.append(Text("\nDiagnostics", style="bold"))

@@ -17,7 +17,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -67,7 +66,7 @@ def conform(table: str, data: pa.Table | Mapping[str, Any]) -> pa.Table:
         elif field.nullable:
             arrays.append(pa.nulls(n, type=field.type))
         elif field.name == "rank":  # the writer sets it from the partition
-            arrays.append(pa.array(np.zeros(n, dtype=np.int32)))
+            arrays.append(pa.repeat(pa.scalar(0, pa.int32()), n))
         else:
             raise ValueError(f"table {table}: required column {field.name} is missing")
     return pa.Table.from_arrays(arrays, schema=schema)
@@ -112,7 +111,7 @@ class RunWriter:
         if t.num_rows == 0:
             return 0
         # the partition is the truth for the rank column
-        t = t.set_column(0, "rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32)))
+        t = t.set_column(0, "rank", pa.repeat(pa.scalar(rank, pa.int32()), t.num_rows))
         dest = table_path(self._tmp, table, rank)
         dest.parent.mkdir(exist_ok=True)
         if dest.exists():  # append (several files for one rank): rewrite the partition

@@ -1,0 +1,527 @@
+"""Harness for the planted-bottleneck scenarios: build, time A/B interleaved, trace, advise.
+
+A scenario module defines::
+
+    EXPECTED = "input_bound"      # rule id that must be ranked first ("" for the healthy run)
+    DESCRIPTION = "..."           # one line: what is planted, what the fix is
+    def build(fixed: bool, device: str) -> Step | Callable[[], None]
+
+``build`` does all the setup (model, data, loaders, CUDA graphs, CuPy kernels) and returns
+something that runs ONE training step when called. It raises :class:`SkipScenario` when the
+device cannot run it (e.g. CUDA-only scenarios on ``--device cpu``).
+
+Measurement rules (see ../../../shared/guide/DEVICE.md: step times drift from process to
+process): baseline and fixed are built in the same process and timed interleaved, R rounds x
+(M steps baseline, M steps fixed) with the order alternating each round (ABBA...), a device
+synchronize only at block boundaries, per-block mean step time, medians over blocks.
+
+In-flight bound: every step run by the harness (timed or traced) is followed by a recorded
+CUDA event, and before a step starts the harness waits (``cudaEventSynchronize``) for the event
+of the step ``inflight`` steps back (default 2). This keeps the host at most two steps ahead of
+the GPU, as a full launch queue or a deferred loss read does in a long training run, so that the
+profiler's ``ProfilerStep#N`` windows (host time) match GPU steps in a 9-step trace. When the
+GPU is the bottleneck the wait overlaps GPU work (no GPU idle); when the host is, the event has
+long completed and the wait returns at once. ``--inflight 0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# Scenario vocabulary
+
+
+class SkipScenario(Exception):
+    """The scenario cannot run on this device / software (message says why)."""
+
+
+class Step:
+    """One training step of a scenario. ``close()`` frees what ``build`` made (loader workers...)."""
+
+    def __init__(self, fn: Callable[[], Any], *, close: Callable[[], None] | None = None,
+                 info: dict[str, Any] | None = None) -> None:
+        self.fn = fn
+        self._close = close
+        self.info: dict[str, Any] = dict(info or {})
+
+    def __call__(self) -> None:
+        self.fn()
+
+    def close(self) -> None:
+        c, self._close = self._close, None
+        if c is not None:
+            c()
+
+
+def as_step(obj: Step | Callable[[], Any]) -> Step:
+    return obj if isinstance(obj, Step) else Step(obj)
+
+
+def is_cuda(device: str) -> bool:
+    return str(device).startswith("cuda")
+
+
+def require_cuda(device: str, what: str) -> None:
+    if not is_cuda(device):
+        raise SkipScenario(f"needs CUDA ({what})")
+
+
+def sync(device: str) -> None:
+    if is_cuda(device):
+        torch.cuda.synchronize()
+
+
+def pick(device: str, cuda: Any, cpu: Any) -> Any:
+    """Size for the device: full size on CUDA, tiny on the CPU smoke path."""
+    return cuda if is_cuda(device) else cpu
+
+
+def num_sms(device: str) -> int:
+    return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count \
+        if is_cuda(device) else 1
+
+
+def seeded(seed: int = 0) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def randn(*shape: int, device: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    """Deterministic random tensor made on the CPU then moved (same data for both variants)."""
+    return torch.randn(*shape, generator=seeded(seed), dtype=torch.float32).to(device=device,
+                                                                               dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model helpers shared by scenarios
+
+
+def mlp(widths: list[int], device: str, *, act: type[torch.nn.Module] = torch.nn.GELU,
+        seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:
+    """Linear(w0,w1) act Linear(w1,w2) act ... Linear(w[-2],w[-1]); deterministic init."""
+    torch.manual_seed(seed)
+    layers: list[torch.nn.Module] = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(torch.nn.Linear(a, b))
+        if i < len(widths) - 2:
+            layers.append(act())
+    return torch.nn.Sequential(*layers).to(device=device, dtype=dtype)
+
+
+def adamw(model: torch.nn.Module, device: str, lr: float = 1e-4) -> torch.optim.Optimizer:
+    """AdamW, fused on CUDA (one multi-tensor kernel per step, as a tuned job would use)."""
+    if is_cuda(device):
+        return torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+    return torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
+
+
+def autocast(device: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda" if is_cuda(device) else "cpu", dtype=dtype)
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, *,
+               device: str, amp: torch.dtype | None = None) -> torch.Tensor:
+    """Forward, a mean-square loss, backward, optimizer step. Returns the loss (on device)."""
+    with autocast(device, amp):
+        out = model(x)
+    loss = out.float().square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+_CALIBRATIONS: dict[str, int] = {}
+
+
+def calibrate(key: str, fn: Callable[[int], Any], target_ms: float, *, start: int = 1,
+              limit: int = 1 << 26) -> int:
+    """Smallest-ish ``n`` with ``fn(n)`` taking about ``target_ms`` on this host (cached per
+    process, so baseline and fixed use the same ``n``). Doubling search then linear scale."""
+    if key in _CALIBRATIONS:
+        return _CALIBRATIONS[key]
+    n = max(1, start)
+    while True:
+        fn(n)  # warm
+        t0 = time.perf_counter()
+        fn(n)
+        ms = (time.perf_counter() - t0) * 1e3
+        if ms >= target_ms / 4 or n >= limit:
+            break
+        n *= 2
+    best = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn(n)
+        best.append((time.perf_counter() - t0) * 1e3)
+    ms = max(min(best), 1e-3)
+    n = max(1, min(limit, round(n * target_ms / ms)))
+    _CALIBRATIONS[key] = n
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Running steps with a bounded number in flight
+
+
+class Runner:
+    """Calls a step, keeping at most ``inflight`` steps queued on the GPU (see module doc)."""
+
+    def __init__(self, step: Step, device: str, inflight: int = 2) -> None:
+        self.step = step
+        self.cuda = is_cuda(device)
+        self.inflight = inflight if self.cuda else 0
+        self.events: deque[torch.cuda.Event] = deque()
+
+    def __call__(self) -> None:
+        if self.inflight > 0:
+            while len(self.events) >= self.inflight:
+                self.events.popleft().synchronize()
+        self.step()
+        if self.inflight > 0:
+            ev = torch.cuda.Event()
+            ev.record()
+            self.events.append(ev)
+
+    def reset(self) -> None:
+        """After a device synchronize: every recorded event has completed."""
+        self.events.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing: baseline and fixed interleaved in one process
+
+
+@dataclass
+class Timing:
+    rounds: int
+    steps_per_block: int
+    warmup_steps: int
+    baseline_blocks_ms: list[float] = field(default_factory=list)  # per-block mean step time
+    fixed_blocks_ms: list[float] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # "BF" or "FB" per round
+    wall_s: float = 0.0
+
+    @property
+    def baseline_ms(self) -> float:
+        return statistics.median(self.baseline_blocks_ms)
+
+    @property
+    def fixed_ms(self) -> float:
+        return statistics.median(self.fixed_blocks_ms)
+
+    @property
+    def saving_ms(self) -> float:
+        return self.baseline_ms - self.fixed_ms
+
+    @property
+    def saving_pct(self) -> float:
+        return 100.0 * self.saving_ms / self.baseline_ms if self.baseline_ms > 0 else 0.0
+
+    @property
+    def paired_saving_ms(self) -> float:
+        """Median over rounds of (baseline block - fixed block): robust to slow drift."""
+        return statistics.median(b - f for b, f in zip(self.baseline_blocks_ms,
+                                                       self.fixed_blocks_ms))
+
+    def spread_pct(self, which: str) -> float:
+        """(max - min) / median of the block means, in %."""
+        xs = self.baseline_blocks_ms if which == "baseline" else self.fixed_blocks_ms
+        med = statistics.median(xs)
+        return 100.0 * (max(xs) - min(xs)) / med if med > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(baseline_ms=round(self.baseline_ms, 4), fixed_ms=round(self.fixed_ms, 4),
+                 saving_ms=round(self.saving_ms, 4), saving_pct=round(self.saving_pct, 2),
+                 paired_saving_ms=round(self.paired_saving_ms, 4),
+                 baseline_spread_pct=round(self.spread_pct("baseline"), 2),
+                 fixed_spread_pct=round(self.spread_pct("fixed"), 2))
+        d["baseline_blocks_ms"] = [round(x, 4) for x in self.baseline_blocks_ms]
+        d["fixed_blocks_ms"] = [round(x, 4) for x in self.fixed_blocks_ms]
+        return d
+
+
+def _block(runner: Runner, device: str, m: int) -> float:
+    """Mean step time (ms) of ``m`` steps, synchronizing only at both ends."""
+    sync(device)
+    runner.reset()
+    t0 = time.perf_counter()
+    for _ in range(m):
+        runner()
+    sync(device)
+    runner.reset()
+    return (time.perf_counter() - t0) * 1e3 / m
+
+
+def time_interleaved(baseline: Step, fixed: Step, device: str, *, rounds: int = 10,
+                     steps: int | None = None, warmup: int = 5, block_ms: float = 150.0,
+                     inflight: int = 2, log: Callable[[str], None] = print) -> Timing:
+    """Warm-up ``warmup`` steps each, then ``rounds`` x (M baseline, M fixed), order alternating.
+
+    M (``steps``) defaults to what makes a block of the slower variant last about ``block_ms``
+    (3..50 steps), from a short probe after the warm-up.
+    """
+    rb, rf = Runner(baseline, device, inflight), Runner(fixed, device, inflight)
+    t_start = time.perf_counter()
+    for r in (rb, rf):
+        _block(r, device, warmup)
+    if steps is None:
+        probe = max(_block(rb, device, 2), _block(rf, device, 2))
+        steps = int(min(50, max(3, round(block_ms / max(probe, 1e-3)))))
+    t = Timing(rounds=rounds, steps_per_block=steps, warmup_steps=warmup)
+    for i in range(rounds):
+        if i % 2 == 0:
+            t.baseline_blocks_ms.append(_block(rb, device, steps))
+            t.fixed_blocks_ms.append(_block(rf, device, steps))
+            t.order.append("BF")
+        else:
+            t.fixed_blocks_ms.append(_block(rf, device, steps))
+            t.baseline_blocks_ms.append(_block(rb, device, steps))
+            t.order.append("FB")
+    t.wall_s = round(time.perf_counter() - t_start, 3)
+    log(f"    timing: {rounds} rounds x {steps} steps: baseline {t.baseline_ms:.3f} ms, "
+        f"fixed {t.fixed_ms:.3f} ms, saving {t.saving_ms:.3f} ms ({t.saving_pct:.1f}%)")
+    return t
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracing the baseline with torch.profiler
+
+
+def trace(step: Step, path: Path, device: str, *, wait: int = 1, warmup: int = 3, active: int = 5,
+          inflight: int = 2) -> dict[str, Any]:
+    """Trace ``step`` with torch.profiler (CPU+CUDA, profile_memory, no shapes/stacks) into
+    ``path`` (Chrome trace JSON, gzipped when the name ends with .gz).
+
+    ``schedule(wait, warmup, active, repeat=1)``: without repeat=1 the last cycle's events are
+    cleared and the export is empty (DEVICE.md).
+    """
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.unlink()
+    activities = [ProfilerActivity.CPU]
+    if is_cuda(device):
+        activities.append(ProfilerActivity.CUDA)
+    runner = Runner(step, device, inflight)
+    exported: list[float] = []
+
+    def ready(p: Any) -> None:
+        t0 = time.perf_counter()
+        p.export_chrome_trace(str(path))
+        exported.append(time.perf_counter() - t0)
+
+    sync(device)
+    t0 = time.perf_counter()
+    with profile(activities=activities,
+                 schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+                 on_trace_ready=ready, record_shapes=False, with_stack=False,
+                 profile_memory=True) as prof:
+        for _ in range(wait + warmup + active):
+            runner()
+            prof.step()
+    sync(device)
+    wall = time.perf_counter() - t0
+    if not path.exists():
+        raise RuntimeError(f"profiler wrote no trace at {path}")
+    return {"path": str(path), "bytes": path.stat().st_size, "wall_s": round(wall, 3),
+            "export_s": round(exported[0], 3) if exported else None,
+            "schedule": {"wait": wait, "warmup": warmup, "active": active, "repeat": 1}}
+
+
+# ---------------------------------------------------------------------------------------------
+# stepscope: import + analyze + advise, in-process
+
+
+def advise_trace(trace_path: Path, run_dir: Path) -> dict[str, Any]:
+    """Import one trace into a run at ``run_dir``, analyse it, run the advisor. Returns plain
+    data: findings (ranked), skipped rules, traced step time and a few summary figures."""
+    from stepscope.advisor import advise
+    from stepscope.analysis import analyze
+    from stepscope.analysis.summary import summarize
+    from stepscope.importers import import_traces
+    from stepscope.store.run import Run
+
+    t0 = time.perf_counter()
+    path = import_traces([trace_path], run_dir, overwrite=True)
+    t1 = time.perf_counter()
+    run = Run(path)
+    analysis = analyze(run)
+    t2 = time.perf_counter()
+    advice = advise(run, analysis)
+    t3 = time.perf_counter()
+    summary = summarize(analysis)
+    st = summary.step_time
+    findings = [{
+        "id": f.id, "category": f.category, "severity": getattr(f.severity, "value", str(f.severity)),
+        "est_saving_ms": f.est_saving_ms, "est_saving_pct": f.est_saving_pct, "title": f.title,
+        "confidence": getattr(f.confidence, "value", str(f.confidence)), "method": f.method,
+        "note": f.note,
+    } for f in advice.findings]
+    return {
+        "run": str(path),
+        "findings": findings,
+        "skipped": [{"id": s.id, "reason": s.reason} for s in advice.skipped],
+        "host_trust": {"confidence": getattr(advice.host_trust.confidence, "value", ""),
+                       "note": advice.host_trust.note,
+                       "est_inflation_ms": advice.host_trust.est_inflation_ms},
+        "traced": {
+            "steps": summary.steps, "steady_steps": summary.steady_steps,
+            "step_source": summary.step_source,
+            "step_mean_ms": round(st.mean_ms, 4) if st else None,
+            "step_median_ms": round(st.median_ms, 4) if st else None,
+            "gpu_busy_pct": round(summary.gpu_busy_pct, 2),
+            "kernels": summary.kernels,
+            "breakdown_ms": {k: round(v, 4) for k, v in summary.breakdown_ms.items()},
+        },
+        "stepscope_s": {"import": round(t1 - t0, 3), "analyze": round(t2 - t1, 3),
+                        "advise": round(t3 - t2, 3)},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring one scenario
+
+
+def score(expected: str, timing: dict[str, Any] | None, advice: dict[str, Any] | None,
+          tolerance: float = 0.30) -> dict[str, Any]:
+    """Compare the advisor's estimate for ``expected`` with the measured saving."""
+    out: dict[str, Any] = {"expected": expected}
+    findings = (advice or {}).get("findings", [])
+    out["top"] = findings[0]["id"] if findings else None
+    out["warn_crit"] = sum(1 for f in findings if f["severity"] in ("warning", "critical"))
+    if not expected:  # healthy
+        out["passed"] = advice is not None and out["warn_crit"] == 0
+        return out
+    rank = next((i + 1 for i, f in enumerate(findings) if f["id"] == expected), None)
+    out["expected_rank"] = rank
+    out["ranked_first"] = rank == 1
+    f = findings[rank - 1] if rank else None
+    out["est_saving_ms"] = f["est_saving_ms"] if f else None
+    out["est_saving_pct"] = f["est_saving_pct"] if f else None
+    if timing and f:
+        m_ms, m_pct = timing["saving_ms"], timing["saving_pct"]
+        out["ratio_ms"] = round(f["est_saving_ms"] / m_ms, 3) if m_ms > 0 else None
+        out["ratio_pct"] = round(f["est_saving_pct"] / m_pct, 3) if m_pct > 0 else None
+        r = out["ratio_pct"]
+        out["within_tolerance"] = r is not None and abs(r - 1.0) <= tolerance
+    else:
+        out["ratio_ms"] = out["ratio_pct"] = None
+        out["within_tolerance"] = False
+    out["passed"] = bool(out["ranked_first"])
+    return out
+
+
+def free_memory(device: str) -> None:
+    gc.collect()
+    if is_cuda(device):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def cycle(make_iter: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+    """Endless iterator: re-creates the inner iterator when it runs out."""
+    while True:
+        yield from make_iter()
+
+
+def fmt_ms(x: float | None) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# A model with a host-heavy front and a GPU-heavy body (sync scenarios)
+
+
+class FrontBody:
+    """Per step: ``n_front`` small no-grad elementwise ops on the batch (input normalisation /
+    augmentation: cheap on the GPU, ~5-10 us each to launch), then a bf16 MLP body of big GEMMs
+    (GPU-heavy, few launches) with backward and fused AdamW.
+
+    Without syncs the host launches step k+1's front while the GPU runs step k's body, so the
+    front costs nothing; a sync at the end of the step exposes the whole front as GPU idle.
+    """
+
+    def __init__(self, device: str, *, n_front: int, batch: int, feat: int, width: int,
+                 layers: int) -> None:
+        self.device = device
+        self.n_front = n_front
+        self.x = randn(batch, feat, device=device, seed=3)
+        self.aug_w = [1.0 + 0.001 * randn(feat, device=device, seed=100 + i)
+                      for i in range(n_front)]
+        self.aug_b = [0.001 * randn(feat, device=device, seed=1000 + i) for i in range(n_front)]
+        self.model = mlp([feat] + [width] * layers + [feat], device)
+        self.opt = adamw(self.model, device)
+
+    def front(self) -> torch.Tensor:
+        with torch.no_grad():
+            x = self.x
+            for w, b in zip(self.aug_w, self.aug_b):
+                x = torch.addcmul(b, x, w)  # one small kernel each
+            return x
+
+    def forward(self) -> torch.Tensor:
+        x = self.front()
+        with autocast(self.device, torch.bfloat16):
+            out = self.model(x)
+        return out.float().square().mean()
+
+    def backward_and_step(self, loss: torch.Tensor) -> None:
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def front_body(device: str) -> FrontBody:
+    n_front, batch, feat, width, layers = pick(device, (400, 8192, 64, 4096, 5),
+                                               (40, 64, 16, 64, 2))
+    return FrontBody(device, n_front=n_front, batch=batch, feat=feat, width=width, layers=layers)
+
+
+# ---------------------------------------------------------------------------------------------
+# CuPy kernels on torch tensors, on torch's current stream
+
+
+def cupy_or_skip() -> Any:
+    try:
+        import cupy  # noqa: F401
+    except Exception as exc:  # ImportError, or a CUDA mismatch at import
+        raise SkipScenario(f"needs CuPy ({type(exc).__name__}: {exc})") from None
+    return cupy
+
+
+def cupy_view(t: torch.Tensor) -> Any:
+    """A CuPy array over a contiguous torch CUDA tensor's memory (no copy; ``t`` owns it)."""
+    import cupy as cp
+
+    assert t.is_cuda and t.is_contiguous()
+    dtype = {torch.float32: cp.float32, torch.float16: cp.float16, torch.int32: cp.int32,
+             torch.int64: cp.int64}[t.dtype]
+    mem = cp.cuda.UnownedMemory(t.data_ptr(), t.numel() * t.element_size(), t,
+                                device_id=t.device.index or 0)
+    return cp.ndarray(tuple(t.shape), dtype=dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+
+def cupy_stream_of_torch() -> Any:
+    """CuPy stream object for torch's current CUDA stream (use ``with stream:`` to launch)."""
+    import cupy as cp
+
+    ptr = torch.cuda.current_stream().cuda_stream
+    return cp.cuda.ExternalStream(ptr) if ptr else cp.cuda.Stream.null

@@ -1,0 +1,35 @@
+"""No tensor cores: an fp32 GEMM-heavy MLP with TF32 disabled."""
+
+from __future__ import annotations
+
+import torch
+
+from common import Step, adamw, mlp, pick, randn, train_step
+
+EXPECTED = "no_tensor_cores"
+DESCRIPTION = ("fp32 MLP, 3 x Linear(4096, 4096) on a batch of 2048, with "
+               "torch.backends.cuda.matmul.allow_tf32 = False (and cudnn) -> fixed: TF32 on "
+               "(set_float32_matmul_precision('high'))")
+
+
+def _precision(tf32: bool) -> None:
+    # Flags are process-global: each variant sets its own at the start of every step.
+    # Legacy API only (mixing it with fp32_precision raises in recent torch).
+    if tf32:
+        torch.set_float32_matmul_precision("high")
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
+def build(fixed: bool, device: str) -> Step:
+    batch, width, layers = pick(device, (2048, 4096, 3), (64, 64, 2))
+    model = mlp([width] * (layers + 1), device)
+    opt = adamw(model, device)
+    x = randn(batch, width, device=device, seed=9)
+
+    def step() -> None:
+        _precision(fixed)
+        train_step(model, opt, x, device=device, amp=None)
+
+    return Step(step, info={"batch": batch, "width": width, "layers": layers, "tf32": fixed})

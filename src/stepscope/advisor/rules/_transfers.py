@@ -1,0 +1,375 @@
+"""Helpers shared by the copy and memory rules (``pageable_memcpy``, ``excess_transfers``,
+``no_copy_overlap``, ``memory_pressure``, ``memory_underused``). Not a rule: the registry
+only loads the modules named in ``RULE_IDS``.
+
+Conventions of these rules
+--------------------------
+* Steps are the rank's steady steps. An event belongs to the step in which it was *issued*:
+  the start of its API call when the trace links one (by correlation), else its own start.
+  When the host runs ahead of the GPU, the GPU work of step *i* runs long after the host's
+  step window; issue time still puts it in step *i*.
+* "Critical-path time" is time in which no kernel ran on the rank's devices (``kernel
+  busy`` = union of compute and communication kernels, as the step breakdown uses).
+  Time a copy or a blocked host call spends while kernels run is hidden and never counted.
+* Savings are per step: summed over the steady steps, divided by their number, then
+  averaged over ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from stepscope.advisor.base import Severity, severity_for
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.busy import DeviceActivity, IntervalSet, gpu_activity, rank_union
+from stepscope.analysis.copies import TINY_BYTES
+from stepscope.analysis.intervals import I64
+from stepscope.analysis.launches import (
+    LAUNCH_KINDS,
+    bounds,
+    column_i64,
+    column_str,
+    distinct_names,
+    str_in,
+)
+from stepscope.analysis.syncs import SyncPointKind, is_user_frame
+from stepscope.schema import CopyKind, CpuOpKind, MemoryKind
+from stepscope.store.run import Run
+
+__all__ = ["TINY_BYTES"]
+
+Bool = npt.NDArray[np.bool_]
+NONE = np.iinfo(np.int64).max
+# a host op longer than this is not "the dispatch of one copy" (call-site spans)
+MAX_COPY_OP_NS = 200_000
+
+
+# -- steps ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The steady steps of a rank: StepInfo indexes and host-side windows."""
+
+    steps: tuple[int, ...]
+    starts: I64
+    ends: I64
+
+    @property
+    def n(self) -> int:
+        return int(self.starts.size)
+
+    def assign(self, ts: I64) -> I64:
+        """Position (0..n-1) of the window containing each timestamp, or -1."""
+        return iv.assign_to_windows(iv.as_i64(ts), self.starts, self.ends)
+
+
+def steady_windows(ra: RankAnalysis) -> Windows:
+    st = ra.steps.steady
+    return Windows(steps=tuple(s.index for s in st),
+                   starts=np.array([s.start_ns for s in st], dtype=np.int64),
+                   ends=np.array([s.end_ns for s in st], dtype=np.int64))
+
+
+# -- API calls -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Api:
+    table: pa.Table
+    s: I64
+    e: I64
+    pid: I64
+    tid: I64
+    corr: I64
+
+    def match(self, corr: I64) -> I64:
+        """Row of the API call with each correlation id, or -1."""
+        c = iv.as_i64(corr)
+        out = np.full(c.size, -1, dtype=np.int64)
+        if self.corr.size == 0 or c.size == 0:
+            return out
+        order = np.argsort(self.corr, kind="stable")
+        sc = self.corr[order]
+        pos = np.minimum(np.searchsorted(sc, c), sc.size - 1)
+        hit = (c >= 0) & (sc[pos] == c)
+        out[hit] = order[pos[hit]]
+        return out
+
+    def kind_is(self, *kinds: str) -> Bool:
+        return str_in(self.table, "kind", kinds)
+
+
+def load_api(run: Run, rank: int) -> Api:
+    t = run.table("api_calls", rank)
+    s, e = bounds(t)
+    return Api(table=t, s=s, e=e, pid=column_i64(t, "pid"), tid=column_i64(t, "tid"),
+               corr=column_i64(t, "correlation"))
+
+
+def launch_thread(api: Api) -> int | None:
+    """The thread that issues most kernel launches (the training thread), if any."""
+    m = api.kind_is(*LAUNCH_KINDS)
+    if not m.any():
+        return None
+    tids, counts = np.unique(api.tid[m], return_counts=True)
+    return int(tids[np.argmax(counts)])
+
+
+# -- copies --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Copies:
+    """The rank's memcpy rows with their API calls and steps (see module docstring)."""
+
+    s: I64
+    e: I64
+    nbytes: I64
+    device: I64
+    stream: I64
+    htod: Bool
+    dtoh: Bool
+    pageable: Bool  # host end pageable (HtoD source, DtoH destination)
+    pinned: Bool
+    has_api: Bool
+    api_s: I64  # -1 without an API call
+    api_e: I64
+    pid: I64
+    tid: I64
+    issue: I64  # api_s where known, else s
+    step: I64  # steady-window position by issue time, -1 outside
+
+    @property
+    def ns(self) -> I64:
+        return self.e - self.s
+
+    @property
+    def tiny(self) -> Bool:
+        return self.nbytes < TINY_BYTES
+
+
+def load_copies(run: Run, rank: int, win: Windows, api: Api) -> Copies:
+    mc = run.table("memcpy", rank)
+    s, e = bounds(mc)
+    htod = str_in(mc, "kind", (CopyKind.HTOD.value,))
+    dtoh = str_in(mc, "kind", (CopyKind.DTOH.value,))
+
+    def host_end(mem: str) -> Bool:
+        return (htod & str_in(mc, "src_kind", (mem,))) | (dtoh & str_in(mc, "dst_kind", (mem,)))
+
+    row = api.match(column_i64(mc, "correlation"))
+    has = row >= 0
+    r = np.maximum(row, 0)
+
+    def pick(x: I64) -> I64:
+        return np.where(has, x[r], -1) if x.size else np.full(s.size, -1, dtype=np.int64)
+
+    api_s = pick(api.s)
+    issue = np.where(has, api_s, s)
+    return Copies(
+        s=s, e=e, nbytes=column_i64(mc, "bytes", 0), device=column_i64(mc, "device", 0),
+        stream=column_i64(mc, "stream"), htod=htod, dtoh=dtoh,
+        pageable=host_end(MemoryKind.PAGEABLE.value), pinned=host_end(MemoryKind.PINNED.value),
+        has_api=has, api_s=api_s, api_e=pick(api.e), pid=pick(api.pid), tid=pick(api.tid),
+        issue=issue, step=win.assign(issue),
+    )
+
+
+def sync_ends(ra: RankAnalysis) -> dict[tuple[int, int], int]:
+    """``(copy call start, tid) -> end`` of the sync point a copy call opens (a blocking
+    ``.to()`` is ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``; see ``analysis.syncs``)."""
+    kinds = {SyncPointKind.BLOCKING_COPY.value, SyncPointKind.SCALAR_READ.value}
+    out: dict[tuple[int, int], int] = {}
+    for ev in ra.syncs.events:
+        if ev.kind in kinds:
+            key = (ev.ts_ns, ev.tid)
+            out[key] = max(out.get(key, ev.end_ns), ev.end_ns)
+    return out
+
+
+def call_end(c: Copies, ends: dict[tuple[int, int], int]) -> I64:
+    """End of each copy's host call including the sync that waits for it (-1 without API)."""
+    merged = np.array([ends.get((int(a), int(t)), -1) for a, t in zip(c.api_s, c.tid)],
+                      dtype=np.int64) if c.s.size else np.zeros(0, dtype=np.int64)
+    return np.where(c.has_api, np.maximum(c.api_e, merged), -1)
+
+
+# -- GPU activity --------------------------------------------------------------------------
+
+
+def activity(run: Run, rank: int) -> DeviceActivity:
+    """All devices of the rank merged (what the step breakdown looks at)."""
+    return rank_union(gpu_activity(run, rank))
+
+
+def uncovered(busy: IntervalSet, s: I64, e: I64) -> I64:
+    """Per interval ``[s, e)``: the time not covered by ``busy``."""
+    s, e = iv.as_i64(s), iv.as_i64(e)
+    e = np.maximum(e, s)
+    return (e - s) - busy.within(s, e)
+
+
+def gap_to_next(busy: IntervalSet, t: I64, limit: I64) -> I64:
+    """Per time ``t``: how long until ``busy`` next covers an instant (0 when ``t`` is
+    inside a busy interval), clipped to ``limit - t``."""
+    t, limit = iv.as_i64(t), iv.as_i64(limit)
+    if busy.starts.size == 0:
+        return np.maximum(limit - t, 0)
+    k = np.searchsorted(busy.starts, t, side="right") - 1
+    inside = (k >= 0) & (busy.ends[np.maximum(k, 0)] > t)
+    j = np.searchsorted(busy.starts, t, side="left")
+    nxt = np.where(j < busy.starts.size, busy.starts[np.minimum(j, busy.starts.size - 1)], NONE)
+    gap = np.where(inside, 0, np.minimum(nxt, limit) - t)
+    return np.maximum(gap, 0)
+
+
+@dataclass(frozen=True)
+class GpuSteps:
+    """Device-side steps: step *i* runs from the first GPU record issued in host step *i*
+    to the first one issued in step *i + 1* (the last: to its last record's end)."""
+
+    starts: I64  # aligned with the steady windows
+    ends: I64
+
+    @property
+    def mean_ns(self) -> float:
+        return float(np.mean(self.ends - self.starts)) if self.starts.size else 0.0
+
+
+def gpu_steps(run: Run, rank: int, ra: RankAnalysis, api: Api) -> GpuSteps | None:
+    """None when some steady step has no GPU record linked to an API call."""
+    parts = [run.table(n, rank) for n in ("kernels", "memcpy", "memset")]
+    s = np.concatenate([bounds(t)[0] for t in parts])
+    e = np.concatenate([bounds(t)[1] for t in parts])
+    row = api.match(np.concatenate([column_i64(t, "correlation") for t in parts]))
+    has = row >= 0
+    all_s, all_e = ra.steps.starts, ra.steps.ends
+    step = iv.assign_to_windows(np.where(has, api.s[np.maximum(row, 0)] if api.s.size else 0, 0),
+                                all_s, all_e)
+    step = np.where(has, step, -1)
+    n = all_s.size
+    first = np.full(n, NONE, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    m = step >= 0
+    np.minimum.at(first, step[m], s[m])
+    np.maximum.at(last, step[m], e[m])
+    idx = [st.index for st in ra.steps.steady]
+    if not idx or any(first[i] == NONE for i in idx):
+        return None
+    starts, ends = [], []
+    for i in idx:
+        nxt = first[i + 1] if i + 1 < n and first[i + 1] != NONE else last[i]
+        starts.append(first[i])
+        ends.append(max(nxt, first[i]))
+    return GpuSteps(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+
+
+def host_ahead_cap(saving_ms: float, host_step_ms: float,
+                   gpu: GpuSteps | None) -> tuple[Severity, str]:
+    """Severity cap and note when the host runs ahead of the GPU: the host's step windows
+    are then shorter than the real (device-side) step, so shares of them overstate."""
+    if gpu is None or host_step_ms <= 0:
+        return Severity.CRITICAL, ""
+    gpu_ms = gpu.mean_ns / 1e6
+    if gpu_ms <= 1.5 * host_step_ms:
+        return Severity.CRITICAL, ""
+    note = (f"the host runs ahead of the GPU: the device-side step is {fmt_ms(gpu_ms)} ms "
+            f"against {fmt_ms(host_step_ms)} ms of host step; severity uses the device-side "
+            f"step ({100 * saving_ms / gpu_ms:.1f}%)")
+    return severity_for(saving_ms / gpu_ms), note
+
+
+# -- call sites ----------------------------------------------------------------------------
+
+
+def _ops(run: Run, rank: int, kind: str) -> tuple[pa.Table, I64, I64]:
+    ops = run.table("cpu_ops", rank)
+    m = str_in(ops, "kind", (kind,))
+    ops = ops.filter(pa.array(m, type=pa.bool_())) if ops.num_rows else ops
+    s, e = bounds(ops)
+    return ops, s, e
+
+
+def _names(t: pa.Table, idx: I64) -> list[str]:
+    if t.num_rows == 0 or idx.size == 0:
+        return [""] * idx.size
+    vals = column_str(t, "name").take(pa.array(np.maximum(idx, 0))).to_pylist()
+    return [str(v) if i >= 0 and v is not None else "" for v, i in zip(vals, idx.tolist())]
+
+
+@dataclass(frozen=True)
+class Sites:
+    """For host calls: the enclosing framework ops and user Python frame."""
+
+    label: tuple[str, ...]  # best name per call: frame, else "outer > inner", else op
+    op_s: I64  # span of the outermost enclosing framework op no longer than MAX_COPY_OP_NS
+    op_e: I64  # (else of the innermost one, else -1)
+
+
+def call_sites(run: Run, rank: int, pid: I64, tid: I64, s: I64, e: I64) -> Sites:
+    n = iv.as_i64(s).size
+    fw, fs, fe = _ops(run, rank, CpuOpKind.FRAMEWORK.value)
+    py, ps, pe = _ops(run, rank, CpuOpKind.PYTHON.value)
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Sites((), z, z)
+    fg, qg = iv.group_ids((column_i64(fw, "pid"), column_i64(fw, "tid")), (pid, tid))
+    inner = iv.containing_by_group(fg, fs, fe, qg, s, e, innermost=True)
+    outer = iv.containing_by_group(fg, fs, fe, qg, s, e, innermost=False)
+    user = str_in(py, "name", tuple(x for x in distinct_names(py, "name") if is_user_frame(x)))
+    ui = np.flatnonzero(user)
+    pg, qg2 = iv.group_ids((column_i64(py, "pid")[ui], column_i64(py, "tid")[ui]), (pid, tid))
+    fr = iv.containing_by_group(pg, ps[ui], pe[ui], qg2, s, e)
+    frame = _names(py, np.where(fr >= 0, ui[np.maximum(fr, 0)] if ui.size else -1, -1))
+    inn, out = _names(fw, inner), _names(fw, outer)
+    labels = tuple(f or (f"{o} > {i}" if o and i and o != i else i or o)
+                   for f, o, i in zip(frame, out, inn))
+    o_ok = (outer >= 0) & ((fe - fs)[np.maximum(outer, 0)] <= MAX_COPY_OP_NS if fs.size
+                           else False)
+    i_ok = (inner >= 0) & ((fe - fs)[np.maximum(inner, 0)] <= MAX_COPY_OP_NS if fs.size
+                           else False)
+    pick = np.where(o_ok, outer, np.where(i_ok, inner, -1))
+    op_s = np.where(pick >= 0, fs[np.maximum(pick, 0)] if fs.size else -1, -1)
+    op_e = np.where(pick >= 0, fe[np.maximum(pick, 0)] if fs.size else -1, -1)
+    return Sites(labels, op_s, op_e)
+
+
+def top_labels(labels: list[str] | tuple[str, ...], k: int = 3) -> tuple[str, ...]:
+    """The ``k`` most frequent non-empty labels, most frequent first."""
+    counts: dict[str, int] = {}
+    for x in labels:
+        if x:
+            counts[x] = counts.get(x, 0) + 1
+    return tuple(x for x, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
+
+
+# -- numbers for humans --------------------------------------------------------------------
+
+
+def fmt_ms(ms: float) -> str:
+    a = abs(ms)
+    if a >= 100:
+        return f"{ms:.0f}"
+    if a >= 10:
+        return f"{ms:.1f}"
+    if a >= 1:
+        return f"{ms:.2f}"
+    return f"{ms:.3f}"
+
+
+def fmt_bytes(n: float) -> str:
+    """Decimal units (1 MB = 1e6 B), like the bandwidths in GB/s."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_count(x: float) -> str:
+    return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"

@@ -1,0 +1,120 @@
+"""host_bound: the GPU idles while the host runs Python / CPU work inside the step.
+
+Saving per step = mean over the steady steps of the GPU-idle time during which a host
+thread ran framework ops, Python functions or user annotations (the ``host`` category of
+the step-time breakdown), plus launch-path time in waits longer than 100 µs (a framework
+op computing on the CPU before it launches), outside input waits, syncs, step-boundary
+gaps and short launch waits (``rules._idle``: each of those has its own rule), scaled by
+the profiler correction. If that host work left the step (or ran ahead of the GPU), the
+GPU would be fed instead of waiting.
+
+Evidence: the innermost framework ops, user Python frames and user annotations on the
+training thread during that time (exclusive time, ``rules._evidence``); framework ops
+that issued no GPU work are marked as run on the CPU. Host-side timings of a heavy
+profiler are flagged through ``ctx.host_confidence`` / ``ctx.host_note``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from stepscope.advisor.base import Context, Finding, Fix
+from stepscope.advisor.rules._evidence import (
+    host_time_by_op,
+    max_severity,
+    ms,
+    op_list,
+    pct,
+    profiler_line,
+    where_worst,
+)
+from stepscope.advisor.rules._idle import IdleSplit, split_idle
+from stepscope.analysis import RankAnalysis
+from stepscope.schema import CpuOpKind
+
+FIX = Fix(
+    pytorch=("move per-step CPU work out of the step (into DataLoader workers or every N "
+             "steps); replace Python loops over tensors and per-element indexing with "
+             "vectorised tensor ops; create tensors on the GPU (device=...) instead of "
+             "computing on CPU tensors; torch.compile the model / step to cut Python and "
+             "dispatch overhead; CUDA graphs (torch.compile(mode='reduce-overhead')) for "
+             "static shapes"),
+    tensorflow=("wrap the step in tf.function (and jit_compile=True); keep Python and NumPy "
+                "out of it; export TF_GPU_THREAD_MODE=gpu_private when the GPU launch "
+                "threads compete with other host threads"),
+    jax="jax.jit the whole train step; keep Python control flow and NumPy out of the loop",
+    cuda="move host computation off the critical path (another thread) or onto the GPU",
+)
+
+
+class HostBound:
+    id = "host_bound"
+    title = "Host-bound: the GPU waits for Python/CPU work"
+    category = "host"
+    requires: tuple[str, ...] = ("kernels",)
+
+    def check(self, ctx: Context) -> Sequence[Finding]:
+        best: tuple[float, RankAnalysis, IdleSplit] | None = None
+        for ra in ctx.ranks:
+            if not ra.steps.steady:
+                continue
+            split = split_idle(ctx, ra)
+            saving = split.mean_ms(split.host) * split.host_factor
+            if best is None or saving > best[0]:
+                best = (saving, ra, split)
+        if best is None or not ctx.worth_reporting(best[0]):
+            return []
+        return [self._finding(ctx, *best)]
+
+    def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
+                 ) -> Finding:
+        n = split.n
+        per = split.per_step(split.host).astype(np.float64) * split.host_factor
+        raw = split.mean_ms(split.host)
+        evidence = [
+            f"GPU idle while the host runs other work than launches: {ms(raw * 1e6)} per "
+            f"step (breakdown 'host' {ms(ra.breakdown.mean_ms['host'] * 1e6)}; step-boundary "
+            f"gaps, syncs and input waits are counted by their own findings)",
+        ]
+        fw = host_time_by_op(ctx.run, ra.rank, split.host, kind=CpuOpKind.FRAMEWORK.value)
+        py = host_time_by_op(ctx.run, ra.rank, split.host, kind=CpuOpKind.PYTHON.value)
+        ann = host_time_by_op(ctx.run, ra.rank, split.host, kind="annotation")
+        if fw:
+            evidence.append(f"framework ops (innermost) while the GPU waits: "
+                            f"{op_list(fw, n, mark_cpu=True)} per step")
+        cpu_only = [o for o in fw if o.cpu_only_ns * 2 > o.ns]
+        if cpu_only:
+            evidence.append(f"{len(cpu_only)} of them issued no GPU work: CPU-placed ops "
+                            f"inside the step ({', '.join(o.name for o in cpu_only[:3])})")
+        if py:
+            evidence.append(f"user Python (innermost frames): {op_list(py, n)} per step")
+        if ann:
+            evidence.append(f"annotated ranges: {op_list(ann, n)} per step")
+        if not (fw or py or ann):
+            evidence.append("no host op on the training thread explains it")
+        line = profiler_line(split)
+        if line:
+            evidence.append(line)
+        if len(ctx.ranks) > 1:
+            evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
+        method = (f"mean over {n} steady steps of the GPU idle time while a host thread ran "
+                  f"framework ops, Python or annotated work (breakdown 'host', plus launch-path "
+                  f"time in waits > 100 µs), excluding input waits, syncs, step-boundary gaps "
+                  f"and short launch waits")
+        if split.host_factor < 1.0:
+            method += f"; scaled by {split.host_factor:.2f} for the profiler's own host cost"
+        top = (py or fw or ann)
+        title = (f"Host-bound: the GPU idles {ms(saving * 1e6)} per step "
+                 f"({pct(ctx.share(saving))}) while the host runs Python/CPU work"
+                 + (f" ({top[0].name})" if top else ""))
+        sites = [o.name for o in (py[:3] + fw[:3])]
+        where = where_worst(split, per.astype(np.int64), call_sites=sites)
+        return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
+                           method=method, evidence=evidence, fix=FIX, where=where,
+                           confidence=ctx.host_confidence, note=ctx.host_note,
+                           max_severity=max_severity(ctx, ra, host_side=True))
+
+
+RULE = HostBound()

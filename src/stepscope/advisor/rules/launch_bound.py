@@ -1,0 +1,152 @@
+"""launch_bound: kernels are shorter than their launches and the GPU waits for the next one.
+
+Saving per step = mean over the steady steps of the GPU-idle time during which the GPU
+had finished its work and waited at most 100 µs for the next launch while a host thread
+was in the launch path (the launch call or the framework op issuing it) - the issue's
+"launch gaps shrunk to the GPU time of the kernels" (``rules._idle``: the ``launch``
+category of the step-time breakdown intersected with the short launch-bound gaps of
+``analysis.launches``, outside input waits, syncs and step-boundary gaps, scaled by the
+profiler correction). It is never more than either cross-check (breakdown ``launch``,
+short launch-bound idle), both shown as evidence. Fires with at least
+:data:`MIN_LAUNCHES` launches per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from stepscope.advisor.base import Context, Finding, Fix
+from stepscope.advisor.rules._evidence import (
+    max_severity,
+    ms,
+    pct,
+    profiler_line,
+    us,
+    where_worst,
+)
+from stepscope.advisor.rules._idle import IdleSplit, split_idle
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.kernel_names import signature_head
+from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
+from stepscope.store.run import Run
+
+MIN_LAUNCHES = 10
+NAME_CHARS = 60
+
+FIX = Fix(
+    pytorch=("torch.compile(model) fuses small ops into fewer kernels; "
+             "mode='reduce-overhead' also replays the step as a CUDA graph (one launch); "
+             "or capture the step yourself with torch.cuda.graph / "
+             "torch.cuda.make_graphed_callables; fused optimizers "
+             "(torch.optim.AdamW(..., fused=True) or foreach=True); a larger batch per step "
+             "makes each kernel longer for the same launches"),
+    tensorflow=("compile the step with XLA: tf.function(jit_compile=True) or "
+                "model.compile(jit_compile=True); steps_per_execution=N in Keras"),
+    jax=("jit larger regions (the whole train step); loops as lax.scan / lax.fori_loop "
+         "instead of Python loops that dispatch per iteration"),
+    cuda="CUDA graphs (cudaStreamBeginCapture / cudaGraphLaunch); fuse small kernels",
+)
+
+
+def _short_name(name: str) -> str:
+    head = signature_head(name)
+    return head if len(head) <= NAME_CHARS else head[: NAME_CHARS - 1] + "…"
+
+
+def kernel_launch_stats(run: Run, rank: int, ws: np.ndarray, we: np.ndarray, top: int = 3
+                        ) -> tuple[float, list[tuple[str, int, float]]]:
+    """Median kernel duration (ns) in the windows, and the kernels most often shorter than
+    their launch call: ``(name, count, median ns)``, most frequent first."""
+    k = run.table("kernels", rank)
+    ks, ke = bounds(k)
+    m = iv.assign_to_windows(ks, ws, we) >= 0
+    if not m.any():
+        return 0.0, []
+    k = k.filter(pa.array(m, type=pa.bool_()))
+    dur = (ke - ks)[m]
+    api = run.table("api_calls", rank)
+    is_l = str_in(api, "kind", LAUNCH_KINDS)
+    a_s, a_e = bounds(api)
+    a_c, a_d = column_i64(api, "correlation", -1)[is_l], (a_e - a_s)[is_l]
+    order = np.argsort(a_c, kind="stable")
+    a_c, a_d = a_c[order], a_d[order]
+    kc = column_i64(k, "correlation", -1)
+    short = np.zeros(kc.size, dtype=bool)
+    if a_c.size:
+        pos = np.minimum(np.searchsorted(a_c, kc), a_c.size - 1)
+        short = (kc >= 0) & (a_c[pos] == kc) & (dur < a_d[pos])
+    names = np.array(column_str(k, "name").to_pylist(), dtype=object)
+    out: list[tuple[str, int, float]] = []
+    if short.any():
+        uniq, inv, counts = np.unique(names[short], return_inverse=True, return_counts=True)
+        sd = dur[short]
+        for i in np.argsort(-counts, kind="stable")[:top].tolist():
+            out.append((_short_name(str(uniq[i])), int(counts[i]), float(np.median(sd[inv == i]))))
+    return float(np.median(dur)), out
+
+
+class LaunchBound:
+    id = "launch_bound"
+    title = "Launch-bound: the GPU waits for kernel launches"
+    category = "launch"
+    requires: tuple[str, ...] = ("kernels", "api_calls")
+
+    def check(self, ctx: Context) -> Sequence[Finding]:
+        best: tuple[float, RankAnalysis, IdleSplit] | None = None
+        for ra in ctx.ranks:
+            if not ra.steps.steady or ra.launches.mean_launches_per_step < MIN_LAUNCHES:
+                continue
+            split = split_idle(ctx, ra)
+            saving = split.mean_ms(split.launch) * split.host_factor
+            if best is None or saving > best[0]:
+                best = (saving, ra, split)
+        if best is None or not ctx.worth_reporting(best[0]):
+            return []
+        return [self._finding(ctx, *best)]
+
+    def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
+                 ) -> Finding:
+        la = ra.launches
+        n = split.n
+        per = split.per_step(split.launch).astype(np.float64) * split.host_factor
+        med_k, tiny = kernel_launch_stats(ctx.run, ra.rank, split.win_start, split.win_end)
+        evidence = [
+            f"{la.mean_launches_per_step:.0f} launches per step; median launch call "
+            f"{us(la.median_api_ns)}, median kernel {us(med_k)}",
+            f"{pct(la.short_kernel_share)} of the kernels run shorter than their launch call "
+            f"({la.short_kernels / max(n, 1):.0f} per step)",
+            f"GPU waiting <= 100 µs for the next launch while the host launches: "
+            f"{ms(split.mean_ms(split.launch) * 1e6)} per step (cross-checks: breakdown "
+            f"'launch' {ms(ra.breakdown.mean_ms['launch'] * 1e6)}, short launch-bound idle "
+            f"{ms(la.mean_launch_idle_short_ns_per_step)}, all launch-bound idle "
+            f"{ms(la.mean_launch_idle_ns_per_step)} per step)",
+        ]
+        if tiny:
+            evidence.append("most frequent kernels shorter than their launch: " + ", ".join(
+                f"{nm} x{c / max(n, 1):.0f}/step ({us(d)})" for nm, c, d in tiny))
+        if la.graph_launches:
+            evidence.append(f"{la.graph_launches} CUDA graph launches in the steady steps")
+        line = profiler_line(split)
+        if line:
+            evidence.append(line)
+        if len(ctx.ranks) > 1:
+            evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
+        method = (f"mean over {n} steady steps of the GPU idle time in launch-bound waits of "
+                  f"at most 100 µs (the GPU finished its work, the next kernel's launch had not "
+                  f"returned) while the host was in the launch path: the time saved if those "
+                  f"gaps shrank to the kernels' own GPU time; input waits, syncs and "
+                  f"step-boundary gaps excluded")
+        title = (f"Launch-bound: {la.mean_launches_per_step:.0f} launches per step, the GPU "
+                 f"waits {ms(saving * 1e6)} per step ({pct(ctx.share(saving))}) for them")
+        where = where_worst(split, per.astype(np.int64), kernels=[t[0] for t in tiny])
+        return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
+                           method=method, evidence=evidence, fix=FIX, where=where,
+                           confidence=ctx.host_confidence, note=ctx.host_note,
+                           max_severity=max_severity(ctx, ra, host_side=True))
+
+
+RULE = LaunchBound()

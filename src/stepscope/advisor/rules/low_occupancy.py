@@ -1,0 +1,209 @@
+"""low_occupancy: significant time in kernels whose theoretical occupancy is low because of
+their registers, shared memory or block size.
+
+Theoretical occupancy (``analysis.occupancy``) is the share of an SM's warp slots a kernel can
+fill. Few resident warps leave the SM little to switch to while warps wait on memory, so a
+latency-bound kernel slows down. Flagged: launches with occupancy below ``MAX_OCCUPANCY``
+(25%) whose limiter is ``registers``, ``shared_memory`` or ``blocks`` (too small blocks), and
+whose grid is large enough to fill more warps than that.
+
+Never flagged: GEMM / convolution / attention kernels (cuBLAS, cuDNN, CUTLASS, FlashAttention,
+Triton templates: tensor-core kernels run at 12-19% occupancy *by design*, with large
+shared-memory tiles and many registers per thread), communication kernels and other library
+kernels (CUB, thrust, cuFFT ...): their authors traded occupancy for something else.
+
+Estimate (a documented heuristic, confidence low): with ``w_grid`` the occupancy the grid
+alone could reach (``blocks * warps per block / (SMs * max warps per SM)``),
+``w0 = min(occupancy, w_grid)`` what it reaches now and ``w1 = min(TARGET, w_grid)`` what it
+would reach with the limiter lifted to ``TARGET`` (50%), a fully latency-bound kernel would
+run ``w0 / w1`` as long; as kernels are rarely purely latency-bound, half of that gain is
+taken::
+
+    saving = (dur - max(2 us, dur * w0 / w1)) * LATENCY_BOUND_SHARE     (0.5)
+
+per launch, per steady step, times the GPU-busy share. User kernels are capped at ``warning``;
+framework kernels (PyTorch ATen, XLA, Inductor) at ``info``, since the user cannot edit them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity
+from stepscope.advisor.speedups import (
+    CUSTOM, LIBRARY, MIN_KERNEL_NS, KernelSaving, SteadyKernels, by_name, device_rows,
+    gpu_bound_share, kernel_owner, per_name, per_step_ms, short, shorter, steady_kernels, where_for,
+)
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.kernel_names import MATMUL
+from stepscope.analysis.occupancy import DeviceLimits
+
+MAX_OCCUPANCY = 0.25
+TARGET = 0.5
+LATENCY_BOUND_SHARE = 0.5
+LIMITERS = ("registers", "shared_memory", "blocks")
+EXCLUDED_CATEGORIES = MATMUL | {"communication"}
+
+FIXES: dict[str, str] = {
+    "registers": "cap registers per thread: `__launch_bounds__(threads_per_block, "
+                 "min_blocks_per_sm)` on the kernel or `-maxrregcount=N` for the file (watch for "
+                 "spills in `-Xptxas -v`); split the kernel or keep fewer values live",
+    "shared_memory": "use less shared memory per block: smaller tiles, fewer pipeline stages, "
+                     "dynamic shared memory sized to what the launch needs",
+    "blocks": "use larger blocks: a multiple of 32 threads and at least 128 per block (an SM "
+              "holds a limited number of blocks, so tiny blocks leave warp slots empty)",
+}
+TRITON = {
+    "registers": "Triton: fewer elements per program (smaller BLOCK_SIZE) or more `num_warps` "
+                 "for the same block, so each thread holds fewer values",
+    "shared_memory": "Triton: fewer `num_stages` or smaller BLOCK_M/N/K",
+    "blocks": "Triton: more `num_warps` per program",
+}
+
+
+@dataclass(frozen=True)
+class _Group:
+    rank: int
+    saving_ms: float
+    raw_ms: float
+    time_ms: float
+    share: float
+    items: list[KernelSaving]
+    sk: SteadyKernels
+    ra: RankAnalysis
+    max_warps: dict[int, int]
+
+
+def _fix(limiters: list[str], custom: bool) -> Fix:
+    how = "; ".join(FIXES[lim] for lim in limiters)
+    tri = "; ".join(TRITON[lim] for lim in limiters)
+    if not custom:
+        return Fix(
+            cuda=f"These kernels belong to the framework; for your own kernels: {how}.",
+            pytorch="`torch.compile` regenerates most elementwise/reduction kernels (Inductor "
+                    "picks launch configurations per device); otherwise report the kernel "
+                    "upstream with its launch configuration.",
+            tensorflow="XLA (`jit_compile=True`) regenerates fused kernels.",
+            jax="XLA picks the launch configuration; try a newer jaxlib or report the fusion.",
+        )
+    return Fix(cuda=f"{how}.", pytorch=f"CUDA extensions: {how}. {tri}.",
+               tensorflow=f"Custom ops: {how}.", jax=f"Pallas / custom calls: {how}. {tri}.")
+
+
+def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
+    sk = steady_kernels(ctx.run, ra)
+    if sk is None:
+        return {}
+    dur, occ = sk.col("dur_ns"), sk.col("occupancy")
+    limiter, category = sk.col("occupancy_limiter"), sk.col("category")
+    cand = ((occ < MAX_OCCUPANCY) & ~np.isnan(occ) & np.isin(limiter, LIMITERS)
+            & ~np.isin(category, list(EXCLUDED_CATEGORIES)) & (dur > MIN_KERNEL_NS))
+    if not cand.any():
+        return {}
+    who = per_name(sk, lambda n, i: kernel_owner(n))
+    cand &= who != LIBRARY
+    if not cand.any():
+        return {}
+    # occupancy the grid alone could reach, per launch
+    sms = np.full(dur.size, np.nan)
+    max_warps = np.full(dur.size, np.nan)
+    warps_by_dev: dict[int, int] = {}
+    dev = np.nan_to_num(sk.col("device")).astype(np.int64)
+    for d, row in device_rows(ra).items():
+        limits = DeviceLimits.from_device_row(row)
+        if limits is None or not limits.sm_count:
+            continue
+        m = dev == d
+        sms[m], max_warps[m] = limits.sm_count, limits.max_warps_per_sm
+        warps_by_dev[d] = limits.max_warps_per_sm
+    warps_per_block = np.ceil(sk.col("threads") / 32.0)
+    w_grid = sk.col("blocks") * warps_per_block / (sms * max_warps)
+    w0 = np.minimum(occ, w_grid)
+    w1 = np.minimum(TARGET, w_grid)
+    gain = cand & (w1 > w0) & ~np.isnan(w_grid)
+    factor = np.where(gain, w0 / np.where(gain, w1, 1.0), 1.0)
+    saving = np.where(gain, shorter(dur, factor) * LATENCY_BOUND_SHARE, 0.0)
+    share = gpu_bound_share(ra)
+    out: dict[bool, _Group] = {}
+    for is_custom in (True, False):
+        mask = gain & ((who == CUSTOM) if is_custom else (who != CUSTOM))
+        items = by_name(sk, mask, saving)
+        if not items:
+            continue
+        raw = per_step_ms(float(saving[mask].sum()), sk)
+        out[is_custom] = _Group(rank=ra.rank, saving_ms=raw * share, raw_ms=raw,
+                                time_ms=per_step_ms(float(dur[mask].sum()), sk), share=share,
+                                items=items, sk=sk, ra=ra, max_warps=warps_by_dev)
+    return out
+
+
+def _kernel_line(g: _Group, k: KernelSaving) -> str:
+    sk, r = g.sk, k.row
+    occ = float(sk.col("occupancy")[r])
+    lim = str(sk.col("occupancy_limiter")[r])
+    threads, regs, smem = (int(np.nan_to_num(sk.col(c)[r]))
+                           for c in ("threads", "registers", "shared_memory"))
+    mw = g.max_warps.get(int(np.nan_to_num(sk.col("device")[r])), 64)
+    what = {"registers": f"{regs} registers per thread x {threads} threads",
+            "shared_memory": f"{smem / 1024:.1f} KB shared memory per block",
+            "blocks": f"{threads}-thread blocks"}[lim]
+    return (f"{short(k.name)}: {occ:.1%} theoretical occupancy ({round(occ * mw)} of {mw} warps "
+            f"per SM), limited by {lim.replace('_', ' ')} ({what}); "
+            f"{per_step_ms(k.time_ns, sk):.3f} ms per step")
+
+
+def _finding(ctx: Context, g: _Group, custom: bool, n_ranks: int) -> Finding:
+    top = g.items[0]
+    lims = sorted({str(g.sk.col("occupancy_limiter")[k.row]) for k in g.items[:5]},
+                  key=LIMITERS.index)
+    occ = float(g.sk.col("occupancy")[top.row])
+    who = "" if custom else "framework "
+    title = (f"{len(g.items)} {who}kernel(s) run at low occupancy ({short(top.name, 48)}: "
+             f"{occ:.0%}, limited by {', '.join(lim.replace('_', ' ') for lim in lims)}); "
+             f"about {g.saving_ms:.2f} ms per step")
+    evidence = [
+        f"{g.time_ms:.3f} ms per step ({g.time_ms / ctx.step_ms:.0%} of the step) in kernels "
+        f"below {MAX_OCCUPANCY:.0%} theoretical occupancy whose grids could fill more warps",
+        *(_kernel_line(g, k) for k in g.items[:5]),
+        f"GPU busy {g.share:.0%} of the steady steps: the kernel-time saving "
+        f"({g.raw_ms:.3f} ms) is scaled by it",
+    ]
+    if len(g.items) > 5:
+        evidence.append(f"... and {len(g.items) - 5} more kernel name(s)")
+    if n_ranks > 1:
+        evidence.append(f"rank {g.rank} shown (largest saving of {n_ranks} ranks)")
+    return ctx.finding(
+        id=RULE.id, category=RULE.category, title=title, saving_ms=g.saving_ms,
+        method=(f"heuristic: a latency-bound kernel's time scales with its resident warps; "
+                f"occupancy raised to min({TARGET:.0%}, what the grid can fill), and only "
+                f"{LATENCY_BOUND_SHARE:.0%} of that gain counted (kernels are rarely purely "
+                f"latency-bound); per steady step, x GPU-busy share {g.share:.2f}"),
+        evidence=evidence, fix=_fix(lims, custom), where=where_for(g.ra, g.sk, g.items),
+        confidence=Confidence.LOW,
+        note="theoretical occupancy only; confirm with Nsight Compute (achieved occupancy, "
+             "stall reasons) before rewriting the kernel",
+        max_severity=Severity.WARNING if custom else Severity.INFO)
+
+
+class LowOccupancy:
+    id = "low_occupancy"
+    title = "Kernels with low theoretical occupancy"
+    category = "occupancy"
+    requires: tuple[str, ...] = ("kernels", "devices")
+
+    def check(self, ctx: Context) -> Sequence[Finding]:
+        best: dict[bool, _Group] = {}
+        for ra in ctx.ranks:
+            for custom, g in _rank_groups(ctx, ra).items():
+                if custom not in best or g.saving_ms > best[custom].saving_ms:
+                    best[custom] = g
+        return [_finding(ctx, g, custom, len(ctx.ranks))
+                for custom, g in sorted(best.items(), reverse=True)
+                if ctx.worth_reporting(g.saving_ms)]
+
+
+RULE = LowOccupancy()

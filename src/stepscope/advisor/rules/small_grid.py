@@ -1,0 +1,198 @@
+"""small_grid: significant kernel time with fewer blocks than the GPU has SMs.
+
+A block runs on one SM; a grid of 16 blocks on a 132-SM H100 leaves 116 SMs idle for the
+whole kernel (the seeds' 16 blocks x 128 threads kernel that uses under a tenth of the GPU).
+
+Estimate, per launch with ``blocks < SMs`` (communication kernels excepted)::
+
+    exposed = duration - time overlapped by other kernels on the same device
+    saving  = exposed - max(2 us, exposed * blocks / SMs)
+
+summed over the steady steps, divided by their number and scaled by the GPU-busy share of the
+steps (``speedups.gpu_bound_share``). It is an upper bound: it assumes the work spreads evenly
+over all SMs and that the kernel stays bound by how much of the GPU it occupies (a kernel that
+becomes memory-bound once spread gains less).
+
+User kernels (CUDA, Triton, CuPy, Numba) and library/framework kernels (cuBLAS, cuDNN,
+PyTorch ATen, XLA) are reported apart: a small grid in a library kernel mostly means small
+tensors (or a split-K / persistent choice of the library), so that finding is capped at
+``info`` with low confidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow.compute as pc
+
+from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
+from stepscope.advisor.speedups import (
+    CUSTOM, MIN_KERNEL_NS, KernelSaving, SteadyKernels, by_name, column_objects, device_rows, gpu_bound_share,
+    kernel_owner, per_name, per_step_ms, short, shorter, steady_kernels, where_for,
+)
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.intervals import overlap_with_windows, union
+
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+FIX_CUSTOM = Fix(
+    cuda="Launch at least as many blocks as the GPU has SMs, better several per SM: size the grid "
+         "from the device (`cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)`; "
+         "grid = sms * k with k >= 2..4 and a grid-stride loop over the data), or give each "
+         "block less work (smaller tiles, split the reduction dimension). Triton: a smaller "
+         "BLOCK_SIZE so that `grid = (triton.cdiv(n, BLOCK_SIZE),)` has more programs.",
+    pytorch="For your own CUDA extension or Triton kernel, size the grid as under CUDA. Otherwise "
+            "give the kernel more work per launch (larger batch) or let `torch.compile` "
+            "regenerate and fuse it.",
+    tensorflow="Larger batch per step; compile with XLA (`tf.function(jit_compile=True)`) so "
+               "small ops fuse into larger kernels; custom ops: size the grid as under CUDA.",
+    jax="Larger batch per device; Pallas kernels: a larger grid (smaller blocks); custom calls: "
+        "size the grid as under CUDA.",
+)
+FIX_LIBRARY = Fix(
+    cuda="Library kernels size their grid from the problem: give them larger problems (batch "
+         "several small GEMMs into one batched GEMM, larger batch).",
+    pytorch="Larger batch (or sequence) per step so each op has more work; `torch.compile` "
+            "fuses small ops into larger kernels; several small matmuls can become one "
+            "`torch.bmm` or a grouped GEMM.",
+    tensorflow="Larger batch; XLA (`jit_compile=True`) fuses small ops.",
+    jax="Larger batch per device; `jax.vmap` several small ops into one batched op.",
+)
+
+
+@dataclass(frozen=True)
+class _Group:
+    rank: int
+    saving_ms: float  # per step, scaled by the GPU-bound share
+    raw_ms: float
+    time_ms: float
+    share: float
+    sms: int
+    items: list[KernelSaving]
+    sk: SteadyKernels
+    ra: RankAnalysis
+
+
+def _candidates(cov: F64, category: npt.NDArray[np.object_], dur: F64) -> B:
+    return np.asarray((cov < 1.0) & ~np.isnan(cov) & (category != "communication")
+                      & (dur > MIN_KERNEL_NS), dtype=bool)
+
+
+def _exposed(sk: SteadyKernels, cand: B) -> F64:
+    """Per steady launch, its time not overlapped by non-candidate kernels on its device."""
+    frame = sk.all_frame
+    dur_all = np.asarray(frame.column("dur_ns").to_numpy(), dtype=np.float64)
+    cov_all = np.asarray(pc.fill_null(frame.column("sm_coverage"), np.nan)
+                         .to_numpy(zero_copy_only=False), dtype=np.float64)
+    cat_all = column_objects(frame.column("category"))
+    other = ~_candidates(cov_all, cat_all, dur_all)
+    ts_all = np.asarray(frame.column("ts_ns").to_numpy(), dtype=np.int64)
+    dev_all = np.asarray(pc.fill_null(frame.column("device"), 0).to_numpy(), dtype=np.int64)
+    ts = sk.col("ts_ns")
+    dur = sk.col("dur_ns")
+    dev = np.nan_to_num(sk.col("device")).astype(np.int64)
+    exposed = dur.copy()
+    for d in np.unique(dev[cand]):
+        m = other & (dev_all == d)
+        us, ue = union(ts_all[m], ts_all[m] + dur_all[m].astype(np.int64))
+        rows = np.flatnonzero(cand & (dev == d))
+        ov = overlap_with_windows(us, ue, ts[rows], ts[rows] + dur[rows].astype(np.int64))
+        exposed[rows] = np.maximum(dur[rows] - ov, 0.0)
+    return exposed
+
+
+def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
+    """Per rank: {True: user kernels, False: library/framework kernels}."""
+    sk = steady_kernels(ctx.run, ra)
+    if sk is None:
+        return {}
+    dur, cov, blocks = sk.col("dur_ns"), sk.col("sm_coverage"), sk.col("blocks")
+    cand = _candidates(cov, sk.col("category"), dur)
+    if not cand.any():
+        return {}
+    exposed = _exposed(sk, cand)
+    saving = np.where(cand, shorter(exposed, np.nan_to_num(cov)), 0.0)
+    custom = per_name(sk, lambda n, i: kernel_owner(n) == CUSTOM).astype(bool)
+    share = gpu_bound_share(ra)
+    devs = device_rows(ra)
+    out: dict[bool, _Group] = {}
+    for is_custom in (True, False):
+        mask = cand & (custom if is_custom else ~custom)
+        items = by_name(sk, mask, saving)
+        if not items:
+            continue
+        raw = per_step_ms(float(saving[mask].sum()), sk)
+        top = items[0].row
+        sm_row = devs.get(int(np.nan_to_num(sk.col("device")[top])), {}).get("sm_count")
+        sms = int(sm_row) if sm_row else int(round(blocks[top] / max(cov[top], 1e-9)))
+        out[is_custom] = _Group(
+            rank=ra.rank, saving_ms=raw * share, raw_ms=raw,
+            time_ms=per_step_ms(float(dur[mask].sum()), sk), share=share, sms=sms,
+            items=items, sk=sk, ra=ra)
+    return out
+
+
+def _kernel_line(g: _Group, k: KernelSaving) -> str:
+    sk = g.sk
+    blocks = int(sk.col("blocks")[k.row])
+    threads = int(sk.col("threads")[k.row])
+    cov = float(sk.col("sm_coverage")[k.row])
+    return (f"{short(k.name)}: {blocks} blocks x {threads} threads on {g.sms} SMs "
+            f"({cov:.0%} of the SMs), {k.calls / sk.n_steps:g} calls and "
+            f"{per_step_ms(k.time_ns, sk):.3f} ms per step, saving up to "
+            f"{per_step_ms(k.saving_ns, sk) * g.share:.3f} ms")
+
+
+def _finding(ctx: Context, g: _Group, is_custom: bool, n_ranks: int) -> Finding:
+    top = g.items[0]
+    blocks = int(g.sk.col("blocks")[top.row])
+    who = "" if is_custom else "library/framework "
+    title = (f"{len(g.items)} {who}kernel(s) launch fewer blocks than the {g.sms} SMs "
+             f"({short(top.name, 48)}: {blocks} blocks); up to {g.saving_ms:.2f} ms per step")
+    evidence = [
+        f"{g.time_ms:.3f} ms per step ({g.time_ms / ctx.step_ms:.0%} of the {ctx.step_ms:.2f} ms "
+        f"step) in kernels whose grid leaves SMs idle",
+        *(_kernel_line(g, k) for k in g.items[:5]),
+        f"GPU busy {g.share:.0%} of the steady steps: the kernel-time saving "
+        f"({g.raw_ms:.3f} ms) is scaled by it",
+    ]
+    if len(g.items) > 5:
+        evidence.append(f"... and {len(g.items) - 5} more kernel name(s)")
+    if n_ranks > 1:
+        evidence.append(f"rank {g.rank} shown (largest saving of {n_ranks} ranks)")
+    note = "" if is_custom else (
+        "library and framework kernels size their grids from the problem: a small grid there "
+        "usually means small tensors, or a split-K / persistent-kernel choice that is right")
+    return ctx.finding(
+        id=RULE.id, category=RULE.category, title=title, saving_ms=g.saving_ms,
+        method=(f"sum over launches with blocks < SMs of exposed time x (1 - blocks/SMs), never "
+                f"below {MIN_KERNEL_NS / 1000:g} us per launch, per steady step, x GPU-busy share "
+                f"{g.share:.2f}; an upper bound: assumes the work spreads evenly over all SMs"),
+        evidence=evidence, fix=FIX_CUSTOM if is_custom else FIX_LIBRARY,
+        where=where_for(g.ra, g.sk, g.items) if g.items else Where(rank=g.rank),
+        confidence=Confidence.MEDIUM if is_custom else Confidence.LOW, note=note,
+        max_severity=Severity.CRITICAL if is_custom else Severity.INFO)
+
+
+class SmallGrid:
+    id = "small_grid"
+    title = "Kernels with fewer blocks than SMs"
+    category = "occupancy"
+    requires: tuple[str, ...] = ("kernels", "devices")
+
+    def check(self, ctx: Context) -> Sequence[Finding]:
+        best: dict[bool, _Group] = {}
+        for ra in ctx.ranks:
+            for is_custom, g in _rank_groups(ctx, ra).items():
+                if is_custom not in best or g.saving_ms > best[is_custom].saving_ms:
+                    best[is_custom] = g
+        return [_finding(ctx, g, is_custom, len(ctx.ranks))
+                for is_custom, g in sorted(best.items(), reverse=True)
+                if ctx.worth_reporting(g.saving_ms)]
+
+
+RULE = SmallGrid()

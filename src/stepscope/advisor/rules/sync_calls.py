@@ -1,0 +1,127 @@
+"""sync_calls: host-device syncs inside the step (explicit syncs, ``.item()``, blocking copies).
+
+A sync costs the GPU idle time it causes (``rules._idle``):
+
+* the GPU idle time while a host thread is blocked in a sync call or a blocking copy
+  (outside input waits) - the ``sync`` category of the step-time breakdown;
+* plus the pipeline drain after each sync point: from its end until the GPU gets work
+  again, the host has to refill the queue; capped at the GPU busy time *during* the point
+  (without the sync the host would have been that far ahead and could have hidden that
+  much host work), scaled by the profiler correction of ``rules._idle``.
+
+Saving per step = the mean over the steady steps of that idle time. Evidence: sync points
+per step, host blocked time, GPU idle split, kinds, top call sites (framework op and user
+Python frame from ``analysis.syncs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from stepscope.advisor.base import Context, Finding, Fix
+from stepscope.advisor.rules._evidence import max_severity, ms, pct, profiler_line, where_worst
+from stepscope.advisor.rules._idle import IdleSplit, split_idle
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.syncs import SyncPointKind
+
+_FIX_BY_KIND = {
+    SyncPointKind.SCALAR_READ.value: (
+        "keep running sums on the device (total += loss.detach()) and call .item() / "
+        ".cpu() / .tolist() every N steps; avoid print(tensor) and Python `if tensor:` in "
+        "the loop"),
+    SyncPointKind.BLOCKING_COPY.value: (
+        "copy inputs with tensor.to(device, non_blocking=True) from pinned memory "
+        "(DataLoader(pin_memory=True) or tensor.pin_memory()); never copy to pageable memory "
+        "in the step"),
+    SyncPointKind.EXPLICIT_SYNC.value: (
+        "drop torch.cuda.synchronize() / stream.synchronize() from the training loop (time "
+        "with CUDA events instead)"),
+}
+FIX_TAIL = ("torch.cuda.set_sync_debug_mode('warn') names every syncing call; "
+            "torch.compile / CUDA graphs need a sync-free step anyway")
+
+
+def _fix(kinds: Sequence[str]) -> Fix:
+    pt = "; ".join(_FIX_BY_KIND[k] for k in kinds if k in _FIX_BY_KIND)
+    return Fix(
+        pytorch=f"{pt}; {FIX_TAIL}" if pt else FIX_TAIL,
+        tensorflow=("no .numpy() / float(tensor) inside the step; wrap the step in "
+                    "tf.function and read metrics every N steps (Keras: steps_per_execution)"),
+        jax=("no block_until_ready(), float(x), np.asarray(x) or x.item() in the loop; keep "
+             "metrics as device arrays and fetch them every N steps; use jax.debug.print / "
+             "jax.debug.callback instead of host prints"),
+        cuda=("replace cudaDeviceSynchronize/cudaStreamSynchronize in the loop with events "
+              "(cudaStreamWaitEvent) and cudaMemcpyAsync from pinned memory"),
+    )
+
+
+def _per_step(split: IdleSplit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    blocked = split.per_step(split.sync_blocked).astype(np.float64)
+    drain = split.per_step(split.sync_drain).astype(np.float64) * split.host_factor
+    return blocked + drain, blocked, drain
+
+
+class SyncCalls:
+    id = "sync_calls"
+    title = "Host-device syncs inside the step"
+    category = "sync"
+    requires: tuple[str, ...] = ("kernels", "api_calls")
+
+    def check(self, ctx: Context) -> Sequence[Finding]:
+        best: tuple[float, RankAnalysis, IdleSplit] | None = None
+        for ra in ctx.ranks:
+            if ra.syncs.count == 0 or not ra.steps.steady:
+                continue
+            split = split_idle(ctx, ra)
+            saving = float(_per_step(split)[0].mean()) / 1e6
+            if best is None or saving > best[0]:
+                best = (saving, ra, split)
+        if best is None or not ctx.worth_reporting(best[0]):
+            return []
+        return [self._finding(ctx, *best)]
+
+    def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
+                 ) -> Finding:
+        sa = ra.syncs
+        total, blocked, drain = _per_step(split)
+        n = split.n
+        kinds = [k for k in sa.by_kind if k.count]
+        kinds_txt = ", ".join(f"{k.kind.replace('_', ' ')} x{k.count / n:.1f}"
+                              for k in sorted(kinds, key=lambda k: -k.blocked_ns))
+        evidence = [
+            f"{sa.mean_count_per_step:.1f} sync points per step ({kinds_txt}); the host is "
+            f"blocked {ms(sa.mean_blocked_ns_per_step)} per step",
+            f"GPU idle while the host is blocked: {ms(blocked.mean())} per step; pipeline "
+            f"drain after the syncs (GPU idle until the host issues new work): "
+            f"{ms(drain.mean())} per step",
+        ]
+        sites = sa.call_sites[:3]
+        for c in sites:
+            where_txt = f" in {c.frame}" if c.frame and c.frame != c.name else ""
+            evidence.append(f"call site {c.name}{where_txt}: {c.kind.replace('_', ' ')} via "
+                            f"{c.api}, {c.count / n:.1f} per step, blocked {ms(c.blocked_ns / n)} "
+                            f"per step")
+        line = profiler_line(split)
+        if line:
+            evidence.append(line)
+        if len(ctx.ranks) > 1:
+            evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
+        method = (f"mean over {n} steady steps of the GPU idle time the syncs cause: idle while "
+                  f"a host thread is blocked in a sync or blocking copy, plus the idle time "
+                  f"from each sync's end to the next GPU work, capped at the GPU busy time "
+                  f"during that sync (the host's lost head start); input waits excluded")
+        top = sites[0].name if sites else "syncs"
+        title = (f"{sa.mean_count_per_step:.1f} host-device syncs per step ({top}) idle the GPU "
+                 f"{ms(saving * 1e6)} per step ({pct(ctx.share(saving))})")
+        where = where_worst(split, total.astype(np.int64),
+                            call_sites=[c.name for c in sites])
+        return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
+                           method=method, evidence=evidence,
+                           fix=_fix([k.kind for k in sorted(kinds, key=lambda k: -k.blocked_ns)]),
+                           where=where, confidence=ctx.host_confidence, note=ctx.host_note,
+                           max_severity=max_severity(ctx, ra, host_side=True))
+
+
+RULE = SyncCalls()

@@ -1,0 +1,135 @@
+"""unstable_steps: step times vary too much to trust averages.
+
+Over every step of a rank except a warm-up step (outliers included: they are what this
+rule is about), with at least :data:`MIN_STEPS` steps:
+
+* fires when the coefficient of variation ``std / mean`` exceeds :data:`CV_INFO` (0.10) or
+  the slowest step exceeds :data:`RATIO_INFO` (1.5) x the median;
+* may be a warning (never critical) only when ``cv > CV_WARN`` (0.25) or ``max / median >
+  RATIO_WARN`` (2.0), and then only if the saving is at least 5% of the step; else info.
+
+Saving per step = ``mean - median`` step time: what the steps slower than the typical
+one add on average (the median step is what a run without the periodic work would do).
+The worst rank (largest CV) is reported. Steps slower than :data:`SLOW` x the median are
+listed; when they are evenly spaced the work is periodic (evaluation, checkpoint,
+logging, garbage collection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
+from stepscope.advisor.engine import SkipRule
+from stepscope.advisor.rules._evidence import pct
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.steps import Step
+
+MIN_STEPS = 3
+CV_INFO = 0.10
+CV_WARN = 0.25
+RATIO_INFO = 1.5
+RATIO_WARN = 2.0
+SLOW = 1.25
+FEW_STEPS = 10
+
+FIX = Fix(
+    pytorch=("measure a longer steady window (stepscope record --steps 20-80, or a longer "
+             "--duration) so averages cover the periodic work; make the periodic work "
+             "cheaper or asynchronous (evaluation, checkpoints, logging every N steps); "
+             "gc.freeze() after start-up if the garbage collector causes the slow steps; with "
+             "variable input shapes, bucket or pad them (torch.compile and cuDNN re-tune per "
+             "new shape); check GPU clocks and throttling (nvidia-smi -q -d PERFORMANCE)"),
+    tensorflow=("profile a longer window (tf.profiler.experimental.start/stop around 50+ "
+                "steps); fixed or bucketed shapes (padded_batch, bucket_by_sequence_length) "
+                "avoid tf.function retracing; callbacks every N steps"),
+    jax=("capture more steps; keep input shapes fixed (jit recompiles for every new shape: "
+         "look for compilation in the slow steps); checkpoints with orbax async"),
+    cuda="time many iterations and report the median; check clocks / throttling reasons",
+)
+
+
+def _steps(ra: RankAnalysis) -> list[Step]:
+    return [s for s in ra.steps.steps if not s.note.startswith("warm-up")]
+
+
+def _periodic(idx: Sequence[int]) -> int:
+    """The spacing of evenly spaced step indexes (0 when not periodic or too few)."""
+    if len(idx) < 3:
+        return 0
+    d = np.diff(np.asarray(idx))
+    return int(d[0]) if d[0] > 1 and bool((d == d[0]).all()) else 0
+
+
+class UnstableSteps:
+    id = "unstable_steps"
+    title = "Step times vary too much to trust averages"
+    category = "measurement"
+    requires: tuple[str, ...] = ()
+
+    def check(self, ctx: Context) -> Sequence[Finding]:
+        best: tuple[float, RankAnalysis, list[Step]] | None = None
+        for ra in ctx.ranks:
+            steps = _steps(ra)
+            if len(steps) < MIN_STEPS:
+                continue
+            walls = np.array([s.wall_ns for s in steps], dtype=np.float64)
+            cv = float(walls.std() / walls.mean()) if walls.mean() > 0 else 0.0
+            if best is None or cv > best[0]:
+                best = (cv, ra, steps)
+        if best is None:
+            most = max((len(_steps(ra)) for ra in ctx.ranks), default=0)
+            raise SkipRule(f"needs at least {MIN_STEPS} steps after warm-up (the run has {most})")
+        cv, ra, steps = best
+        walls = np.array([s.wall_ns for s in steps], dtype=np.float64) / 1e6
+        med = float(np.median(walls))
+        ratio = float(walls.max() / med) if med > 0 else 0.0
+        if cv <= CV_INFO and ratio <= RATIO_INFO:
+            return []
+        return [self._finding(ctx, ra, steps, walls, cv, ratio)]
+
+    def _finding(self, ctx: Context, ra: RankAnalysis, steps: list[Step], walls: np.ndarray,
+                 cv: float, ratio: float) -> Finding:
+        n = len(steps)
+        mean, med = float(walls.mean()), float(np.median(walls))
+        saving = max(0.0, mean - med)
+        slow = [i for i in np.argsort(-walls, kind="stable").tolist() if walls[i] > SLOW * med]
+        evidence = [
+            f"{n} steps (warm-up excluded): min {walls.min():.2f} / median {med:.2f} / p95 "
+            f"{float(np.percentile(walls, 95)):.2f} / max {walls.max():.2f} ms; mean "
+            f"{mean:.2f} ms",
+            f"coefficient of variation {cv:.2f} (threshold {CV_INFO:.2f}); slowest step "
+            f"{ratio:.2f}x the median (threshold {RATIO_INFO:.1f})",
+        ]
+        if slow:
+            evidence.append(f"{len(slow)} steps slower than {SLOW}x the median: " + ", ".join(
+                f"step {steps[i].index} ({walls[i]:.2f} ms)" for i in slow[:5]))
+            k = _periodic(sorted(steps[i].index for i in slow))
+            if k:
+                evidence.append(f"every {k}th step is slow: periodic work (evaluation, "
+                                f"checkpoint, logging, garbage collection)")
+        out = [s for s in steps if s.note.startswith("outlier")]
+        if out:
+            evidence.append(f"{len(out)} outlier steps are left out of the averages of the "
+                            f"other findings")
+        if n < FEW_STEPS:
+            evidence.append(f"only {n} steps: capture more to tell noise from periodic work")
+        if len(ctx.ranks) > 1:
+            evidence.append(f"rank {ra.rank} varies most of {len(ctx.ranks)} ranks")
+        big = (cv > CV_WARN or ratio > RATIO_WARN)
+        cap = Severity.WARNING if big else Severity.INFO
+        slowest = steps[slow[0]] if slow else steps[int(np.argmax(walls))]
+        where = Where(rank=ra.rank, steps=tuple(steps[i].index for i in slow[:5])
+                      or (slowest.index,), start_ns=slowest.start_ns, end_ns=slowest.end_ns)
+        title = (f"Step time varies {cv:.0%} (CV) over {n} steps, slowest {ratio:.2f}x the "
+                 f"median: slow steps cost {saving:.2f} ms per step ({pct(ctx.share(saving))})")
+        method = (f"mean minus median step time over {n} steps (warm-up excluded): the time "
+                  f"the steps slower than the typical one add per step on average")
+        return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
+                           method=method, evidence=evidence, fix=FIX, where=where,
+                           max_severity=cap)
+
+
+RULE = UnstableSteps()

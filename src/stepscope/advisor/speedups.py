@@ -1,0 +1,367 @@
+"""What a kernel-level change would save per step: measured speed-ups, and how kernel time
+turns into step time. Shared by the occupancy and precision rules.
+
+The speed-up table
+------------------
+``MEASURED`` holds GEMM / convolution throughput ratios measured by
+``benchmarks/gemm_speedups.py`` (PyTorch, CUDA events, median over shapes; the script's
+docstring defines each ratio), one entry per GPU model with its provenance. Each ratio is a
+time ratio, larger is better for the change:
+
+* ``gemm_tf32`` / ``gemm_bf16`` / ``gemm_fp16``: time of an fp32 GEMM with TF32 off over the
+  time of the same GEMM with TF32 on / in bf16 / in fp16 (``conv_*``: the same for a 2-D
+  convolution, forward + both backward passes, NCHW, ``cudnn.benchmark`` off);
+* ``half_misaligned``: time per FLOP of a 16-bit GEMM with a dimension that is not a multiple
+  of 8 over that of its aligned neighbour (K 4095 vs 4096, vocabulary 50257 vs 50304, ...).
+
+``speedups_for(device_row)`` resolves every ratio for one GPU: the entry measured on that GPU
+model (matched by name), else one measured on another model of the same compute capability
+where such models share their tensor-core/FP32 throughput ratio (``SAME_CC_OK``), else the
+conservative ``DATASHEET`` default of the compute capability ("estimated from datasheet peaks,
+not measured"). Each resolved ``Ratio`` says which, so findings can say how much to trust it.
+
+From kernel time to step time
+-----------------------------
+A kernel's saving only shortens the step when the GPU is the bottleneck. The rules scale
+kernel savings by the steady steps' GPU-busy share (``gpu_bound_share``: union of GPU activity
+inside the steady steps / their wall time); a host-bound step (GPU idle most of the time)
+gains little from faster kernels. And no kernel gets shorter than ``MIN_KERNEL_NS``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stepscope.advisor.base import Where
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.intervals import assign_to_windows
+from stepscope.analysis.kernels import kernel_frame
+from stepscope.store.run import Run
+
+PLACEHOLDER = None
+"""A ratio not measured yet: run ``benchmarks/gemm_speedups.py`` on that GPU and paste its
+``python_entry`` over the entry."""
+
+RATIOS: tuple[str, ...] = (
+    "gemm_tf32", "gemm_bf16", "gemm_fp16", "conv_tf32", "conv_bf16", "conv_fp16",
+    "half_misaligned",
+)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One GPU model's measured ratios (``None``: not measured) and where they came from."""
+
+    device: str  # torch.cuda.get_device_name()
+    compute: tuple[int, int]
+    gemm_tf32: float | None
+    gemm_bf16: float | None
+    gemm_fp16: float | None
+    conv_tf32: float | None
+    conv_bf16: float | None
+    conv_fp16: float | None
+    half_misaligned: float | None
+    provenance: str  # device, driver, torch / CUDA / cuDNN, date, command
+
+
+MEASURED: tuple[Measured, ...] = (
+    # PLACEHOLDER: the project's H100 has not run the benchmark yet; until then the H200 entry
+    # below (same compute capability 9.0, same GH100 chip) is used for it.
+    Measured(device="NVIDIA H100 80GB HBM3", compute=(9, 0), gemm_tf32=PLACEHOLDER,
+             gemm_bf16=PLACEHOLDER, gemm_fp16=PLACEHOLDER, conv_tf32=PLACEHOLDER,
+             conv_bf16=PLACEHOLDER, conv_fp16=PLACEHOLDER, half_misaligned=PLACEHOLDER,
+             provenance="PLACEHOLDER: not measured yet"),
+    Measured(device="NVIDIA H200", compute=(9, 0), gemm_tf32=6.325, gemm_bf16=13.166,
+             gemm_fp16=12.762, conv_tf32=2.39, conv_bf16=4.261, conv_fp16=4.491,
+             half_misaligned=5.245,
+             provenance="NVIDIA H200, driver 580.159.04, torch 2.11.0+cu130 (CUDA 13.0, cuDNN "
+                        "91900), 2026-11-22: python3 benchmarks/gemm_speedups.py --out gemm.json"),
+)
+
+# Compute capabilities whose GPU models share their tensor-core / FP32 throughput ratios (data
+# centre parts only: GeForce parts of 8.6/8.9/12.x halve some tensor rates), so a measurement
+# on one model stands for the others.
+SAME_CC_OK = frozenset({(8, 0), (9, 0), (10, 0), (10, 3)})
+
+# Conservative defaults per compute capability, "estimated from datasheet peaks, not measured".
+# Dense datasheet peaks (TFLOPS) fp32 / TF32 / bf16: A100 19.5 / 156 / 312 (8x, 16x),
+# H100 SXM 67 / 495 / 989 (7.4x, 14.8x); A6000, L4, L40S: TF32 = 2x fp32, bf16 = 4x;
+# RTX 3090 / 4090: TF32 = 1x, fp16 with fp32 accumulation = 2x; V100 fp32 15.7 / fp16 125 (8x,
+# no TF32 or bf16 tensor cores); T4 8.1 / 65. Measured GEMMs reach a smaller share of the
+# tensor peak than of the FP32 peak (H200, 2026-11-22: 6.3x TF32, 13x bf16 on GEMMs; 2.4x / 4.3x
+# on convolutions), so the defaults take about half of the measured data-centre ratios and
+# much less of the consumer parts' peaks. ``None``: the GPU has no such tensor cores.
+_DATACENTER = dict(gemm_tf32=3.0, gemm_bf16=6.0, gemm_fp16=6.0, conv_tf32=1.5, conv_bf16=2.5,
+                   conv_fp16=2.5, half_misaligned=2.0)
+_WORKSTATION = dict(gemm_tf32=1.3, gemm_bf16=2.0, gemm_fp16=2.0, conv_tf32=1.2, conv_bf16=1.5,
+                    conv_fp16=1.5, half_misaligned=1.5)
+_VOLTA = dict(gemm_tf32=None, gemm_bf16=None, gemm_fp16=3.0, conv_tf32=None, conv_bf16=None,
+              conv_fp16=2.0, half_misaligned=2.0)
+DATASHEET: dict[tuple[int, int], dict[str, float | None]] = {
+    (7, 0): _VOLTA, (7, 2): _VOLTA, (7, 5): _VOLTA,
+    (8, 0): _DATACENTER, (8, 6): _WORKSTATION, (8, 7): _WORKSTATION, (8, 9): _WORKSTATION,
+    (9, 0): _DATACENTER, (10, 0): _DATACENTER, (10, 3): _DATACENTER,
+    (12, 0): _WORKSTATION, (12, 1): _WORKSTATION,
+}
+DATASHEET_SOURCE = "estimated from datasheet peaks, not measured"
+
+MIN_KERNEL_NS = 2_000
+"""No kernel gets shorter than this: the shortest kernels in the H100 fixtures take ~1 µs, and
+one that reads memory across all SMs rarely finishes under ~2 µs."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    value: float
+    measured: bool
+    """Measured on this GPU model (not another model, not the datasheet default)."""
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.value:.1f}x ({self.source})"
+
+
+@dataclass(frozen=True)
+class Speedups:
+    device: str
+    compute: tuple[int, int]
+    ratios: Mapping[str, Ratio | None]  # RATIOS -> ratio, None when the GPU cannot do it
+
+    def get(self, name: str) -> Ratio | None:
+        return self.ratios.get(name)
+
+
+def speedups_for(device: Mapping[str, Any],
+                 measured: tuple[Measured, ...] = MEASURED) -> Speedups | None:
+    """The ratios for one ``devices`` row; ``None`` for a GPU without tensor cores (compute
+    capability below 7.0), an unknown compute capability, or a non-NVIDIA device."""
+    vendor = str(device.get("vendor") or "nvidia").lower()
+    major, minor = device.get("compute_major"), device.get("compute_minor")
+    if vendor not in ("nvidia", "unknown") or major is None or minor is None:
+        return None
+    cc = (int(major), int(minor))
+    if cc not in DATASHEET:
+        return None
+    name = str(device.get("name") or "")
+    exact = [m for m in measured if m.device == name]
+    same_cc = [m for m in measured if m.compute == cc and m.device != name] \
+        if cc in SAME_CC_OK else []
+    out: dict[str, Ratio | None] = {}
+    for r in RATIOS:
+        default = DATASHEET[cc].get(r)
+        if default is None:
+            out[r] = None
+            continue
+        ratio = Ratio(float(default), False, DATASHEET_SOURCE)
+        for m in exact + same_cc:
+            v = getattr(m, r)
+            if v is not None:
+                where = "" if m in exact else f", same compute capability {cc[0]}.{cc[1]}"
+                ratio = Ratio(float(v), m in exact, f"measured on {m.device}{where}")
+                break
+        out[r] = ratio
+    return Speedups(device=name, compute=cc, ratios=out)
+
+
+def shorter(dur_ns: npt.NDArray[np.float64], factor: npt.NDArray[np.float64] | float
+            ) -> npt.NDArray[np.float64]:
+    """Time saved when kernels of ``dur_ns`` take ``dur * factor`` instead, never going below
+    ``MIN_KERNEL_NS`` (nor saving anything on kernels already shorter)."""
+    new = np.maximum(dur_ns * factor, MIN_KERNEL_NS)
+    return np.asarray(np.maximum(dur_ns - new, 0.0), dtype=np.float64)
+
+
+def gpu_bound_share(ra: RankAnalysis) -> float:
+    """Share of the steady steps' wall time the GPU was busy (union over streams, mean over
+    the rank's devices), 0..1."""
+    steady = ra.steps.steady
+    wall = sum(s.wall_ns for s in steady)
+    if wall <= 0:
+        return 0.0
+    busy = sum(ra.step_busy_ns[s.index] for s in steady if s.index < len(ra.step_busy_ns))
+    n_dev = max(1, len({int(d["device"]) for d in ra.devices}))
+    return float(min(1.0, busy / (wall * n_dev)))
+
+
+# -- who wrote a kernel ---------------------------------------------------------------------
+
+LIBRARY = "library"
+FRAMEWORK = "framework"
+CUSTOM = "custom"
+
+_LIBRARY_RX = re.compile(
+    r"nvjet|cutlass|xmma|cublas|cudnn|cask_|\bsm_?\d{2,3}_|ampere_|volta_|turing_|hopper_|"
+    r"maxwell_|blackwell_|gemv|gemm|fft|DSE::|nccl|rccl|cub::|thrust::|flash|fmha|sdpa|"
+    r"xformers|fbgemm|transformer_engine|\btrt_|tensorrt|magma|cusparse|cusolver|curand|"
+    r"cutensor|winograd|cuda_graph|_ZN\d*cutlass|_ZN3cub|_ZN6thrust",
+    re.IGNORECASE)
+_FRAMEWORK_RX = re.compile(
+    r"\bat::|\bc10::|\btorch::|\baten|_ZN2at|_ZN3c10|^triton_(poi|red|per|tem|for|spl)_|"
+    r"fusion|^loop_|^input_|^wrapped_|Eigen::|tensorflow::|_ZN5Eigen|_ZN10tensorflow|\bxla::|"
+    r"\bjax|\bapex::|multi_tensor_apply",
+    re.IGNORECASE)
+
+
+def kernel_owner(name: str) -> str:
+    """``library`` (cuBLAS/cuDNN/CUTLASS/NCCL/CUB/FlashAttention...), ``framework`` (PyTorch
+    ATen, Inductor-generated Triton, XLA fusions, TensorFlow/Eigen) or ``custom`` (anything
+    else: the user's CUDA, Triton, CuPy or Numba kernels)."""
+    if _LIBRARY_RX.search(name):
+        return LIBRARY
+    if _FRAMEWORK_RX.search(name):
+        return FRAMEWORK
+    return CUSTOM
+
+
+# -- the kernels of the steady steps ---------------------------------------------------------
+
+_COLUMNS = ("name", "ts_ns", "dur_ns", "device", "external_id", "category", "tensor_cores",
+            "precision", "blocks", "threads", "registers", "shared_memory", "occupancy",
+            "occupancy_limiter", "sm_coverage")
+
+
+@dataclass(frozen=True)
+class SteadyKernels:
+    """One rank's kernel launches that start inside a steady step, as numpy columns."""
+
+    rank: int
+    n_steps: int
+    step: npt.NDArray[np.int64]  # index into ra.steps.steps
+    cols: Mapping[str, npt.NDArray[Any]]
+    all_frame: pa.Table  # every launch of the rank (for overlap with other kernels)
+
+    def col(self, name: str) -> npt.NDArray[Any]:
+        """``ts_ns`` as int64, other numeric columns as float64 (NaN for nulls), the rest as
+        object arrays (None for nulls)."""
+        return self.cols[name]
+
+
+def steady_kernels(run: Run, ra: RankAnalysis) -> SteadyKernels | None:
+    """The enriched kernel frame (``analysis.kernels.kernel_frame``) of rank ``ra`` restricted to
+    launches that start in a steady step; ``None`` without steady steps or kernels."""
+    steady = ra.steps.steady
+    if not steady:
+        return None
+    frame = kernel_frame(run, ra.rank)
+    if frame.num_rows == 0:
+        return None
+    starts = np.array([s.start_ns for s in steady], dtype=np.int64)
+    ends = np.array([s.end_ns for s in steady], dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    ts = np.asarray(frame.column("ts_ns").to_numpy(), dtype=np.int64)
+    slot = assign_to_windows(ts, starts[order], ends[order])
+    keep = slot >= 0
+    if not keep.any():
+        return None
+    sub = frame.filter(pa.array(keep))
+    cols: dict[str, npt.NDArray[Any]] = {}
+    for c in _COLUMNS:
+        col = sub.column(c)
+        if c == "ts_ns":
+            cols[c] = np.asarray(col.to_numpy(), dtype=np.int64)
+            continue
+        if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+            col = pc.fill_null(pc.cast(col, pa.float64()), np.nan)
+            cols[c] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+            continue
+        cols[c] = column_objects(col)
+    idx = np.array([s.index for s in steady], dtype=np.int64)[order][slot[keep]]
+    return SteadyKernels(rank=ra.rank, n_steps=len(steady), step=idx, cols=cols,
+                         all_frame=frame)
+
+
+def column_objects(col: pa.ChunkedArray) -> npt.NDArray[np.object_]:
+    """A column as an object array (None for nulls), converting each distinct value once."""
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    arr = col.unify_dictionaries().combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    values = np.array(arr.dictionary.to_pylist() + [None], dtype=object)
+    idx = pc.fill_null(arr.indices, len(values) - 1).to_numpy(zero_copy_only=False)
+    return np.asarray(values[np.asarray(idx, dtype=np.int64)], dtype=object)
+
+
+def op_names(run: Run, rank: int) -> dict[int, str]:
+    """external_id -> name of the framework op (``cpu_ops``) that launched the GPU work."""
+    ops = run.table("cpu_ops", rank)
+    if ops.num_rows == 0:
+        return {}
+    ops = ops.filter(pc.is_valid(ops.column("external_id")))
+    ids = ops.column("external_id").to_pylist()
+    names = ops.column("name").cast(pa.string()).to_pylist()
+    return {int(i): str(n) for i, n in zip(ids, names)}
+
+
+def device_rows(ra: RankAnalysis) -> dict[int, dict[str, Any]]:
+    return {int(d["device"]): d for d in ra.devices}
+
+
+@dataclass(frozen=True)
+class KernelSaving:
+    """One kernel name's share of a rule's saving, over the steady steps of one rank."""
+
+    name: str
+    calls: int
+    time_ns: float  # kernel time of the flagged launches, all steady steps together
+    saving_ns: float  # before scaling by the GPU-bound share
+    row: int  # a representative launch: the flagged launch with the most time
+
+
+def by_name(sk: SteadyKernels, mask: npt.NDArray[np.bool_],
+            saving: npt.NDArray[np.float64]) -> list[KernelSaving]:
+    """Flagged launches (``mask``) grouped by kernel name, largest saving first."""
+    rows = np.flatnonzero(mask)
+    if rows.size == 0:
+        return []
+    names = sk.col("name")[rows]
+    dur = sk.col("dur_ns")[rows]
+    out: list[KernelSaving] = []
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        groups.setdefault(str(n), []).append(i)
+    for n, idx in groups.items():
+        ix = np.array(idx, dtype=np.int64)
+        out.append(KernelSaving(name=n, calls=int(ix.size), time_ns=float(dur[ix].sum()),
+                                saving_ns=float(saving[rows[ix]].sum()),
+                                row=int(rows[ix[np.argmax(dur[ix])]])))
+    out.sort(key=lambda k: (-k.saving_ns, k.name))
+    return out
+
+
+def short(name: str, width: int = 80) -> str:
+    """A kernel name cut to ``width`` characters for titles and evidence."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def per_step_ms(ns: float, sk: SteadyKernels) -> float:
+    return ns / sk.n_steps / 1e6
+
+
+def where_for(ra: RankAnalysis, sk: SteadyKernels, top: list[KernelSaving],
+              n_kernels: int = 5) -> Where:
+    """Where to look: the rank, its steady steps, the step holding the top kernel's longest
+    flagged launch, and the top kernel names."""
+    start = end = None
+    if top:
+        step = ra.steps.steps[int(sk.step[top[0].row])]
+        start, end = step.start_ns, step.end_ns
+    return Where(rank=ra.rank, steps=tuple(s.index for s in ra.steps.steady), start_ns=start,
+                 end_ns=end, kernels=tuple(k.name for k in top[:n_kernels]))
+
+
+def per_name(sk: SteadyKernels, fn: Callable[[str, int], Any]) -> npt.NDArray[Any]:
+    """``fn(name, row)`` evaluated once per distinct kernel name (``row``: one of its launches)
+    and spread back over the launches, as an object array."""
+    names = sk.col("name")
+    if names.size == 0:
+        return np.zeros(0, dtype=object)
+    uniq, first, inverse = np.unique(names.astype(str), return_index=True, return_inverse=True)
+    vals = np.array([fn(str(n), int(i)) for n, i in zip(uniq, first)] + [None], dtype=object)
+    return np.asarray(vals[:-1][inverse.reshape(-1)], dtype=object)
