@@ -112,13 +112,18 @@ def load_api(run: Run, rank: int) -> Api:
                corr=column_i64(t, "correlation"))
 
 
-def launch_thread(api: Api) -> int | None:
-    """The thread that issues most kernel launches (the training thread), if any."""
+def launch_threads(api: Api) -> I64:
+    """Threads that issue kernel launches (the training thread, autograd's device thread...).
+    A copy called from another thread (a prefetcher) does not hold up kernel launches."""
     m = api.kind_is(*LAUNCH_KINDS)
-    if not m.any():
-        return None
-    tids, counts = np.unique(api.tid[m], return_counts=True)
-    return int(tids[np.argmax(counts)])
+    return np.unique(api.tid[m]) if m.any() else np.zeros(0, dtype=np.int64)
+
+
+def on_launch_thread(c: Copies, api: Api) -> Bool:
+    """Copies whose API call is known and made by a thread that launches kernels; when the
+    trace has no launch calls at all, every copy with a known call."""
+    tids = launch_threads(api)
+    return c.has_api & np.isin(c.tid, tids) if tids.size else c.has_api.copy()
 
 
 # -- copies --------------------------------------------------------------------------------

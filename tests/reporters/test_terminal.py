@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from builder import TraceBuilder
+from stepscope.report import build_report
+from stepscope.reporters.json_report import to_json
+from stepscope.reporters.terminal import breakdown_bar, render_text
+
+HOSTILE = "[bold red]<img src=x onerror=alert(1)>[/bold red] \\[x]"
+
+
+def hostile_run(tmp_path: Path):  # type: ignore[no-untyped-def]
+    b = TraceBuilder()
+    for i in range(3):
+        t = i * 1000.0
+        b.step(t, 1000, step=i)
+        b.kernel(HOSTILE, t + 10, 900, launch=(t + 1, 5))
+    return b.build(tmp_path / "run")
+
+
+def test_names_render_as_text_and_fit_100_columns(tmp_path: Path) -> None:
+    text = render_text(build_report(hostile_run(tmp_path)), width=100)
+    assert "[bold red]<img src=x onerror=alert(1)>" in text  # markup shown literally, not applied
+    assert all(len(line) <= 100 for line in text.splitlines())
+    assert "Steps 3" in text
+
+
+def test_json_keeps_names_exactly(tmp_path: Path) -> None:
+    rep = json.loads(to_json(build_report(hostile_run(tmp_path))))
+    assert rep["kernels"][0]["name"] == HOSTILE
+    assert rep["summary"]["gpu_busy_in_steps_ms"] == 2.7  # 3 x 900 us
+
+
+def test_breakdown_bar_width_is_exact() -> None:
+    bar = breakdown_bar({"compute": 1.0, "sync": 1.0, "idle": 1.0}, width=10)
+    assert len(bar.plain) == 10
+    assert breakdown_bar({}, width=10).plain == "(no steps)"
