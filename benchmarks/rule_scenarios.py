@@ -1,8 +1,17 @@
 #!/usr/bin/env python3
-"""Planted-bottleneck scenarios for small_grid / low_occupancy / no_tensor_cores / tc_misaligned.
+"""Extra scenarios for the kernel rules (small_grid, low_occupancy, no_tensor_cores,
+tc_misaligned), complementing the planted suite in ``benchmarks/scenarios/``: every step ends
+in ``torch.cuda.synchronize()`` (like a ``loss.item()`` loop), and the kernels take other launch
+shapes (12.5% and 18.75% occupancy as 128-thread blocks, a small conv net, GPT-2's vocabulary,
+hidden 771). Needs torch and CuPy on a CUDA GPU::
 
-For each scenario: trace the baseline (torch.profiler, 3 active steps) into OUT/<name>.pt.trace.json.gz,
-and time (untraced, synced per step, median of many) the baseline and each fix. Prints JSON.
+    python3 benchmarks/rule_scenarios.py OUT_DIR
+
+For each scenario the baseline is traced (torch.profiler CPU+CUDA, 3 active steps) into
+``OUT_DIR/<name>.pt.trace.json.gz``, and the baseline and each fix are timed untraced (median
+step of 40, synchronised per step); ``OUT_DIR/scenarios.json`` holds the step times. Run the
+advisor on the traces offline and compare. Results (H200, torch 2.11, 2026-11-22) are quoted
+in docs/rules/{small_grid,low_occupancy,no_tensor_cores,tc_misaligned}.md.
 """
 
 from __future__ import annotations

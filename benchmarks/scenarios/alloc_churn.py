@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from common import Step, adamw, is_cuda, mlp, pick, randn, train_step
 
 EXPECTED = "memory_pressure"

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ def mlp(widths: list[int], device: str, *, act: type[torch.nn.Module] = torch.nn
     """Linear(w0,w1) act Linear(w1,w2) act ... Linear(w[-2],w[-1]); deterministic init."""
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
         layers.append(torch.nn.Linear(a, b))
         if i < len(widths) - 2:
             layers.append(act())
@@ -131,7 +132,9 @@ def adamw(model: torch.nn.Module, device: str, lr: float = 1e-4) -> torch.optim.
 def autocast(device: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type="cuda" if is_cuda(device) else "cpu", dtype=dtype)
+    ctx: contextlib.AbstractContextManager[Any] = torch.autocast(
+        device_type="cuda" if is_cuda(device) else "cpu", dtype=dtype)
+    return ctx
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, *,
@@ -436,7 +439,7 @@ def free_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def cycle(make_iter: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+def cycle(make_iter: Callable[[], Iterator[Any]]) -> Generator[Any, None, None]:
     """Endless iterator: re-creates the inner iterator when it runs out."""
     while True:
         yield from make_iter()
@@ -501,8 +504,8 @@ def front_body(device: str) -> FrontBody:
 
 def cupy_or_skip() -> Any:
     try:
-        import cupy  # noqa: F401
-    except Exception as exc:  # ImportError, or a CUDA mismatch at import
+        import cupy
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a CUDA mismatch at import
         raise SkipScenario(f"needs CuPy ({type(exc).__name__}: {exc})") from None
     return cupy
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from common import Step, front_body, is_cuda
 
 EXPECTED = "sync_calls"

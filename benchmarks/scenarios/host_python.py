@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-
 from common import Step, adamw, autocast, calibrate, mlp, pick, randn
 
 EXPECTED = "host_bound"

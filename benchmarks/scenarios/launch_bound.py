@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from common import Step, is_cuda, pick, randn, require_cuda
 
 EXPECTED = "launch_bound"

@@ -52,9 +52,8 @@ def log(msg: str) -> None:
 
 
 def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    import torch
-
     import common
+    import torch
 
     t0 = time.perf_counter()
     res: dict[str, Any] = {"scenario": name, "device": args.device, "status": "error"}
@@ -93,12 +92,12 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
             try:
                 res["advice"] = common.advise_trace(trace_path, out / "runs" / name)
                 res["status"] = "ok"
-            except Exception as exc:  # stepscope problem: keep the measurement
+            except Exception as exc:  # noqa: BLE001 - stepscope problem: keep the measurement
                 res["advice_error"] = f"{type(exc).__name__}: {exc}"
                 res["advice_traceback"] = traceback.format_exc()
                 log(f"    stepscope failed: {res['advice_error']}")
             res["score"] = common.score(res["expected"], res["timing"], res.get("advice"))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
         res["error"] = f"{type(exc).__name__}: {exc}"
         res["traceback"] = traceback.format_exc()
         log(f"    ERROR: {res['error']}")
@@ -107,8 +106,8 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
             if s is not None:
                 try:
                     s.close()
-                except Exception:
-                    pass
+                except Exception as exc:  # noqa: BLE001
+                    log(f"    close failed: {exc}")
         res["wall_s"] = round(time.perf_counter() - t0, 3)
     return res
 
@@ -139,16 +138,17 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Planted-bottleneck suite: advisor accuracy",
         "",
-        f"Device: {meta.get('device_name', meta['device'])}; torch {meta.get('torch')}; "
-        f"{meta['date']}; rounds {meta['rounds']} x steps {meta['steps'] or 'auto'}; "
-        f"in-flight bound {meta['inflight']}.",
-        "Measured = median over blocks of the per-block mean step time, baseline and fixed "
-        "interleaved in one process (untraced). Estimate = the advisor's est_saving for the "
-        "planted rule on the traced baseline (torch.profiler CPU+CUDA, profile_memory). "
-        "est/measured compares percentages of the step (ms ratio in brackets); ok = within ±30%.",
+        (f"Device: {meta.get('device_name', meta['device'])}; torch {meta.get('torch')}; "
+         f"{meta['date']}; rounds {meta['rounds']} x steps {meta['steps'] or 'auto'}; "
+         f"in-flight bound {meta['inflight']}."),
+        ("Measured = median over blocks of the per-block mean step time, baseline and fixed "
+         "interleaved in one process (untraced). Estimate = the advisor's est_saving for the "
+         "planted rule on the traced baseline (torch.profiler CPU+CUDA, profile_memory). "
+         "est/measured compares percentages of the step (ms ratio in brackets); "
+         "ok = within ±30%."),
         "",
-        "| scenario | planted rule | top finding | est. saving ms / % | measured saving ms / % | "
-        "est/measured | ranked first? | baseline / fixed ms (traced) |",
+        ("| scenario | planted rule | top finding | est. saving ms / % | measured saving ms / % | "
+         "est/measured | ranked first? | baseline / fixed ms (traced) |"),
         "|---|---|---|---|---|---|---|---|",
     ]
     healthy_line = ""
@@ -192,8 +192,8 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     scored = [r for r in results if r.get("expected") and r.get("score")]
     n_first = sum(1 for r in scored if r["score"].get("ranked_first"))
     n_tol = sum(1 for r in scored if r["score"].get("within_tolerance"))
-    lines += ["", f"Ranked first: {n_first}/{len(scored)}; estimate within ±30%: "
-                  f"{n_tol}/{len(scored)}.", ""]
+    lines += ["", (f"Ranked first: {n_first}/{len(scored)}; estimate within ±30%: "
+                   f"{n_tol}/{len(scored)}."), ""]
     if healthy_line:
         lines += [healthy_line, ""]
     errs = [r for r in results if r.get("error") or r.get("advice_error")]
@@ -241,13 +241,13 @@ def device_meta(device: str) -> dict[str, Any]:
             p = torch.cuda.get_device_properties(0)
             meta.update(device_name=p.name, sms=p.multi_processor_count,
                         memory_gb=round(p.total_memory / 2**30, 1), cuda=torch.version.cuda)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         meta["torch_error"] = str(exc)
     try:
         import cupy
 
         meta["cupy"] = cupy.__version__
-    except Exception:
+    except Exception:  # noqa: BLE001
         meta["cupy"] = None
     return meta
 
@@ -331,7 +331,7 @@ def run_child(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
         dest.unlink()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
-        proc = subprocess.run(cmd, timeout=args.timeout, env=env)
+        proc = subprocess.run(cmd, timeout=args.timeout, env=env, check=False)
         rc: int | str = proc.returncode
     except subprocess.TimeoutExpired:
         rc = "timeout"
@@ -343,8 +343,8 @@ def run_child(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     expected = ""
     try:
         expected = getattr(importlib.import_module(name), "EXPECTED", "")
-    except Exception:
-        pass
+    except Exception as exc:  # noqa: BLE001
+        log(f"    cannot import {name}: {exc}")
     return {"scenario": name, "expected": expected, "status": "error",
             "error": (f"timed out after {args.timeout:.0f} s" if rc == "timeout"
                       else f"child exited with {rc} and wrote no result")}

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from common import (Step, adamw, cupy_or_skip, cupy_stream_of_torch, cupy_view, mlp, num_sms,
-                    pick, randn, require_cuda, train_step)
+from common import (
+    Step,
+    adamw,
+    cupy_or_skip,
+    cupy_stream_of_torch,
+    cupy_view,
+    mlp,
+    num_sms,
+    pick,
+    randn,
+    require_cuda,
+    train_step,
+)
 
 EXPECTED = "small_grid"
 DESCRIPTION = ("CuPy grid-stride kernel y = tanh(x)*a + b over 16M floats launched with 16 "

@@ -237,3 +237,18 @@ def test_every_h100_fixture_kernel_is_classified(rel: str) -> None:
         # fp32 CNN with cuDNN FFT convolutions and no tensor cores at all
         assert by_cat["conv"] / total == pytest.approx(0.694, abs=0.001)
         assert not any(c.tensor_cores for c in classes.values())
+
+
+def test_hopper_xmma_tf32_kernels_use_tensor_cores() -> None:
+    # xmma names list the input types first (f32f32) and the math type after (tf32f32):
+    # these are TF32 tensor-core kernels, not fp32 SIMT ones (seen on H200, TF32 enabled)
+    from stepscope.analysis.kernel_names import classify_kernel
+
+    for name, cat in (
+        ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_"
+         "execute_segment_k_off_kernel__5x_cublas", "gemm"),
+        ("sm80_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_"
+         "stage4_warpsize2x2x1_g1_tensor16x8x8_execute_kernel__5x_cudnn", "conv"),
+    ):
+        k = classify_kernel(name)
+        assert (k.category, k.tensor_cores, k.precision) == (cat, True, "tf32")

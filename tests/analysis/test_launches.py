@@ -224,3 +224,13 @@ def test_group_ids() -> None:
     assert a[0] != a[1] and a[0] != a[2] and b.tolist() == [a[2], a[0]]
     same, = iv.group_ids(([3, 3], [4, 4]))
     assert same.tolist() == [0, 0]
+
+
+def test_launch_bound_gaps_without_any_api_call(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from builder import TraceBuilder
+    from stepscope.analysis.launches import launch_bound_gaps
+
+    b = TraceBuilder()
+    b.kernel("a", 0, 10).kernel("b", 50, 10)  # kernels only: no launch calls to blame
+    s, e = launch_bound_gaps(b.build(tmp_path / "r"), 0)
+    assert s.size == 0 and e.size == 0

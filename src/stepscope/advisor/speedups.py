@@ -22,10 +22,22 @@ not measured"). Each resolved ``Ratio`` says which, so findings can say how much
 
 From kernel time to step time
 -----------------------------
-A kernel's saving only shortens the step when the GPU is the bottleneck. The rules scale
-kernel savings by the steady steps' GPU-busy share (``gpu_bound_share``: union of GPU activity
-inside the steady steps / their wall time); a host-bound step (GPU idle most of the time)
-gains little from faster kernels. And no kernel gets shorter than ``MIN_KERNEL_NS``.
+A kernel's saving only shortens the step when the GPU is the bottleneck. Per steady step,
+``backlog`` = end of the last GPU work issued by the step's kernel launches (``api_calls`` of
+kind launch / graph_launch, paired with kernels by correlation) minus the end of the step's
+last launch call: how long the GPU still had queued work after the host had finished issuing
+the step. Shortening the step's kernels by ``s`` shortens the step by at most that backlog
+(after it the step waits on the host); so per step ``counted = min(raw kernel saving,
+backlog)``. A GPU-bound step (the host runs ahead, or waits in a sync) has a backlog of about
+its GPU time and keeps its savings; a host-bound step (the GPU drains each launch at once)
+keeps almost none. Profiler overhead on the host is added back (``scaling_for``). Without
+launch records (``Scaling.backlog_ns`` is None) the saving is scaled by the steady steps'
+GPU-busy share instead (union of GPU activity / wall time).
+
+Why not always the busy share: in ``benchmarks/rule_scenarios.py`` (H200, 2026-11-22) a
+kernel-heavy step synchronised every step and traced with CPU activity showed 66% GPU busy;
+scaling by that gave half the measured saving (2.30 of 4.09 ms), the backlog cap 3.49 ms.
+No kernel gets shorter than ``MIN_KERNEL_NS``.
 """
 
 from __future__ import annotations
@@ -40,7 +52,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.advisor.base import Where
+from stepscope.advisor.base import Context, Where
+from stepscope.advisor.overhead import host_trust
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.intervals import assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
@@ -99,12 +112,15 @@ SAME_CC_OK = frozenset({(8, 0), (9, 0), (10, 0), (10, 3)})
 # tensor peak than of the FP32 peak (H200, 2026-11-22: 6.3x TF32, 13x bf16 on GEMMs; 2.4x / 4.3x
 # on convolutions), so the defaults take about half of the measured data-centre ratios and
 # much less of the consumer parts' peaks. ``None``: the GPU has no such tensor cores.
-_DATACENTER = dict(gemm_tf32=3.0, gemm_bf16=6.0, gemm_fp16=6.0, conv_tf32=1.5, conv_bf16=2.5,
-                   conv_fp16=2.5, half_misaligned=2.0)
-_WORKSTATION = dict(gemm_tf32=1.3, gemm_bf16=2.0, gemm_fp16=2.0, conv_tf32=1.2, conv_bf16=1.5,
-                    conv_fp16=1.5, half_misaligned=1.5)
-_VOLTA = dict(gemm_tf32=None, gemm_bf16=None, gemm_fp16=3.0, conv_tf32=None, conv_bf16=None,
-              conv_fp16=2.0, half_misaligned=2.0)
+_DATACENTER: dict[str, float | None] = {
+    "gemm_tf32": 3.0, "gemm_bf16": 6.0, "gemm_fp16": 6.0, "conv_tf32": 1.5, "conv_bf16": 2.5,
+    "conv_fp16": 2.5, "half_misaligned": 2.0}
+_WORKSTATION: dict[str, float | None] = {
+    "gemm_tf32": 1.3, "gemm_bf16": 2.0, "gemm_fp16": 2.0, "conv_tf32": 1.2, "conv_bf16": 1.5,
+    "conv_fp16": 1.5, "half_misaligned": 1.5}
+_VOLTA: dict[str, float | None] = {
+    "gemm_tf32": None, "gemm_bf16": None, "gemm_fp16": 3.0, "conv_tf32": None, "conv_bf16": None,
+    "conv_fp16": 2.0, "half_misaligned": 2.0}
 DATASHEET: dict[tuple[int, int], dict[str, float | None]] = {
     (7, 0): _VOLTA, (7, 2): _VOLTA, (7, 5): _VOLTA,
     (8, 0): _DATACENTER, (8, 6): _WORKSTATION, (8, 7): _WORKSTATION, (8, 9): _WORKSTATION,
@@ -112,6 +128,9 @@ DATASHEET: dict[tuple[int, int], dict[str, float | None]] = {
     (12, 0): _WORKSTATION, (12, 1): _WORKSTATION,
 }
 DATASHEET_SOURCE = "estimated from datasheet peaks, not measured"
+
+HOST_WAITS = ("input_wait", "launch", "host", "idle")
+"""Breakdown categories in which the GPU is idle waiting for the host (not for a sync)."""
 
 MIN_KERNEL_NS = 2_000
 """No kernel gets shorter than this: the shortest kernels in the H100 fixtures take ~1 µs, and
@@ -191,6 +210,92 @@ def gpu_bound_share(ra: RankAnalysis) -> float:
     return float(min(1.0, busy / (wall * n_dev)))
 
 
+@dataclass(frozen=True)
+class Scaling:
+    """How kernel savings become step savings for one rank (module doc)."""
+
+    backlog_ns: npt.NDArray[np.float64] | None  # per steady step (slot order)
+    busy_share: float
+
+    def counted(self, sk: SteadyKernels, saving_ns: npt.NDArray[np.float64]
+                ) -> tuple[float, float]:
+        """(raw, counted) saving in ms per steady step for per-launch savings ``saving_ns``."""
+        raw = np.bincount(sk.slot, weights=saving_ns, minlength=sk.n_steps)
+        if self.backlog_ns is not None:
+            kept = np.minimum(raw, self.backlog_ns)
+        else:
+            kept = raw * self.busy_share
+        return float(raw.sum()) / sk.n_steps / 1e6, float(kept.sum()) / sk.n_steps / 1e6
+
+    def evidence(self, raw_ms: float, counted_ms: float) -> str:
+        if self.backlog_ns is not None:
+            return (f"GPU-bound check: when the host had issued a step's last launch, the GPU "
+                    f"still had {float(np.mean(self.backlog_ns)) / 1e6:.2f} ms of its work queued "
+                    f"(mean over steady steps); savings count up to that per step "
+                    f"({raw_ms:.3f} -> {counted_ms:.3f} ms)")
+        return (f"GPU busy {self.busy_share:.0%} of the steady steps (no launch records to tell "
+                f"queued work): the kernel saving ({raw_ms:.3f} ms) is scaled by it")
+
+    @property
+    def method(self) -> str:
+        if self.backlog_ns is not None:
+            return "capped per step by the GPU work still queued after the step's last launch"
+        return f"x GPU-busy share {self.busy_share:.2f}"
+
+
+def scaling_for(ctx: Context, ra: RankAnalysis, sk: SteadyKernels) -> Scaling:
+    """The backlog of every steady step, or the busy share when launches cannot be paired.
+
+    Profiler overhead (``advisor.overhead``: ``X`` ms of host time per step) makes the host
+    look slower than it is; without it the host would finish issuing a step earlier, and the
+    GPU's waits for the host (breakdown: ``input_wait`` + ``launch`` + ``host`` + ``idle``)
+    would shrink by as much as they can. So each step's backlog grows by
+    ``max(0, X - GPU time waiting on the host)``: nothing for a host-bound step whose GPU waits
+    longer than the overhead, about ``X`` for a GPU-bound one.
+    """
+    run = ctx.run
+    share = gpu_bound_share(ra)
+    api = run.table("api_calls", ra.rank)
+    k = run.table("kernels", ra.rank)
+    if api.num_rows == 0 or k.num_rows == 0:
+        return Scaling(None, share)
+    kind = api.column("kind")
+    if pa.types.is_dictionary(kind.type):
+        kind = kind.cast(pa.string())
+    api = api.filter(pc.and_(pc.is_in(kind, pa.array(["launch", "graph_launch"])),
+                             pc.is_valid(api.column("correlation"))))
+    if api.num_rows == 0:
+        return Scaling(None, share)
+    a_ts = np.asarray(api.column("ts_ns").to_numpy(), dtype=np.int64)
+    a_end = a_ts + np.asarray(api.column("dur_ns").to_numpy(), dtype=np.int64)
+    a_corr = np.asarray(api.column("correlation").to_numpy(), dtype=np.int64)
+    a_slot = assign_to_windows(a_ts, sk.starts, sk.ends)
+    m = a_slot >= 0
+    host_done = np.full(sk.n_steps, -1, dtype=np.int64)
+    np.maximum.at(host_done, a_slot[m], a_end[m])
+    # GPU end of the work each step's launches issued
+    order = np.argsort(a_corr[m], kind="stable")
+    corr_sorted, slot_sorted = a_corr[m][order], a_slot[m][order]
+    k = k.filter(pc.is_valid(k.column("correlation")))
+    k_corr = np.asarray(k.column("correlation").to_numpy(), dtype=np.int64)
+    k_end = (np.asarray(k.column("ts_ns").to_numpy(), dtype=np.int64)
+             + np.asarray(k.column("dur_ns").to_numpy(), dtype=np.int64))
+    pos = np.searchsorted(corr_sorted, k_corr)
+    hit = (pos < corr_sorted.size) & (corr_sorted[np.minimum(pos, corr_sorted.size - 1)] == k_corr)
+    gpu_done = np.full(sk.n_steps, -1, dtype=np.int64)
+    np.maximum.at(gpu_done, slot_sorted[pos[hit]], k_end[hit])
+    if ((host_done < 0) | (gpu_done < 0)).any():
+        return Scaling(None, share)
+    backlog = np.maximum(gpu_done - host_done, 0).astype(np.float64)
+    inflation = host_trust(run, ctx.analysis).est_inflation_ms * 1e6
+    if inflation > 0:
+        by_slot = sorted(ra.steps.steady, key=lambda st: st.start_ns)
+        waits = np.array([sum(ra.breakdown.per_step[st.index].get(c, 0) for c in HOST_WAITS)
+                          for st in by_slot], dtype=np.float64)
+        backlog += np.maximum(inflation - waits, 0.0)
+    return Scaling(backlog, share)
+
+
 # -- who wrote a kernel ---------------------------------------------------------------------
 
 LIBRARY = "library"
@@ -235,8 +340,13 @@ class SteadyKernels:
     rank: int
     n_steps: int
     step: npt.NDArray[np.int64]  # index into ra.steps.steps
+    slot: npt.NDArray[np.int64]  # position among the steady steps (sorted by start)
+    starts: npt.NDArray[np.int64]  # steady step windows, sorted
+    ends: npt.NDArray[np.int64]
     cols: Mapping[str, npt.NDArray[Any]]
     all_frame: pa.Table  # every launch of the rank (for overlap with other kernels)
+    name_codes: npt.NDArray[np.int64]  # per launch, index into name_values
+    name_values: npt.NDArray[np.object_]
 
     def col(self, name: str) -> npt.NDArray[Any]:
         """``ts_ns`` as int64, other numeric columns as float64 (NaN for nulls), the rest as
@@ -262,8 +372,9 @@ def steady_kernels(run: Run, ra: RankAnalysis) -> SteadyKernels | None:
     if not keep.any():
         return None
     sub = frame.filter(pa.array(keep))
-    cols: dict[str, npt.NDArray[Any]] = {}
-    for c in _COLUMNS:
+    codes, values = column_codes(sub.column("name"))
+    cols: dict[str, npt.NDArray[Any]] = {"name": np.asarray(values[codes], dtype=object)}
+    for c in _COLUMNS[1:]:
         col = sub.column(c)
         if c == "ts_ns":
             cols[c] = np.asarray(col.to_numpy(), dtype=np.int64)
@@ -274,18 +385,27 @@ def steady_kernels(run: Run, ra: RankAnalysis) -> SteadyKernels | None:
             continue
         cols[c] = column_objects(col)
     idx = np.array([s.index for s in steady], dtype=np.int64)[order][slot[keep]]
-    return SteadyKernels(rank=ra.rank, n_steps=len(steady), step=idx, cols=cols,
-                         all_frame=frame)
+    return SteadyKernels(rank=ra.rank, n_steps=len(steady), step=idx,
+                         slot=np.asarray(slot[keep], dtype=np.int64), starts=starts[order],
+                         ends=ends[order], cols=cols, all_frame=frame, name_codes=codes,
+                         name_values=values)
 
 
-def column_objects(col: pa.ChunkedArray) -> npt.NDArray[np.object_]:
-    """A column as an object array (None for nulls), converting each distinct value once."""
+def column_codes(col: pa.ChunkedArray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+    """A column as integer codes into an object array of its distinct values (the last value
+    is None, the code of nulls)."""
     if not pa.types.is_dictionary(col.type):
         col = pc.dictionary_encode(col)
     arr = col.unify_dictionaries().combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     values = np.array(arr.dictionary.to_pylist() + [None], dtype=object)
     idx = pc.fill_null(arr.indices, len(values) - 1).to_numpy(zero_copy_only=False)
-    return np.asarray(values[np.asarray(idx, dtype=np.int64)], dtype=object)
+    return np.asarray(idx, dtype=np.int64), values
+
+
+def column_objects(col: pa.ChunkedArray) -> npt.NDArray[np.object_]:
+    """A column as an object array (None for nulls), converting each distinct value once."""
+    codes, values = column_codes(col)
+    return np.asarray(values[codes], dtype=object)
 
 
 def op_names(run: Run, rank: int) -> dict[int, str]:
@@ -320,17 +440,17 @@ def by_name(sk: SteadyKernels, mask: npt.NDArray[np.bool_],
     rows = np.flatnonzero(mask)
     if rows.size == 0:
         return []
-    names = sk.col("name")[rows]
+    codes = sk.name_codes[rows]
     dur = sk.col("dur_ns")[rows]
-    out: list[KernelSaving] = []
-    groups: dict[str, list[int]] = {}
-    for i, n in enumerate(names):
-        groups.setdefault(str(n), []).append(i)
-    for n, idx in groups.items():
-        ix = np.array(idx, dtype=np.int64)
-        out.append(KernelSaving(name=n, calls=int(ix.size), time_ns=float(dur[ix].sum()),
-                                saving_ns=float(saving[rows[ix]].sum()),
-                                row=int(rows[ix[np.argmax(dur[ix])]])))
+    n = sk.name_values.size
+    calls = np.bincount(codes, minlength=n)
+    time_ns = np.bincount(codes, weights=dur, minlength=n)
+    save_ns = np.bincount(codes, weights=saving[rows], minlength=n)
+    order = np.lexsort((-dur, codes))  # per name, its longest launch first
+    first = order[np.unique(codes[order], return_index=True)[1]]
+    out = [KernelSaving(name=str(sk.name_values[codes[i]]), calls=int(calls[codes[i]]),
+                        time_ns=float(time_ns[codes[i]]), saving_ns=float(save_ns[codes[i]]),
+                        row=int(rows[i])) for i in first]
     out.sort(key=lambda k: (-k.saving_ns, k.name))
     return out
 
@@ -359,9 +479,11 @@ def where_for(ra: RankAnalysis, sk: SteadyKernels, top: list[KernelSaving],
 def per_name(sk: SteadyKernels, fn: Callable[[str, int], Any]) -> npt.NDArray[Any]:
     """``fn(name, row)`` evaluated once per distinct kernel name (``row``: one of its launches)
     and spread back over the launches, as an object array."""
-    names = sk.col("name")
-    if names.size == 0:
+    codes = sk.name_codes
+    if codes.size == 0:
         return np.zeros(0, dtype=object)
-    uniq, first, inverse = np.unique(names.astype(str), return_index=True, return_inverse=True)
-    vals = np.array([fn(str(n), int(i)) for n, i in zip(uniq, first)] + [None], dtype=object)
-    return np.asarray(vals[:-1][inverse.reshape(-1)], dtype=object)
+    present, first = np.unique(codes, return_index=True)
+    vals = np.full(sk.name_values.size, None, dtype=object)
+    for c, i in zip(present, first):
+        vals[c] = fn(str(sk.name_values[c]), int(i))
+    return np.asarray(vals[codes], dtype=object)

@@ -121,8 +121,9 @@ _TYPE_RX = re.compile(
     "|".join(f"(?P<t{i}>{rx})" for i, (_, rx) in enumerate(_TYPE_TOKENS)), re.IGNORECASE)
 _SHAPE_TF32 = _any(r"(cutlass_[89]\d|sm_?[89]\d|sm1\d\d|ampere|hopper|blackwell).*s1688")
 _SHAPE_FP16 = _any("s1688", "s16816", "h16816", "884gemm", "s884", "1688gemm")
+_XMMA_TF32 = re.compile(r"xmma_.*_tf32", re.IGNORECASE)
 _TC_YES = _any(
-    "tensorop", r"tensor\d", "hmma", "imma", "dmma", "wgmma", "tcgen05", "utcmma", "nvjet",
+    "warpgroupsize", "tensorop", r"tensor\d", "hmma", "imma", "dmma", "wgmma", "tcgen05", "utcmma", "nvjet",
     "cutlass3x", "_mma_", "s1688", "s16816", "h16816", "884", "1688", "16816", "16832", "8816",
     "flash", "fmha", "sdpa", r"mi\d+x\d+x\d+")
 _TC_NO = _any(
@@ -141,6 +142,8 @@ def _precision(name: str, category: str) -> str | None:
     if m:
         code = m.group(1)
         return next((p for prefix, p in _TENSILE_TYPES if code.startswith(prefix)), None)
+    if category in MATMUL and _XMMA_TF32.search(name):
+        return "tf32"  # xmma names give the inputs first (f32f32), then the math type (tf32f32)
     m = _TYPE_RX.search(name)
     if m and m.lastgroup:
         prec = _TYPE_TOKENS[int(m.lastgroup[1:])][0]
@@ -162,6 +165,8 @@ def _precision(name: str, category: str) -> str | None:
 def _tensor_cores(name: str, category: str, precision: str | None) -> bool | None:
     if category not in MATMUL:
         return None if category == "other" else False
+    if precision == "tf32" and not re.search("simt|ffma", name, re.IGNORECASE):
+        return True
     if _TC_NO.search(name):
         return False
     if _TC_YES.search(name):

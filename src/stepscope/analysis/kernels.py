@@ -153,6 +153,7 @@ def kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
 
     has_occ = active >= 0
     extra: dict[str, pa.Array] = {
+        "issued_ns": pa.array(issued_ns(run, rank, k), type=pa.int64()),
         "category": pa.array(cat[codes] if n else [], type=pa.string()),
         "tensor_cores": pa.array(list(tcs[codes]) if n else [], type=pa.bool_()),
         "precision": pa.array(list(prec[codes]) if n else [], type=pa.string()),
@@ -169,10 +170,37 @@ def kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
     return k
 
 
+def issued_ns(run: Run, rank: int | None, gpu: pa.Table) -> I64:
+    """When each GPU record was issued: its launching API call's start (matched by rank and
+    correlation), else its own start. Assigning GPU work to the step that issued it keeps it
+    in that step even when the host runs ahead of the GPU."""
+    ts = np.asarray(gpu.column("ts_ns").to_numpy(), dtype=np.int64)
+    if gpu.num_rows == 0:
+        return ts
+    api = run.table("api_calls", rank)
+    api = api.filter(pc.is_valid(api.column("correlation")))
+    corr_col = gpu.column("correlation")
+    if api.num_rows == 0 or corr_col.null_count == gpu.num_rows:
+        return ts
+    shift = np.int64(1) << np.int64(40)
+    akey = (np.asarray(api.column("rank").to_numpy(), dtype=np.int64) * shift
+            + np.asarray(api.column("correlation").to_numpy(), dtype=np.int64))
+    ats = np.asarray(api.column("ts_ns").to_numpy(), dtype=np.int64)
+    order = np.argsort(akey, kind="stable")
+    akey, ats = akey[order], ats[order]
+    valid = np.asarray(pc.is_valid(corr_col).to_numpy(zero_copy_only=False), dtype=bool)
+    gkey = (np.asarray(gpu.column("rank").to_numpy(), dtype=np.int64) * shift
+            + np.asarray(corr_col.fill_null(0).to_numpy(), dtype=np.int64))
+    pos = np.minimum(np.searchsorted(akey, gkey), akey.size - 1)
+    hit = valid & (akey[pos] == gkey)
+    return np.where(hit, ats[pos], ts)
+
+
 def _in_window(frame: pa.Table, window: tuple[int, int] | None) -> pa.Table:
+    """Kernels issued in ``[start, end)`` (see :func:`issued_ns`)."""
     if window is None:
         return frame
-    ts = frame.column("ts_ns")
+    ts = frame.column("issued_ns")
     return frame.filter(pc.and_(pc.greater_equal(ts, window[0]), pc.less(ts, window[1])))
 
 

@@ -219,6 +219,9 @@ def launch_bound_gaps(run: Run, rank: int) -> tuple[I64, I64]:
     a_corr, a_e = a_corr[order], a_e[order]
     uniq_corr, first = np.unique(a_corr, return_index=True)
     uniq_end = a_e[first]
+    if uniq_corr.size == 0:  # no API call carries a correlation: no gap can be attributed
+        z = np.zeros(0, dtype=np.int64)
+        return z, z.copy()
     pos = _lookup(c, uniq_corr)
     api_end = np.where(pos >= 0, uniq_end[np.maximum(pos, 0)], _NONE)
     gs: list[I64] = []

@@ -7,10 +7,10 @@ import sys
 from collections.abc import Sequence
 
 from stepscope import __version__
-from stepscope.cli import demo, export_import, query, report
+from stepscope.cli import demo, export, export_import, query, report
 from stepscope.errors import StepscopeError
 
-VERBS = (export_import, report, query, demo)
+VERBS = (export_import, report, query, export, demo)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -34,8 +34,9 @@ GPU_WORK_KINDS = (*LAUNCH_KINDS, ApiKind.MEMCPY.value, ApiKind.MEMSET.value)
 
 
 def ms(ns: float) -> str:
-    """``1234567`` ns -> ``"1.23 ms"``."""
-    return f"{ns / 1e6:.2f} ms"
+    """``1234567`` ns -> ``"1.23 ms"`` (three decimals under 0.1 ms)."""
+    v = ns / 1e6
+    return f"{v:.2f} ms" if abs(v) >= 0.1 or v == 0 else f"{v:.3f} ms"
 
 
 def us(ns: float) -> str:
@@ -84,7 +85,7 @@ def max_severity(ctx: Context, ra: RankAnalysis, *, host_side: bool) -> Severity
 
 def profiler_line(split: IdleSplit) -> str:
     """Evidence line for the profiler correction ("" when none was applied)."""
-    if split.host_factor >= 1.0:
+    if split.host_factor >= 0.99:
         return ""
     return (f"host times scaled by {split.host_factor:.2f}: the profiler's own cost on the "
             f"critical path is estimated at {ms(split.profiler_ns_per_step)} per step")

@@ -9,35 +9,40 @@ claim wins:
 1. ``input``         a thread waits for the next batch (``input_waits``);
 2. ``sync_blocked``  a host thread is blocked in a sync or a blocking copy
                      (``analysis.syncs.sync_intervals``);
-   ``sync_drain``    after each sync point, the idle time from the point's end until
-                     the GPU gets work again, capped at the GPU busy time *during* the
-                     point (the head start the host gave away by waiting: without the
-                     sync the host would have been that far ahead of the GPU, and could
-                     have hidden that much host work);
+   ``sync_drain``    after each sync point, the idle time it causes once it returns: the
+                     host must refill an empty queue, and every host delay until it is
+                     ahead again leaves the GPU idle. Claimed: the first ``head`` ns of
+                     idle time after the point's end (before the next sync point), where
+                     ``head`` = the GPU busy time *during* the point, i.e. the head start
+                     the host gave away by waiting: without the sync it would have been
+                     that far ahead of the GPU and could have hidden that much host delay;
 3. ``gaps``          the idle interval that touches a step boundary (from the last GPU
                      activity before the boundary to the first after it);
-4. ``launch``        a host thread is in the launch path (launch call or the framework
-                     op issuing it, ``analysis.launches.launch_intervals``) during a
-                     launch-bound wait of at most 100 µs (the GPU finished its work and
-                     waits for the next launch: the launch-overhead signature);
-5. ``host``          a host thread runs framework ops, Python functions or user
-                     annotations (``analysis.breakdown.host_work_intervals``), or is in
-                     the launch path during a longer wait (CPU work before a launch);
-6. ``other``         nothing known on the host.
+4. ``launch``        a launch-bound wait of at most 100 µs (the GPU finished its work and
+                     waits for the next launch: the launch-overhead signature) while a
+                     host thread is in the launch path (launch call or the framework op
+                     issuing it, ``analysis.launches.launch_intervals``) or runs nothing
+                     recorded (the interpreter between two launching ops);
+5. ``host``          the rest: host work (framework ops, Python functions, user annotations,
+                     ``analysis.breakdown.host_work_intervals``), launch-path time in longer
+                     waits (CPU work before a launch), and idle time with no host event at
+                     all (``other``, a subset of ``host``: Python work the trace did not
+                     record, sleeps, I/O).
 
 Profiler cost on the critical path
 ----------------------------------
-A torch.profiler trace inflates every host event (``advisor.overhead``: ~2.7 µs each
-with stacks, ~2.0 µs without). An event only delays the GPU when the GPU has little
-launched work ahead of it: its *slack* = (end of all GPU work issued by launch/copy calls
-that returned before the event) - (event start) is below 100 µs. Host-side claims
-(``sync_drain``, ``gaps``, ``launch``, ``host``) are scaled by
-``host_factor = max(0, 1 - profiler_ns / host_idle_ns)``, where ``profiler_ns`` =
-(host events of the steady steps with slack < 100 µs) x (per-event cost) and
-``host_idle_ns`` = GPU idle time outside input waits and blocked syncs. The factor is 1
-for runs that do not come from torch.profiler. On this project's H100 GPT fixture
-(with_stack) it turns 27.5 ms of traced host-side idle per step into 12.9 ms; the
-untraced step measured 25 ms with 12.1 ms of GPU time, i.e. 12.9 ms idle.
+A torch.profiler trace inflates every recorded host event (``rules._profiler`` has the
+per-event costs). An event only delays the GPU when the GPU has little launched work ahead of
+it: its *slack* = (end of all GPU work issued by launch/copy calls that returned before the
+event) - (event start) is below 100 µs. Host-side claims (``sync_drain``, ``gaps``,
+``launch``, ``host``) are scaled by ``host_factor = max(0, 1 - profiler_ns / host_idle_ns)``,
+where ``profiler_ns`` = the summed cost of the steady steps' host events with slack < 100 µs
+and ``host_idle_ns`` = GPU idle time outside input waits and blocked syncs. A sync point's
+``head`` also grows by the cost of the host events since the previous sync point (the
+untraced host reaches the sync that much earlier and waits that much longer), at most the GPU
+busy time since then; the claim after it is ``head / host_factor`` of traced idle time (it is
+scaled back by the factor like every host-side claim). The factor is 1 for runs that do not
+come from torch.profiler.
 """
 
 from __future__ import annotations
@@ -47,26 +52,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.advisor.base import Context
-from stepscope.advisor.overhead import COST_PER_EVENT_NS, COST_PER_EVENT_WITH_STACK_NS, host_trust
+from stepscope.advisor.rules._profiler import costs_for, gpu_slack, host_events
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.breakdown import host_work_intervals
 from stepscope.analysis.busy import IntervalSet, gpu_activity, rank_union
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import (
-    LONG_GAP_NS,
-    bounds,
-    column_i64,
-    gpu_records,
-    launch_bound_gaps,
-    launch_intervals,
-)
+from stepscope.analysis.launches import LONG_GAP_NS, launch_bound_gaps, launch_intervals
 from stepscope.analysis.steps import Step
 from stepscope.analysis.syncs import sync_intervals
-from stepscope.store.run import Run
 
-HEALTHY_BUSY_SHARE = 0.90  # at or above this GPU busy share, idle-time findings stay info
+HEALTHY_BUSY_SHARE = 0.90
+MIN_HEAD_NS = 10_000  # a sync point that waited less on a busy GPU does not end a claim  # at or above this GPU busy share, idle-time findings stay info
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ class IdleSplit:
     gaps: IntervalSet
     launch: IntervalSet
     host: IntervalSet
-    other: IntervalSet
+    other: IntervalSet  # part of ``host`` with no host event
     host_factor: float
     profiler_ns_per_step: float
 
@@ -125,50 +123,50 @@ def _touching(s: IntervalSet, edges: I64) -> IntervalSet:
     return IntervalSet(s.starts[m], s.ends[m])
 
 
-def sync_drain(ra: RankAnalysis, busy: IntervalSet) -> IntervalSet:
-    """``[end, end + min(drain, busy during the point))`` for every sync point in a steady
-    window, where ``drain`` = time from the point's end to the next GPU activity."""
-    evs = [e for e in ra.syncs.events if e.step >= 0]
-    if not evs or busy.starts.size == 0:
+def _first_after(s: IntervalSet, start: I64, amount: I64, limit: I64) -> IntervalSet:
+    """For each ``i``: the first ``amount[i]`` ns of ``s`` after ``start[i]``, not beyond
+    ``limit[i]``; their union."""
+    if s.starts.size == 0 or start.size == 0:
         return IntervalSet.empty()
-    ts = np.array([e.ts_ns for e in evs], dtype=np.int64)
-    end = np.array([e.end_ns for e in evs], dtype=np.int64)
-    head = iv.overlap_with_windows(busy.starts, busy.ends, ts, end)
-    j = np.searchsorted(busy.starts, end, side="right") - 1
-    inside = (j >= 0) & (end < busy.ends[np.maximum(j, 0)])
-    k = np.searchsorted(busy.starts, end, side="left")
-    nxt = np.where(k < busy.starts.size, busy.starts[np.minimum(k, busy.starts.size - 1)], end)
-    drain = np.where(inside, 0, nxt - end)
-    return IntervalSet.of(end, end + np.minimum(drain, head))
+    cum = np.concatenate(([0], np.cumsum(s.ends - s.starts)))
+    before = iv.overlap_with_windows(s.starts, s.ends, np.full(start.size, s.starts[0]), start)
+    target = before + np.maximum(amount, 0)
+    k = np.searchsorted(cum, target, side="right") - 1
+    inside = k < s.starts.size
+    kk = np.minimum(k, s.starts.size - 1)
+    stop = np.where(inside, s.starts[kk] + (target - cum[kk]), s.ends[-1])
+    stop = np.minimum(stop, limit)
+    return s & IntervalSet.of(start, np.maximum(stop, start))
 
 
-def events_on_path(run: Run, rank: int, win_start: I64, win_end: I64, *,
-                   slack_ns: int = LONG_GAP_NS) -> int:
-    """Host events (``cpu_ops``) starting in the windows while the GPU had less than
-    ``slack_ns`` of issued work ahead (module docstring)."""
-    ts, _ = bounds(run.table("cpu_ops", rank))
-    ts = ts[iv.assign_to_windows(ts, win_start, win_end) >= 0]
-    if ts.size == 0:
-        return 0
-    api = run.table("api_calls", rank)
-    a_e = bounds(api)[1]
-    corr = column_i64(api, "correlation", -1)
-    _, g_e, _, g_c = gpu_records(run, rank)
-    keep = g_c >= 0
-    g_c, g_e = g_c[keep], g_e[keep]
-    if g_c.size == 0:
-        return int(ts.size)
-    order = np.argsort(g_c, kind="stable")
-    uniq, first = np.unique(g_c[order], return_index=True)
-    last_end = np.maximum.reduceat(g_e[order], first)
-    pos = np.minimum(np.searchsorted(uniq, corr), uniq.size - 1)
-    hit = (corr >= 0) & (uniq[pos] == corr)
-    issued, done = a_e[hit], last_end[pos[hit]]
-    o = np.argsort(issued, kind="stable")
-    issued, ahead = issued[o], np.maximum.accumulate(done[o])
-    i = np.searchsorted(issued, ts, side="right") - 1
-    slack = np.where(i >= 0, ahead[np.maximum(i, 0)] - ts, 0)
-    return int((slack < slack_ns).sum())
+def sync_claim(ra: RankAnalysis, busy: IntervalSet, eligible: IntervalSet, origin: int, *,
+               factor: float = 1.0, ev_ts: I64 | None = None, ev_off_cost: I64 | None = None
+               ) -> IntervalSet:
+    """The idle time each sync point of the steady windows causes after it (module docstring):
+    the first ``head / factor`` ns of ``eligible`` idle time after the point's end, before the
+    next point that waits on a busy GPU. ``head`` = GPU busy time during the point, plus the
+    profiler cost of the off-critical-path host events since the previous point
+    (``ev_off_cost``: the untraced host reaches the sync that much earlier while the GPU
+    finishes at the same time), at most the GPU busy time since then."""
+    if not any(e.step >= 0 for e in ra.syncs.events) or busy.starts.size == 0:
+        return IntervalSet.empty()
+    all_ts = np.array([e.ts_ns for e in ra.syncs.events], dtype=np.int64)
+    all_end = np.array([e.end_ns for e in ra.syncs.events], dtype=np.int64)
+    all_head = iv.overlap_with_windows(busy.starts, busy.ends, all_ts, all_end)
+    waits = np.flatnonzero(all_head >= MIN_HEAD_NS)  # points that waited on a busy GPU
+    idx = np.array([i for i, e in enumerate(ra.syncs.events) if e.step >= 0], dtype=np.int64)
+    ts, end, head = all_ts[idx], all_end[idx], all_head[idx]
+    prev_end = np.where(idx > 0, all_end[np.maximum(idx - 1, 0)], np.minimum(origin, ts))
+    j = np.searchsorted(waits, idx, side="right")
+    nxt = np.where(j < waits.size, all_ts[waits[np.minimum(j, max(waits.size - 1, 0))]]
+                   if waits.size else 0, np.iinfo(np.int64).max)
+    if ev_ts is not None and ev_off_cost is not None and ev_ts.size:
+        cum = np.concatenate(([0], np.cumsum(ev_off_cost)))
+        extra = cum[np.searchsorted(ev_ts, ts)] - cum[np.searchsorted(ev_ts, prev_end)]
+        since = iv.overlap_with_windows(busy.starts, busy.ends, np.minimum(prev_end, ts), end)
+        head = np.minimum(head + np.maximum(extra, 0), np.maximum(since, head))
+    amount = (head / factor).astype(np.int64) if factor > 0 else np.zeros_like(head)
+    return _first_after(eligible, end, amount, nxt)
 
 
 def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
@@ -184,8 +182,19 @@ def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
     rest = idle - inp
     blocked = rest & IntervalSet.of(*sync_intervals(run, rank))
     rest = rest - blocked
-    host_idle = rest
-    drain = rest & sync_drain(ra, busy)
+    costs = costs_for(run)
+    factor, prof = 1.0, 0.0
+    ev_ts = ev_off = None
+    if costs is not None and steps:
+        ev_ts, ev_cost = host_events(run, rank, costs)
+        in_win = iv.assign_to_windows(ev_ts, ws, we) >= 0
+        path = gpu_slack(run, rank, ev_ts) < LONG_GAP_NS
+        prof_ns = float(ev_cost[in_win & path].sum())
+        ev_off = np.where(path, 0, ev_cost)
+        prof = prof_ns / len(steps)
+        factor = max(0.0, 1.0 - prof_ns / rest.total_ns) if rest.total_ns else 1.0
+    drain = sync_claim(ra, busy, rest, int(ws[0]) if steps else 0, factor=factor, ev_ts=ev_ts,
+                       ev_off_cost=ev_off)
     rest = rest - drain
     edges = np.unique(np.concatenate((ws, we)))
     gaps = rest & _touching(idle, edges)
@@ -193,18 +202,10 @@ def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
     g_s, g_e = launch_bound_gaps(run, rank)
     short = (g_e - g_s) <= LONG_GAP_NS
     launch_path = IntervalSet.of(*launch_intervals(run, rank))
-    launch = rest & launch_path & IntervalSet.of(g_s[short], g_e[short])
-    rest = rest - launch
-    host = rest & (host_work_intervals(run, rank) | launch_path)
-    other = rest - host
-
-    factor, prof = 1.0, 0.0
-    if run.manifest.source.kind == "kineto" and steps:
-        trust = host_trust(run, ctx.analysis)
-        cost = COST_PER_EVENT_WITH_STACK_NS if trust.with_stack else COST_PER_EVENT_NS
-        prof_ns = events_on_path(run, rank, ws, we) * cost
-        prof = prof_ns / len(steps)
-        factor = max(0.0, 1.0 - prof_ns / host_idle.total_ns) if host_idle.total_ns else 1.0
+    known = host_work_intervals(run, rank) | launch_path
+    launch = (rest & IntervalSet.of(g_s[short], g_e[short])) - (known - launch_path)
+    host = rest - launch
+    other = host - known
     return IdleSplit(rank=rank, steps=steps, win_start=ws, win_end=we, busy=busy, idle=idle,
                      input=inp, sync_blocked=blocked, sync_drain=drain, gaps=gaps, launch=launch,
                      host=host, other=other, host_factor=factor, profiler_ns_per_step=prof)

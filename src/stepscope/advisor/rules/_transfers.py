@@ -6,6 +6,8 @@ Conventions of these rules
 --------------------------
 * Steps are the rank's steady steps. An event belongs to the step in which it was *issued*:
   the start of its API call when the trace links one (by correlation), else its own start.
+  When most records of a kind have their call, those without one were issued before the
+  capture began (their step is unknown): they are left out.
   When the host runs ahead of the GPU, the GPU work of step *i* runs long after the host's
   step window; issue time still puts it in step *i*.
 * "Critical-path time" is time in which no kernel ran on the rank's devices (``kernel
@@ -67,6 +69,13 @@ class Windows:
     def assign(self, ts: I64) -> I64:
         """Position (0..n-1) of the window containing each timestamp, or -1."""
         return iv.assign_to_windows(iv.as_i64(ts), self.starts, self.ends)
+
+
+def recurring(step_positions: I64, n: int) -> bool:
+    """A per-step pattern: seen in at least 2 steady steps and in at least half of them.
+    One-off events (model load, checkpoint, the first iteration's allocations) are not."""
+    k = int(np.unique(step_positions[step_positions >= 0]).size)
+    return k >= 2 and 2 * k >= n
 
 
 def steady_windows(ra: RankAnalysis) -> Windows:
@@ -159,6 +168,12 @@ class Copies:
         return self.nbytes < TINY_BYTES
 
 
+def linked_mostly(has_api: Bool) -> bool:
+    """True when most GPU records have their API call in the trace: the ones without one
+    were issued before the capture started (their step is unknown) and are left out."""
+    return bool(has_api.size) and 2 * int(has_api.sum()) >= has_api.size
+
+
 def load_copies(run: Run, rank: int, win: Windows, api: Api) -> Copies:
     mc = run.table("memcpy", rank)
     s, e = bounds(mc)
@@ -177,12 +192,15 @@ def load_copies(run: Run, rank: int, win: Windows, api: Api) -> Copies:
 
     api_s = pick(api.s)
     issue = np.where(has, api_s, s)
+    step = win.assign(issue)
+    if linked_mostly(has):
+        step = np.where(has, step, -1)
     return Copies(
         s=s, e=e, nbytes=column_i64(mc, "bytes", 0), device=column_i64(mc, "device", 0),
         stream=column_i64(mc, "stream"), htod=htod, dtoh=dtoh,
         pageable=host_end(MemoryKind.PAGEABLE.value), pinned=host_end(MemoryKind.PINNED.value),
         has_api=has, api_s=api_s, api_e=pick(api.e), pid=pick(api.pid), tid=pick(api.tid),
-        issue=issue, step=win.assign(issue),
+        issue=issue, step=step,
     )
 
 
@@ -220,26 +238,54 @@ def uncovered(busy: IntervalSet, s: I64, e: I64) -> I64:
     return (e - s) - busy.within(s, e)
 
 
+def uncovered_pair(busy: IntervalSet, a_s: I64, a_e: I64, b_s: I64, b_e: I64) -> I64:
+    """Per item: the time of ``[a_s, a_e) | [b_s, b_e)`` not covered by ``busy`` (a host
+    call and the GPU copy it issued, which need not touch when the copy was queued)."""
+    a_s, a_e, b_s, b_e = (iv.as_i64(x) for x in (a_s, a_e, b_s, b_e))
+    o_s, o_e = np.maximum(a_s, b_s), np.minimum(a_e, b_e)
+    return iv.as_i64(uncovered(busy, a_s, a_e) + uncovered(busy, b_s, b_e)
+                     - uncovered(busy, o_s, np.maximum(o_e, o_s)))
+
+
 def gap_to_next(busy: IntervalSet, t: I64, limit: I64) -> I64:
     """Per time ``t``: how long until ``busy`` next covers an instant (0 when ``t`` is
     inside a busy interval), clipped to ``limit - t``."""
     t, limit = iv.as_i64(t), iv.as_i64(limit)
     if busy.starts.size == 0:
-        return np.maximum(limit - t, 0)
+        return iv.as_i64(np.maximum(limit - t, 0))
     k = np.searchsorted(busy.starts, t, side="right") - 1
     inside = (k >= 0) & (busy.ends[np.maximum(k, 0)] > t)
     j = np.searchsorted(busy.starts, t, side="left")
     nxt = np.where(j < busy.starts.size, busy.starts[np.minimum(j, busy.starts.size - 1)], NONE)
     gap = np.where(inside, 0, np.minimum(nxt, limit) - t)
-    return np.maximum(gap, 0)
+    return iv.as_i64(np.maximum(gap, 0))
+
+
+def union_per_group(s: I64, e: I64, group: I64, n: int) -> I64:
+    """Length of the union of the intervals of each group ``0..n-1`` (group -1: ignored).
+
+    Vectorised: each group's intervals are shifted into a range of their own, so one
+    union over all of them never merges two groups."""
+    m = (group >= 0) & (e > s)
+    out = np.zeros(n, dtype=np.int64)
+    if not m.any():
+        return out
+    s, e, g = s[m], e[m], group[m]
+    lo = int(s.min())
+    width = int(e.max()) - lo + 1
+    us, ue = iv.union(s - lo + g * width, e - lo + g * width)
+    np.add.at(out, us // width, ue - us)
+    return out
 
 
 @dataclass(frozen=True)
 class GpuSteps:
     """Device-side steps: step *i* runs from the first GPU record issued in host step *i*
-    to the first one issued in step *i + 1* (the last: to its last record's end)."""
+    to the first one issued in step *i + 1*. Steady steps with no next step to bound them
+    are left out (their GPU idle time at the end is unknown) unless that leaves none; then
+    the step runs to the later of its last record's end and its host window's end."""
 
-    starts: I64  # aligned with the steady windows
+    starts: I64
     ends: I64
 
     @property
@@ -255,9 +301,8 @@ def gpu_steps(run: Run, rank: int, ra: RankAnalysis, api: Api) -> GpuSteps | Non
     row = api.match(np.concatenate([column_i64(t, "correlation") for t in parts]))
     has = row >= 0
     all_s, all_e = ra.steps.starts, ra.steps.ends
-    step = iv.assign_to_windows(np.where(has, api.s[np.maximum(row, 0)] if api.s.size else 0, 0),
-                                all_s, all_e)
-    step = np.where(has, step, -1)
+    issue = np.where(has, api.s[np.maximum(row, 0)] if api.s.size else 0, 0)
+    step = np.where(has, iv.assign_to_windows(issue, all_s, all_e), -1)
     n = all_s.size
     first = np.full(n, NONE, dtype=np.int64)
     last = np.full(n, -1, dtype=np.int64)
@@ -267,12 +312,12 @@ def gpu_steps(run: Run, rank: int, ra: RankAnalysis, api: Api) -> GpuSteps | Non
     idx = [st.index for st in ra.steps.steady]
     if not idx or any(first[i] == NONE for i in idx):
         return None
-    starts, ends = [], []
-    for i in idx:
-        nxt = first[i + 1] if i + 1 < n and first[i + 1] != NONE else last[i]
-        starts.append(first[i])
-        ends.append(max(nxt, first[i]))
-    return GpuSteps(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+    bounded = [i for i in idx if i + 1 < n and first[i + 1] != NONE]
+    if bounded:
+        return GpuSteps(np.array([first[i] for i in bounded], dtype=np.int64),
+                        np.array([max(first[i + 1], first[i]) for i in bounded], dtype=np.int64))
+    return GpuSteps(np.array([first[i] for i in idx], dtype=np.int64),
+                    np.array([max(last[i], all_e[i], first[i]) for i in idx], dtype=np.int64))
 
 
 def host_ahead_cap(saving_ms: float, host_step_ms: float,
@@ -378,3 +423,9 @@ def fmt_bytes(n: float) -> str:
 
 def fmt_count(x: float) -> str:
     return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
+
+
+def plural(x: float, one: str, many: str) -> str:
+    """``"1 copy"``, ``"2 copies"``, ``"1.5 copies"`` (counts per step may be fractional)."""
+    c = fmt_count(x)
+    return f"{c} {one if c == '1' else many}"

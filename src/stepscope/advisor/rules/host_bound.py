@@ -1,12 +1,14 @@
 """host_bound: the GPU idles while the host runs Python / CPU work inside the step.
 
-Saving per step = mean over the steady steps of the GPU-idle time during which a host
-thread ran framework ops, Python functions or user annotations (the ``host`` category of
-the step-time breakdown), plus launch-path time in waits longer than 100 µs (a framework
-op computing on the CPU before it launches), outside input waits, syncs, step-boundary
-gaps and short launch waits (``rules._idle``: each of those has its own rule), scaled by
-the profiler correction. If that host work left the step (or ran ahead of the GPU), the
-GPU would be fed instead of waiting.
+Saving per step = mean over the steady steps of the GPU-idle time left once input waits,
+syncs, step-boundary gaps and short launch waits are claimed by their own rules
+(``rules._idle``): time during which a host thread ran framework ops, Python functions or
+user annotations (the ``host`` category of the step-time breakdown), launch-path time in
+waits longer than 100 µs (a framework op computing on the CPU before it launches), and
+idle time with no host event at all (Python the trace did not record: the breakdown's
+``idle``), scaled by the profiler correction. If that host work left the step (or ran
+ahead of the GPU), the GPU would be fed instead of waiting. When more than half of it has
+no host event, confidence is at most medium.
 
 Evidence: the innermost framework ops, user Python frames and user annotations on the
 training thread during that time (exclusive time, ``rules._evidence``); framework ops
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stepscope.advisor.base import Context, Finding, Fix
+from stepscope.advisor.base import Confidence, Context, Finding, Fix
 from stepscope.advisor.rules._evidence import (
     host_time_by_op,
     max_severity,
@@ -33,6 +35,8 @@ from stepscope.advisor.rules._evidence import (
 from stepscope.advisor.rules._idle import IdleSplit, split_idle
 from stepscope.analysis import RankAnalysis
 from stepscope.schema import CpuOpKind
+
+UNSEEN_SHARE = 0.5  # more than this share with no host event: at most medium confidence
 
 FIX = Fix(
     pytorch=("move per-step CPU work out of the step (into DataLoader workers or every N "
@@ -74,9 +78,10 @@ class HostBound:
         per = split.per_step(split.host).astype(np.float64) * split.host_factor
         raw = split.mean_ms(split.host)
         evidence = [
-            f"GPU idle while the host runs other work than launches: {ms(raw * 1e6)} per "
-            f"step (breakdown 'host' {ms(ra.breakdown.mean_ms['host'] * 1e6)}; step-boundary "
-            f"gaps, syncs and input waits are counted by their own findings)",
+            (f"GPU idle inside the step while the host does other work than launching: "
+            f"{ms(raw * 1e6)} per step (breakdown 'host' {ms(ra.breakdown.mean_ms['host'] * 1e6)}"
+            f", 'idle' {ms(ra.breakdown.mean_ms['idle'] * 1e6)}; step-boundary gaps, syncs, "
+            f"input waits and launch waits are counted by their own findings)"),
         ]
         fw = host_time_by_op(ctx.run, ra.rank, split.host, kind=CpuOpKind.FRAMEWORK.value)
         py = host_time_by_op(ctx.run, ra.rank, split.host, kind=CpuOpKind.PYTHON.value)
@@ -92,17 +97,20 @@ class HostBound:
             evidence.append(f"user Python (innermost frames): {op_list(py, n)} per step")
         if ann:
             evidence.append(f"annotated ranges: {op_list(ann, n)} per step")
-        if not (fw or py or ann):
-            evidence.append("no host op on the training thread explains it")
+        other = split.mean_ms(split.other)
+        if other > 0:
+            evidence.append(f"{ms(other * 1e6)} per step of it has no host event at all: "
+                            f"Python work the trace did not record (no with_stack / stack "
+                            f"samples), sleeps or I/O")
         line = profiler_line(split)
         if line:
             evidence.append(line)
         if len(ctx.ranks) > 1:
             evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
-        method = (f"mean over {n} steady steps of the GPU idle time while a host thread ran "
-                  f"framework ops, Python or annotated work (breakdown 'host', plus launch-path "
-                  f"time in waits > 100 µs), excluding input waits, syncs, step-boundary gaps "
-                  f"and short launch waits")
+        method = (f"mean over {n} steady steps of the GPU idle time inside the step while the "
+                  f"host ran framework ops, Python or unrecorded work (breakdown 'host' and "
+                  f"'idle', plus launch-path time in waits > 100 µs), excluding input waits, "
+                  f"syncs, step-boundary gaps and short launch waits")
         if split.host_factor < 1.0:
             method += f"; scaled by {split.host_factor:.2f} for the profiler's own host cost"
         top = (py or fw or ann)
@@ -111,9 +119,14 @@ class HostBound:
                  + (f" ({top[0].name})" if top else ""))
         sites = [o.name for o in (py[:3] + fw[:3])]
         where = where_worst(split, per.astype(np.int64), call_sites=sites)
+        confidence, note = ctx.host_confidence, ctx.host_note
+        if raw > 0 and other > UNSEEN_SHARE * raw and confidence == Confidence.HIGH:
+            confidence = Confidence.MEDIUM
+            note = (f"{pct(other / raw)} of this idle time has no host event: the trace does "
+                    f"not say what the host was doing (record with Python stacks to see it)")
         return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
                            method=method, evidence=evidence, fix=FIX, where=where,
-                           confidence=ctx.host_confidence, note=ctx.host_note,
+                           confidence=confidence, note=note,
                            max_severity=max_severity(ctx, ra, host_side=True))
 
 

@@ -179,8 +179,8 @@ class InputBound:
                   f"waited for the next batch while no GPU work ran (input waits minus GPU "
                   f"busy time, per step); a faster pipeline removes that idle time")
         evidence = [
-            f"waited for the next batch {ms(wait.mean())} per step ({pct(share)} of the "
-            f"step) in {counts.mean():.1f} waits; the GPU was idle for {ms(saving * 1e6)} of it",
+            (f"waited for the next batch {ms(wait.mean())} per step ({pct(share)} of the "
+            f"step) in {counts.mean():.1f} waits; the GPU was idle for {ms(saving * 1e6)} of it"),
         ]
         if skip_first:
             method += "; the first step (worker start-up) is left out"

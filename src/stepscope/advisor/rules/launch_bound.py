@@ -1,14 +1,15 @@
 """launch_bound: kernels are shorter than their launches and the GPU waits for the next one.
 
-Saving per step = mean over the steady steps of the GPU-idle time during which the GPU
-had finished its work and waited at most 100 µs for the next launch while a host thread
-was in the launch path (the launch call or the framework op issuing it) - the issue's
-"launch gaps shrunk to the GPU time of the kernels" (``rules._idle``: the ``launch``
-category of the step-time breakdown intersected with the short launch-bound gaps of
-``analysis.launches``, outside input waits, syncs and step-boundary gaps, scaled by the
-profiler correction). It is never more than either cross-check (breakdown ``launch``,
-short launch-bound idle), both shown as evidence. Fires with at least
-:data:`MIN_LAUNCHES` launches per step.
+Saving per step = mean over the steady steps of the GPU-idle time in *short launch-bound
+waits*: the GPU had finished all its work and waited at most 100 µs for work whose launch
+call had not returned yet (``analysis.launches``), while the host was in the launch path
+(the launch call or the framework op issuing it) or ran nothing recorded (the
+interpreter between two launching ops) - the issue's "launch gaps shrunk to the GPU time
+of the kernels" (``rules._idle``: outside input waits, syncs and step-boundary gaps,
+scaled by the profiler correction). It never exceeds the short launch-bound idle of
+``analysis.launches``; that figure, the breakdown's ``launch`` category and the whole
+launch-bound idle are shown as cross-checks. Longer waits are host work
+(``host_bound``). Fires with at least :data:`MIN_LAUNCHES` launches per step.
 """
 
 from __future__ import annotations
@@ -115,15 +116,15 @@ class LaunchBound:
         per = split.per_step(split.launch).astype(np.float64) * split.host_factor
         med_k, tiny = kernel_launch_stats(ctx.run, ra.rank, split.win_start, split.win_end)
         evidence = [
-            f"{la.mean_launches_per_step:.0f} launches per step; median launch call "
-            f"{us(la.median_api_ns)}, median kernel {us(med_k)}",
-            f"{pct(la.short_kernel_share)} of the kernels run shorter than their launch call "
-            f"({la.short_kernels / max(n, 1):.0f} per step)",
-            f"GPU waiting <= 100 µs for the next launch while the host launches: "
+            (f"{la.mean_launches_per_step:.0f} launches per step; median launch call "
+            f"{us(la.median_api_ns)}, median kernel {us(med_k)}"),
+            (f"{pct(la.short_kernel_share)} of the kernels run shorter than their launch call "
+            f"({la.short_kernels / max(n, 1):.0f} per step)"),
+            (f"GPU waiting <= 100 µs for the next launch while the host launches: "
             f"{ms(split.mean_ms(split.launch) * 1e6)} per step (cross-checks: breakdown "
             f"'launch' {ms(ra.breakdown.mean_ms['launch'] * 1e6)}, short launch-bound idle "
             f"{ms(la.mean_launch_idle_short_ns_per_step)}, all launch-bound idle "
-            f"{ms(la.mean_launch_idle_ns_per_step)} per step)",
+            f"{ms(la.mean_launch_idle_ns_per_step)} per step)"),
         ]
         if tiny:
             evidence.append("most frequent kernels shorter than their launch: " + ", ".join(

@@ -14,7 +14,8 @@ framework op whose name says conv)::
     TF32:     dur - max(2 us, dur / tf32_ratio)
     bf16 AMP: dur - max(2 us, dur / bf16_ratio)     (fp16 where the GPU has no bf16)
 
-per steady step, times the GPU-busy share. The finding's saving is the TF32 one: it is a
+per steady step, capped by the GPU work still queued after the step's last launch
+(``speedups.Scaling``). The finding's saving is the TF32 one: it is a
 one-line change that keeps fp32 storage and needs no loss scaling or dtype audit, so it is what
 a user can apply right away; the AMP saving, usually larger, is in the title and evidence.
 Attention kernels gain nothing from TF32 (fp32 memory-efficient attention stays on CUDA cores)
@@ -28,11 +29,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix
 from stepscope.advisor.speedups import (
-    KernelSaving, Ratio, SteadyKernels, Speedups, by_name, device_rows, gpu_bound_share,
-    op_names, per_name, per_step_ms, short, shorter, speedups_for, steady_kernels, where_for,
+    KernelSaving,
+    Ratio,
+    Scaling,
+    Speedups,
+    SteadyKernels,
+    by_name,
+    device_rows,
+    op_names,
+    per_name,
+    per_step_ms,
+    scaling_for,
+    short,
+    shorter,
+    speedups_for,
+    steady_kernels,
+    where_for,
 )
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.kernel_names import MATMUL
@@ -46,7 +62,8 @@ FIX = Fix(
     pytorch="TF32 (one line, at start-up): `torch.backends.cuda.matmul.fp32_precision = \"tf32\"` "
             "and `torch.backends.cudnn.conv.fp32_precision = \"tf32\"` (torch >= 2.9; before: "
             "`torch.set_float32_matmul_precision(\"high\")` and "
-            "`torch.backends.cudnn.allow_tf32 = True`, the latter on by default). For convolutions "
+            "`torch.backends.cudnn.allow_tf32 = True`, the latter on by default; do not mix the "
+            "two APIs in one process). For convolutions "
             "also `torch.backends.cudnn.benchmark = True` so cuDNN can pick tensor-core "
             "algorithms over FFT/Winograd. Mixed precision, larger gain: wrap forward and loss "
             "in `with torch.autocast(\"cuda\", dtype=torch.bfloat16):` (fp16 needs "
@@ -70,9 +87,10 @@ class _Result:
     tf32_ms: float | None  # None: the GPU has no TF32
     amp_ms: float
     amp_dtype: str
+    raw_ms: float  # headline saving before the GPU-bound cap
     time_ms: float
     by_kind_ms: dict[str, float]
-    share: float
+    scaling: Scaling
     items: list[KernelSaving]
     sk: SteadyKernels
     ra: RankAnalysis
@@ -81,15 +99,17 @@ class _Result:
 
     @property
     def saving_ms(self) -> float:
-        return self.tf32_ms if self.tf32_ms else self.amp_ms
+        return self.tf32_ms if self.tf32_ms is not None else self.amp_ms
 
 
-def _kinds(sk: SteadyKernels, ops: dict[int, str]) -> np.ndarray:
+def _kinds(sk: SteadyKernels, ops: dict[int, str], cand: npt.NDArray[np.bool_]
+           ) -> npt.NDArray[np.str_]:
+    """gemm / conv / attention per launch; a GEMM launched by a convolution op is conv."""
     cat = sk.col("category")
     ext = sk.col("external_id")
     kind = np.where(cat == "attention", "attention", np.where(cat == "conv", "conv", "gemm"))
     if ops:
-        for i in np.flatnonzero(kind == "gemm"):
+        for i in np.flatnonzero((kind == "gemm") & cand):
             e = ext[i]
             if not np.isnan(e) and "conv" in ops.get(int(e), "").lower():
                 kind[i] = "conv"
@@ -112,12 +132,11 @@ def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
     if not cand.any():
         return None
     ops = op_names(ctx.run, ra.rank)
-    kind = _kinds(sk, ops)
+    kind = _kinds(sk, ops, cand)
     dur = sk.col("dur_ns")
     tf32_div = np.ones(dur.size)
     amp_div = np.ones(dur.size)
     used: dict[str, Ratio] = {}
-    has_tf32 = False
     amp_dtype = "bf16"
     for d, sp in speed.items():
         if sp is None:
@@ -132,17 +151,18 @@ def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
             amp = sp.get(f"{base}_bf16")
             if amp is None:
                 amp, amp_dtype = sp.get(f"{base}_fp16"), "fp16"
-            if sp.get(f"{base}_tf32") is not None:
-                has_tf32 = True
             if tf is not None:
                 tf32_div[mk] = tf.value
                 used[f"{base}_tf32"] = tf
             if amp is not None:
                 amp_div[mk] = amp.value
                 used[f"{base}_{amp_dtype}"] = amp
+    has_tf32 = bool((tf32_div > 1.0).any())  # some flagged kernel would run TF32
     tf32_save = np.where(cand, shorter(dur, 1.0 / tf32_div), 0.0)
     amp_save = np.where(cand, shorter(dur, 1.0 / amp_div), 0.0)
-    share = gpu_bound_share(ra)
+    scaling = scaling_for(ctx, ra, sk)
+    tf32_raw, tf32_ms = scaling.counted(sk, tf32_save)
+    amp_raw, amp_ms = scaling.counted(sk, amp_save)
     items = by_name(sk, cand, tf32_save if has_tf32 else amp_save)
     ext = sk.col("external_id")
     op_count: dict[str, int] = {}
@@ -151,12 +171,12 @@ def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
             op_count[ops[int(e)]] = op_count.get(ops[int(e)], 0) + 1
     return _Result(
         rank=ra.rank,
-        tf32_ms=per_step_ms(float(tf32_save.sum()), sk) * share if has_tf32 else None,
-        amp_ms=per_step_ms(float(amp_save.sum()), sk) * share, amp_dtype=amp_dtype,
+        tf32_ms=tf32_ms if has_tf32 else None, amp_ms=amp_ms, amp_dtype=amp_dtype,
+        raw_ms=tf32_raw if has_tf32 else amp_raw,
         time_ms=per_step_ms(float(dur[cand].sum()), sk),
         by_kind_ms={k: per_step_ms(float(dur[cand & (kind == k)].sum()), sk)
                     for k in ("gemm", "conv", "attention") if (cand & (kind == k)).any()},
-        share=share, items=items, sk=sk, ra=ra, ratios=used, ops=op_count)
+        scaling=scaling, items=items, sk=sk, ra=ra, ratios=used, ops=op_count)
 
 
 def _finding(ctx: Context, r: _Result, n_ranks: int) -> Finding:
@@ -166,12 +186,12 @@ def _finding(ctx: Context, r: _Result, n_ranks: int) -> Finding:
              f"({r.time_ms / ctx.step_ms:.0%} of the step); {gains} per step")
     kinds = ", ".join(f"{k} {v:.2f} ms" for k, v in r.by_kind_ms.items())
     evidence = [
-        f"{r.time_ms:.3f} ms per step of fp32 GEMM/conv/attention kernels on CUDA cores "
-        f"({kinds}); {r.sk.n_steps} steady steps",
+        (f"{r.time_ms:.3f} ms per step of fp32 GEMM/conv/attention kernels on CUDA cores "
+         f"({kinds}); {r.sk.n_steps} steady steps"),
         *(f"{short(k.name)}: {k.calls / r.sk.n_steps:g} launches, "
           f"{per_step_ms(k.time_ns, r.sk):.3f} ms per step" for k in r.items[:5]),
         "speed-ups used: " + "; ".join(f"{n} {v.describe()}" for n, v in sorted(r.ratios.items())),
-        f"GPU busy {r.share:.0%} of the steady steps: kernel savings are scaled by it",
+        r.scaling.evidence(r.raw_ms, r.saving_ms),
     ]
     if r.ops:
         top_ops = sorted(r.ops.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
@@ -189,7 +209,7 @@ def _finding(ctx: Context, r: _Result, n_ranks: int) -> Finding:
         method=(f"saving with {headline} (ranked by it: the one-line change): per fp32 matmul "
                 f"launch, dur x (1 - 1/speed-up), never below 2 us, with the GEMM or conv "
                 f"speed-up measured by benchmarks/gemm_speedups.py (see evidence), per steady "
-                f"step, x GPU-busy share {r.share:.2f}"),
+                f"step, {r.scaling.method}"),
         evidence=evidence, fix=FIX, where=where_for(r.ra, r.sk, r.items), confidence=conf,
         note=("convolution speed-ups depend on the algorithms cuDNN picks for these shapes; "
               "measured on typical 3x3/5x5 layers" if conv_heavy else ""))

@@ -8,19 +8,20 @@ behind it. See docs/rules/pageable_memcpy.md.
 Estimate, per pageable HtoD/DtoH copy of at least 64 KiB issued in a steady step
 (smaller copies are latency-bound: pinning does not speed them up)::
 
-    span      = [copy call start, max(call end, copy end, end of the stream sync that
-                 waits for it)]     (GPU copy interval only when the call was made by
-                                     another thread than the training thread, or is unknown)
-    exposed   = time in span with no kernel running (GPU idle or only copying)
+    call      = [copy call start, end of the call or of the stream sync that waits for it]
+                (nothing when the call is unknown or made by a thread that launches no
+                kernels, e.g. a prefetcher: it then holds up no launch)
+    exposed   = time in call | [copy start, copy end] with no kernel running (GPU idle or
+                only copying)
     pinned    = bytes / pinned bandwidth  (this run's pinned copies, else nominal PCIe)
-    call      = host cost of an async pinned copy call (median of this run's, else 10 us)
-    refill    = GPU idle after the span until the GPU gets work again (host launching):
+    cost      = host cost of an async pinned copy call (median of this run's, else 10 us)
+    refill    = GPU idle after the call and copy until the GPU gets work again:
                 an async pinned copy hides up to ``pinned`` of it
-    saving    = max(0, exposed - call - max(0, pinned - refill))
+    saving    = max(0, exposed - cost - max(0, pinned - refill))
 
 i.e. after ``pin_memory`` + ``non_blocking=True`` the host pays one short call, the copy
 runs at pinned bandwidth while the host goes on launching. Summed per step (capped at the
-step's non-kernel time in the spans), mean over steady steps, then over ranks.
+step's non-kernel time in the calls and copies), mean over steady steps, then ranks.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     api = tr.load_api(run, ra.rank)
     c = tr.load_copies(run, ra.rank, win, api)
     sel = (c.step >= 0) & c.pageable & (c.htod | c.dtoh) & ~c.tiny
-    if not sel.any():
+    if not tr.recurring(c.step[sel], win.n):
         return None
     idx = np.flatnonzero(sel)
     # pinned bandwidth per direction (this run's pinned copies, else nominal PCIe)
@@ -125,21 +126,24 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
             call[dm] = int(np.median((c.api_e - c.api_s)[pinned_calls]))
     host = tr.on_launch_thread(c, api)
     end_call = tr.call_end(c, tr.sync_ends(ra))
-    span_s = np.where(host, np.minimum(c.api_s, c.s), c.s)
-    span_e = np.where(host, np.maximum(end_call, c.e), c.e)
+    # the host call (with the sync waiting for it) and the GPU copy: two intervals
+    call_s = np.where(host, c.api_s, c.s)
+    call_e = np.where(host, end_call, c.s)
+    span_s, span_e = np.minimum(call_s, c.s), np.maximum(call_e, c.e)
     act = tr.activity(run, ra.rank)
     kern, busy = act.kernels, act.busy
-    exposed = tr.uncovered(kern, span_s, span_e)
+    exposed = tr.uncovered_pair(kern, call_s, call_e, c.s, c.e)
     step_end = win.ends[np.maximum(c.step, 0)]
     refill = np.where(host, tr.gap_to_next(busy, span_e, step_end), 0)
     per_call = np.where(host, call, 0)
     saving = np.maximum(0, exposed - per_call - np.maximum(0, est - refill))
-    # per step, never more than the non-kernel time of the union of the spans
+    # per step, never more than the non-kernel time of the union of calls and copies
     per_step = np.zeros(win.n, dtype=np.int64)
     np.add.at(per_step, c.step[idx], saving[idx])
-    spans = IntervalSet.of(span_s[idx], span_e[idx]) - kern
+    spans = IntervalSet.of(np.concatenate((call_s[idx], c.s[idx])),
+                           np.concatenate((call_e[idx], c.e[idx]))) - kern
     per_step = np.minimum(per_step, spans.within(win.starts, win.ends))
-    blocked = np.where(host, span_e - np.minimum(c.api_s, span_e), 0)
+    blocked = np.where(host, call_e - call_s, 0)
     hit_steps = sorted({int(win.steps[int(k)]) for k in np.unique(c.step[idx])})
     first = idx[c.step[idx] == c.step[idx].min()]
     sites = tr.call_sites(run, ra.rank, c.pid[idx], c.tid[idx],
@@ -164,15 +168,16 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
 def _evidence(r: RankResult, results: Sequence[RankResult], n_ranks: int) -> list[str]:
     n = r.n_steps
     gbs = r.nbytes / r.gpu_ns if r.gpu_ns else 0.0
+    kind = "pageable " + "/".join(r.directions)
     ev = [
-        f"{tr.fmt_count(r.count / n)} pageable {'/'.join(r.directions)} copies of >= 64 KiB "
-        f"per step, {tr.fmt_bytes(r.nbytes / n)} per step, achieved {gbs:.1f} GB/s "
-        f"({tr.fmt_ms(r.gpu_ns / n / 1e6)} ms of GPU copy time per step)",
-        f"the host was blocked {tr.fmt_ms(r.blocked_ns / n / 1e6)} ms per step in these copy "
+        (f"{tr.plural(r.count / n, kind + ' copy', kind + ' copies')} of >= 64 KiB per step, "
+        f"{tr.fmt_bytes(r.nbytes / n)} per step, achieved {gbs:.1f} GB/s "
+        f"({tr.fmt_ms(r.gpu_ns / n / 1e6)} ms of GPU copy time per step)"),
+        (f"the host was blocked {tr.fmt_ms(r.blocked_ns / n / 1e6)} ms per step in these copy "
         f"calls; no kernel ran for {tr.fmt_ms(r.exposed_ns / n / 1e6)} ms per step of the "
-        "calls and copies",
-        f"pinned, the same bytes would take ~{tr.fmt_ms(r.pinned_ns / n / 1e6)} ms per step at "
-        f"{r.bandwidth_gbs:.1f} GB/s ({_basis_text(r)})",
+        "calls and copies"),
+        (f"pinned, the same bytes would take ~{tr.fmt_ms(r.pinned_ns / n / 1e6)} ms per step at "
+        f"{r.bandwidth_gbs:.1f} GB/s ({_basis_text(r)})"),
     ]
     if r.sites:
         ev.append("called from: " + "; ".join(r.sites))
@@ -193,7 +198,7 @@ def check(ctx: Context) -> Sequence[Finding]:
     r = max(results, key=lambda x: (x.saving_ns / x.n_steps, -x.rank))
     n = r.n_steps
     gbs = r.nbytes / r.gpu_ns if r.gpu_ns else 0.0
-    title = (f"{tr.fmt_count(r.count / n)} copies per step use pageable host memory "
+    title = (f"{tr.plural(r.count / n, 'copy', 'copies')} per step from/to pageable host memory "
              f"({tr.fmt_bytes(r.nbytes / n)} at {gbs:.1f} GB/s): pinning saves "
              f"~{tr.fmt_ms(saving_ms)} ms per step")
     method = (

@@ -8,8 +8,9 @@ Estimate, per launch with ``blocks < SMs`` (communication kernels excepted)::
     exposed = duration - time overlapped by other kernels on the same device
     saving  = exposed - max(2 us, exposed * blocks / SMs)
 
-summed over the steady steps, divided by their number and scaled by the GPU-busy share of the
-steps (``speedups.gpu_bound_share``). It is an upper bound: it assumes the work spreads evenly
+summed per steady step and capped by the GPU work still queued after the step's last launch
+(``speedups.Scaling``: only GPU-bound time shortens the step), averaged over the steady
+steps. It is an upper bound: it assumes the work spreads evenly
 over all SMs and that the kernel stays bound by how much of the GPU it occupies (a kernel that
 becomes memory-bound once spread gains less).
 
@@ -30,8 +31,22 @@ import pyarrow.compute as pc
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
 from stepscope.advisor.speedups import (
-    CUSTOM, MIN_KERNEL_NS, KernelSaving, SteadyKernels, by_name, column_objects, device_rows, gpu_bound_share,
-    kernel_owner, per_name, per_step_ms, short, shorter, steady_kernels, where_for,
+    CUSTOM,
+    MIN_KERNEL_NS,
+    KernelSaving,
+    Scaling,
+    SteadyKernels,
+    by_name,
+    column_objects,
+    device_rows,
+    kernel_owner,
+    per_name,
+    per_step_ms,
+    scaling_for,
+    short,
+    shorter,
+    steady_kernels,
+    where_for,
 )
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.intervals import overlap_with_windows, union
@@ -69,8 +84,8 @@ class _Group:
     rank: int
     saving_ms: float  # per step, scaled by the GPU-bound share
     raw_ms: float
+    scaling: Scaling
     time_ms: float
-    share: float
     sms: int
     items: list[KernelSaving]
     sk: SteadyKernels
@@ -102,7 +117,7 @@ def _exposed(sk: SteadyKernels, cand: B) -> F64:
         rows = np.flatnonzero(cand & (dev == d))
         ov = overlap_with_windows(us, ue, ts[rows], ts[rows] + dur[rows].astype(np.int64))
         exposed[rows] = np.maximum(dur[rows] - ov, 0.0)
-    return exposed
+    return np.asarray(exposed, dtype=np.float64)
 
 
 def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
@@ -117,7 +132,7 @@ def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
     exposed = _exposed(sk, cand)
     saving = np.where(cand, shorter(exposed, np.nan_to_num(cov)), 0.0)
     custom = per_name(sk, lambda n, i: kernel_owner(n) == CUSTOM).astype(bool)
-    share = gpu_bound_share(ra)
+    scaling = scaling_for(ctx, ra, sk)
     devs = device_rows(ra)
     out: dict[bool, _Group] = {}
     for is_custom in (True, False):
@@ -125,13 +140,13 @@ def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
         items = by_name(sk, mask, saving)
         if not items:
             continue
-        raw = per_step_ms(float(saving[mask].sum()), sk)
+        raw, kept = scaling.counted(sk, np.where(mask, saving, 0.0))
         top = items[0].row
         sm_row = devs.get(int(np.nan_to_num(sk.col("device")[top])), {}).get("sm_count")
-        sms = int(sm_row) if sm_row else int(round(blocks[top] / max(cov[top], 1e-9)))
+        sms = int(sm_row) if sm_row else round(blocks[top] / max(cov[top], 1e-9))
         out[is_custom] = _Group(
-            rank=ra.rank, saving_ms=raw * share, raw_ms=raw,
-            time_ms=per_step_ms(float(dur[mask].sum()), sk), share=share, sms=sms,
+            rank=ra.rank, saving_ms=kept, raw_ms=raw, scaling=scaling,
+            time_ms=per_step_ms(float(dur[mask].sum()), sk), sms=sms,
             items=items, sk=sk, ra=ra)
     return out
 
@@ -142,9 +157,9 @@ def _kernel_line(g: _Group, k: KernelSaving) -> str:
     threads = int(sk.col("threads")[k.row])
     cov = float(sk.col("sm_coverage")[k.row])
     return (f"{short(k.name)}: {blocks} blocks x {threads} threads on {g.sms} SMs "
-            f"({cov:.0%} of the SMs), {k.calls / sk.n_steps:g} calls and "
+            f"({cov:.0%} of the SMs), {k.calls / sk.n_steps:g} launch(es) and "
             f"{per_step_ms(k.time_ns, sk):.3f} ms per step, saving up to "
-            f"{per_step_ms(k.saving_ns, sk) * g.share:.3f} ms")
+            f"{per_step_ms(k.saving_ns, sk):.3f} ms of kernel time")
 
 
 def _finding(ctx: Context, g: _Group, is_custom: bool, n_ranks: int) -> Finding:
@@ -154,11 +169,10 @@ def _finding(ctx: Context, g: _Group, is_custom: bool, n_ranks: int) -> Finding:
     title = (f"{len(g.items)} {who}kernel(s) launch fewer blocks than the {g.sms} SMs "
              f"({short(top.name, 48)}: {blocks} blocks); up to {g.saving_ms:.2f} ms per step")
     evidence = [
-        f"{g.time_ms:.3f} ms per step ({g.time_ms / ctx.step_ms:.0%} of the {ctx.step_ms:.2f} ms "
-        f"step) in kernels whose grid leaves SMs idle",
+        (f"{g.time_ms:.3f} ms per step ({g.time_ms / ctx.step_ms:.0%} of the {ctx.step_ms:.2f} ms "
+         f"step) in kernels whose grid leaves SMs idle"),
         *(_kernel_line(g, k) for k in g.items[:5]),
-        f"GPU busy {g.share:.0%} of the steady steps: the kernel-time saving "
-        f"({g.raw_ms:.3f} ms) is scaled by it",
+        g.scaling.evidence(g.raw_ms, g.saving_ms),
     ]
     if len(g.items) > 5:
         evidence.append(f"... and {len(g.items) - 5} more kernel name(s)")
@@ -170,8 +184,9 @@ def _finding(ctx: Context, g: _Group, is_custom: bool, n_ranks: int) -> Finding:
     return ctx.finding(
         id=RULE.id, category=RULE.category, title=title, saving_ms=g.saving_ms,
         method=(f"sum over launches with blocks < SMs of exposed time x (1 - blocks/SMs), never "
-                f"below {MIN_KERNEL_NS / 1000:g} us per launch, per steady step, x GPU-busy share "
-                f"{g.share:.2f}; an upper bound: assumes the work spreads evenly over all SMs"),
+                f"below {MIN_KERNEL_NS / 1000:g} us per launch, per steady step, "
+                f"{g.scaling.method}; an upper bound: assumes the work spreads evenly over all "
+                f"SMs"),
         evidence=evidence, fix=FIX_CUSTOM if is_custom else FIX_LIBRARY,
         where=where_for(g.ra, g.sk, g.items) if g.items else Where(rank=g.rank),
         confidence=Confidence.MEDIUM if is_custom else Confidence.LOW, note=note,

@@ -38,7 +38,8 @@ from stepscope.schema import CpuOpKind
 
 FLOOR_LAUNCHES = 2
 HINTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("logging / printing", re.compile(r"log(ging|ger)?\b|log_|print|tensorboard|wandb|mlflow|"
+    ("logging / printing", re.compile(r"\blog(ging|ger)?\b|log_(metric|scalar|dict|stat|"
+                                      r"value|image|step)|print|tensorboard|wandb|mlflow|"
                                       r"summary|writer", re.IGNORECASE)),
     ("metrics / evaluation", re.compile(r"metric|accura|eval|valid", re.IGNORECASE)),
     ("checkpointing", re.compile(r"checkpoint|save|state_dict|serializ|pickle", re.IGNORECASE)),
@@ -69,7 +70,9 @@ def _per_step(split: IdleSplit, floor_ns: float) -> tuple[np.ndarray, np.ndarray
 
 
 def hints(groups: Sequence[Sequence[OpTime]]) -> list[str]:
-    """Causes named by the ops in the gaps, most time first: ``"checkpointing (save 3.1 ms)"``."""
+    """Causes named by user annotations and Python frames in the gaps, most time first.
+
+    Framework ops are not matched: their names are math (``aten::log_softmax``)."""
     found: dict[str, tuple[int, str]] = {}
     for ops in groups:
         for o in ops:
@@ -107,19 +110,19 @@ class StepGaps:
         claimed = split.per_step(split.input | split.sync_blocked | split.sync_drain)
         worst = int(np.argmax(per))
         evidence = [
-            f"GPU idle at step boundaries (last GPU work of a step to the first of the "
+            (f"GPU idle at step boundaries (last GPU work of a step to the first of the "
             f"next): {ms(raw.mean())} per step, not counting {ms(claimed.mean())} per step "
-            f"of input waits and syncs (other findings)",
-            f"worst: step {split.steps[worst].index}, {ms(gap[worst])}; floor "
+            f"of input waits and syncs (other findings)"),
+            (f"worst: step {split.steps[worst].index}, {ms(gap[worst])}; floor "
             f"{ms(floor)} per step ({FLOOR_LAUNCHES} x the median launch call) is "
-            f"unavoidable",
+            f"unavoidable"),
         ]
         groups = [host_time_by_op(ctx.run, ra.rank, split.gaps, kind=k)
                   for k in ("annotation", CpuOpKind.PYTHON.value, CpuOpKind.FRAMEWORK.value)]
         for label, ops in zip(("annotations", "user Python", "framework ops"), groups):
             if ops:
                 evidence.append(f"host in the gaps, {label}: {op_list(ops[:3], n)} per step")
-        causes = hints(groups)
+        causes = hints(groups[:2])
         if causes:
             evidence.append("looks like: " + ", ".join(causes))
         elif not any(groups):

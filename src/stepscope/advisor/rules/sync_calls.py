@@ -91,11 +91,11 @@ class SyncCalls:
         kinds_txt = ", ".join(f"{k.kind.replace('_', ' ')} x{k.count / n:.1f}"
                               for k in sorted(kinds, key=lambda k: -k.blocked_ns))
         evidence = [
-            f"{sa.mean_count_per_step:.1f} sync points per step ({kinds_txt}); the host is "
-            f"blocked {ms(sa.mean_blocked_ns_per_step)} per step",
-            f"GPU idle while the host is blocked: {ms(blocked.mean())} per step; pipeline "
+            (f"{sa.mean_count_per_step:.1f} sync points per step ({kinds_txt}); the host is "
+            f"blocked {ms(sa.mean_blocked_ns_per_step)} per step"),
+            (f"GPU idle while the host is blocked: {ms(blocked.mean())} per step; pipeline "
             f"drain after the syncs (GPU idle until the host issues new work): "
-            f"{ms(drain.mean())} per step",
+            f"{ms(drain.mean())} per step"),
         ]
         sites = sa.call_sites[:3]
         for c in sites:

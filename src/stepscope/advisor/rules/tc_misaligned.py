@@ -18,7 +18,8 @@ Estimate, per launch, with ``half_misaligned`` from ``advisor.speedups``::
 
     saving = dur - max(2 us, dur / half_misaligned)
 
-per steady step, times the GPU-busy share. The trace does not store the operand shapes; the
+per steady step, capped by the GPU work still queued after the step's last launch
+(``speedups.Scaling``). The trace does not store the operand shapes; the
 finding names the framework ops that launched the kernels (``cpu_ops`` via ``external_id``)
 so the user can check their dimensions.
 """
@@ -33,8 +34,21 @@ import numpy as np
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix
 from stepscope.advisor.speedups import (
-    KernelSaving, Ratio, SteadyKernels, by_name, device_rows, gpu_bound_share, op_names,
-    per_name, per_step_ms, short, shorter, speedups_for, steady_kernels, where_for,
+    KernelSaving,
+    Ratio,
+    Scaling,
+    SteadyKernels,
+    by_name,
+    device_rows,
+    op_names,
+    per_name,
+    per_step_ms,
+    scaling_for,
+    short,
+    shorter,
+    speedups_for,
+    steady_kernels,
+    where_for,
 )
 from stepscope.analysis import RankAnalysis
 
@@ -66,8 +80,8 @@ class _Result:
     rank: int
     saving_ms: float
     raw_ms: float
+    scaling: Scaling
     time_ms: float
-    share: float
     items: list[KernelSaving]
     sk: SteadyKernels
     ra: RankAnalysis
@@ -100,7 +114,7 @@ def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
         return None
     cat, prec, tcs = sk.col("category"), sk.col("precision"), sk.col("tensor_cores")
     reason = per_name(sk, lambda n, i: why(n, cat[i], prec[i], tcs[i]))
-    cand = reason != None  # noqa: E711 (element-wise on an object array)
+    cand = np.array([x is not None for x in reason], dtype=bool)
     if not cand.any():
         return None
     dev = np.nan_to_num(sk.col("device")).astype(np.int64)
@@ -116,16 +130,16 @@ def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
     div = np.array([ratio_by_dev[int(d)].value if int(d) in ratio_by_dev else 1.0 for d in dev])
     dur = sk.col("dur_ns")
     saving = np.where(cand, shorter(dur, 1.0 / div), 0.0)
-    share = gpu_bound_share(ra)
+    scaling = scaling_for(ctx, ra, sk)
     ops = op_names(ctx.run, ra.rank)
     op_count: dict[str, int] = {}
     for e in sk.col("external_id")[cand]:
         if not np.isnan(e) and int(e) in ops:
             op_count[ops[int(e)]] = op_count.get(ops[int(e)], 0) + 1
-    raw = per_step_ms(float(saving.sum()), sk)
+    raw, kept = scaling.counted(sk, saving)
     top_dev = int(dev[np.flatnonzero(cand)[0]])
-    return _Result(rank=ra.rank, saving_ms=raw * share, raw_ms=raw,
-                   time_ms=per_step_ms(float(dur[cand].sum()), sk), share=share,
+    return _Result(rank=ra.rank, saving_ms=kept, raw_ms=raw, scaling=scaling,
+                   time_ms=per_step_ms(float(dur[cand].sum()), sk),
                    items=by_name(sk, cand, saving), sk=sk, ra=ra, ratio=ratio_by_dev[top_dev],
                    ops=op_count, aligned_by_name=bool((reason[cand] == "align").all()))
 
@@ -146,12 +160,11 @@ def _finding(ctx: Context, r: _Result, n_ranks: int) -> Finding:
     title = (f"16-bit GEMMs off the fast tensor-core path (dimensions not multiples of 8?): "
              f"{r.time_ms:.2f} ms per step; padding saves about {r.saving_ms:.2f} ms ({check})")
     evidence = [
-        f"{r.time_ms:.3f} ms per step ({r.time_ms / ctx.step_ms:.0%} of the step) in fp16/bf16 "
-        f"GEMM kernels with misaligned operands or on CUDA cores",
+        (f"{r.time_ms:.3f} ms per step ({r.time_ms / ctx.step_ms:.0%} of the step) in fp16/bf16 "
+         f"GEMM kernels with misaligned operands or on CUDA cores"),
         *(_kernel_line(r, k) for k in r.items[:5]),
         f"misaligned 16-bit GEMMs take {r.ratio.describe()} the time per FLOP of aligned ones",
-        f"GPU busy {r.share:.0%} of the steady steps: the kernel-time saving "
-        f"({r.raw_ms:.3f} ms) is scaled by it",
+        r.scaling.evidence(r.raw_ms, r.saving_ms),
     ]
     if top_ops:
         evidence.append("launched by " + ", ".join(f"{o} ({n} launches)" for o, n in top_ops)
@@ -166,7 +179,7 @@ def _finding(ctx: Context, r: _Result, n_ranks: int) -> Finding:
         id=RULE.id, category=RULE.category, title=title, saving_ms=r.saving_ms,
         method=(f"per flagged launch, dur x (1 - 1/{r.ratio.value:.2f}) (the misaligned / "
                 f"aligned time per FLOP of 16-bit GEMMs, {r.ratio.source}), never below 2 us, "
-                f"per steady step, x GPU-busy share {r.share:.2f}"),
+                f"per steady step, {r.scaling.method}"),
         evidence=evidence, fix=FIX, where=where_for(r.ra, r.sk, r.items), confidence=conf)
 
 

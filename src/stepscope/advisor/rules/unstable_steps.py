@@ -3,14 +3,19 @@
 Over every step of a rank except a warm-up step (outliers included: they are what this
 rule is about), with at least :data:`MIN_STEPS` steps:
 
-* fires when the coefficient of variation ``std / mean`` exceeds :data:`CV_INFO` (0.10) or
-  the slowest step exceeds :data:`RATIO_INFO` (1.5) x the median;
-* may be a warning (never critical) only when ``cv > CV_WARN`` (0.25) or ``max / median >
-  RATIO_WARN`` (2.0), and then only if the saving is at least 5% of the step; else info.
+* varies when the coefficient of variation ``std / mean`` exceeds :data:`CV_INFO` (0.10)
+  or the slowest step exceeds :data:`RATIO_INFO` (1.5) x the median; *a lot* when
+  ``cv > CV_WARN`` (0.25) or ``max / median > RATIO_WARN`` (2.0);
+* fires when it varies and the saving is worth reporting, or when it varies a lot;
+* may be a warning (never critical) only when it varies a lot, the saving is at least
+  5% of the step and the GPU is busy less than 90% of the steps; else info.
 
-Saving per step = ``mean - median`` step time: what the steps slower than the typical
-one add on average (the median step is what a run without the periodic work would do).
-The worst rank (largest CV) is reported. Steps slower than :data:`SLOW` x the median are
+Saving per step = ``mean - median`` of the per-step GPU idle time (wall minus GPU busy,
+from the step-time breakdown): the idle time the slow steps add on average (the median
+step is what a run without the periodic work would do). Not the wall-time excess: a
+slow step that is slow on the host while the GPU keeps working from its queue (a host
+running ahead) costs nothing, and extra GPU work in a slow step (evaluation) is work,
+not waiting; both show in the evidence. The worst rank (largest CV) is reported. Steps slower than :data:`SLOW` x the median are
 listed; when they are evenly spaced the work is periodic (evaluation, checkpoint,
 logging, garbage collection).
 """
@@ -23,8 +28,9 @@ import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
-from stepscope.advisor.rules._evidence import pct
+from stepscope.advisor.rules._evidence import max_severity, pct
 from stepscope.analysis import RankAnalysis
+from stepscope.analysis.breakdown import GPU_CATEGORIES
 from stepscope.analysis.steps import Step
 
 MIN_STEPS = 3
@@ -63,6 +69,13 @@ def _periodic(idx: Sequence[int]) -> int:
     return int(d[0]) if d[0] > 1 and bool((d == d[0]).all()) else 0
 
 
+def _idle_ms(ra: RankAnalysis, steps: list[Step]) -> np.ndarray:
+    """GPU idle time (ms) of each step: wall minus GPU busy (step-time breakdown)."""
+    per = ra.breakdown.per_step
+    return np.array([(s.wall_ns - sum(per[s.index][c] for c in GPU_CATEGORIES)) / 1e6
+                     for s in steps], dtype=np.float64)
+
+
 class UnstableSteps:
     id = "unstable_steps"
     title = "Step times vary too much to trust averages"
@@ -86,29 +99,38 @@ class UnstableSteps:
         walls = np.array([s.wall_ns for s in steps], dtype=np.float64) / 1e6
         med = float(np.median(walls))
         ratio = float(walls.max() / med) if med > 0 else 0.0
-        if cv <= CV_INFO and ratio <= RATIO_INFO:
+        idle = _idle_ms(ra, steps)
+        saving = max(0.0, float(idle.mean() - np.median(idle)))
+        big = cv > CV_WARN or ratio > RATIO_WARN
+        if (cv <= CV_INFO and ratio <= RATIO_INFO) or not (big or ctx.worth_reporting(saving)):
             return []
-        return [self._finding(ctx, ra, steps, walls, cv, ratio)]
+        return [self._finding(ctx, ra, steps, walls, idle, cv, ratio, saving, big)]
 
     def _finding(self, ctx: Context, ra: RankAnalysis, steps: list[Step], walls: np.ndarray,
-                 cv: float, ratio: float) -> Finding:
+                 idle: np.ndarray, cv: float, ratio: float, saving: float, big: bool
+                 ) -> Finding:
         n = len(steps)
         mean, med = float(walls.mean()), float(np.median(walls))
-        saving = max(0.0, mean - med)
         slow = [i for i in np.argsort(-walls, kind="stable").tolist() if walls[i] > SLOW * med]
         evidence = [
-            f"{n} steps (warm-up excluded): min {walls.min():.2f} / median {med:.2f} / p95 "
+            (f"{n} steps (warm-up excluded): min {walls.min():.2f} / median {med:.2f} / p95 "
             f"{float(np.percentile(walls, 95)):.2f} / max {walls.max():.2f} ms; mean "
-            f"{mean:.2f} ms",
-            f"coefficient of variation {cv:.2f} (threshold {CV_INFO:.2f}); slowest step "
-            f"{ratio:.2f}x the median (threshold {RATIO_INFO:.1f})",
+            f"{mean:.2f} ms"),
+            (f"coefficient of variation {cv:.2f} (threshold {CV_INFO:.2f}); slowest step "
+            f"{ratio:.2f}x the median (threshold {RATIO_INFO:.1f})"),
         ]
+        evidence.append(f"GPU idle per step: median {float(np.median(idle)):.2f} ms, mean "
+                        f"{float(idle.mean()):.2f} ms: the slow steps add {saving:.2f} ms of idle "
+                        f"GPU per step on average")
+        if mean - med > 2 * saving:
+            evidence.append(f"most of the wall-time excess ({mean - med:.2f} ms per step) is GPU "
+                            f"work or host time the GPU did not wait for (a host running ahead)")
         if slow:
             evidence.append(f"{len(slow)} steps slower than {SLOW}x the median: " + ", ".join(
                 f"step {steps[i].index} ({walls[i]:.2f} ms)" for i in slow[:5]))
             k = _periodic(sorted(steps[i].index for i in slow))
             if k:
-                evidence.append(f"every {k}th step is slow: periodic work (evaluation, "
+                evidence.append(f"one step in every {k} is slow: periodic work (evaluation, "
                                 f"checkpoint, logging, garbage collection)")
         out = [s for s in steps if s.note.startswith("outlier")]
         if out:
@@ -118,15 +140,17 @@ class UnstableSteps:
             evidence.append(f"only {n} steps: capture more to tell noise from periodic work")
         if len(ctx.ranks) > 1:
             evidence.append(f"rank {ra.rank} varies most of {len(ctx.ranks)} ranks")
-        big = (cv > CV_WARN or ratio > RATIO_WARN)
-        cap = Severity.WARNING if big else Severity.INFO
+        cap = Severity.WARNING if big and max_severity(ctx, ra, host_side=False) != Severity.INFO \
+            else Severity.INFO
         slowest = steps[slow[0]] if slow else steps[int(np.argmax(walls))]
         where = Where(rank=ra.rank, steps=tuple(steps[i].index for i in slow[:5])
                       or (slowest.index,), start_ns=slowest.start_ns, end_ns=slowest.end_ns)
         title = (f"Step time varies {cv:.0%} (CV) over {n} steps, slowest {ratio:.2f}x the "
-                 f"median: slow steps cost {saving:.2f} ms per step ({pct(ctx.share(saving))})")
-        method = (f"mean minus median step time over {n} steps (warm-up excluded): the time "
-                  f"the steps slower than the typical one add per step on average")
+                 f"median: slow steps idle the GPU {saving:.2f} ms per step "
+                 f"({pct(ctx.share(saving))})")
+        method = (f"mean minus median of the per-step GPU idle time over {n} steps (warm-up "
+                  f"excluded): the idle time the steps slower than the typical one add per "
+                  f"step on average")
         return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
                            method=method, evidence=evidence, fix=FIX, where=where,
                            max_severity=cap)

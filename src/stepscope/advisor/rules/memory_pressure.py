@@ -1,0 +1,317 @@
+"""``memory_pressure``: device memory near capacity, and allocator churn inside the step.
+
+Two findings (see docs/rules/memory_pressure.md):
+
+**Allocator churn.** Device allocation API calls (``api_calls.kind`` alloc/free:
+``cudaMalloc``, ``cudaFree``, ``cuMemAlloc``, ``cudaHostAlloc``...) issued inside steady
+steps. A warmed-up caching allocator (PyTorch, TF's BFC, XLA) makes none; calls every step
+mean something empties the cache (``torch.cuda.empty_cache()``), memory is so tight the
+allocator frees and retries, or buffers are pinned/allocated per step. ``cudaFree``
+synchronises the device: the host waits for all queued work, and the GPU then idles until
+the host has launched new work. Estimate per step::
+
+    calls   = time in the union of the alloc/free calls with the GPU idle (no kernel,
+              copy or memset running)
+    refill  = per burst of calls (calls of one thread and step less than 100 us apart) that contains
+              a synchronising free: the GPU idle time after the burst until the GPU gets work
+              again, within the step (time in data-loader waits and other host syncs not
+              counted), at most the GPU time the burst waited through (the lead the host had
+              and lost)
+    saving  = calls + refill
+
+**Near capacity.** Peak device memory (``memory_events``: max of total_reserved, else
+total_allocated; or a ``gpu.memory_used`` sample in bytes) >= 90% of the device's
+``total_memory``: out-of-memory risk, and the allocator has to free cached blocks and retry.
+Being full costs no time by itself: INFO with no saving, unless churn is also seen (then
+it is evidence of the churn finding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
+from stepscope.advisor.engine import SkipRule
+from stepscope.advisor.rules import _transfers as tr
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.busy import IntervalSet
+from stepscope.analysis.input import input_wait_intervals
+from stepscope.analysis.launches import column_str, str_in
+from stepscope.analysis.syncs import sync_intervals
+from stepscope.schema import ApiKind, DeviceType
+from stepscope.store.run import Run
+
+ID = "memory_pressure"
+CATEGORY = "memory"
+NEAR_FULL = 0.90
+BURST_GAP_NS = 100_000
+MEMORY_USED_METRICS = ("gpu.memory_used", "gpu.mem_used")  # bytes
+
+FIX_CHURN = Fix(
+    pytorch=("Do not call torch.cuda.empty_cache() (or gc + empty_cache) inside the training "
+             "loop: the caching allocator then has to cudaFree and cudaMalloc every step, and "
+             "cudaFree synchronises the device. If memory is fragmented, set "
+             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; if it is simply full, reduce "
+             "the batch or use activation checkpointing (torch.utils.checkpoint); pin host "
+             "buffers once, not per step."),
+    tensorflow=("Let the allocator keep its pool: TF_GPU_ALLOCATOR=cuda_malloc_async, or "
+                "tf.config.experimental.set_memory_growth(gpu, True) set once at start-up; "
+                "avoid clearing sessions/models inside the loop."),
+    jax=("Keep XLA's preallocation (XLA_PYTHON_CLIENT_PREALLOCATE defaults to true) or set "
+         "XLA_PYTHON_CLIENT_MEM_FRACTION to what the job needs; avoid "
+         "XLA_PYTHON_CLIENT_ALLOCATOR=platform, which allocates and frees on demand."),
+    cuda=("Allocate device and pinned buffers once and reuse them, or use the stream-ordered "
+          "allocator (cudaMallocAsync/cudaFreeAsync with a memory pool), which does not "
+          "synchronise the device."),
+)
+FIX_FULL = Fix(
+    pytorch=("Leave headroom: reduce the batch (gradient accumulation keeps the effective "
+             "batch), use activation checkpointing, bf16 autocast, a fused/8-bit optimizer or "
+             "FSDP/ZeRO sharding; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when "
+             "reserved memory is far above allocated (fragmentation)."),
+    tensorflow=("Reduce the batch, use mixed precision (tf.keras.mixed_precision), "
+                "TF_GPU_ALLOCATOR=cuda_malloc_async against fragmentation."),
+    jax=("Reduce the batch, jax.checkpoint (remat) for activations, shard parameters and "
+         "optimizer state; note XLA preallocates 75% by default, so compare with "
+         "XLA_PYTHON_CLIENT_PREALLOCATE=false to see the real peak."),
+    cuda="Reduce the working set, or reuse buffers instead of holding several generations.",
+)
+
+
+@dataclass(frozen=True)
+class Peak:
+    device: int
+    peak: int  # bytes
+    allocated: int  # peak total_allocated (0 when unknown)
+    capacity: int
+    source: str  # "memory_events" | "samples"
+
+    @property
+    def share(self) -> float:
+        return self.peak / self.capacity if self.capacity else 0.0
+
+
+def _capacities(ra: RankAnalysis) -> dict[int, int]:
+    return {int(d["device"]): int(d["total_memory"]) for d in ra.devices
+            if d.get("total_memory")}
+
+
+def peaks(run: Run, ra: RankAnalysis) -> list[Peak]:
+    """Peak device memory per device with a known capacity (memory events, else samples)."""
+    cap = _capacities(ra)
+    out: list[Peak] = []
+    me = run.table("memory_events", ra.rank)
+    if me.num_rows:
+        gpu = me.filter(pc.fill_null(pc.equal(me.column("device_type").cast(pa.string()),
+                                              DeviceType.GPU.value), False))
+        for dev in sorted(cap):
+            t = gpu.filter(pc.fill_null(pc.equal(gpu.column("device"), dev), False))
+            if t.num_rows == 0:
+                continue
+            res = pc.max(t.column("total_reserved")).as_py()
+            alloc = pc.max(t.column("total_allocated")).as_py()
+            peak = res if res is not None else alloc
+            if peak is not None:
+                out.append(Peak(dev, int(peak), int(alloc or 0), cap[dev], "memory_events"))
+    if out:
+        return out
+    sm = run.table("samples", ra.rank)
+    if sm.num_rows:
+        m = str_in(sm, "metric", MEMORY_USED_METRICS)
+        if m.any():
+            t = sm.filter(pa.array(m))
+            devs = t.column("device").fill_null(0).to_numpy()
+            vals = t.column("value").to_numpy()
+            for dev in sorted(cap):
+                dm = devs == dev
+                if dm.any():
+                    out.append(Peak(dev, int(vals[dm].max()), 0, cap[dev], "samples"))
+    return out
+
+
+def has_memory_data(run: Run, rank: int) -> bool:
+    me = run.table("memory_events", rank)
+    if me.num_rows:
+        return True
+    sm = run.table("samples", rank)
+    return bool(sm.num_rows and str_in(sm, "metric", MEMORY_USED_METRICS).any())
+
+
+@dataclass(frozen=True)
+class Churn:
+    rank: int
+    n_steps: int
+    count: int  # alloc/free calls over the steady steps
+    names: tuple[tuple[str, int], ...]  # (API name, count), most first
+    call_ns: int  # their total duration
+    calls_idle_ns: int
+    refill_ns: int
+    saving_ns: int
+    sites: tuple[str, ...]
+    bare_frees: int  # synchronising frees outside any framework op (explicit cache release)
+    steps: tuple[int, ...]
+    start_ns: int
+    end_ns: int
+
+    @property
+    def saving_ms(self) -> float:
+        return self.saving_ns / self.n_steps / 1e6
+
+
+def _is_sync_free(name: str) -> bool:
+    return ("Free" in name and "Async" not in name) or "MemRelease" in name
+
+
+def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
+    win = tr.steady_windows(ra)
+    if win.n == 0:
+        return None
+    run = ctx.run
+    api = tr.load_api(run, ra.rank)
+    m = api.kind_is(ApiKind.ALLOC.value, ApiKind.FREE.value)
+    step = win.assign(api.s)
+    m &= step >= 0
+    if not tr.recurring(step[m], win.n):
+        return None
+    idx = np.flatnonzero(m)
+    idx = idx[np.lexsort((api.s[idx], api.tid[idx]))]
+    names = column_str(api.table, "name").take(pa.array(idx)).to_pylist()
+    busy = tr.activity(run, ra.rank).busy
+    s, e, tid, st = api.s[idx], api.e[idx], api.tid[idx], step[idx]
+    calls = IntervalSet.of(s, e) - busy
+    calls_idle = calls.within(win.starts, win.ends)
+    # bursts: consecutive calls of one thread less than BURST_GAP_NS apart
+    new = np.ones(idx.size, dtype=bool)
+    new[1:] = ((tid[1:] != tid[:-1]) | (st[1:] != st[:-1])
+               | (s[1:] - np.maximum.accumulate(e)[:-1] > BURST_GAP_NS))
+    bid = np.cumsum(new) - 1
+    nb = int(bid[-1]) + 1
+    b_s = np.full(nb, tr.NONE, dtype=np.int64)
+    b_e = np.zeros(nb, dtype=np.int64)
+    np.minimum.at(b_s, bid, s)
+    np.maximum.at(b_e, bid, e)
+    b_step = np.zeros(nb, dtype=np.int64)
+    b_step[bid] = st
+    syncing = np.zeros(nb, dtype=bool)
+    for b, name in zip(bid.tolist(), names):
+        syncing[b] |= _is_sync_free(str(name))
+    waited = busy.within(b_s, b_e)  # GPU work the host waited through in the burst
+    gap = tr.gap_to_next(busy, b_e, win.ends[b_step])
+    w_s, w_e = input_wait_intervals(run, ra.rank)
+    y_s, y_e = sync_intervals(run, ra.rank)
+    other = (IntervalSet.of(w_s, w_e) | IntervalSet.of(y_s, y_e)) - IntervalSet.of(s, e)
+    gap = gap - other.within(b_e, b_e + gap)
+    refill = np.where(syncing, np.minimum(np.maximum(gap, 0), waited), 0)
+    refill_step = np.zeros(win.n, dtype=np.int64)
+    np.add.at(refill_step, b_step, refill)
+    saving = calls_idle + refill_step
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[str(name)] = counts.get(str(name), 0) + 1
+    sites = tr.call_sites(run, ra.rank, api.pid[idx], tid, s, e)
+    bare = sum(1 for nm, lab in zip(names, sites.label) if _is_sync_free(str(nm)) and not lab)
+    first = st == st.min()
+    return Churn(
+        rank=ra.rank, n_steps=win.n, count=int(idx.size),
+        names=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        call_ns=int((e - s).sum()), calls_idle_ns=int(calls_idle.sum()),
+        refill_ns=int(refill_step.sum()), saving_ns=int(saving.sum()),
+        sites=tr.top_labels(sites.label), bare_frees=bare,
+        steps=tuple(win.steps[int(k)] for k in np.unique(st)),
+        start_ns=int(s[first].min()), end_ns=int(e[first].max()),
+    )
+
+
+def _peak_line(p: Peak) -> str:
+    line = (f"peak device memory {tr.fmt_bytes(p.peak)} of {tr.fmt_bytes(p.capacity)} "
+            f"({100 * p.share:.0f}%) on device {p.device}, from {p.source}")
+    if p.allocated and p.peak > p.allocated:
+        line += (f"; allocated peak {tr.fmt_bytes(p.allocated)}, so "
+                 f"{tr.fmt_bytes(p.peak - p.allocated)} is cached but unused (fragmentation "
+                 "or freed blocks)")
+    return line
+
+
+def check(ctx: Context) -> Sequence[Finding]:
+    has_api = ctx.run.manifest.tables.get("api_calls", 0) > 0
+    if not has_api and not any(has_memory_data(ctx.run, ra.rank) for ra in ctx.ranks):
+        raise SkipRule("needs allocator API calls, memory_events (torch.profiler "
+                       "profile_memory=True) or GPU memory samples; the run has none")
+    n_ranks = max(1, len(ctx.ranks))
+    full = [(ra.rank, p) for ra in ctx.ranks for p in peaks(ctx.run, ra)
+            if p.share >= NEAR_FULL]
+    churns = [c for c in (churn(ctx, ra) for ra in ctx.ranks) if c is not None]
+    out: list[Finding] = []
+    saving = sum(c.saving_ms for c in churns) / n_ranks
+    if churns and ctx.worth_reporting(saving):
+        c = max(churns, key=lambda x: (x.saving_ns / x.n_steps, -x.rank))
+        n = c.n_steps
+        names = ", ".join(f"{nm} x{k / n:.3g}" for nm, k in c.names[:4])
+        ev = [
+            (f"{tr.plural(c.count / n, 'allocator call', 'allocator calls')} per step ({names}), "
+            f"{tr.fmt_ms(c.call_ns / n / 1e6)} ms per step in them"),
+            (f"the GPU was idle for {tr.fmt_ms(c.calls_idle_ns / n / 1e6)} ms per step of that "
+            f"time, and {tr.fmt_ms(c.refill_ns / n / 1e6)} ms per step after synchronising "
+            "frees until the host had launched new work"),
+        ]
+        if c.bare_frees:
+            frees = tr.plural(c.bare_frees / n, "synchronising free", "synchronising frees")
+            ev.append(f"{frees} per step outside any framework op: an explicit cache release "
+                      "such as torch.cuda.empty_cache()")
+        ev += [_peak_line(p) for _, p in full]
+        if c.sites:
+            ev.append("called from: " + "; ".join(c.sites))
+        if n_ranks > 1:
+            ev.append(f"{len(churns)} of {n_ranks} ranks; the largest is rank {c.rank}")
+        out.append(ctx.finding(
+            id=ID, category=CATEGORY,
+            title=(f"Allocator churn: "
+                   f"{tr.plural(c.count / n, 'device alloc/free call', 'device alloc/free calls')}"
+                   f" per step cost ~{tr.fmt_ms(saving)} ms per step"),
+            saving_ms=saving,
+            method=("GPU-idle time inside the alloc/free calls of the step, plus, after each "
+                    "burst of calls containing a synchronising free, the GPU-idle time until "
+                    "the GPU got work again (data-loader waits and other syncs excluded), at "
+                    "most the GPU time the burst waited through; mean over "
+                    f"{n} steady steps" + (" and over ranks" if n_ranks > 1 else "")),
+            evidence=ev, fix=FIX_CHURN,
+            where=Where(rank=c.rank, steps=c.steps, start_ns=c.start_ns, end_ns=c.end_ns,
+                        call_sites=c.sites),
+            confidence=ctx.host_confidence, note=ctx.host_note,
+        ))
+    elif full:
+        rank, p = max(full, key=lambda x: (x[1].share, -x[0]))
+        out.append(ctx.finding(
+            id=ID, category=CATEGORY,
+            title=(f"Device memory {100 * p.share:.0f}% full ({tr.fmt_bytes(p.peak)} of "
+                   f"{tr.fmt_bytes(p.capacity)}): little headroom"),
+            saving_ms=0.0,
+            method=("not estimated: being near capacity costs no step time by itself (no "
+                    "allocator calls were seen inside the steps); it risks out-of-memory "
+                    "errors and allocator retries when shapes change"),
+            evidence=[_peak_line(x) + (f" (rank {r})" if n_ranks > 1 else "")
+                      for r, x in full],
+            fix=FIX_FULL, where=Where(rank=rank), max_severity=Severity.INFO,
+        ))
+    return out
+
+
+@dataclass(frozen=True)
+class _Rule:
+    id: str = ID
+    title: str = "Device memory pressure and allocator churn"
+    category: str = CATEGORY
+    requires: tuple[str, ...] = ()
+
+    def check(self, ctx: Context) -> Sequence[Finding]:
+        return check(ctx)
+
+
+RULE = _Rule()
+
+__all__ = ["RULE", "Churn", "Peak", "churn", "has_memory_data", "peaks"]

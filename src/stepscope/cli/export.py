@@ -1,0 +1,43 @@
+"""``stepscope export RUN [-o FILE]``: the run as a timeline for Perfetto UI / chrome://tracing."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from stepscope.errors import StepscopeError
+from stepscope.reporters.trace_export import export_trace
+from stepscope.store.run import Run
+
+SUFFIXES = (".json", ".json.gz")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "export", help="write the run as a trace-event timeline (Perfetto UI, chrome://tracing)",
+        description="Chrome trace-event JSON: host threads, GPU streams, steps, launch flows "
+                    "and counters, per rank. Gzip when FILE ends in .gz.")
+    p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="trace file, .json or .json.gz "
+                        "(default: <RUN name>.trace.json.gz next to RUN)")
+    p.set_defaults(run=run)
+
+
+def default_output(run_dir: Path) -> Path:
+    name = run_dir.resolve().name.removesuffix(".stepscope") or "run"
+    return run_dir.resolve().with_name(f"{name}.trace.json.gz")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.output and not str(args.output).endswith(SUFFIXES):
+        raise StepscopeError(f"{args.output}: the trace file must end in .json or .json.gz")
+    r = Run(args.run_dir)
+    out = Path(args.output) if args.output else default_output(r.path)
+    stats = export_trace(r, out)
+    ph = stats.by_phase
+    print(f"wrote {out}: {stats.events:,} events ({ph.get('X', 0):,} slices, "
+          f"{stats.flows:,} launch flows, {ph.get('C', 0):,} counter values); "
+          "open it in https://ui.perfetto.dev or chrome://tracing")
+    return 0

@@ -1,0 +1,451 @@
+"""The HTML report's timeline payload: every event of a run as compact binary columns.
+
+Layout (``Timeline.meta`` describes it; ``Timeline.blob`` holds the bytes, zlib-compressed)
+------------------------------------------------------------------------------------------
+* Times are relative to ``t0_ns`` (the earliest event of the run, all ranks), integer ns.
+* Events are grouped into **tracks** (a rank's steps, a GPU stream, a GPU's projected
+  annotations, a host thread) and each track into **lanes** (nesting depth on a host
+  thread: ``depth = events open at its start``, computed once, vectorised). A lane is a
+  contiguous slice ``[lane_off, lane_off + lane_n)`` of the event arrays, sorted by start.
+* Per event: ``dt`` (uint32, ns since the previous event's start in the same lane, the
+  first one since 0), ``dur`` (uint32 ns), ``kind`` (uint8, :data:`KINDS`), ``name`` (uint16 or
+  uint32 index into ``strings``). ``0xFFFFFFFF`` in ``dt``/``dur`` means "the next value of
+  ``big_dt``/``big_dur``" (float64 ns), for gaps or durations over 4.29 s.
+* Per kind, in event order (the i-th kernel event owns row i): kernels ``k_corr``,
+  ``k_cfg`` (index into ``kernel_configs``: launch geometry and occupancy); copies
+  ``c_corr``, ``c_bytes``, ``c_kind``, ``c_src``, ``c_dst``; memsets ``m_corr``, ``m_bytes``;
+  API calls ``a_corr``, ``a_kind``. ``kernel_classes`` maps a kernel's name index to its
+  category, precision and tensor-core use.
+
+The arrays are little-endian, each starting at a multiple of 8 bytes of the decompressed
+blob (``arrays: {name: [dtype, offset, count]}``), so the browser views them in place.
+About 10 bytes per event before compression, 3 to 5 after.
+
+Counters (allocator memory, samples) are small JSON series in ``counters``
+(:mod:`stepscope.reporters.timeline_counters`). With ``max_events``, the shortest host ``python`` frames are dropped first
+(then framework ops) and ``dropped`` says how many; GPU events are always kept.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stepscope.analysis import Analysis
+from stepscope.analysis.kernels import kernel_frame
+from stepscope.reporters.timeline_counters import build_counters
+from stepscope.schema import ApiKind, CopyKind, MemoryKind
+from stepscope.store.run import Run
+
+I64 = npt.NDArray[np.int64]
+KINDS = ("kernel", "memcpy", "memset", "api", "op", "python", "annotation", "nvtx",
+         "gpu_annotation", "profiler_step", "input_wait", "step", "gpu_sync")
+K = {k: i for i, k in enumerate(KINDS)}
+ESC = 0xFFFFFFFF
+COPY_KINDS = [c.value for c in CopyKind]
+MEM_KINDS = [m.value for m in MemoryKind]
+API_KINDS = [a.value for a in ApiKind]
+_CFG_INT = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
+            "shared_memory", "static_smem", "dynamic_smem")
+_CFG_ALL = (*_CFG_INT, "occupancy", "occupancy_limiter", "active_blocks_per_sm", "sm_coverage",
+            "waves", "source_occupancy_pct")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    meta: dict[str, Any]
+    blob: bytes  # zlib stream of the arrays described in meta["arrays"]
+    events: int
+    raw_bytes: int
+
+
+class _Strings:
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.items: list[str] = []
+
+    def id(self, s: str) -> int:
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.items)
+            self.items.append(s)
+        return i
+
+    def column(self, col: pa.ChunkedArray) -> npt.NDArray[np.uint32]:
+        """A string or dictionary column -> string-table ids (nulls -> "")."""
+        if not pa.types.is_dictionary(col.type):
+            col = pc.dictionary_encode(pc.fill_null(col.cast(pa.string()), ""))
+        arr = col.unify_dictionaries().combine_chunks() if col.num_chunks else pa.array(
+            [], type=col.type)
+        if isinstance(arr, pa.ChunkedArray):  # pragma: no cover - pyarrow version differences
+            arr = arr.combine_chunks()
+        lut = np.array([self.id("" if s is None else str(s)) for s in arr.dictionary.to_pylist()]
+                       or [0], dtype=np.uint32)
+        idx = np.asarray(pc.fill_null(arr.indices, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return lut[idx]
+
+
+def _i64(t: pa.Table, name: str, fill: int = -1) -> I64:
+    return np.asarray(pc.fill_null(t.column(name), fill).to_numpy(zero_copy_only=False),
+                      dtype=np.int64)
+
+
+def _codes(t: pa.Table, name: str, values: list[str]) -> npt.NDArray[np.uint8]:
+    lut = {v: i for i, v in enumerate(values)}
+    vals = pc.fill_null(t.column(name).cast(pa.string()), "").to_pylist()
+    return np.array([lut.get(v, len(values) - 1) for v in vals], dtype=np.uint8)
+
+
+@dataclass
+class _Parts:
+    """Event columns accumulated from every table, before sorting."""
+
+    ts: list[I64] = field(default_factory=list)
+    dur: list[I64] = field(default_factory=list)
+    track: list[I64] = field(default_factory=list)
+    kind: list[npt.NDArray[np.uint8]] = field(default_factory=list)
+    name: list[npt.NDArray[np.uint32]] = field(default_factory=list)
+    row: list[I64] = field(default_factory=list)  # row within its kind, for the per-kind columns
+    extra: dict[str, list[npt.NDArray[Any]]] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+    configs: list[list[Any]] = field(default_factory=list)  # kernel launch configurations
+    classes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # name id -> class
+
+    def add(self, kind: int, ts: I64, dur: I64, track: I64, name: npt.NDArray[np.uint32],
+            **extra: npt.NDArray[Any]) -> None:
+        n = ts.size
+        base = self.counts.get(kind, 0)
+        self.counts[kind] = base + n
+        self.ts.append(ts)
+        self.dur.append(np.maximum(dur, 0))
+        self.track.append(track)
+        self.kind.append(np.full(n, kind, dtype=np.uint8))
+        self.name.append(name)
+        self.row.append(np.arange(base, base + n, dtype=np.int64))
+        for k, v in extra.items():
+            self.extra.setdefault(k, []).append(v)
+
+
+class _Tracks:
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.keys: dict[tuple[Any, ...], int] = {}
+
+    def id(self, key: tuple[Any, ...], **info: Any) -> int:
+        i = self.keys.get(key)
+        if i is None:
+            i = self.keys[key] = len(self.items)
+            self.items.append(info)
+        return i
+
+    def ids(self, keys: list[tuple[Any, ...]], make: Any) -> I64:
+        """Track id per row for row keys; ``make(key)`` gives a new track's info."""
+        out = np.empty(len(keys), dtype=np.int64)
+        cache: dict[tuple[Any, ...], int] = {}
+        for i, key in enumerate(keys):
+            tid = cache.get(key)
+            if tid is None:
+                tid = cache[key] = self.id(key, **make(key))
+            out[i] = tid
+        return out
+
+
+def row_groups(cols: list[I64]) -> tuple[I64, I64]:
+    """Rows keyed by several integer columns -> (group id per row, first row of each group).
+
+    Group ids follow the sorted order of the keys. Column codes are combined pairwise and
+    re-densified, which is much faster than ``np.unique(axis=0)`` and never overflows.
+    """
+    key = np.zeros(cols[0].size, dtype=np.int64)
+    size = 1  # key < size
+    for c in cols:
+        lo, hi = int(c.min()), int(c.max())
+        if hi - lo < 4096:
+            code, card = c - lo, hi - lo + 1  # small range: no sort needed
+        else:
+            vals, inv = np.unique(c, return_inverse=True)
+            code, card = inv.reshape(-1).astype(np.int64), len(vals)
+        if size * card >= 2**62:
+            _, dense = np.unique(key, return_inverse=True)
+            key, size = dense.reshape(-1).astype(np.int64), int(dense.max()) + 1
+        key, size = key * card + code, size * card
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), first.astype(np.int64)
+
+
+def _key_ids(tracks: _Tracks, cols: list[I64], make: Any) -> I64:
+    """Track ids for rows keyed by integer columns (unique keys resolved once)."""
+    if not cols[0].size:
+        return np.zeros(0, dtype=np.int64)
+    group, first = row_groups(cols)
+    lut = tracks.ids([tuple(int(c[i]) for c in cols) for i in first], make)
+    return lut[group]
+
+
+def nesting_depth(starts: I64, ends: I64) -> I64:
+    """Depth of each interval = intervals still open at its start (exact for nested ones)."""
+    n = starts.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.maximum(ends, starts + 1)  # a zero-length event is not "closed" at its own start
+    order = np.lexsort((-ends, starts))
+    closed = np.searchsorted(np.sort(ends), starts[order], side="right")
+    depth = np.empty(n, dtype=np.int64)
+    depth[order] = np.maximum(np.arange(n) - closed, 0)
+    return depth
+
+
+def _gpu(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
+         stream_names: dict[tuple[int, int, int], str]) -> None:
+    def make(key: tuple[int, ...]) -> dict[str, Any]:
+        _, dev, stream = key
+        label = stream_names.get((r, dev, stream)) or f"stream {stream}"
+        return {"type": "stream", "rank": r, "device": dev, "stream": stream,
+                "label": f"GPU {dev} · {label}" if dev >= 0 else label, "order": (r, 1, dev, stream)}
+
+    def ids(t: pa.Table) -> I64:
+        return _key_ids(tracks, [np.full(t.num_rows, r), _i64(t, "device"), _i64(t, "stream")],
+                        make)
+
+    k = kernel_frame(run, r)
+    if k.num_rows:
+        cfg_cols = [_i64(k, c) for c in _CFG_INT] + [_i64(k, "device"), np.full(k.num_rows, r)]
+        inv, first = row_groups(cfg_cols)
+        rows = k.take(pa.array(first)).select(list(_CFG_ALL)).to_pylist()
+        base = len(parts.configs)
+        parts.configs.extend([row[c] for c in _CFG_ALL] for row in rows)
+        names = strings.column(k.column("name"))
+        cls = k.select(["category", "precision", "tensor_cores"]).to_pylist()
+        _, firsts = np.unique(names, return_index=True)
+        parts.classes.extend((int(names[i]), cls[i]) for i in firsts)
+        parts.add(K["kernel"], _i64(k, "ts_ns", 0), _i64(k, "dur_ns", 0), ids(k), names,
+                  k_corr=_i64(k, "correlation", 0), k_cfg=inv + base)
+    m = run.table("memcpy", r)
+    if m.num_rows:
+        labels = np.array([strings.id(f"Memcpy {v}") for v in COPY_KINDS], dtype=np.uint32)
+        kind = _codes(m, "kind", COPY_KINDS)
+        parts.add(K["memcpy"], _i64(m, "ts_ns", 0), _i64(m, "dur_ns", 0), ids(m), labels[kind],
+                  c_corr=_i64(m, "correlation", 0), c_bytes=_i64(m, "bytes", 0), c_kind=kind,
+                  c_src=_codes(m, "src_kind", MEM_KINDS), c_dst=_codes(m, "dst_kind", MEM_KINDS))
+    s = run.table("memset", r)
+    if s.num_rows:
+        parts.add(K["memset"], _i64(s, "ts_ns", 0), _i64(s, "dur_ns", 0), ids(s),
+                  np.full(s.num_rows, strings.id("Memset"), dtype=np.uint32),
+                  m_corr=_i64(s, "correlation", 0), m_bytes=_i64(s, "bytes", 0))
+    y = run.table("sync", r)
+    if y.num_rows:
+        kinds = pc.fill_null(y.column("kind").cast(pa.string()), "unknown").to_pylist()
+        parts.add(K["gpu_sync"], _i64(y, "ts_ns", 0), _i64(y, "dur_ns", 0), ids(y),
+                  np.array([strings.id(f"sync ({v})") for v in kinds], dtype=np.uint32))
+
+
+def _host(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
+          thread_names: dict[tuple[int, int, int], str]) -> None:
+    def make(key: tuple[int, ...]) -> dict[str, Any]:
+        _, pid, tid = key
+        label = thread_names.get((r, pid, tid)) or (f"thread {tid}" if tid >= 0 else "thread ?")
+        return {"type": "thread", "rank": r, "pid": pid, "tid": tid, "label": label,
+                "order": (r, 3, 0, tid)}
+
+    def ids(t: pa.Table) -> I64:
+        return _key_ids(tracks, [np.full(t.num_rows, r), _i64(t, "pid"), _i64(t, "tid")], make)
+
+    waits = run.table("input_waits", r)
+    wait_keys = set(zip(_i64(waits, "tid").tolist(), _i64(waits, "ts_ns").tolist(),
+                        _i64(waits, "dur_ns").tolist()))
+    ops = run.table("cpu_ops", r)
+    if ops.num_rows:
+        py = np.asarray(pc.equal(pc.fill_null(ops.column("kind").cast(pa.string()), ""), "python")
+                        .to_numpy(zero_copy_only=False), dtype=bool)
+        kinds = np.where(py, K["python"], K["op"]).astype(np.uint8)
+        for kind in (K["op"], K["python"]):
+            sub = ops.filter(pa.array(kinds == kind))
+            if sub.num_rows:
+                parts.add(kind, _i64(sub, "ts_ns", 0), _i64(sub, "dur_ns", 0), ids(sub),
+                          strings.column(sub.column("name")))
+    api = run.table("api_calls", r)
+    if api.num_rows:
+        parts.add(K["api"], _i64(api, "ts_ns", 0), _i64(api, "dur_ns", 0), ids(api),
+                  strings.column(api.column("name")), a_corr=_i64(api, "correlation", 0),
+                  a_kind=_codes(api, "kind", API_KINDS))
+    ann = run.table("annotations", r)
+    if ann.num_rows:
+        src = pc.fill_null(ann.column("source").cast(pa.string()), "user").to_pylist()
+        tid, ts, dur = _i64(ann, "tid"), _i64(ann, "ts_ns", 0), _i64(ann, "dur_ns", 0)
+        keep = np.array([(t, a, b) not in wait_keys for t, a, b in zip(tid.tolist(), ts.tolist(),
+                                                                       dur.tolist())], dtype=bool)
+        kind_of = {"user": K["annotation"], "nvtx": K["nvtx"], "gpu_user": K["gpu_annotation"],
+                   "profiler_step": K["profiler_step"]}
+        kinds = np.array([kind_of.get(s, K["annotation"]) for s in src], dtype=np.uint8)
+        names = strings.column(ann.column("name"))
+        gpu = kinds == K["gpu_annotation"]
+        host = ~gpu & keep
+        for kind in np.unique(kinds[host]).tolist():
+            sel = host & (kinds == kind)
+            parts.add(kind, ts[sel], dur[sel], ids(ann.filter(pa.array(sel))), names[sel])
+        if gpu.any():
+            dev = _i64(ann, "device")[gpu]
+            t_ids = _key_ids(tracks, [np.full(dev.size, r), dev], lambda key: {
+                "type": "gpu_annotations", "rank": r, "device": key[1],
+                "label": f"GPU {key[1]} · annotations", "order": (r, 1, key[1], -1)})
+            parts.add(K["gpu_annotation"], ts[gpu], dur[gpu], t_ids, names[gpu])
+    if waits.num_rows:
+        parts.add(K["input_wait"], _i64(waits, "ts_ns", 0), _i64(waits, "dur_ns", 0), ids(waits),
+                  strings.column(waits.column("name")))
+
+
+def _steps(analysis: Analysis, strings: _Strings, tracks: _Tracks, parts: _Parts) -> None:
+    for ra in analysis.ranks:
+        st = ra.steps.steps
+        if not st:
+            continue
+        tid = tracks.id(("steps", ra.rank), type="steps", rank=ra.rank, label="Steps",
+                        order=(ra.rank, 0, 0, 0))
+        names = [f"Step {s.number}" + ("" if s.steady else " (not steady)") for s in st]
+        parts.add(K["step"], np.array([s.start_ns for s in st], dtype=np.int64),
+                  np.array([s.wall_ns for s in st], dtype=np.int64), np.full(len(st), tid),
+                  np.array([strings.id(n) for n in names], dtype=np.uint32))
+
+
+def _budget(kind: npt.NDArray[np.uint8], dur: I64, max_events: int | None) -> npt.NDArray[np.bool_]:
+    """Keep mask: drop the shortest python frames, then framework ops, beyond ``max_events``."""
+    keep = np.ones(kind.size, dtype=bool)
+    excess = kind.size - (max_events if max_events is not None else kind.size)
+    for k in (K["python"], K["op"]):
+        if excess <= 0:
+            break
+        idx = np.flatnonzero(kind == k)
+        drop = idx[np.argsort(dur[idx], kind="stable")[:excess]]
+        keep[drop] = False
+        excess -= drop.size
+    return keep
+
+
+def _u32_escaped(x: I64) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
+    big = x >= ESC
+    return np.where(big, ESC, x).astype("<u4"), x[big].astype("<f8")
+
+
+def _pack(arrays: dict[str, npt.NDArray[Any]]) -> tuple[bytes, dict[str, list[Any]]]:
+    out = bytearray()
+    layout: dict[str, list[Any]] = {}
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and sys.byteorder == "big"):
+            a = a.byteswap().view(a.dtype.newbyteorder("<"))  # pragma: no cover
+        layout[name] = [a.dtype.name, len(out), int(a.size)]
+        out += a.tobytes()
+        out += b"\0" * (-len(out) % 8)
+    return bytes(out), layout
+
+
+def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = None,
+                   level: int = 1) -> Timeline:
+    """Every event of ``run`` as the compact payload described in the module docstring."""
+    strings, tracks, parts = _Strings(), _Tracks(), _Parts()
+    strings.id("")
+    stream_names = {(int(a["rank"]), int(a["device"]), int(a["stream"])): str(a["name"] or "")
+                    for a in run.table("streams").to_pylist()}
+    thread_names = {(int(a["rank"]), int(a["pid"] if a["pid"] is not None else -1), int(a["tid"])):
+                    str(a["name"] or "") for a in run.table("threads").to_pylist()}
+    _steps(analysis, strings, tracks, parts)
+    for r in run.ranks:
+        _gpu(run, r, strings, tracks, parts, stream_names)
+        _host(run, r, strings, tracks, parts, thread_names)
+    if not parts.ts:
+        parts.add(K["step"], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                  np.zeros(0, np.uint32))
+    ts, dur = np.concatenate(parts.ts), np.concatenate(parts.dur)
+    track, name = np.concatenate(parts.track), np.concatenate(parts.name)
+    kind = np.concatenate(parts.kind)
+    row = np.concatenate(parts.row)
+    keep = _budget(kind, dur, max_events)
+    dropped = int((~keep).sum())
+    ts, dur, track, name, kind, row = ts[keep], dur[keep], track[keep], name[keep], kind[keep], row[keep]
+    t0 = int(ts.min()) if ts.size else 0
+    rel = ts - t0
+
+    # nesting depth per track, then lanes = track's first lane + depth
+    depth = np.zeros(ts.size, dtype=np.int64)
+    order_t = np.argsort(track, kind="stable")
+    bounds = np.searchsorted(track[order_t], np.arange(len(tracks.items) + 1))
+    for t in range(len(tracks.items)):
+        idx = order_t[bounds[t]:bounds[t + 1]]
+        depth[idx] = nesting_depth(rel[idx], rel[idx] + dur[idx])
+    order_tracks = sorted(range(len(tracks.items)), key=lambda i: tracks.items[i]["order"])
+    lanes_of = np.zeros(len(tracks.items), dtype=np.int64)
+    np.maximum.at(lanes_of, track, depth + 1)
+    lane0 = np.zeros(len(tracks.items), dtype=np.int64)
+    acc = 0
+    for t in order_tracks:
+        lane0[t] = acc
+        acc += int(lanes_of[t])
+    lane = lane0[track] + depth
+    order = np.lexsort((rel, lane))
+    rel, dur, lane, name, kind, row = rel[order], dur[order], lane[order], name[order], kind[order], row[order]
+    lane_off = np.searchsorted(lane, np.arange(acc + 1))
+    dt = np.diff(rel, prepend=0)
+    dt[lane_off[:-1][lane_off[:-1] < rel.size]] = rel[lane_off[:-1][lane_off[:-1] < rel.size]]
+    dt_u, big_dt = _u32_escaped(dt)
+    dur_u, big_dur = _u32_escaped(dur)
+
+    arrays: dict[str, npt.NDArray[Any]] = {
+        "dt": dt_u, "dur": dur_u, "big_dt": big_dt, "big_dur": big_dur, "kind": kind,
+        "name": name.astype("<u2" if len(strings.items) < 65536 else "<u4"),
+        "lane_off": lane_off.astype("<u4"),
+    }
+    for kname, prefix in (("kernel", "k_"), ("memcpy", "c_"), ("memset", "m_"), ("api", "a_")):
+        rows = row[kind == K[kname]]
+        for col, chunks in parts.extra.items():
+            if col.startswith(prefix):
+                vals = np.concatenate(chunks)[rows]
+                if col.endswith("_bytes"):
+                    arrays[col] = vals.astype("<f8")
+                elif col.endswith("_corr") or col == "k_cfg":
+                    arrays[col] = np.where((vals < 0) | (vals >= ESC), 0, vals).astype("<u4")
+                else:
+                    arrays[col] = vals.astype(np.uint8)
+    raw, layout = _pack(arrays)
+    track_list = []
+    for t in order_tracks:
+        info = {k: v for k, v in tracks.items[t].items() if k != "order"}
+        info.update(lane0=int(lane0[t]), lanes=int(lanes_of[t]))
+        track_list.append(info)
+    counters = build_counters(run, t0)
+    for i, c in enumerate(counters):
+        track_list.append({"type": "counter", "rank": c["rank"], "label": c["label"], "counter": i,
+                           "lane0": 0, "lanes": 0})
+    track_list.sort(key=lambda tr: (tr["rank"], _TYPE_ORDER[tr["type"]]))
+    class_map = {str(i): {"category": c["category"], "precision": c["precision"],
+                          "tensor_cores": c["tensor_cores"]} for i, c in parts.classes}
+    meta: dict[str, Any] = {
+        "version": 1, "t0_ns": str(t0), "end_us": float(((rel + dur).max() if rel.size else 0) / 1e3),
+        "events": int(rel.size), "dropped": dropped, "kinds": list(KINDS), "strings": strings.items,
+        "tracks": track_list, "arrays": layout, "encoding": "zlib",
+        "kernel_configs": {"columns": list(_CFG_ALL), "rows": _clean(parts.configs)},
+        "kernel_classes": class_map, "copy_kinds": COPY_KINDS, "memory_kinds": MEM_KINDS,
+        "api_kinds": API_KINDS, "counters": counters,
+    }
+    return Timeline(meta=meta, blob=zlib.compress(raw, level), events=int(rel.size),
+                    raw_bytes=len(raw))
+
+
+_TYPE_ORDER = {"steps": 0, "gpu_annotations": 1, "stream": 1, "counter": 2, "thread": 3}
+
+
+_TYPE_ORDER = {"steps": 0, "gpu_annotations": 1, "stream": 1, "counter": 2, "thread": 3}
+
+
+def _clean(rows: list[list[Any]]) -> list[list[Any]]:
+    def one(v: Any) -> Any:
+        if isinstance(v, float):
+            return None if v != v else round(v, 4)
+        return v
+    return [[one(v) for v in r] for r in rows]
