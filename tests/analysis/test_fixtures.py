@@ -2,7 +2,10 @@
 
 That README computed them with a plain script over the JSON: GPU busy = union of
 kernel, memcpy and memset intervals inside ProfilerStep#N ranges; wall = sum of
-the ProfilerStep durations.
+the ProfilerStep durations. Those are stepscope's *marker* figures. Its step
+windows are anchored to the GPU work each step issued (analysis.steps.anchor_to_gpu),
+which legitimately differs where the GPU lags the host: on the GPT trace the windows
+hold 36.7 ms of GPU work against 36.3 ms inside the host-side markers.
 """
 
 from __future__ import annotations
@@ -42,11 +45,13 @@ def test_fixture_figures(tmp_path: Path, name: str, steps: int, wall: float | No
     assert s.steps == steps
     assert s.kernels == kernels
     if wall is not None:
-        assert s.wall_ms == pytest.approx(wall, abs=0.5 if wall > 100 else 0.05)
+        assert s.marker_wall_ms == pytest.approx(wall, abs=0.5 if wall > 100 else 0.05)
+        assert s.wall_ms == pytest.approx(wall, rel=0.02)  # windows: same steps, shifted
     if busy is not None:
-        assert s.gpu_busy_in_steps_ms == pytest.approx(busy, abs=0.05 if busy < 100 else 0.5)
+        assert s.gpu_busy_in_markers_ms == pytest.approx(busy, abs=0.05 if busy < 100 else 0.5)
+        assert s.gpu_busy_in_steps_ms == pytest.approx(busy, rel=0.02)
     for per_step, st in zip(a.ranks[0].breakdown.per_step, a.ranks[0].steps.steps):
-        assert sum(per_step.values()) == st.wall_ns
+        assert sum(per_step.values()) == st.span_ns
 
 
 def test_two_ranks(tmp_path: Path) -> None:
@@ -57,9 +62,24 @@ def test_two_ranks(tmp_path: Path) -> None:
     #         rank 1: 2 steps, 1239 ms, GPU busy 580 ms, 1104 kernels
     assert (r0.rank, r0.steps, r0.kernels) == (0, 2, 1154)
     assert (r1.rank, r1.steps, r1.kernels) == (1, 2, 1104)
-    assert r0.wall_ms == pytest.approx(1230, abs=1) and r1.wall_ms == pytest.approx(1239, abs=1)
-    assert r0.gpu_busy_in_steps_ms == pytest.approx(548, abs=1)
-    assert r1.gpu_busy_in_steps_ms == pytest.approx(580, abs=1)
+    assert r0.marker_wall_ms == pytest.approx(1230, abs=1)
+    assert r1.marker_wall_ms == pytest.approx(1239, abs=1)
+    assert r0.gpu_busy_in_markers_ms == pytest.approx(548, abs=1)
+    assert r1.gpu_busy_in_markers_ms == pytest.approx(580, abs=1)
+
+
+def test_gpu_bound_run_with_host_far_ahead(tmp_path: Path) -> None:
+    """H200 bf16 MLP with no sync in the loop (tests/data/PROVENANCE.md): the host's
+    ProfilerStep markers last ~2.8 ms while the GPU needs ~38 ms per step. The
+    windows follow the GPU work, so the breakdown shows a GPU-bound step."""
+    a = analyze(run_of(tmp_path, "h200_healthy_bf16.pt.trace.json.gz"))
+    ra = a.ranks[0]
+    assert ra.steps.anchored
+    assert max(st.wall_ns for st in ra.steps.steps) < 3_000_000
+    assert min(st.span_ns for st in ra.steps.steps) > 37_000_000
+    s = rank_summary(ra)
+    assert s.gpu_busy_in_markers_ms == 0.0
+    assert s.breakdown_ms["compute"] / sum(s.breakdown_ms.values()) > 0.97
 
 
 def test_no_profiler_steps_falls_back(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ class RankAnalysis:
     steps: StepInfo
     breakdown: Breakdown
     gpu_busy_ns: int  # whole trace, summed over the rank's devices
-    step_busy_ns: tuple[int, ...]  # per step, summed over the rank's devices
+    step_busy_ns: tuple[int, ...]  # per step window, summed over the rank's devices
+    marker_busy_ns: tuple[int, ...]  # inside the source's step markers (host side)
     kernel_count: int  # whole trace
     kernel_time_ns: int  # sum of kernel durations, whole trace
     devices: tuple[dict[str, Any], ...]
@@ -57,11 +58,13 @@ class Analysis:
 def analyze_rank(run: Run, rank: int) -> RankAnalysis:
     steps = detect_steps(run, rank)
     acts = gpu_activity(run, rank)
-    ws, we = steps.starts, steps.ends
+    ws, we = steps.window_starts, steps.window_ends
     busy_total = sum(a.busy.total_ns for a in acts.values())
     per_step = np.zeros(ws.size, dtype=np.int64)
+    per_marker = np.zeros(ws.size, dtype=np.int64)
     for a in acts.values():
         per_step += a.busy.within(ws, we)
+        per_marker += a.busy.within(steps.starts, steps.ends)
     bd = breakdown_from_sets(rank, steps, rank_union(acts), host_layers(run, rank))
     steady = steps.steady
     sw = steps.starts[[s.index for s in steady]], steps.ends[[s.index for s in steady]]
@@ -74,6 +77,7 @@ def analyze_rank(run: Run, rank: int) -> RankAnalysis:
         breakdown=bd,
         gpu_busy_ns=int(busy_total),
         step_busy_ns=tuple(int(x) for x in per_step),
+        marker_busy_ns=tuple(int(x) for x in per_marker),
         kernel_count=k.num_rows,
         kernel_time_ns=int(k.column("dur_ns").to_numpy().sum()) if k.num_rows else 0,
         devices=devices,

@@ -45,7 +45,7 @@ class Breakdown:
     """Per-step ns per category, and the mean over steady-state steps in ms."""
 
     rank: int
-    per_step: tuple[dict[str, int], ...]  # aligned with StepInfo.steps
+    per_step: tuple[dict[str, int], ...]  # aligned with StepInfo.steps; sums to Step.span_ns
     mean_ms: dict[str, float]  # over steady steps
     steady_steps: int
 
@@ -114,7 +114,7 @@ def host_layers(run: Run, rank: int) -> list[tuple[str, IntervalSet]]:
 def breakdown_from_sets(
     rank: int, steps: StepInfo, gpu: DeviceActivity, host: Sequence[tuple[str, IntervalSet]]
 ) -> Breakdown:
-    ws, we = steps.starts, steps.ends
+    ws, we = steps.window_starts, steps.window_ends
     layers: list[tuple[str, IntervalSet]] = [
         ("compute", gpu.compute),
         ("communication", gpu.communication),

@@ -87,6 +87,32 @@ def is_communication(names: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(flags[idx], dtype=bool)
 
 
+def issued_ns(run: Run, rank: int | None, gpu: pa.Table) -> I64:
+    """When each GPU record was issued: its launching API call's start (matched by rank and
+    correlation), else its own start. Assigning GPU work to the step that issued it keeps it
+    in that step even when the host runs ahead of the GPU."""
+    ts = np.asarray(gpu.column("ts_ns").to_numpy(), dtype=np.int64)
+    if gpu.num_rows == 0:
+        return ts
+    api = run.table("api_calls", rank)
+    api = api.filter(pc.is_valid(api.column("correlation")))
+    corr_col = gpu.column("correlation")
+    if api.num_rows == 0 or corr_col.null_count == gpu.num_rows:
+        return ts
+    shift = np.int64(1) << np.int64(40)
+    akey = (np.asarray(api.column("rank").to_numpy(), dtype=np.int64) * shift
+            + np.asarray(api.column("correlation").to_numpy(), dtype=np.int64))
+    ats = np.asarray(api.column("ts_ns").to_numpy(), dtype=np.int64)
+    order = np.argsort(akey, kind="stable")
+    akey, ats = akey[order], ats[order]
+    valid = np.asarray(pc.is_valid(corr_col).to_numpy(zero_copy_only=False), dtype=bool)
+    gkey = (np.asarray(gpu.column("rank").to_numpy(), dtype=np.int64) * shift
+            + np.asarray(corr_col.fill_null(0).to_numpy(), dtype=np.int64))
+    pos = np.minimum(np.searchsorted(akey, gkey), akey.size - 1)
+    hit = valid & (akey[pos] == gkey)
+    return np.where(hit, ats[pos], ts)
+
+
 def _bounds(t: pa.Table) -> tuple[I64, I64]:
     s = t.column("ts_ns").to_numpy()
     return s, s + t.column("dur_ns").to_numpy()

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis.kernel_names import MATMUL, classify_names
+from stepscope.analysis.busy import issued_ns
 from stepscope.analysis.occupancy import DeviceLimits, occupancy_arrays
 from stepscope.store.run import Run
 
@@ -168,32 +169,6 @@ def kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
     for name, arr in extra.items():
         k = k.append_column(name, arr)
     return k
-
-
-def issued_ns(run: Run, rank: int | None, gpu: pa.Table) -> I64:
-    """When each GPU record was issued: its launching API call's start (matched by rank and
-    correlation), else its own start. Assigning GPU work to the step that issued it keeps it
-    in that step even when the host runs ahead of the GPU."""
-    ts = np.asarray(gpu.column("ts_ns").to_numpy(), dtype=np.int64)
-    if gpu.num_rows == 0:
-        return ts
-    api = run.table("api_calls", rank)
-    api = api.filter(pc.is_valid(api.column("correlation")))
-    corr_col = gpu.column("correlation")
-    if api.num_rows == 0 or corr_col.null_count == gpu.num_rows:
-        return ts
-    shift = np.int64(1) << np.int64(40)
-    akey = (np.asarray(api.column("rank").to_numpy(), dtype=np.int64) * shift
-            + np.asarray(api.column("correlation").to_numpy(), dtype=np.int64))
-    ats = np.asarray(api.column("ts_ns").to_numpy(), dtype=np.int64)
-    order = np.argsort(akey, kind="stable")
-    akey, ats = akey[order], ats[order]
-    valid = np.asarray(pc.is_valid(corr_col).to_numpy(zero_copy_only=False), dtype=bool)
-    gkey = (np.asarray(gpu.column("rank").to_numpy(), dtype=np.int64) * shift
-            + np.asarray(corr_col.fill_null(0).to_numpy(), dtype=np.int64))
-    pos = np.minimum(np.searchsorted(akey, gkey), akey.size - 1)
-    hit = valid & (akey[pos] == gkey)
-    return np.where(hit, ats[pos], ts)
 
 
 def _in_window(frame: pa.Table, window: tuple[int, int] | None) -> pa.Table:

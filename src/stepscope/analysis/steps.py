@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stepscope.analysis.busy import issued_ns
 from stepscope.analysis.intervals import I64
 from stepscope.schema import AnnotationSource, StepSource
 from stepscope.store.run import Run
@@ -42,16 +43,35 @@ MAX_PERIODIC_KERNELS = 200_000
 
 @dataclass(frozen=True)
 class Step:
+    """One step. ``start_ns/end_ns`` are the source's markers (host side for ProfilerStep,
+    NVTX, hooks); ``window_start_ns/window_end_ns`` are the step on the GPU timeline
+    (:func:`anchor_to_gpu`), which the breakdown slices and the step time measures."""
+
     index: int  # 0-based position in this rank's step list
     number: int  # step number as the source numbers it
     start_ns: int
     end_ns: int
     steady: bool
     note: str = ""  # why a step is not steady
+    window_start_ns: int = -1  # -1: same as the markers
+    window_end_ns: int = -1
 
     @property
     def wall_ns(self) -> int:
+        """The marker's duration."""
         return self.end_ns - self.start_ns
+
+    @property
+    def window(self) -> tuple[int, int]:
+        if self.window_start_ns < 0:
+            return self.start_ns, self.end_ns
+        return self.window_start_ns, self.window_end_ns
+
+    @property
+    def span_ns(self) -> int:
+        """The step's length on the timeline window: what the breakdown adds up to."""
+        a, b = self.window
+        return b - a
 
 
 @dataclass(frozen=True)
@@ -61,13 +81,25 @@ class StepInfo:
     steps: tuple[Step, ...]
     detail: str = ""  # how they were found, one line
 
+    anchored: bool = False  # windows moved onto the GPU timeline
+
     @property
     def starts(self) -> I64:
+        """Marker starts (host side): assign host events to steps with these."""
         return np.array([s.start_ns for s in self.steps], dtype=np.int64)
 
     @property
     def ends(self) -> I64:
         return np.array([s.end_ns for s in self.steps], dtype=np.int64)
+
+    @property
+    def window_starts(self) -> I64:
+        """Timeline windows (GPU-anchored when possible): slice the timeline with these."""
+        return np.array([s.window[0] for s in self.steps], dtype=np.int64)
+
+    @property
+    def window_ends(self) -> I64:
+        return np.array([s.window[1] for s in self.steps], dtype=np.int64)
 
     @property
     def steady(self) -> tuple[Step, ...]:
@@ -76,6 +108,10 @@ class StepInfo:
     @property
     def walls_ns(self) -> I64:
         return np.array([s.wall_ns for s in self.steps], dtype=np.int64)
+
+    @property
+    def spans_ns(self) -> I64:
+        return np.array([s.span_ns for s in self.steps], dtype=np.int64)
 
 
 def _disjoint(starts: I64, ends: I64, numbers: I64) -> tuple[I64, I64, I64]:
@@ -248,8 +284,60 @@ def _whole_trace(run: Run, rank: int) -> StepInfo:
 
 def detect_steps(run: Run, rank: int) -> StepInfo:
     """Steps of one rank (see the module docstring for the order of sources)."""
-    for finder in (_from_steps_table, _from_annotations, periodic_steps):
+    for finder in (_from_steps_table, _from_annotations):
         info = finder(run, rank)
         if info is not None and info.steps:
-            return info
+            return anchor_to_gpu(run, info)
+    info = periodic_steps(run, rank)  # already on the GPU timeline
+    if info is not None and info.steps:
+        return info
     return _whole_trace(run, rank)
+
+
+def anchor_to_gpu(run: Run, info: StepInfo) -> StepInfo:
+    """Move host-marked steps onto the GPU timeline.
+
+    The host may run ahead of the GPU (no sync in the loop): its markers then cover
+    only the time to *issue* the work, and slicing the timeline with them would miss
+    the GPU work of the step. GPU work belongs to the step whose marker range
+    ``[start_i, start_{i+1})`` contains its launching call (``busy.issued_ns``).
+    Window ``i`` starts at the first GPU activity issued by step ``i`` and ends where
+    step ``i+1``'s starts; the last window ends at the later of its last GPU activity
+    and its start plus the marker's duration. Steps that issued no GPU work keep their
+    markers, and so does the whole rank unless every step issued GPU work (windows
+    must stay ordered and disjoint).
+    """
+    steps = info.steps
+    if not steps:
+        return info
+    parts = [run.table(t, info.rank).select(["rank", "ts_ns", "dur_ns", "correlation"])
+             for t in ("kernels", "memcpy", "memset")]
+    gpu = pa.concat_tables(parts)
+    if gpu.num_rows == 0:
+        return info
+    issued = issued_ns(run, info.rank, gpu)
+    ts = gpu.column("ts_ns").to_numpy()
+    end = ts + gpu.column("dur_ns").to_numpy()
+    starts = info.starts
+    bounds_hi = np.append(starts[1:], info.ends[-1])
+    slot = np.searchsorted(starts, issued, side="right") - 1
+    ok = (slot >= 0) & (issued < bounds_hi[np.maximum(slot, 0)])
+    n = len(steps)
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, slot[ok], ts[ok])
+    np.maximum.at(last, slot[ok], end[ok])
+    if (first == np.iinfo(np.int64).max).any():
+        return info
+    if n > 1 and (np.diff(first) <= 0).any():
+        return info
+    w_end = np.append(first[1:], max(int(last[-1]), int(first[-1]) + steps[-1].wall_ns))
+    spans = w_end - first
+    steady, notes = select_steady(spans)
+    new = tuple(Step(index=s.index, number=s.number, start_ns=s.start_ns, end_ns=s.end_ns,
+                     steady=steady[i], note=notes[i], window_start_ns=int(first[i]),
+                     window_end_ns=int(w_end[i]))
+                for i, s in enumerate(steps))
+    return StepInfo(rank=info.rank, source=info.source, steps=new,
+                    detail=info.detail + "; windows anchored to the GPU work each step issued",
+                    anchored=True)

@@ -30,11 +30,13 @@ class RankSummary:
     steps: int
     steady_steps: int
     step_source: str
-    wall_ms: float  # sum of all step walls
-    step_time: StepTimeStats | None  # over steady steps
+    wall_ms: float  # sum of all step windows (the timeline the breakdown covers)
+    step_time: StepTimeStats | None  # step windows, over steady steps
     gpu_busy_ms: float  # whole trace, summed over devices
     gpu_busy_in_steps_ms: float  # inside step windows, summed over devices
-    gpu_busy_pct: float  # busy inside steps / (wall * devices)
+    gpu_busy_pct: float  # busy inside step windows / (windows * devices)
+    marker_wall_ms: float  # sum of the source's step markers (e.g. ProfilerStep durations)
+    gpu_busy_in_markers_ms: float  # GPU busy inside those markers, summed over devices
     kernels: int
     kernel_time_ms: float
     breakdown_ms: dict[str, float]
@@ -56,6 +58,8 @@ class RunSummary:
     tensor_core_share: float
     est_sm_efficiency: float | None
     step_source: str
+    marker_wall_ms: float
+    gpu_busy_in_markers_ms: float
 
 
 def step_time_stats(walls_ns: np.ndarray) -> StepTimeStats | None:
@@ -69,8 +73,8 @@ def step_time_stats(walls_ns: np.ndarray) -> StepTimeStats | None:
 
 
 def rank_summary(ra: RankAnalysis) -> RankSummary:
-    walls = ra.steps.walls_ns
-    steady_walls = np.array([s.wall_ns for s in ra.steps.steady], dtype=np.int64)
+    walls = ra.steps.spans_ns
+    steady_walls = np.array([s.span_ns for s in ra.steps.steady], dtype=np.int64)
     n_dev = max(1, len({int(d["device"]) for d in ra.devices}))
     in_steps = float(sum(ra.step_busy_ns)) / 1e6
     wall = float(walls.sum()) / 1e6
@@ -87,6 +91,8 @@ def rank_summary(ra: RankAnalysis) -> RankSummary:
         kernels=ra.kernel_count,
         kernel_time_ms=ra.kernel_time_ns / 1e6,
         breakdown_ms=dict(ra.breakdown.mean_ms),
+        marker_wall_ms=float(ra.steps.walls_ns.sum()) / 1e6,
+        gpu_busy_in_markers_ms=float(sum(ra.marker_busy_ns)) / 1e6,
     )
 
 
@@ -128,4 +134,6 @@ def summarize(analysis: Analysis) -> RunSummary:
         tensor_core_share=(sum(k.tensor_core_ns for k in ks) / k_total) if k_total else 0.0,
         est_sm_efficiency=_weighted_mean([(k.est_sm_efficiency, k.total_ns) for k in ks]),
         step_source="+".join(sources),
+        marker_wall_ms=_mean([r.marker_wall_ms for r in rs]),
+        gpu_busy_in_markers_ms=sum(r.gpu_busy_in_markers_ms for r in rs),
     )

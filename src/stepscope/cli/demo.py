@@ -12,6 +12,7 @@ from typing import Any
 
 from stepscope.importers import import_traces
 from stepscope.report import build_report
+from stepscope.reporters.html import to_html
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.terminal import console_for_stdout, print_report, render_text
 from stepscope.store.run import Run
@@ -38,16 +39,20 @@ def run(args: argparse.Namespace) -> int:
     for name, title in DEMOS:
         with resources.as_file(data / f"{name}.pt.trace.json.gz") as trace:
             run_dir = import_traces([trace], out / f"{name}.stepscope", overwrite=True)
-        report = build_report(Run(run_dir))
+        run_ = Run(run_dir)
+        report = build_report(run_)
         console.rule(f"[bold]{title}")
         print_report(report, console)
         json_path = out / f"{name}.report.json"
         txt_path = out / f"{name}.report.txt"
+        html_path = out / f"{name}.report.html"
         json_path.write_text(to_json(report), encoding="utf-8")
         txt_path.write_text(render_text(report), encoding="utf-8")
-        written += [run_dir, json_path, txt_path]
+        html_path.write_text(to_html(report, run_), encoding="utf-8")
+        written += [run_dir, html_path, json_path, txt_path]
     console.rule("[bold]demo files")
     for p in written:
         console.print(f"  {p}", highlight=False)
-    console.print("Next: stepscope report RUN, stepscope query RUN \"SELECT ...\"", highlight=False)
+    console.print("Open the .report.html files in a browser. Next: stepscope report RUN, "
+                  "stepscope query RUN \"SELECT ...\"", highlight=False)
     return 0

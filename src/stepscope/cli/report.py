@@ -1,4 +1,9 @@
-"""``stepscope report RUN``: the terminal summary, or the JSON report."""
+"""``stepscope report RUN``: the terminal summary, the JSON report, or the HTML report.
+
+The format comes from ``--format``, else from the suffix of ``-o`` (``.json``, ``.html``/``.htm``),
+else text. JSON and text without ``-o`` go to stdout; HTML without ``-o`` is written to
+``RUN/report.html`` (a multi-megabyte page is no use on a terminal).
+"""
 
 from __future__ import annotations
 
@@ -8,27 +13,29 @@ from typing import Any
 
 from stepscope.errors import StepscopeError
 from stepscope.report import build_report
+from stepscope.reporters.html import to_html
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.terminal import print_report, render_text
 from stepscope.store.run import Run
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("report", help="summarise a run (terminal, text or JSON)")
+    p = sub.add_parser("report", help="summarise a run (terminal, text, JSON or HTML)")
     p.add_argument("run_dir", metavar="RUN")
-    p.add_argument("-o", "--output", help="write the report to a file (.json or .txt)")
-    p.add_argument("--format", choices=("text", "json"), help="default: text, or from -o's suffix")
+    p.add_argument("-o", "--output", help="write the report to a file (.html, .json or .txt)")
+    p.add_argument("--format", choices=("text", "json", "html"),
+                   help="default: from -o's suffix, else text (html without -o: RUN/report.html)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    fmt = args.format
-    if fmt is None:
-        fmt = "json" if args.output and str(args.output).endswith(".json") else "text"
-    report = build_report(Run(args.run_dir))
-    text = to_json(report) if fmt == "json" else None
-    if args.output:
-        out = Path(args.output)
+    fmt = args.format or format_for(args.output)
+    run_ = Run(args.run_dir)
+    report = build_report(run_)
+    text = to_json(report) if fmt == "json" else to_html(report, run_) if fmt == "html" else None
+    output = args.output or (str(run_.path / "report.html") if fmt == "html" else None)
+    if output:
+        out = Path(output)
         try:
             out.write_text(text if text is not None else render_text(report), encoding="utf-8")
         except OSError as exc:
@@ -39,3 +46,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_report(report)
     return 0
+
+
+def format_for(output: str | None) -> str:
+    suffix = Path(output).suffix.lower() if output else ""
+    return {".json": "json", ".html": "html", ".htm": "html"}.get(suffix, "text")

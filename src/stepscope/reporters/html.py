@@ -210,7 +210,7 @@ def render_html(report: Report, run: Run | None = None, *,
            "img-src data:; base-uri 'none'; form-action 'none'")
     title = f"stepscope · {data['ui']['title']}"
     text = _fill(_asset("template.html"), {
-        "CSP": html.escape(csp, quote=True),
+        "CSP": html.escape(csp, quote=False).replace('"', "&quot;"),
         "TITLE": html.escape(title, quote=False),
         "CSS": _asset("report.css"),
         "DATA": script_json(data),

@@ -3,11 +3,13 @@
 Contract (version 1; later versions only add keys):
   schema            "stepscope.report/1"
   run               path, source, tool, files, ranks, devices, partial, diagnostics
-  summary           steps, steady_steps, wall_ms, step_ms{mean,median,p95,min,max,cv},
-                    gpu_busy_ms (whole trace, summed over devices), gpu_busy_in_steps_ms,
-                    gpu_busy_pct, kernels (count), kernel_time_ms, tensor_core_share,
-                    est_sm_efficiency, step_source
-  steps             [{rank, index, number, start_ns, end_ns, wall_ms, gpu_busy_ms, steady,
+  summary           steps, steady_steps, wall_ms (sum of step windows),
+                    step_ms{mean,median,p95,min,max,cv}, gpu_busy_ms (whole trace, summed over
+                    devices), gpu_busy_in_steps_ms, gpu_busy_pct, kernels (count),
+                    kernel_time_ms, tensor_core_share, est_sm_efficiency, step_source,
+                    marker_wall_ms and gpu_busy_in_markers_ms (on the source's step markers)
+  steps             [{rank, index, number, start_ns, end_ns, wall_ms (the step's window on the
+                      GPU timeline), marker{start_ns, end_ns, wall_ms}, gpu_busy_ms, steady,
                       note, breakdown{category: ms}}]
   breakdown         category -> mean ms per steady step (sums to the mean step time)
   kernels           top kernels by time: name, calls, total/mean/median/min/max ms, share,
@@ -84,9 +86,12 @@ def report_dict(report: Report) -> dict[str, Any]:
     steps = []
     for ra in a.ranks:
         for st, busy, bd in zip(ra.steps.steps, ra.step_busy_ns, ra.breakdown.per_step):
+            w0, w1 = st.window
             steps.append({
                 "rank": ra.rank, "index": st.index, "number": st.number,
-                "start_ns": st.start_ns, "end_ns": st.end_ns, "wall_ms": _ms(st.wall_ns),
+                "start_ns": w0, "end_ns": w1, "wall_ms": _ms(st.span_ns),
+                "marker": {"start_ns": st.start_ns, "end_ns": st.end_ns,
+                           "wall_ms": _ms(st.wall_ns)},
                 "gpu_busy_ms": _ms(busy), "steady": st.steady, "note": st.note,
                 "breakdown": {c: _ms(v) for c, v in bd.items()},
             })
@@ -109,7 +114,8 @@ def report_dict(report: Report) -> dict[str, Any]:
         "gpu_busy_in_steps_ms": s.gpu_busy_in_steps_ms, "gpu_busy_pct": s.gpu_busy_pct,
         "kernels": s.kernels, "kernel_time_ms": s.kernel_time_ms,
         "tensor_core_share": s.tensor_core_share, "est_sm_efficiency": s.est_sm_efficiency,
-        "step_source": s.step_source,
+        "step_source": s.step_source, "marker_wall_ms": s.marker_wall_ms,
+        "gpu_busy_in_markers_ms": s.gpu_busy_in_markers_ms,
     }
     out: dict[str, Any] = {
         "schema": REPORT_SCHEMA,

@@ -80,16 +80,20 @@ class _Strings:
 
     def column(self, col: pa.ChunkedArray) -> npt.NDArray[np.uint32]:
         """A string or dictionary column -> string-table ids (nulls -> "")."""
-        if not pa.types.is_dictionary(col.type):
-            col = pc.dictionary_encode(pc.fill_null(col.cast(pa.string()), ""))
-        arr = col.unify_dictionaries().combine_chunks() if col.num_chunks else pa.array(
-            [], type=col.type)
-        if isinstance(arr, pa.ChunkedArray):  # pragma: no cover - pyarrow version differences
-            arr = arr.combine_chunks()
-        lut = np.array([self.id("" if s is None else str(s)) for s in arr.dictionary.to_pylist()]
-                       or [0], dtype=np.uint32)
-        idx = np.asarray(pc.fill_null(arr.indices, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        return lut[idx]
+        codes, values = dict_codes(col)
+        lut = np.array([self.id(v) for v in values] + [self.id("")], dtype=np.uint32)
+        return lut[codes]
+
+
+def dict_codes(col: pa.ChunkedArray) -> tuple[I64, list[str]]:
+    """Codes into the column's distinct values; null rows get code ``len(values)``."""
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col.cast(pa.string()))
+    col = col.unify_dictionaries()
+    values = [str(v) for v in col.chunk(0).dictionary.to_pylist()] if col.num_chunks else []
+    arr = pa.chunked_array([c.indices for c in col.chunks], type=col.type.index_type)
+    codes = np.asarray(pc.fill_null(arr, len(values)).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return codes, values
 
 
 def _i64(t: pa.Table, name: str, fill: int = -1) -> I64:
@@ -98,9 +102,11 @@ def _i64(t: pa.Table, name: str, fill: int = -1) -> I64:
 
 
 def _codes(t: pa.Table, name: str, values: list[str]) -> npt.NDArray[np.uint8]:
+    """Enum column -> index into ``values`` (unknown values and nulls -> the last one)."""
+    codes, present = dict_codes(t.column(name))
     lut = {v: i for i, v in enumerate(values)}
-    vals = pc.fill_null(t.column(name).cast(pa.string()), "").to_pylist()
-    return np.array([lut.get(v, len(values) - 1) for v in vals], dtype=np.uint8)
+    table = np.array([lut.get(v, len(values) - 1) for v in present] + [len(values) - 1], dtype=np.uint8)
+    return table[codes]
 
 
 @dataclass
@@ -222,9 +228,9 @@ def _gpu(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
         base = len(parts.configs)
         parts.configs.extend([row[c] for c in _CFG_ALL] for row in rows)
         names = strings.column(k.column("name"))
-        cls = k.select(["category", "precision", "tensor_cores"]).to_pylist()
         _, firsts = np.unique(names, return_index=True)
-        parts.classes.extend((int(names[i]), cls[i]) for i in firsts)
+        cls = k.take(pa.array(firsts)).select(["category", "precision", "tensor_cores"]).to_pylist()
+        parts.classes.extend((int(names[i]), c) for i, c in zip(firsts, cls))
         parts.add(K["kernel"], _i64(k, "ts_ns", 0), _i64(k, "dur_ns", 0), ids(k), names,
                   k_corr=_i64(k, "correlation", 0), k_cfg=inv + base)
     m = run.table("memcpy", r)

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from stepscope.advisor.base import Context, Finding, Fix, Where
 from stepscope.advisor.rules import _transfers as tr
@@ -125,26 +126,40 @@ class Traffic:
     dtoh: float
 
 
-def _host_ops(run: Run, rank: int, tid: int, lo: int, hi: int) -> list[tuple[str, int]]:
-    """Outermost host ops of thread ``tid`` inside ``[lo, hi)``, time per name."""
-    ops = run.table("cpu_ops", rank)
-    if ops.num_rows == 0 or hi <= lo:
-        return []
-    s, e = bounds(ops)
-    m = (column_i64(ops, "tid") == tid) & (s >= lo) & (e <= hi)
-    if not m.any():
-        return []
-    idx = np.flatnonzero(m)
-    idx = idx[np.argsort(s[idx], kind="stable")]
-    names = column_str(ops, "name").take(idx).to_pylist()
-    out: dict[str, int] = {}
-    reach = -1
-    for i, name in zip(idx.tolist(), names):
-        if s[i] < reach:  # nested in an earlier op
-            continue
-        reach = int(e[i])
-        out[str(name)] = out.get(str(name), 0) + int(e[i] - s[i])
-    return sorted(out.items(), key=lambda kv: -kv[1])
+@dataclass(frozen=True)
+class _HostOps:
+    """The rank's host ops sorted by start (read once per rank)."""
+
+    table: pa.Table
+    order: I64  # row of the table at each sorted position
+    s: I64
+    e: I64
+    tid: I64
+
+    @staticmethod
+    def of(run: Run, rank: int) -> _HostOps:
+        ops = run.table("cpu_ops", rank)
+        s, e = bounds(ops)
+        order = np.argsort(s, kind="stable")
+        return _HostOps(ops, order, s[order], e[order], column_i64(ops, "tid")[order])
+
+    def outermost(self, tid: int, lo: int, hi: int) -> list[tuple[str, int]]:
+        """Outermost ops of thread ``tid`` inside ``[lo, hi)``: time per name, most first."""
+        if hi <= lo or self.s.size == 0:
+            return []
+        a, b = np.searchsorted(self.s, [lo, hi])
+        idx = a + np.flatnonzero((self.tid[a:b] == tid) & (self.e[a:b] <= hi))
+        if idx.size == 0:
+            return []
+        names = column_str(self.table, "name").take(pa.array(self.order[idx])).to_pylist()
+        out: dict[str, int] = {}
+        reach = -1
+        for i, name in zip(idx.tolist(), names):
+            if self.s[i] < reach:  # nested in an earlier op
+                continue
+            reach = int(self.e[i])
+            out[str(name)] = out.get(str(name), 0) + int(self.e[i] - self.s[i])
+        return sorted(out.items(), key=lambda kv: -kv[1])
 
 
 def _launch_calls(api: tr.Api) -> tuple[I64, I64]:
@@ -232,10 +247,11 @@ def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, a
         members[h] = True
     ops: dict[str, int] = {}
     host_ns = op_ns = 0
+    host_ops = _HostOps.of(run, ra.rank)
     for d, h in trips:
         lo, hi = _done(c, d), int(c.issue[h])
         host_ns += max(0, hi - lo)
-        for name, ns in _host_ops(run, ra.rank, int(c.tid[h]), lo, hi):
+        for name, ns in host_ops.outermost(int(c.tid[h]), lo, hi):
             ops[name] = ops.get(name, 0) + ns
             op_ns += ns
     sites = tr.call_sites(run, ra.rank, c.pid[d_idx], c.tid[d_idx],

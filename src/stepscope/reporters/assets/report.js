@@ -1,4 +1,4 @@
-/* stepscope HTML report. Vanilla JS, no network, no eval, no innerHTML: every string that comes
+/* stepscope HTML report. Vanilla JS, no network, no eval, no HTML parsing: every string that comes
  * from the trace is rendered with textContent, an attribute value, or canvas fillText.
  *
  * Sections of this file:
@@ -555,7 +555,7 @@ function renderFindings() {
     box.appendChild(h('div', {class: 'head'},
       h('span', {class: 'sev ' + f.severity, text: f.severity}),
       h('span', {class: 'title', text: (i + 1) + '. ' + f.title}),
-      h('span', {class: 'saving', text: '−' + fmtMs(f.est_saving_ms) + ' / step (' + num(f.est_saving_pct, 1) + '%)'})));
+      h('span', {class: 'saving', text: f.est_saving_ms > 0 ? '−' + fmtMs(f.est_saving_ms) + ' / step (' + num(f.est_saving_pct, 1) + '%)' : 'saving not estimated'})));
     if (f.evidence && f.evidence.length) box.appendChild(h('ul', {}, ...f.evidence.map(e => h('li', {text: e}))));
     const fws = FRAMEWORKS.filter(([k]) => f.fix && f.fix[k]);
     if (fws.length) {
@@ -582,7 +582,8 @@ function renderFindings() {
     const bits = [];
     if (wh.rank !== null && wh.rank !== undefined && MULTI) bits.push('rank ' + wh.rank);
     if (wh.steps && wh.steps.length) bits.push('steps ' + wh.steps.slice().sort((a, b) => a - b).join(', '));
-    if (wh.kernels && wh.kernels.length) bits.push('kernels: ' + wh.kernels.join(' · '));
+    const short = x => x.length > 90 ? x.slice(0, 89) + '…' : x;
+    if (wh.kernels && wh.kernels.length) bits.push('kernels: ' + wh.kernels.map(short).join(' · '));
     if (wh.call_sites && wh.call_sites.length) bits.push('call sites: ' + wh.call_sites.join(' · '));
     if (bits.length) meta.appendChild(h('div', {}, h('b', {text: 'Where: '}), bits.join('; ')));
     const links = h('div', {});
@@ -1091,7 +1092,7 @@ class Timeline {
   }
 
   summaryLines(i) {
-    const ev = this.ev, k = ev.kindOf(i), out = [ev.str(i)];
+    const ev = this.ev, k = ev.kindOf(i), nm = ev.str(i), out = [nm.length > 240 ? nm.slice(0, 239) + '…' : nm];
     out.push(KIND_LABEL[k] + ' · ' + fmtUs(ev.dur[i]) + ' · at ' + fmtUs(ev.start[i]));
     const r = ev.row[i], A = ev.extra;
     if (k === 'kernel') {
@@ -1142,7 +1143,7 @@ class Timeline {
           (v('static_smem') >= 0 || v('dynamic_smem') >= 0 ? ` (static ${fmtBytes(Math.max(0, v('static_smem')))}, dynamic ${fmtBytes(Math.max(0, v('dynamic_smem')))})` : ''));
         add('theoretical occupancy', v('occupancy') === null ? '–' : pct(v('occupancy')) + (v('occupancy_limiter') ? ' (limited by ' + v('occupancy_limiter') + ')' : '') +
           (v('active_blocks_per_sm') !== null ? ' · ' + v('active_blocks_per_sm') + ' blocks/SM' : ''));
-        if (v('source_occupancy_pct') !== null) add('achieved occupancy (trace)', num(v('source_occupancy_pct'), 1) + '%');
+        if (v('source_occupancy_pct') !== null) add('est. achieved occupancy (trace)', num(v('source_occupancy_pct'), 1) + '%');
         add('SM coverage', v('sm_coverage') === null ? '–' : pct(v('sm_coverage')));
         add('waves', v('waves') === null ? '–' : num(v('waves'), 2));
       }
@@ -1400,6 +1401,7 @@ function renderKernels() {
   const t = dataTable(el, cols, rows, {sort: 'total_ns', controls: h('label', {}, 'category ', sel), placeholder: 'filter kernels by name…',
     onrow: r => { openTimeline(0, TIMELINE ? TIMELINE.ev.endUs : 1, {search: r.name, rank: r.rank}); if (TIMELINE) { TIMELINE.band = null; TIMELINE.nextMatch(); } }});
   sel.addEventListener('change', () => { t.extraFilter = sel.value ? (r => r.category === sel.value) : null; t.redraw(); });
+  if (U.kernels_top_only) el.appendChild(h('p', {class: 'warnnote', text: 'This run has too many kernel launches for the full table in the page: the ' + rows.length + ' kernel names with the most time are listed (every launch is still in the timeline).'}));
   const cat = Object.entries(U.categories_ms).sort((a, b) => b[1] - a[1]);
   if (cat.length) el.appendChild(h('p', {class: 'note', text: 'Kernel time by category (steady steps): ' + cat.map(([c, v]) => c + ' ' + fmtMs(v)).join(' · ')}));
 }
@@ -1512,6 +1514,8 @@ function renderMemory() {
       ['peak reserved', fmtBytes(c.peak.reserved) + (cap ? ' (' + pct(c.peak.reserved / cap, 1) + ')' : '')],
       ['allocator events', c.events.toLocaleString()],
     ]));
+    grid.appendChild(h('div', {class: 'legend'}, h('span', {}, h('span', {class: 'sw', style: {background: '#2a9fd6'}}), 'allocated'),
+      h('span', {}, h('span', {class: 'sw', style: {background: '#e08a00'}}), 'reserved')));
     const chart = h('div', {class: 'chart'});
     grid.appendChild(chart);
     const draw = () => lineChart(chart, c.t_us, [
