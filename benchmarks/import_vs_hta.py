@@ -72,8 +72,8 @@ def _versions(dists: list[str]) -> dict[str, str]:
 def _child_stepscope(trace: str, workdir: str) -> dict[str, Any]:
     t_imp = time.perf_counter()
     try:
-        from stepscope.analysis import analyze  # type: ignore[attr-defined]
-        from stepscope.importers import import_traces  # type: ignore[attr-defined]
+        from stepscope.analysis import analyze
+        from stepscope.importers import import_traces
         from stepscope.store import Run
     except ImportError as exc:
         raise _ChildUnavailable(
@@ -102,7 +102,7 @@ def _child_stepscope(trace: str, workdir: str) -> dict[str, Any]:
 def _child_hta(trace: str, workdir: str) -> dict[str, Any]:
     t_imp = time.perf_counter()
     try:
-        from hta.trace_analysis import TraceAnalysis
+        from hta.trace_analysis import TraceAnalysis  # type: ignore[import-not-found]
     except ImportError as exc:
         raise _ChildUnavailable(
             f"HTA not importable in this interpreter ({exc}); pass --hta-python, e.g. a venv "
@@ -118,6 +118,7 @@ def _child_hta(trace: str, workdir: str) -> dict[str, Any]:
     t1 = time.perf_counter()
     df = analyzer.get_temporal_breakdown(visualize=False)
     t2 = time.perf_counter()
+    n_steps: int | str
     try:
         n_steps = len(analyzer.get_profiler_steps())
     except Exception as exc:  # noqa: BLE001 - informational only
@@ -151,8 +152,11 @@ def child_main(tool: str, trace: str, workdir: str, result_file: str) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         import traceback
 
-        res = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-               "traceback": traceback.format_exc()[-4000:]}
+        res = {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc()[-4000:],
+        }
         rc = 1
     res["self_maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     res["children_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -217,13 +221,30 @@ def _warm_page_cache(path: str) -> None:
             pass
 
 
-def run_once(tool: str, python: str, trace: str, workroot: str, timeout_s: float,
-             sample_s: float, log_dir: str | None) -> dict[str, Any]:
+def run_once(
+    tool: str,
+    python: str,
+    trace: str,
+    workroot: str,
+    timeout_s: float,
+    sample_s: float,
+    log_dir: str | None,
+) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix=f"{tool}-", dir=workroot)
     result_file = os.path.join(workdir, "result.json")
     log_path = os.path.join(log_dir or workdir, f"{tool}-{os.path.basename(workdir)}.log")
-    cmd = [python, os.path.abspath(__file__), "--child", tool, "--trace", trace,
-           "--child-workdir", workdir, "--child-result", result_file]
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "--child",
+        tool,
+        "--trace",
+        trace,
+        "--child-workdir",
+        workdir,
+        "--child-result",
+        result_file,
+    ]
     load_before = os.getloadavg()
     started = _dt.datetime.now().isoformat(timespec="seconds")
     with open(log_path, "wb") as log:
@@ -248,14 +269,20 @@ def run_once(tool: str, python: str, trace: str, workroot: str, timeout_s: float
         sampler.stop.set()
         sampler.join()
     rec: dict[str, Any] = {
-        "tool": tool, "python": python, "started": started, "wall_s": wall,
-        "returncode": proc.returncode, "timed_out": timed_out,
-        "cpu_user_s": ru.ru_utime, "cpu_sys_s": ru.ru_stime,
+        "tool": tool,
+        "python": python,
+        "started": started,
+        "wall_s": wall,
+        "returncode": proc.returncode,
+        "timed_out": timed_out,
+        "cpu_user_s": ru.ru_utime,
+        "cpu_sys_s": ru.ru_stime,
         "cpu_s": ru.ru_utime + ru.ru_stime,
         "cores_used": (ru.ru_utime + ru.ru_stime) / wall if wall > 0 else None,
         "peak_rss_mb": ru.ru_maxrss * 1024 / 1e6,  # Linux: KiB
         "peak_tree_rss_mb": sampler.peak / 1e6,
-        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
         "log": log_path if log_dir else None,
     }
     try:
@@ -281,8 +308,11 @@ def summarize(runs: list[dict[str, Any]], mb: float) -> dict[str, Any]:
     walls = [r["wall_s"] for r in ok]
     cpu = med([r["cpu_s"] for r in ok])
     return {
-        "runs": len(ok), "attempts": len(runs),
-        "wall_s_median": med(walls), "wall_s_min": min(walls), "wall_s_max": max(walls),
+        "runs": len(ok),
+        "attempts": len(runs),
+        "wall_s_median": med(walls),
+        "wall_s_min": min(walls),
+        "wall_s_max": max(walls),
         "work_s_median": med([r["work_s"] for r in ok]),
         "load_s_median": med([r["load_s"] for r in ok]),
         "analysis_s_median": med([r["analysis_s"] for r in ok]),
@@ -311,8 +341,10 @@ def markdown_table(entry: dict[str, Any]) -> str:
         f"Trace: `{entry['trace']}` — {mb:.0f} MB uncompressed JSON"
         + (f", {entry['events']:,} events" if entry.get("events") else ""),
         "",
-        "| tool | runs | median wall s | min–max wall s | median work s (load + analysis) "
-        "| median peak RSS MB | median peak tree RSS MB | cores used | MB/s | MB/s per core |",
+        (
+            "| tool | runs | median wall s | min–max wall s | median work s (load + analysis) "
+            "| median peak RSS MB | median peak tree RSS MB | cores used | MB/s | MB/s per core |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     summ = entry["summary"]
@@ -323,8 +355,10 @@ def markdown_table(entry: dict[str, Any]) -> str:
             continue
         label = f"{tool} (saved: --baseline)" if s.get("from_baseline") else tool
         if not s.get("runs"):
-            lines.append(f"| {label} | 0/{s.get('attempts', 0)} | failed: {s.get('error', '')[:200]}"
-                         " | | | | | | | |")
+            lines.append(
+                f"| {label} | 0/{s.get('attempts', 0)} | failed: {s.get('error', '')[:200]}"
+                " | | | | | | | |"
+            )
             continue
         lines.append(
             f"| {label} | {s['runs']} | {_f(s['wall_s_median'])} | "
@@ -342,11 +376,13 @@ def markdown_table(entry: dict[str, Any]) -> str:
         per_core = b["mb_per_s_per_core"]
         lines += [
             "",
-            f"HTA / stepscope: wall **{speed:.1f}x** (target >= 10x: "
-            f"{'met' if speed >= 10 else 'NOT met'}), peak RSS **{mem:.1f}x** "
-            f"(tree {tmem:.1f}x; target >= 3x: {'met' if mem >= 3 else 'NOT met'}); "
-            f"stepscope {per_core:.0f} MB/s per core (target >= 100: "
-            f"{'met' if per_core >= 100 else 'NOT met'}).",
+            (
+                f"HTA / stepscope: wall **{speed:.1f}x** (target >= 10x: "
+                f"{'met' if speed >= 10 else 'NOT met'}), peak RSS **{mem:.1f}x** "
+                f"(tree {tmem:.1f}x; target >= 3x: {'met' if mem >= 3 else 'NOT met'}); "
+                f"stepscope {per_core:.0f} MB/s per core (target >= 100: "
+                f"{'met' if per_core >= 100 else 'NOT met'})."
+            ),
         ]
     return "\n".join(lines)
 
@@ -372,25 +408,45 @@ def _machine() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--trace", action="append", required=True,
-                   help="Kineto trace (.json or .json.gz); may be repeated")
+    p.add_argument(
+        "--trace",
+        action="append",
+        required=True,
+        help="Kineto trace (.json or .json.gz); may be repeated",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tools", default="stepscope,hta", help="comma list of: stepscope,hta")
-    p.add_argument("--stepscope-python", default=sys.executable,
-                   help="interpreter with stepscope installed (default: this one)")
-    p.add_argument("--hta-python", default=sys.executable,
-                   help="interpreter with holistictraceanalysis installed (default: this one)")
-    p.add_argument("--json", help="write raw results here (merged into an existing file: "
-                   "entries for the same trace are updated per tool)")
-    p.add_argument("--baseline", action="append", default=[],
-                   help="results JSON of an earlier run (e.g. the HTA side): its numbers for a "
-                        "tool not run now on the same trace are shown and used for the ratios")
+    p.add_argument(
+        "--stepscope-python",
+        default=sys.executable,
+        help="interpreter with stepscope installed (default: this one)",
+    )
+    p.add_argument(
+        "--hta-python",
+        default=sys.executable,
+        help="interpreter with holistictraceanalysis installed (default: this one)",
+    )
+    p.add_argument(
+        "--json",
+        help="write raw results here (merged into an existing file: "
+        "entries for the same trace are updated per tool)",
+    )
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        help="results JSON of an earlier run (e.g. the HTA side): its numbers for a "
+        "tool not run now on the same trace are shown and used for the ratios",
+    )
     p.add_argument("--workdir", default=None, help="scratch folder (default: system temp)")
     p.add_argument("--logs", default=None, help="keep each child's stdout/stderr here")
     p.add_argument("--timeout", type=float, default=3600.0, help="per-run limit, seconds")
     p.add_argument("--sample-ms", type=float, default=100.0, help="tree-RSS sampling period")
-    p.add_argument("--no-warm-cache", action="store_true",
-                   help="don't read the trace once before measuring (page cache)")
+    p.add_argument(
+        "--no-warm-cache",
+        action="store_true",
+        help="don't read the trace once before measuring (page cache)",
+    )
     # child mode (internal)
     p.add_argument("--child", choices=TOOLS, help=argparse.SUPPRESS)
     p.add_argument("--child-workdir", help=argparse.SUPPRESS)
@@ -428,8 +484,12 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"no such trace: {trace}")
         ub = _uncompressed_bytes(trace)
         entry: dict[str, Any] = {
-            "trace": trace, "file_bytes": os.path.getsize(trace), "uncompressed_bytes": ub,
-            "uncompressed_mb": ub / 1e6, "runs": {t: [] for t in tools}, "summary": {},
+            "trace": trace,
+            "file_bytes": os.path.getsize(trace),
+            "uncompressed_bytes": ub,
+            "uncompressed_mb": ub / 1e6,
+            "runs": {t: [] for t in tools},
+            "summary": {},
         }
         print(f"# {trace}: {ub / 1e6:.0f} MB uncompressed", file=sys.stderr, flush=True)
         unavailable: set[str] = set()
@@ -439,14 +499,18 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 if not ns.no_warm_cache:
                     _warm_page_cache(trace)
-                rec = run_once(tool, pythons[tool], trace, workroot, ns.timeout,
-                               ns.sample_ms / 1000, ns.logs)
+                rec = run_once(
+                    tool, pythons[tool], trace, workroot, ns.timeout, ns.sample_ms / 1000, ns.logs
+                )
                 entry["runs"][tool].append(rec)
                 status = "ok" if rec.get("ok") else "FAILED: " + str(rec.get("error"))[:300]
-                print(f"  {tool} run {rep + 1}/{ns.repeats}: wall {rec['wall_s']:.1f} s, "
-                      f"peak RSS {rec['peak_rss_mb']:.0f} MB, tree {rec['peak_tree_rss_mb']:.0f} MB,"
-                      f" cpu {rec['cpu_s']:.1f} s, load {rec['loadavg_after'][0]:.2f} -> {status}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  {tool} run {rep + 1}/{ns.repeats}: wall {rec['wall_s']:.1f} s, "
+                    f"peak RSS {rec['peak_rss_mb']:.0f} MB, tree {rec['peak_tree_rss_mb']:.0f} MB,"
+                    f" cpu {rec['cpu_s']:.1f} s, load {rec['loadavg_after'][0]:.2f} -> {status}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if rec.get("unavailable"):
                     unavailable.add(tool)
         for tool in tools:
@@ -469,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
                 if k in merged:
                     merged[k]["runs"].update(e["runs"])
                     merged[k]["summary"].update(
-                        {t: s for t, s in e["summary"].items() if not s.get("from_baseline")})
+                        {t: s for t, s in e["summary"].items() if not s.get("from_baseline")}
+                    )
                 else:
                     merged[k] = e
             old.setdefault("commands", [old.get("command")]).append(doc["command"])

@@ -67,9 +67,10 @@ _GLOBAL_INSTANT_NAMES = ("Iteration Start", "Record Window End")
 def _dumps_fn() -> Callable[[Any], bytes]:
     """Fastest available compact JSON encoder (orjson, then msgspec, then stdlib)."""
     try:
-        import orjson
+        import orjson  # type: ignore[import-not-found,unused-ignore]
 
-        return orjson.dumps
+        dumps: Callable[[Any], bytes] = orjson.dumps
+        return dumps
     except ImportError:
         pass
     try:
@@ -87,7 +88,7 @@ def _dumps_fn() -> Callable[[Any], bytes]:
 
 def _loads(data: bytes) -> Any:
     try:
-        import orjson
+        import orjson  # type: ignore[import-not-found,unused-ignore]
 
         return orjson.loads(data)
     except ImportError:
@@ -140,7 +141,7 @@ class Tiler:
         self.span_us = t1 - t0
         # A whole number of microseconds: adding an integer to the fixture's float timestamps
         # (same binade) is exact, so the shifted values keep their short decimal form.
-        self.shift_us = int(math.ceil(self.span_us + gap_us))
+        self.shift_us = math.ceil(self.span_us + gap_us)
 
         # id strides: max id of each family + 1 (ints only; other ids are left alone).
         maxima: dict[str, int] = {}
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     doc = read_fixture(ns.fixture)
     if ns.output.endswith(".gz"):
-        raw: IO[bytes] = gzip.open(ns.output, "wb", compresslevel=ns.gzip_level)  # type: ignore[assignment]
+        raw: IO[bytes] = gzip.open(ns.output, "wb", compresslevel=ns.gzip_level)  # noqa: SIM115
     else:
         raw = open(ns.output, "wb")  # noqa: SIM115
     with raw:

@@ -156,7 +156,7 @@ def browser(html: Path) -> dict[str, Any]:
         page = b.new_page(viewport={"width": 1440, "height": 900})
         t = time.perf_counter()
         page.goto(html.as_uri())
-        page.wait_for_function("window.__stepscope && window.__stepscope.ready", timeout=60_000)
+        page.wait_for_function("() => window.__stepscope && window.__stepscope.ready", timeout=60_000)
         wall = time.perf_counter() - t
         res: dict[str, Any] = page.evaluate(BROWSER_JS)
         res["load_wall_s"] = wall

@@ -4,8 +4,8 @@ That README computed them with a plain script over the JSON: GPU busy = union of
 kernel, memcpy and memset intervals inside ProfilerStep#N ranges; wall = sum of
 the ProfilerStep durations. Those are stepscope's *marker* figures. Its step
 windows are anchored to the GPU work each step issued (analysis.steps.anchor_to_gpu),
-which legitimately differs where the GPU lags the host: on the GPT trace the windows
-hold 36.7 ms of GPU work against 36.3 ms inside the host-side markers.
+where the GPU lags the host (then the figures legitimately differ: see the H200 test
+below); on these traces the GPU keeps up and the windows are the markers.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ STEP_NAME = re.compile(
     re.IGNORECASE,
 )
 MIN_PERIOD_MATCH = 0.90
+LAG_SHARE = 0.10
 MAX_PERIODIC_KERNELS = 200_000
 
 
@@ -305,7 +306,9 @@ def anchor_to_gpu(run: Run, info: StepInfo) -> StepInfo:
     step ``i+1``'s starts; the last window ends at the later of its last GPU activity
     and its start plus the marker's duration. Steps that issued no GPU work keep their
     markers, and so does the whole rank unless every step issued GPU work (windows
-    must stay ordered and disjoint).
+    must stay ordered and disjoint) and the GPU lags: the work of a step typically
+    ends more than :data:`LAG_SHARE` of a step after its marker (otherwise the markers
+    already contain their GPU work and are kept as they are).
     """
     steps = info.steps
     if not steps:
@@ -331,9 +334,22 @@ def anchor_to_gpu(run: Run, info: StepInfo) -> StepInfo:
         return info
     if n > 1 and (np.diff(first) <= 0).any():
         return info
-    w_end = np.append(first[1:], max(int(last[-1]), int(first[-1]) + steps[-1].wall_ns))
+    # Only when the GPU lags: the work a step issued typically ends after its marker by
+    # more than a tenth of a step. Otherwise the markers already hold their GPU work.
+    lag = last - info.ends
+    if float(np.median(lag)) <= LAG_SHARE * float(np.median(info.walls_ns)):
+        return info
+    tail = int(first[-1]) + steps[-1].wall_ns
+    w_end = np.append(first[1:], max(int(last[-1]), tail))
     spans = w_end - first
-    steady, notes = select_steady(spans)
+    # When the GPU finished the last step's work before the host could have issued the
+    # next step, the last window's end is the marker-based guess: what fills its tail
+    # (the next step's host prologue) was not traced. Keep such a step out of the means.
+    guessed = n >= 3 and tail > int(last[-1])
+    steady, notes = select_steady(spans[:-1] if guessed else spans)
+    if guessed:
+        steady += (False,)
+        notes += ("last step: the end of its window was not observed",)
     new = tuple(Step(index=s.index, number=s.number, start_ns=s.start_ns, end_ns=s.end_ns,
                      steady=steady[i], note=notes[i], window_start_ns=int(first[i]),
                      window_end_ns=int(w_end[i]))

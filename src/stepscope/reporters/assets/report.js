@@ -1207,6 +1207,8 @@ class Timeline {
     }
     this.selected = i;
     this.showDetails(i);
+    const r = this.canvas.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > window.innerHeight) this.canvas.scrollIntoView({block: 'nearest'});
     this.render();
   }
 

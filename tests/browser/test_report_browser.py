@@ -1,0 +1,231 @@
+"""The HTML report in a real headless Chromium: loads without errors, draws, zooms, pans, hovers,
+links, and renders hostile trace names as text without running them.
+
+Needs ``playwright`` (the Python package) and a Chromium at ``/usr/bin/chromium`` (CI installs it
+with ``.ci/browser-setup.sh``; ``playwright install`` is never used). Screenshots go to
+``tests/browser/artifacts/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder import TraceBuilder
+from stepscope.importers import import_traces
+from stepscope.report import build_report
+from stepscope.reporters.html import to_html
+from stepscope.store.run import Run
+
+CHROMIUM = os.environ.get("STEPSCOPE_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+DATA = Path(__file__).parents[1] / "data"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+HOSTILE_KERNEL = "</script><script>window.__pwned=1</script><img src=x onerror=window.__pwned=2>"
+HOSTILE_NVTX = "<b onmouseover=window.__pwned=3>nvtx</b>"
+
+try:
+    from playwright.sync_api import Page, sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None,
+                       reason="playwright is not installed (pip install playwright; no browser download needed)"),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"no Chromium at {CHROMIUM} (run .ci/browser-setup.sh or apt-get install chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def _report(run: Run, out: Path) -> Path:
+    out.write_text(to_html(build_report(run), run), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("html")
+    out = {}
+    for name, files in (("gpt", ["gpt_bf16_adamw.pt.trace.json.gz"]),
+                        ("cnn", ["cnn_fp32_sync.pt.trace.json.gz"]),
+                        ("tworank", ["trace_filter_sampled_rank-0.json.gz",
+                                     "trace_filter_sampled_rank-1.json.gz"])):
+        run_dir = import_traces([DATA / f for f in files], tmp / f"{name}.stepscope")
+        out[name] = _report(Run(run_dir), tmp / f"{name}.html")
+    b = TraceBuilder()
+    for i in range(4):
+        t = i * 1000.0
+        b.step(t, 1000, step=i)
+        b.nvtx(HOSTILE_NVTX, t + 5, 900)
+        b.kernel(HOSTILE_KERNEL, t + 100, 700, launch=(t + 20, 10))
+    out["hostile"] = _report(b.build(tmp / "hostile.stepscope"), tmp / "hostile.html")
+    return out
+
+
+class Loaded:
+    def __init__(self, page: Page, messages: list[str]) -> None:
+        self.page = page
+        self.messages = messages
+
+    def errors(self) -> list[str]:
+        return [m for m in self.messages if m.startswith(("error", "pageerror"))]
+
+    def shot(self, name: str, *, full: bool = False) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full)
+
+
+def load(browser: Any, path: Path, *, scheme: str = "light") -> Loaded:
+    page = browser.new_page(viewport={"width": 1440, "height": 900}, color_scheme=scheme)
+    messages: list[str] = []
+    page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
+    page.goto(path.as_uri())
+    page.wait_for_function("() => window.__stepscope && window.__stepscope.ready", timeout=20_000)
+    return Loaded(page, messages)
+
+
+PAINTED = """() => {
+  const t = window.__stepscope.timeline, c = t.canvas, d = t.dpr;
+  const img = c.getContext('2d').getImageData(Math.round(t.gutter * d), Math.round(t.axisH * d),
+      Math.round(t.plotW * d), Math.round((t.H - t.axisH) * d)).data;
+  const counts = new Map();
+  for (let i = 0; i < img.length; i += 4) {
+    const k = (img[i] >> 3) * 1024 + (img[i + 1] >> 3) * 32 + (img[i + 2] >> 3);
+    counts.set(k, (counts.get(k) || 0) + 1);
+  }
+  const top = Math.max(...counts.values());
+  return {colors: counts.size, painted: 1 - top / (img.length / 4)};
+}"""
+
+
+@pytest.mark.parametrize("name", ["gpt", "cnn", "tworank"])
+def test_real_runs_load_with_every_section(browser: Any, reports: dict[str, Path], name: str) -> None:
+    r = load(browser, reports[name])
+    p = r.page
+    assert r.errors() == []
+    assert p.evaluate("window.__stepscope.errors") == []
+    for sec in ("overview", "findings", "timeline", "kernels", "copies", "syncs", "input", "memory",
+                "samples", "ranks"):
+        assert p.locator(f"#{sec} > .body").inner_text().strip(), sec
+    assert p.locator("#cards .card").count() == 8
+    assert p.locator("#step-chart svg rect").count() > 3
+    assert p.locator("#kernels tbody tr").count() > 5
+    paint = p.evaluate(PAINTED)
+    assert paint["colors"] > 8 and paint["painted"] > 0.02, paint  # the timeline is not blank
+    r.shot(f"{name}-top")
+    p.evaluate("document.getElementById('timeline').scrollIntoView()")
+    r.shot(f"{name}-timeline")
+    if name == "tworank":
+        assert p.evaluate("window.__stepscope.timeline.rows.filter(r => r.kind === 'rank').length") == 2
+        assert p.locator("#ranks tbody tr").count() == 2
+    p.close()
+
+
+def test_zoom_pan_hover_click_and_links(browser: Any, reports: dict[str, Path]) -> None:
+    r = load(browser, reports["gpt"])
+    p = r.page
+    p.evaluate("document.getElementById('timeline').scrollIntoView()")
+    box = p.locator("#tl-canvas").bounding_box()
+    assert box is not None
+    view = "(() => { const v = window.__stepscope.timeline.view; return [v.s, v.e]; })()"
+    s0, e0 = p.evaluate(view)
+    cx, cy = box["x"] + 220 + (box["width"] - 220) / 2, box["y"] + 60
+    p.mouse.move(cx, cy)
+    for _ in range(6):
+        p.mouse.wheel(0, -240)  # zoom in around the cursor
+    p.wait_for_timeout(100)
+    s1, e1 = p.evaluate(view)
+    assert (e1 - s1) < 0.5 * (e0 - s0)
+    p.mouse.move(cx, cy)
+    p.mouse.down()
+    p.mouse.move(cx - 300, cy, steps=5)  # drag left: the view moves later in time
+    p.mouse.up()
+    p.wait_for_timeout(100)
+    s2, e2 = p.evaluate(view)
+    assert s2 > s1 and abs((e2 - s2) - (e1 - s1)) < 1e-6 * (e1 - s1) + 1e-9
+    # zoom to a 2 ms window and hover a kernel: the tooltip names it
+    p.evaluate("(() => { const t = window.__stepscope.timeline; const s = t.ev.endUs * 0.3;"
+               " t.view = {s, e: s + 2000}; t.draw(); })()")
+    hit = p.evaluate("window.__stepscope.timeline.locate('kernel')")
+    assert hit is not None
+    p.mouse.move(hit["x"], hit["y"])
+    p.wait_for_timeout(50)
+    assert p.locator("#tip").is_visible()
+    assert hit["name"][:60] in p.locator("#tip").inner_text()
+    p.mouse.click(hit["x"], hit["y"])
+    details = p.locator("#tl-details").inner_text()
+    assert "grid" in details and "theoretical occupancy" in details and "launched by" in details
+    p.locator("#tl-details button.link").first.click()  # to the launching API call
+    assert "cudaLaunch" in p.locator("#tl-details .name").inner_text()
+    assert "GPU work" in p.locator("#tl-details").inner_text()
+    r.shot("gpt-timeline-details")
+    # shift-drag measures a range
+    p.evaluate("document.getElementById('timeline').scrollIntoView()")
+    box = p.locator("#tl-canvas").bounding_box()
+    assert box is not None
+    cx, cy = box["x"] + 220 + (box["width"] - 220) / 2, box["y"] + 60
+    p.keyboard.down("Shift")
+    p.mouse.move(cx - 200, cy)
+    p.mouse.down()
+    p.mouse.move(cx + 100, cy, steps=4)
+    p.mouse.up()
+    p.keyboard.up("Shift")
+    p.wait_for_function("() => document.getElementById('tl-info').innerText.includes('selection')",
+                        timeout=2000)
+    sel = p.evaluate("window.__stepscope.timeline.sel")
+    assert sel is not None and sel[1] > sel[0]
+    # a finding's link opens the timeline on its range
+    p.locator("#findings button[data-finding]").first.click()
+    p.wait_for_timeout(100)
+    band, v = p.evaluate("[window.__stepscope.timeline.band, window.__stepscope.timeline.view]")
+    assert band is not None and v["s"] <= band[0] and v["e"] >= band[1]
+    frames = p.evaluate("window.__stepscope.timeline.frames")
+    assert len(frames) > 5
+    assert r.errors() == []
+    p.close()
+
+
+def test_hostile_names_render_as_text_and_run_nothing(browser: Any, reports: dict[str, Path]) -> None:
+    r = load(browser, reports["hostile"])
+    p = r.page
+    assert p.evaluate("typeof window.__pwned") == "undefined"
+    assert p.locator("img").count() == 0 and p.locator("#kernels b").count() == 0
+    assert HOSTILE_KERNEL in p.locator("#kernels tbody").inner_text()
+    p.evaluate("document.getElementById('timeline').scrollIntoView()")
+    p.evaluate("(() => { const t = window.__stepscope.timeline; t.view = {s: 0, e: 1200}; t.draw(); })()")
+    hit = p.evaluate("window.__stepscope.timeline.locate('kernel')")
+    assert hit is not None and hit["name"] == HOSTILE_KERNEL
+    p.mouse.move(hit["x"], hit["y"])
+    assert HOSTILE_KERNEL in p.locator("#tip").inner_text()
+    p.mouse.click(hit["x"], hit["y"])
+    assert p.locator("#tl-details .name").inner_text() == HOSTILE_KERNEL
+    p.locator("#timeline input[type=search]").fill("<b onmouseover")
+    assert "4 matching" in p.locator("#timeline").inner_text()
+    assert p.evaluate("typeof window.__pwned") == "undefined"
+    assert r.errors() == []  # no CSP violation either
+    r.shot("hostile-timeline")
+    p.close()
+
+
+def test_dark_scheme(browser: Any, reports: dict[str, Path]) -> None:
+    r = load(browser, reports["cnn"], scheme="dark")
+    bg = r.page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert bg == "rgb(15, 18, 22)"
+    assert r.page.evaluate(PAINTED)["painted"] > 0.02
+    r.shot("cnn-dark", full=True)
+    assert r.errors() == []
+    r.page.close()
