@@ -33,10 +33,10 @@ from stepscope.store.manifest import Manifest, RankInfo, SourceInfo
 from stepscope.store.run import Run
 from stepscope.store.writer import write_run
 
-H100 = dict(name="NVIDIA H100 80GB HBM3", vendor="nvidia", compute_major=9, compute_minor=0,
-            sm_count=132, warp_size=32, max_threads_per_block=1024, max_threads_per_sm=2048,
-            regs_per_block=65536, regs_per_sm=65536, smem_per_block=49152,
-            smem_per_block_optin=232448, smem_per_sm=233472, total_memory=85017493504)
+H100 = {"name": "NVIDIA H100 80GB HBM3", "vendor": "nvidia", "compute_major": 9, "compute_minor": 0,
+            "sm_count": 132, "warp_size": 32, "max_threads_per_block": 1024, "max_threads_per_sm": 2048,
+            "regs_per_block": 65536, "regs_per_sm": 65536, "smem_per_block": 49152,
+            "smem_per_block_optin": 232448, "smem_per_sm": 233472, "total_memory": 85017493504}
 KERNELS = ["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn",
            "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>",
            "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>",
@@ -66,58 +66,58 @@ def make_run(path: Path, gpu_events: int = 200_000, per_step: int = 1000, seed: 
     corr = np.arange(1, n_k + 1, dtype=np.int64)
     launch_ts = kts - rng.integers(15_000, 30_000, n_k)
     op_ts = launch_ts - 4_000
-    kernels = dict(ts_ns=kts, dur_ns=kdur, device=np.zeros(n_k, np.int32), stream=np.full(n_k, 7),
-                   correlation=corr, name=np.array(KERNELS, dtype=object)[which],
-                   grid_x=rng.choice([16, 132, 264, 1024, 8192], n_k), grid_y=np.ones(n_k, np.int32),
-                   grid_z=np.ones(n_k, np.int32), block_x=rng.choice([128, 256, 384], n_k),
-                   block_y=np.ones(n_k, np.int32), block_z=np.ones(n_k, np.int32),
-                   registers=rng.choice([32, 64, 128, 168], n_k), shared_memory=rng.choice([0, 49152], n_k))
-    api = dict(ts_ns=np.r_[launch_ts, st + step_ns - 300_000], dur_ns=np.r_[np.full(n_k, 6_000), np.full(n_steps, 250_000)],
-               pid=np.full(n_k + n_steps, 1), tid=np.full(n_k + n_steps, 1), correlation=np.r_[corr, np.zeros(n_steps, np.int64)],
-               name=np.array(["cudaLaunchKernel"] * n_k + ["cudaStreamSynchronize"] * n_steps, dtype=object),
-               kind=np.array(["launch"] * n_k + ["sync"] * n_steps, dtype=object))
+    kernels = {"ts_ns": kts, "dur_ns": kdur, "device": np.zeros(n_k, np.int32), "stream": np.full(n_k, 7),
+                   "correlation": corr, "name": np.array(KERNELS, dtype=object)[which],
+                   "grid_x": rng.choice([16, 132, 264, 1024, 8192], n_k), "grid_y": np.ones(n_k, np.int32),
+                   "grid_z": np.ones(n_k, np.int32), "block_x": rng.choice([128, 256, 384], n_k),
+                   "block_y": np.ones(n_k, np.int32), "block_z": np.ones(n_k, np.int32),
+                   "registers": rng.choice([32, 64, 128, 168], n_k), "shared_memory": rng.choice([0, 49152], n_k)}
+    api = {"ts_ns": np.r_[launch_ts, st + step_ns - 300_000], "dur_ns": np.r_[np.full(n_k, 6_000), np.full(n_steps, 250_000)],
+               "pid": np.full(n_k + n_steps, 1), "tid": np.full(n_k + n_steps, 1), "correlation": np.r_[corr, np.zeros(n_steps, np.int64)],
+               "name": np.array(["cudaLaunchKernel"] * n_k + ["cudaStreamSynchronize"] * n_steps, dtype=object),
+               "kind": np.array(["launch"] * n_k + ["sync"] * n_steps, dtype=object)}
     # python frames: one per 8 ops, spanning them
     grp = np.arange(n_k) // 8
     py_s = np.minimum.reduceat(op_ts, np.flatnonzero(np.r_[True, grp[1:] != grp[:-1]])) - 2_000
     py_e = np.maximum.reduceat(launch_ts + 6_000, np.flatnonzero(np.r_[True, grp[1:] != grp[:-1]])) + 2_000
     n_py = py_s.size
-    cpu_ops = dict(ts_ns=np.r_[op_ts, py_s], dur_ns=np.r_[np.full(n_k, 12_000), py_e - py_s],
-                   pid=np.ones(n_k + n_py, np.int64), tid=np.ones(n_k + n_py, np.int64),
-                   name=np.r_[np.array(OPS, dtype=object)[which], np.array([f"model.py({i % 50 + 10}): forward" for i in range(n_py)], dtype=object)],
-                   kind=np.array(["framework"] * n_k + ["python"] * n_py, dtype=object))
+    cpu_ops = {"ts_ns": np.r_[op_ts, py_s], "dur_ns": np.r_[np.full(n_k, 12_000), py_e - py_s],
+                   "pid": np.ones(n_k + n_py, np.int64), "tid": np.ones(n_k + n_py, np.int64),
+                   "name": np.r_[np.array(OPS, dtype=object)[which], np.array([f"model.py({i % 50 + 10}): forward" for i in range(n_py)], dtype=object)],
+                   "kind": np.array(["framework"] * n_k + ["python"] * n_py, dtype=object)}
     n_m = n_steps * 5
     mts = (st[:, None] + np.array([100_000, 200_000, 300_000, 400_000, 500_000])).reshape(-1)
-    memcpy = dict(ts_ns=mts, dur_ns=np.full(n_m, 40_000), device=np.zeros(n_m, np.int32), stream=np.full(n_m, 7),
-                  kind=np.array(["HtoD"] * n_m, dtype=object), bytes=np.full(n_m, 4 << 20),
-                  src_kind=np.array(["pinned"] * n_m, dtype=object), dst_kind=np.array(["device"] * n_m, dtype=object),
-                  correlation=np.arange(n_k + 1, n_k + 1 + n_m))
+    memcpy = {"ts_ns": mts, "dur_ns": np.full(n_m, 40_000), "device": np.zeros(n_m, np.int32), "stream": np.full(n_m, 7),
+                  "kind": np.array(["HtoD"] * n_m, dtype=object), "bytes": np.full(n_m, 4 << 20),
+                  "src_kind": np.array(["pinned"] * n_m, dtype=object), "dst_kind": np.array(["device"] * n_m, dtype=object),
+                  "correlation": np.arange(n_k + 1, n_k + 1 + n_m)}
     n_s = n_steps * 5
     sts = (st[:, None] + step_ns - np.array([900_000, 800_000, 700_000, 600_000, 500_000])).reshape(-1)
-    memset = dict(ts_ns=sts, dur_ns=np.full(n_s, 3_000), device=np.zeros(n_s, np.int32), stream=np.full(n_s, 7),
-                  bytes=np.full(n_s, 4096), correlation=np.arange(n_k + n_m + 1, n_k + n_m + 1 + n_s))
-    steps = dict(ts_ns=st, dur_ns=np.full(n_steps, step_ns), step=np.arange(n_steps),
-                 source=np.array(["profiler_step"] * n_steps, dtype=object),
-                 name=np.array([f"ProfilerStep#{i}" for i in range(n_steps)], dtype=object))
-    waits = dict(ts_ns=st + 10_000, dur_ns=np.full(n_steps, 80_000), pid=np.ones(n_steps, np.int64),
-                 tid=np.ones(n_steps, np.int64), source=np.array(["dataloader"] * n_steps, dtype=object),
-                 name=np.array(["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"] * n_steps, dtype=object))
+    memset = {"ts_ns": sts, "dur_ns": np.full(n_s, 3_000), "device": np.zeros(n_s, np.int32), "stream": np.full(n_s, 7),
+                  "bytes": np.full(n_s, 4096), "correlation": np.arange(n_k + n_m + 1, n_k + n_m + 1 + n_s)}
+    steps = {"ts_ns": st, "dur_ns": np.full(n_steps, step_ns), "step": np.arange(n_steps),
+                 "source": np.array(["profiler_step"] * n_steps, dtype=object),
+                 "name": np.array([f"ProfilerStep#{i}" for i in range(n_steps)], dtype=object)}
+    waits = {"ts_ns": st + 10_000, "dur_ns": np.full(n_steps, 80_000), "pid": np.ones(n_steps, np.int64),
+                 "tid": np.ones(n_steps, np.int64), "source": np.array(["dataloader"] * n_steps, dtype=object),
+                 "name": np.array(["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"] * n_steps, dtype=object)}
     n_mem = n_k // 2
     mem_ts = np.sort(rng.integers(int(st[0]), int(st[-1] + step_ns), n_mem))
     alloc = (2e9 + 1e9 * np.sin(np.arange(n_mem) / 500.0)).astype(np.int64)
-    memory = dict(ts_ns=mem_ts, pid=np.ones(n_mem, np.int64), tid=np.ones(n_mem, np.int64),
-                  device_type=np.array(["gpu"] * n_mem, dtype=object), device=np.zeros(n_mem, np.int32),
-                  bytes=np.full(n_mem, 1 << 20), total_allocated=alloc, total_reserved=np.full(n_mem, 4_000_000_000))
+    memory = {"ts_ns": mem_ts, "pid": np.ones(n_mem, np.int64), "tid": np.ones(n_mem, np.int64),
+                  "device_type": np.array(["gpu"] * n_mem, dtype=object), "device": np.zeros(n_mem, np.int32),
+                  "bytes": np.full(n_mem, 1 << 20), "total_allocated": alloc, "total_reserved": np.full(n_mem, 4_000_000_000)}
     n_smp = max(10, (n_steps * step_ns) // 10_000_000)
     smp_ts = np.linspace(st[0], st[-1] + step_ns, n_smp).astype(np.int64)
-    samples = dict(ts_ns=np.r_[smp_ts, smp_ts], device=np.r_[np.zeros(n_smp), np.full(n_smp, None)],
-                   metric=np.array(["gpu.sm_util"] * n_smp + ["cpu.util"] * n_smp, dtype=object),
-                   value=np.r_[rng.uniform(60, 100, n_smp), rng.uniform(10, 40, n_smp)],
-                   unit=np.array(["%"] * (2 * n_smp), dtype=object))
-    tables: dict[str, Any] = dict(kernels=kernels, api_calls=api, cpu_ops=cpu_ops, memcpy=memcpy, memset=memset,
-                                  steps=steps, input_waits=waits, memory_events=memory, samples=samples,
-                                  devices={k: [v] for k, v in {**H100, "device": 0}.items()},
-                                  threads=dict(pid=[1], tid=[1], name=["thread 1 (python)"]),
-                                  streams=dict(device=[0], stream=[7], name=["stream 7"]))
+    samples = {"ts_ns": np.r_[smp_ts, smp_ts], "device": np.r_[np.zeros(n_smp), np.full(n_smp, None)],
+                   "metric": np.array(["gpu.sm_util"] * n_smp + ["cpu.util"] * n_smp, dtype=object),
+                   "value": np.r_[rng.uniform(60, 100, n_smp), rng.uniform(10, 40, n_smp)],
+                   "unit": np.array(["%"] * (2 * n_smp), dtype=object)}
+    tables: dict[str, Any] = {"kernels": kernels, "api_calls": api, "cpu_ops": cpu_ops, "memcpy": memcpy, "memset": memset,
+                                  "steps": steps, "input_waits": waits, "memory_events": memory, "samples": samples,
+                                  "devices": {k: [v] for k, v in {**H100, "device": 0}.items()},
+                                  "threads": {"pid": [1], "tid": [1], "name": ["thread 1 (python)"]},
+                                  "streams": {"device": [0], "stream": [7], "name": ["stream 7"]}}
     manifest = Manifest(source=SourceInfo(kind="synthetic", tool="benchmarks/report_html.py"),
                         ranks=(RankInfo(rank=0),))
     write_run(path, manifest, [(0, tables)], overwrite=True)
@@ -202,7 +202,7 @@ def main() -> int:
                    zoom_frame_ms_max=max(b["zoom_ms"]), pan_frame_ms_median=statistics.median(b["pan_ms"]),
                    pan_frame_ms_max=max(b["pan_ms"]))
     res["cpu"] = subprocess.run(["sh", "-c", "nproc; grep -m1 'model name' /proc/cpuinfo"],
-                                capture_output=True, text=True).stdout.strip().replace("\n", " · ")
+                                capture_output=True, text=True, check=False).stdout.strip().replace("\n", " · ")
     sys.stdout.write(json.dumps(res, indent=2) + "\n")
     if a.json:
         a.json.write_text(json.dumps(res, indent=2))

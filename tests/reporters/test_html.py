@@ -19,7 +19,8 @@ from stepscope.cli.main import main
 from stepscope.report import build_report
 from stepscope.reporters.html import render_html, script_json
 from stepscope.reporters.timeline_counters import decimate
-from stepscope.reporters.timeline_data import ESC, K, build_timeline, nesting_depth, row_groups
+from stepscope.reporters.timeline_columns import ESC, nesting_depth, row_groups
+from stepscope.reporters.timeline_data import K, build_timeline
 from stepscope.store.manifest import Manifest, RankInfo, SourceInfo
 from stepscope.store.writer import write_run
 
@@ -31,7 +32,7 @@ HOSTILE = [
 
 
 def _data(html: str) -> dict[str, Any]:
-    m = re.search(r'<script type="application/json" id="stepscope-data">(.*?)</script>', html, re.S)
+    m = re.search(r'<script type="application/json" id="stepscope-data">(.*?)</script>', html, re.DOTALL)
     assert m is not None
     out: dict[str, Any] = json.loads(m.group(1))
     return out
@@ -39,7 +40,7 @@ def _data(html: str) -> dict[str, Any]:
 
 def _blob(html: str) -> bytes:
     m = re.search(r'<script type="application/octet-stream" id="stepscope-blob">(.*?)</script>',
-                  html, re.S)
+                  html, re.DOTALL)
     assert m is not None
     return zlib.decompress(base64.b64decode(m.group(1)))
 
@@ -114,7 +115,7 @@ def test_payload_decodes_to_the_run(tmp_path: Path) -> None:
     assert types[0] == "steps" and "stream" in types and "thread" in types and "counter" in types
     assert [s["start_us"] for s in data["ui"]["steps"]] == [
         (1000.0 + i * 1000.0) * 1000 / 1e3 - (int(meta["t0_ns"]) - 0) / 1e3 for i in range(3)]
-    mem = [c for c in meta["counters"] if c["kind"] == "memory"][0]
+    mem = next(c for c in meta["counters"] if c["kind"] == "memory")
     assert mem["series"]["allocated"] == [1 << 20, 2 << 20, 3 << 20]
     assert mem["capacity"] == 85017493504
     assert data["report"]["schema"] == "stepscope.report/1"
@@ -166,8 +167,8 @@ def test_hostile_names_cannot_break_out(tmp_path: Path) -> None:
     run = small_run(tmp_path, HOSTILE)
     html = render_html(build_report(run), run).text
     # exactly the page's own three script elements, and no markup from the trace
-    assert len(re.findall(r"<script", html, re.I)) == 3
-    assert len(re.findall(r"</script", html, re.I)) == 3
+    assert len(re.findall(r"<script", html, re.IGNORECASE)) == 3
+    assert len(re.findall(r"</script", html, re.IGNORECASE)) == 3
     assert "<img" not in html and "\u2028" not in html and "\u2029" not in html
     assert "window.__pwned" in html  # present, but only inside JSON strings as data
     data = _data(html)
@@ -184,7 +185,7 @@ def test_csp_allows_only_the_page_script(tmp_path: Path) -> None:
     policy = csp.group(1)
     assert "default-src 'none'" in policy and "img-src data:" in policy
     assert "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
-    script = re.search(r"<script>(.*)</script>\s*</body>", html, re.S)
+    script = re.search(r"<script>(.*)</script>\s*</body>", html, re.DOTALL)
     assert script is not None
     digest = base64.b64encode(hashlib.sha256(script.group(1).encode()).digest()).decode()
     assert f"'sha256-{digest}'" in policy
@@ -211,17 +212,17 @@ def _bulk_run(path: Path, n: int) -> Any:
     corr = np.arange(1, n + 1)
     names = np.array([f"kernel_{i}" for i in range(40)], dtype=object)[rng.integers(0, 40, n)]
     tables = {
-        "kernels": dict(ts_ns=ts, dur_ns=rng.integers(1_000, 3_000, n), device=np.zeros(n),
-                        stream=np.full(n, 7), correlation=corr, name=names, grid_x=np.full(n, 64),
-                        grid_y=np.ones(n), grid_z=np.ones(n), block_x=np.full(n, 256),
-                        block_y=np.ones(n), block_z=np.ones(n), registers=np.full(n, 32),
-                        shared_memory=np.zeros(n)),
-        "api_calls": dict(ts_ns=ts - 9_000, dur_ns=np.full(n, 4_000), pid=np.ones(n), tid=np.ones(n),
-                          correlation=corr, name=np.array(["cudaLaunchKernel"] * n, dtype=object),
-                          kind=np.array(["launch"] * n, dtype=object)),
-        "cpu_ops": dict(ts_ns=ts - 10_000, dur_ns=np.full(n, 6_000), pid=np.ones(n), tid=np.ones(n),
-                        name=np.array(["aten::add"] * n, dtype=object),
-                        kind=np.array(["framework"] * n, dtype=object)),
+        "kernels": {"ts_ns": ts, "dur_ns": rng.integers(1_000, 3_000, n), "device": np.zeros(n),
+                        "stream": np.full(n, 7), "correlation": corr, "name": names, "grid_x": np.full(n, 64),
+                        "grid_y": np.ones(n), "grid_z": np.ones(n), "block_x": np.full(n, 256),
+                        "block_y": np.ones(n), "block_z": np.ones(n), "registers": np.full(n, 32),
+                        "shared_memory": np.zeros(n)},
+        "api_calls": {"ts_ns": ts - 9_000, "dur_ns": np.full(n, 4_000), "pid": np.ones(n), "tid": np.ones(n),
+                          "correlation": corr, "name": np.array(["cudaLaunchKernel"] * n, dtype=object),
+                          "kind": np.array(["launch"] * n, dtype=object)},
+        "cpu_ops": {"ts_ns": ts - 10_000, "dur_ns": np.full(n, 6_000), "pid": np.ones(n), "tid": np.ones(n),
+                        "name": np.array(["aten::add"] * n, dtype=object),
+                        "kind": np.array(["framework"] * n, dtype=object)},
     }
     write_run(path, Manifest(source=SourceInfo(kind="synthetic"), ranks=(RankInfo(rank=0),)),
               [(0, tables)])

@@ -28,7 +28,7 @@ Counters (allocator memory, samples) are small JSON series in ``counters``
 
 from __future__ import annotations
 
-import sys
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +40,16 @@ import pyarrow.compute as pc
 
 from stepscope.analysis import Analysis
 from stepscope.analysis.kernels import kernel_frame
+from stepscope.reporters.timeline_columns import (
+    ESC,
+    Strings,
+    enum_codes,
+    i64,
+    nesting_depth,
+    pack,
+    row_groups,
+    u32_escaped,
+)
 from stepscope.reporters.timeline_counters import build_counters
 from stepscope.schema import ApiKind, CopyKind, MemoryKind
 from stepscope.store.run import Run
@@ -48,7 +58,6 @@ I64 = npt.NDArray[np.int64]
 KINDS = ("kernel", "memcpy", "memset", "api", "op", "python", "annotation", "nvtx",
          "gpu_annotation", "profiler_step", "input_wait", "step", "gpu_sync")
 K = {k: i for i, k in enumerate(KINDS)}
-ESC = 0xFFFFFFFF
 COPY_KINDS = [c.value for c in CopyKind]
 MEM_KINDS = [m.value for m in MemoryKind]
 API_KINDS = [a.value for a in ApiKind]
@@ -64,49 +73,6 @@ class Timeline:
     blob: bytes  # zlib stream of the arrays described in meta["arrays"]
     events: int
     raw_bytes: int
-
-
-class _Strings:
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.items: list[str] = []
-
-    def id(self, s: str) -> int:
-        i = self.index.get(s)
-        if i is None:
-            i = self.index[s] = len(self.items)
-            self.items.append(s)
-        return i
-
-    def column(self, col: pa.ChunkedArray) -> npt.NDArray[np.uint32]:
-        """A string or dictionary column -> string-table ids (nulls -> "")."""
-        codes, values = dict_codes(col)
-        lut = np.array([self.id(v) for v in values] + [self.id("")], dtype=np.uint32)
-        return lut[codes]
-
-
-def dict_codes(col: pa.ChunkedArray) -> tuple[I64, list[str]]:
-    """Codes into the column's distinct values; null rows get code ``len(values)``."""
-    if not pa.types.is_dictionary(col.type):
-        col = pc.dictionary_encode(col.cast(pa.string()))
-    col = col.unify_dictionaries()
-    values = [str(v) for v in col.chunk(0).dictionary.to_pylist()] if col.num_chunks else []
-    arr = pa.chunked_array([c.indices for c in col.chunks], type=col.type.index_type)
-    codes = np.asarray(pc.fill_null(arr, len(values)).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return codes, values
-
-
-def _i64(t: pa.Table, name: str, fill: int = -1) -> I64:
-    return np.asarray(pc.fill_null(t.column(name), fill).to_numpy(zero_copy_only=False),
-                      dtype=np.int64)
-
-
-def _codes(t: pa.Table, name: str, values: list[str]) -> npt.NDArray[np.uint8]:
-    """Enum column -> index into ``values`` (unknown values and nulls -> the last one)."""
-    codes, present = dict_codes(t.column(name))
-    lut = {v: i for i, v in enumerate(values)}
-    table = np.array([lut.get(v, len(values) - 1) for v in present] + [len(values) - 1], dtype=np.uint8)
-    return table[codes]
 
 
 @dataclass
@@ -163,29 +129,6 @@ class _Tracks:
         return out
 
 
-def row_groups(cols: list[I64]) -> tuple[I64, I64]:
-    """Rows keyed by several integer columns -> (group id per row, first row of each group).
-
-    Group ids follow the sorted order of the keys. Column codes are combined pairwise and
-    re-densified, which is much faster than ``np.unique(axis=0)`` and never overflows.
-    """
-    key = np.zeros(cols[0].size, dtype=np.int64)
-    size = 1  # key < size
-    for c in cols:
-        lo, hi = int(c.min()), int(c.max())
-        if hi - lo < 4096:
-            code, card = c - lo, hi - lo + 1  # small range: no sort needed
-        else:
-            vals, inv = np.unique(c, return_inverse=True)
-            code, card = inv.reshape(-1).astype(np.int64), len(vals)
-        if size * card >= 2**62:
-            _, dense = np.unique(key, return_inverse=True)
-            key, size = dense.reshape(-1).astype(np.int64), int(dense.max()) + 1
-        key, size = key * card + code, size * card
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), first.astype(np.int64)
-
-
 def _key_ids(tracks: _Tracks, cols: list[I64], make: Any) -> I64:
     """Track ids for rows keyed by integer columns (unique keys resolved once)."""
     if not cols[0].size:
@@ -195,20 +138,7 @@ def _key_ids(tracks: _Tracks, cols: list[I64], make: Any) -> I64:
     return lut[group]
 
 
-def nesting_depth(starts: I64, ends: I64) -> I64:
-    """Depth of each interval = intervals still open at its start (exact for nested ones)."""
-    n = starts.size
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.maximum(ends, starts + 1)  # a zero-length event is not "closed" at its own start
-    order = np.lexsort((-ends, starts))
-    closed = np.searchsorted(np.sort(ends), starts[order], side="right")
-    depth = np.empty(n, dtype=np.int64)
-    depth[order] = np.maximum(np.arange(n) - closed, 0)
-    return depth
-
-
-def _gpu(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
+def _gpu(run: Run, r: int, strings: Strings, tracks: _Tracks, parts: _Parts,
          stream_names: dict[tuple[int, int, int], str]) -> None:
     def make(key: tuple[int, ...]) -> dict[str, Any]:
         _, dev, stream = key
@@ -217,12 +147,12 @@ def _gpu(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
                 "label": f"GPU {dev} · {label}" if dev >= 0 else label, "order": (r, 1, dev, stream)}
 
     def ids(t: pa.Table) -> I64:
-        return _key_ids(tracks, [np.full(t.num_rows, r), _i64(t, "device"), _i64(t, "stream")],
+        return _key_ids(tracks, [np.full(t.num_rows, r), i64(t, "device"), i64(t, "stream")],
                         make)
 
     k = kernel_frame(run, r)
     if k.num_rows:
-        cfg_cols = [_i64(k, c) for c in _CFG_INT] + [_i64(k, "device"), np.full(k.num_rows, r)]
+        cfg_cols = [i64(k, c) for c in _CFG_INT] + [i64(k, "device"), np.full(k.num_rows, r)]
         inv, first = row_groups(cfg_cols)
         rows = k.take(pa.array(first)).select(list(_CFG_ALL)).to_pylist()
         base = len(parts.configs)
@@ -231,28 +161,28 @@ def _gpu(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
         _, firsts = np.unique(names, return_index=True)
         cls = k.take(pa.array(firsts)).select(["category", "precision", "tensor_cores"]).to_pylist()
         parts.classes.extend((int(names[i]), c) for i, c in zip(firsts, cls))
-        parts.add(K["kernel"], _i64(k, "ts_ns", 0), _i64(k, "dur_ns", 0), ids(k), names,
-                  k_corr=_i64(k, "correlation", 0), k_cfg=inv + base)
+        parts.add(K["kernel"], i64(k, "ts_ns", 0), i64(k, "dur_ns", 0), ids(k), names,
+                  k_corr=i64(k, "correlation", 0), k_cfg=inv + base)
     m = run.table("memcpy", r)
     if m.num_rows:
         labels = np.array([strings.id(f"Memcpy {v}") for v in COPY_KINDS], dtype=np.uint32)
-        kind = _codes(m, "kind", COPY_KINDS)
-        parts.add(K["memcpy"], _i64(m, "ts_ns", 0), _i64(m, "dur_ns", 0), ids(m), labels[kind],
-                  c_corr=_i64(m, "correlation", 0), c_bytes=_i64(m, "bytes", 0), c_kind=kind,
-                  c_src=_codes(m, "src_kind", MEM_KINDS), c_dst=_codes(m, "dst_kind", MEM_KINDS))
+        kind = enum_codes(m, "kind", COPY_KINDS)
+        parts.add(K["memcpy"], i64(m, "ts_ns", 0), i64(m, "dur_ns", 0), ids(m), labels[kind],
+                  c_corr=i64(m, "correlation", 0), c_bytes=i64(m, "bytes", 0), c_kind=kind,
+                  c_src=enum_codes(m, "src_kind", MEM_KINDS), c_dst=enum_codes(m, "dst_kind", MEM_KINDS))
     s = run.table("memset", r)
     if s.num_rows:
-        parts.add(K["memset"], _i64(s, "ts_ns", 0), _i64(s, "dur_ns", 0), ids(s),
+        parts.add(K["memset"], i64(s, "ts_ns", 0), i64(s, "dur_ns", 0), ids(s),
                   np.full(s.num_rows, strings.id("Memset"), dtype=np.uint32),
-                  m_corr=_i64(s, "correlation", 0), m_bytes=_i64(s, "bytes", 0))
+                  m_corr=i64(s, "correlation", 0), m_bytes=i64(s, "bytes", 0))
     y = run.table("sync", r)
     if y.num_rows:
         kinds = pc.fill_null(y.column("kind").cast(pa.string()), "unknown").to_pylist()
-        parts.add(K["gpu_sync"], _i64(y, "ts_ns", 0), _i64(y, "dur_ns", 0), ids(y),
+        parts.add(K["gpu_sync"], i64(y, "ts_ns", 0), i64(y, "dur_ns", 0), ids(y),
                   np.array([strings.id(f"sync ({v})") for v in kinds], dtype=np.uint32))
 
 
-def _host(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
+def _host(run: Run, r: int, strings: Strings, tracks: _Tracks, parts: _Parts,
           thread_names: dict[tuple[int, int, int], str]) -> None:
     def make(key: tuple[int, ...]) -> dict[str, Any]:
         _, pid, tid = key
@@ -261,11 +191,11 @@ def _host(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
                 "order": (r, 3, 0, tid)}
 
     def ids(t: pa.Table) -> I64:
-        return _key_ids(tracks, [np.full(t.num_rows, r), _i64(t, "pid"), _i64(t, "tid")], make)
+        return _key_ids(tracks, [np.full(t.num_rows, r), i64(t, "pid"), i64(t, "tid")], make)
 
     waits = run.table("input_waits", r)
-    wait_keys = set(zip(_i64(waits, "tid").tolist(), _i64(waits, "ts_ns").tolist(),
-                        _i64(waits, "dur_ns").tolist()))
+    wait_keys = set(zip(i64(waits, "tid").tolist(), i64(waits, "ts_ns").tolist(),
+                        i64(waits, "dur_ns").tolist()))
     ops = run.table("cpu_ops", r)
     if ops.num_rows:
         py = np.asarray(pc.equal(pc.fill_null(ops.column("kind").cast(pa.string()), ""), "python")
@@ -274,17 +204,17 @@ def _host(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
         for kind in (K["op"], K["python"]):
             sub = ops.filter(pa.array(kinds == kind))
             if sub.num_rows:
-                parts.add(kind, _i64(sub, "ts_ns", 0), _i64(sub, "dur_ns", 0), ids(sub),
+                parts.add(kind, i64(sub, "ts_ns", 0), i64(sub, "dur_ns", 0), ids(sub),
                           strings.column(sub.column("name")))
     api = run.table("api_calls", r)
     if api.num_rows:
-        parts.add(K["api"], _i64(api, "ts_ns", 0), _i64(api, "dur_ns", 0), ids(api),
-                  strings.column(api.column("name")), a_corr=_i64(api, "correlation", 0),
-                  a_kind=_codes(api, "kind", API_KINDS))
+        parts.add(K["api"], i64(api, "ts_ns", 0), i64(api, "dur_ns", 0), ids(api),
+                  strings.column(api.column("name")), a_corr=i64(api, "correlation", 0),
+                  a_kind=enum_codes(api, "kind", API_KINDS))
     ann = run.table("annotations", r)
     if ann.num_rows:
         src = pc.fill_null(ann.column("source").cast(pa.string()), "user").to_pylist()
-        tid, ts, dur = _i64(ann, "tid"), _i64(ann, "ts_ns", 0), _i64(ann, "dur_ns", 0)
+        tid, ts, dur = i64(ann, "tid"), i64(ann, "ts_ns", 0), i64(ann, "dur_ns", 0)
         keep = np.array([(t, a, b) not in wait_keys for t, a, b in zip(tid.tolist(), ts.tolist(),
                                                                        dur.tolist())], dtype=bool)
         kind_of = {"user": K["annotation"], "nvtx": K["nvtx"], "gpu_user": K["gpu_annotation"],
@@ -297,17 +227,17 @@ def _host(run: Run, r: int, strings: _Strings, tracks: _Tracks, parts: _Parts,
             sel = host & (kinds == kind)
             parts.add(kind, ts[sel], dur[sel], ids(ann.filter(pa.array(sel))), names[sel])
         if gpu.any():
-            dev = _i64(ann, "device")[gpu]
+            dev = i64(ann, "device")[gpu]
             t_ids = _key_ids(tracks, [np.full(dev.size, r), dev], lambda key: {
                 "type": "gpu_annotations", "rank": r, "device": key[1],
                 "label": f"GPU {key[1]} · annotations", "order": (r, 1, key[1], -1)})
             parts.add(K["gpu_annotation"], ts[gpu], dur[gpu], t_ids, names[gpu])
     if waits.num_rows:
-        parts.add(K["input_wait"], _i64(waits, "ts_ns", 0), _i64(waits, "dur_ns", 0), ids(waits),
+        parts.add(K["input_wait"], i64(waits, "ts_ns", 0), i64(waits, "dur_ns", 0), ids(waits),
                   strings.column(waits.column("name")))
 
 
-def _steps(analysis: Analysis, strings: _Strings, tracks: _Tracks, parts: _Parts) -> None:
+def _steps(analysis: Analysis, strings: Strings, tracks: _Tracks, parts: _Parts) -> None:
     for ra in analysis.ranks:
         st = ra.steps.steps
         if not st:
@@ -334,28 +264,10 @@ def _budget(kind: npt.NDArray[np.uint8], dur: I64, max_events: int | None) -> np
     return keep
 
 
-def _u32_escaped(x: I64) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
-    big = x >= ESC
-    return np.where(big, ESC, x).astype("<u4"), x[big].astype("<f8")
-
-
-def _pack(arrays: dict[str, npt.NDArray[Any]]) -> tuple[bytes, dict[str, list[Any]]]:
-    out = bytearray()
-    layout: dict[str, list[Any]] = {}
-    for name, a in arrays.items():
-        a = np.ascontiguousarray(a)
-        if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and sys.byteorder == "big"):
-            a = a.byteswap().view(a.dtype.newbyteorder("<"))  # pragma: no cover
-        layout[name] = [a.dtype.name, len(out), int(a.size)]
-        out += a.tobytes()
-        out += b"\0" * (-len(out) % 8)
-    return bytes(out), layout
-
-
 def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = None,
                    level: int = 1) -> Timeline:
     """Every event of ``run`` as the compact payload described in the module docstring."""
-    strings, tracks, parts = _Strings(), _Tracks(), _Parts()
+    strings, tracks, parts = Strings(), _Tracks(), _Parts()
     strings.id("")
     stream_names = {(int(a["rank"]), int(a["device"]), int(a["stream"])): str(a["name"] or "")
                     for a in run.table("streams").to_pylist()}
@@ -399,8 +311,8 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
     lane_off = np.searchsorted(lane, np.arange(acc + 1))
     dt = np.diff(rel, prepend=0)
     dt[lane_off[:-1][lane_off[:-1] < rel.size]] = rel[lane_off[:-1][lane_off[:-1] < rel.size]]
-    dt_u, big_dt = _u32_escaped(dt)
-    dur_u, big_dur = _u32_escaped(dur)
+    dt_u, big_dt = u32_escaped(dt)
+    dur_u, big_dur = u32_escaped(dur)
 
     arrays: dict[str, npt.NDArray[Any]] = {
         "dt": dt_u, "dur": dur_u, "big_dt": big_dt, "big_dur": big_dur, "kind": kind,
@@ -418,7 +330,7 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
                     arrays[col] = np.where((vals < 0) | (vals >= ESC), 0, vals).astype("<u4")
                 else:
                     arrays[col] = vals.astype(np.uint8)
-    raw, layout = _pack(arrays)
+    raw, layout = pack(arrays)
     track_list = []
     for t in order_tracks:
         info = {k: v for k, v in tracks.items[t].items() if k != "order"}
@@ -446,12 +358,9 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
 _TYPE_ORDER = {"steps": 0, "gpu_annotations": 1, "stream": 1, "counter": 2, "thread": 3}
 
 
-_TYPE_ORDER = {"steps": 0, "gpu_annotations": 1, "stream": 1, "counter": 2, "thread": 3}
-
-
 def _clean(rows: list[list[Any]]) -> list[list[Any]]:
     def one(v: Any) -> Any:
         if isinstance(v, float):
-            return None if v != v else round(v, 4)
+            return None if math.isnan(v) else round(v, 4)
         return v
     return [[one(v) for v in r] for r in rows]

@@ -85,10 +85,11 @@ def max_severity(ctx: Context, ra: RankAnalysis, *, host_side: bool) -> Severity
 
 def profiler_line(split: IdleSplit) -> str:
     """Evidence line for the profiler correction ("" when none was applied)."""
-    if split.host_factor >= 0.99:
+    if split.profiler_ns_per_step <= 0 or abs(split.host_factor - 1.0) < 0.01:
         return ""
-    return (f"host times scaled by {split.host_factor:.2f}: the profiler's own cost on the "
-            f"critical path is estimated at {ms(split.profiler_ns_per_step)} per step")
+    return (f"host times scaled by {split.host_factor:.2f} for the profiler's own cost on the "
+            f"critical path (about {ms(split.profiler_ns_per_step)} per step): the percentage "
+            f"estimates the untraced speed-up")
 
 
 @dataclass(frozen=True)

@@ -34,15 +34,25 @@ Profiler cost on the critical path
 A torch.profiler trace inflates every recorded host event (``rules._profiler`` has the
 per-event costs). An event only delays the GPU when the GPU has little launched work ahead of
 it: its *slack* = (end of all GPU work issued by launch/copy calls that returned before the
-event) - (event start) is below 100 µs. Host-side claims (``sync_drain``, ``gaps``,
-``launch``, ``host``) are scaled by ``host_factor = max(0, 1 - profiler_ns / host_idle_ns)``,
-where ``profiler_ns`` = the summed cost of the steady steps' host events with slack < 100 µs
-and ``host_idle_ns`` = GPU idle time outside input waits and blocked syncs. A sync point's
-``head`` also grows by the cost of the host events since the previous sync point (the
-untraced host reaches the sync that much earlier and waits that much longer), at most the GPU
-busy time since then; the claim after it is ``head / host_factor`` of traced idle time (it is
-scaled back by the factor like every host-side claim). The factor is 1 for runs that do not
-come from torch.profiler.
+event) - (event start) is below 100 µs. ``P`` = the summed cost of the steady steps' host
+events with slack < 100 µs: what the traced steps are longer than untraced ones.
+
+Host-side claims (``sync_drain``, ``gaps``, ``launch``, ``host``) are scaled by
+``host_factor = f x T / (T - P)`` with ``f = max(0, 1 - P / H)``, ``H`` = GPU idle time
+outside input waits and blocked syncs and ``T`` = the traced steps' wall time: ``f`` turns
+traced idle time into untraced idle time, and ``T / (T - P)`` expresses it in the traced
+step's units, so that its share of the (traced) step equals its share of the untraced step.
+The saving's *percentage* is therefore the estimate of the real speed-up, and its
+milliseconds are in the traced run's time like every other figure of the report. Claims the
+profiler does not inflate (input waits, idle while blocked in a sync) are scaled by
+``share_keep = T / (T - P)`` alone, for the same reason. When the
+host is the bottleneck (``H`` close to ``T``) the factor is close to 1 whatever ``P`` is.
+
+A sync point's ``head`` also grows by the cost of the host events since the previous sync
+point that were *off* the critical path (slack >= 100 µs: the untraced host reaches the sync
+that much earlier while the GPU finishes at the same time), at most the GPU busy time since
+then; the claim after it is ``head / f`` of traced idle time. All factors are 1 for runs that
+do not come from torch.profiler.
 """
 
 from __future__ import annotations
@@ -84,8 +94,9 @@ class IdleSplit:
     launch: IntervalSet
     host: IntervalSet
     other: IntervalSet  # part of ``host`` with no host event
-    host_factor: float
-    profiler_ns_per_step: float
+    host_factor: float  # f x T / (T - P), module docstring
+    share_keep: float  # T / (T - P): untraced time in traced-step units
+    profiler_ns_per_step: float  # P per step
 
     @property
     def n(self) -> int:
@@ -183,7 +194,7 @@ def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
     blocked = rest & IntervalSet.of(*sync_intervals(run, rank))
     rest = rest - blocked
     costs = costs_for(run)
-    factor, prof = 1.0, 0.0
+    factor, prof, share_keep = 1.0, 0.0, 1.0
     ev_ts = ev_off = None
     if costs is not None and steps:
         ev_ts, ev_cost = host_events(run, rank, costs)
@@ -193,6 +204,8 @@ def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
         ev_off = np.where(path, 0, ev_cost)
         prof = prof_ns / len(steps)
         factor = max(0.0, 1.0 - prof_ns / rest.total_ns) if rest.total_ns else 1.0
+        traced = float((we - ws).sum())
+        share_keep = traced / (traced - prof_ns) if traced > prof_ns else 1.0
     drain = sync_claim(ra, busy, rest, int(ws[0]) if steps else 0, factor=factor, ev_ts=ev_ts,
                        ev_off_cost=ev_off)
     rest = rest - drain
@@ -208,4 +221,5 @@ def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
     other = host - known
     return IdleSplit(rank=rank, steps=steps, win_start=ws, win_end=we, busy=busy, idle=idle,
                      input=inp, sync_blocked=blocked, sync_drain=drain, gaps=gaps, launch=launch,
-                     host=host, other=other, host_factor=factor, profiler_ns_per_step=prof)
+                     host=host, other=other, host_factor=factor * share_keep,
+                     share_keep=share_keep, profiler_ns_per_step=prof)

@@ -111,8 +111,9 @@ class HostBound:
                   f"host ran framework ops, Python or unrecorded work (breakdown 'host' and "
                   f"'idle', plus launch-path time in waits > 100 µs), excluding input waits, "
                   f"syncs, step-boundary gaps and short launch waits")
-        if split.host_factor < 1.0:
-            method += f"; scaled by {split.host_factor:.2f} for the profiler's own host cost"
+        if abs(split.host_factor - 1.0) >= 0.01:
+            method += (f"; scaled by {split.host_factor:.2f} for the profiler's own host cost "
+                       f"(rules/_idle.py)")
         top = (py or fw or ann)
         title = (f"Host-bound: the GPU idles {ms(saving * 1e6)} per step "
                  f"({pct(ctx.share(saving))}) while the host runs Python/CPU work"

@@ -29,7 +29,7 @@ import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.rules._evidence import max_severity, ms, pct, where_worst
-from stepscope.advisor.rules._idle import split_idle
+from stepscope.advisor.rules._idle import IdleSplit, split_idle
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import IntervalSet
@@ -151,25 +151,24 @@ class InputBound:
     requires: tuple[str, ...] = ("kernels", "input_waits")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best: tuple[float, RankAnalysis, np.ndarray, bool] | None = None
+        best: tuple[float, RankAnalysis, IdleSplit, np.ndarray, bool] | None = None
         for ra in ctx.ranks:
             per = np.array(ra.input.gpu_idle_wait_ns_per_step, dtype=np.int64)
-            if per.size == 0:
+            if per.size == 0 or not per.any():
                 continue
             skip_first = ra.input.first_step_outlier and per.size >= 2
             used = per[1:] if skip_first else per
-            saving = float(used.mean()) / 1e6
+            split = split_idle(ctx, ra)
+            saving = float(used.mean()) / 1e6 * split.share_keep
             if best is None or saving > best[0]:
-                best = (saving, ra, per, skip_first)
+                best = (saving, ra, split, per, skip_first)
         if best is None or not ctx.worth_reporting(best[0]):
             return []
-        saving, ra, per, skip_first = best
-        return [self._finding(ctx, ra, saving, per, skip_first)]
+        return [self._finding(ctx, *best)]
 
-    def _finding(self, ctx: Context, ra: RankAnalysis, saving: float, per: np.ndarray,
-                 skip_first: bool) -> Finding:
+    def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit,
+                 per: np.ndarray, skip_first: bool) -> Finding:
         ia = ra.input
-        split = split_idle(ctx, ra)
         n = per.size
         used = slice(1, None) if skip_first else slice(None)
         wait = np.array(ia.wait_ns_per_step, dtype=np.int64)[used]
@@ -180,7 +179,8 @@ class InputBound:
                   f"busy time, per step); a faster pipeline removes that idle time")
         evidence = [
             (f"waited for the next batch {ms(wait.mean())} per step ({pct(share)} of the "
-            f"step) in {counts.mean():.1f} waits; the GPU was idle for {ms(saving * 1e6)} of it"),
+            f"step) in {counts.mean():.1f} waits; the GPU was idle for "
+            f"{ms(per[used].mean())} of it"),
         ]
         if skip_first:
             method += "; the first step (worker start-up) is left out"
@@ -196,6 +196,10 @@ class InputBound:
         window = IntervalSet.of(split.win_start, split.win_end)
         samples = _window_samples(ctx.run, ra.rank, (waits & window, window))
         evidence += diagnose(ia.dataloader, samples, ctx.run.manifest.source.kind)
+        if abs(split.share_keep - 1.0) >= 0.01:
+            evidence.append(f"scaled by {split.share_keep:.2f}: the profiler made the traced "
+                            f"step about {ms(split.profiler_ns_per_step)} longer, so the share "
+                            f"estimates the untraced speed-up")
         if len(ctx.ranks) > 1:
             evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
         sites = distinct_names(ctx.run.table("input_waits", ra.rank), "name")[:3]

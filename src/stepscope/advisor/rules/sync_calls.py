@@ -58,7 +58,7 @@ def _fix(kinds: Sequence[str]) -> Fix:
 
 
 def _per_step(split: IdleSplit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    blocked = split.per_step(split.sync_blocked).astype(np.float64)
+    blocked = split.per_step(split.sync_blocked).astype(np.float64) * split.share_keep
     drain = split.per_step(split.sync_drain).astype(np.float64) * split.host_factor
     return blocked + drain, blocked, drain
 
