@@ -18,8 +18,8 @@ from builder import TraceBuilder
 from stepscope.cli.main import main
 from stepscope.report import build_report
 from stepscope.reporters.html import render_html, script_json
+from stepscope.reporters.timeline_columns import ESC, lane_overlaps, lanes, nesting_depth, row_groups
 from stepscope.reporters.timeline_counters import decimate
-from stepscope.reporters.timeline_columns import ESC, nesting_depth, row_groups
 from stepscope.reporters.timeline_data import K, build_timeline
 from stepscope.store.manifest import Manifest, RankInfo, SourceInfo
 from stepscope.store.writer import write_run
@@ -125,6 +125,17 @@ def test_nesting_depth_puts_children_below_parents() -> None:
     s = np.array([0, 10, 20, 30, 100, 100], dtype=np.int64)
     e = np.array([90, 80, 40, 35, 120, 100], dtype=np.int64)  # last one: zero length at 100
     assert nesting_depth(s, e).tolist() == [0, 1, 2, 3, 0, 1]
+
+
+def test_partial_overlaps_get_their_own_lane() -> None:
+    # a frame [0, 100), a marker [50, 200) that cuts it, then [120, 150) inside the marker:
+    # counting open events puts the last one at depth 1, on top of the marker
+    s = np.array([0, 50, 120, 10], dtype=np.int64)
+    e = np.array([100, 200, 150, 40], dtype=np.int64)
+    assert nesting_depth(s, e).tolist() == [0, 1, 1, 1]
+    assert lane_overlaps(s, e, nesting_depth(s, e)).tolist() == [False, False, True, False]
+    got = lanes(s, e)
+    assert got.tolist() == [0, 1, 2, 1] and not lane_overlaps(s, e, got).any()
 
 
 def test_row_groups_match_numpy_unique_rows() -> None:

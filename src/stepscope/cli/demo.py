@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     console.rule("[bold]demo files")
     for p in written:
         console.print(f"  {p}", highlight=False)
-    console.print("Open the .report.html files in a browser. Next: stepscope report RUN, "
-                  "stepscope query RUN \"SELECT ...\"", highlight=False)
+    console.print("Open the .report.html files in a browser (one self-contained file each).",
+                  highlight=False)
+    console.print("Next: stepscope report RUN, stepscope query RUN \"SELECT ...\"", highlight=False)
     return 0

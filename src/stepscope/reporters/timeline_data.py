@@ -5,7 +5,9 @@ Layout (``Timeline.meta`` describes it; ``Timeline.blob`` holds the bytes, zlib-
 * Times are relative to ``t0_ns`` (the earliest event of the run, all ranks), integer ns.
 * Events are grouped into **tracks** (a rank's steps, a GPU stream, a GPU's projected
   annotations, a host thread) and each track into **lanes** (nesting depth on a host
-  thread: ``depth = events open at its start``, computed once, vectorised). A lane is a
+  thread: ``depth = events open at its start``, computed once, vectorised; events that only
+  partly overlap an event of their depth go to extra lanes below, so a lane never holds two
+  overlapping events). A lane is a
   contiguous slice ``[lane_off, lane_off + lane_n)`` of the event arrays, sorted by start.
 * Per event: ``dt`` (uint32, ns since the previous event's start in the same lane, the
   first one since 0), ``dur`` (uint32 ns), ``kind`` (uint8, :data:`KINDS`), ``name`` (uint16 or
@@ -45,7 +47,7 @@ from stepscope.reporters.timeline_columns import (
     Strings,
     enum_codes,
     i64,
-    nesting_depth,
+    lanes,
     pack,
     row_groups,
     u32_escaped,
@@ -296,7 +298,7 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
     bounds = np.searchsorted(track[order_t], np.arange(len(tracks.items) + 1))
     for t in range(len(tracks.items)):
         idx = order_t[bounds[t]:bounds[t + 1]]
-        depth[idx] = nesting_depth(rel[idx], rel[idx] + dur[idx])
+        depth[idx] = lanes(rel[idx], rel[idx] + dur[idx])
     order_tracks = sorted(range(len(tracks.items)), key=lambda i: tracks.items[i]["order"])
     lanes_of = np.zeros(len(tracks.items), dtype=np.int64)
     np.maximum.at(lanes_of, track, depth + 1)

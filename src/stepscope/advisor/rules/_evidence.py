@@ -47,12 +47,6 @@ def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def step_label(split: IdleSplit, k: int) -> str:
-    """``"step 3 (#12)"``: the step's index and the number the source gave it."""
-    st = split.steps[k]
-    return f"step {st.index} (#{st.number})"
-
-
 def where_worst(split: IdleSplit, per_step: I64, *, kernels: Sequence[str] = (),
                 call_sites: Sequence[str] = ()) -> Where:
     """Where to look: the rank, the steps with the most of ``per_step`` (worst first, at

@@ -12,10 +12,14 @@ claim wins:
    ``sync_drain``    after each sync point, the idle time it causes once it returns: the
                      host must refill an empty queue, and every host delay until it is
                      ahead again leaves the GPU idle. Claimed: the first ``head`` ns of
-                     idle time after the point's end (before the next sync point), where
-                     ``head`` = the GPU busy time *during* the point, i.e. the head start
-                     the host gave away by waiting: without the sync it would have been
-                     that far ahead of the GPU and could have hidden that much host delay;
+                     idle time after the point's end, before the next sync point that waits
+                     on a busy GPU (>= 50 µs), where ``head`` = the GPU busy time *during*
+                     the point, i.e. the head start the host gave away by waiting: without
+                     the sync it would have been that far ahead of the GPU and could have
+                     hidden that much host delay. When the trace starts inside the loop (no
+                     sync point before the first steady step), the first step's idle before
+                     its first waiting sync is claimed with that sync's head start (the
+                     steady state: it follows the previous step's sync, outside the trace);
 3. ``gaps``          the idle interval that touches a step boundary (from the last GPU
                      activity before the boundary to the first after it);
 4. ``launch``        a launch-bound wait of at most 100 µs (the GPU finished its work and
@@ -48,8 +52,8 @@ profiler does not inflate (input waits, idle while blocked in a sync) are scaled
 ``share_keep = T / (T - P)`` alone, for the same reason. When the
 host is the bottleneck (``H`` close to ``T``) the factor is close to 1 whatever ``P`` is.
 
-A sync point's ``head`` also grows by the cost of the host events since the previous sync
-point that were *off* the critical path (slack >= 100 µs: the untraced host reaches the sync
+A sync point that waited (head >= 50 µs) gets its ``head`` grown by the cost of the host events
+since the previous sync point that were *off* the critical path (slack >= 100 µs: the untraced host reaches the sync
 that much earlier while the GPU finishes at the same time), at most the GPU busy time since
 then; the claim after it is ``head / f`` of traced idle time. All factors are 1 for runs that
 do not come from torch.profiler.
@@ -73,8 +77,8 @@ from stepscope.analysis.launches import LONG_GAP_NS, launch_bound_gaps, launch_i
 from stepscope.analysis.steps import Step
 from stepscope.analysis.syncs import sync_intervals
 
-HEALTHY_BUSY_SHARE = 0.90
-MIN_HEAD_NS = 10_000  # a sync point that waited less on a busy GPU does not end a claim  # at or above this GPU busy share, idle-time findings stay info
+HEALTHY_BUSY_SHARE = 0.90  # at or above this GPU busy share, idle-time findings stay info
+MIN_HEAD_NS = 50_000  # a sync point that waited less on a busy GPU did not wait for it
 
 
 @dataclass(frozen=True)
@@ -113,16 +117,6 @@ class IdleSplit:
     def wall_ns(self) -> I64:
         return self.win_end - self.win_start
 
-    @property
-    def busy_share(self) -> float:
-        """GPU busy time / wall time over the steady steps."""
-        wall = int(self.wall_ns.sum())
-        return 1.0 - self.idle.total_ns / wall if wall else 0.0
-
-    def worst(self, per_step: I64) -> Step:
-        """The steady step with the largest value."""
-        return self.steps[int(np.argmax(per_step))]
-
 
 def _touching(s: IntervalSet, edges: I64) -> IntervalSet:
     """Intervals of ``s`` that contain or touch one of the sorted ``edges``."""
@@ -153,19 +147,20 @@ def _first_after(s: IntervalSet, start: I64, amount: I64, limit: I64) -> Interva
 def sync_claim(ra: RankAnalysis, busy: IntervalSet, eligible: IntervalSet, origin: int, *,
                factor: float = 1.0, ev_ts: I64 | None = None, ev_off_cost: I64 | None = None
                ) -> IntervalSet:
-    """The idle time each sync point of the steady windows causes after it (module docstring):
+    """The idle time each sync point causes after it, inside ``eligible`` (module docstring):
     the first ``head / factor`` ns of ``eligible`` idle time after the point's end, before the
-    next point that waits on a busy GPU. ``head`` = GPU busy time during the point, plus the
-    profiler cost of the off-critical-path host events since the previous point
-    (``ev_off_cost``: the untraced host reaches the sync that much earlier while the GPU
-    finishes at the same time), at most the GPU busy time since then."""
-    if not any(e.step >= 0 for e in ra.syncs.events) or busy.starts.size == 0:
+    next point that waits on a busy GPU. ``head`` = GPU busy time during the point, plus, for a
+    point that waited (head >= 50 µs), the profiler cost of the off-critical-path host events
+    since the previous point (``ev_off_cost``: the untraced host reaches the sync that much
+    earlier while the GPU finishes at the same time), at most the GPU busy time since then."""
+    if not ra.syncs.events or busy.starts.size == 0 or eligible.starts.size == 0:
         return IntervalSet.empty()
     all_ts = np.array([e.ts_ns for e in ra.syncs.events], dtype=np.int64)
     all_end = np.array([e.end_ns for e in ra.syncs.events], dtype=np.int64)
     all_head = iv.overlap_with_windows(busy.starts, busy.ends, all_ts, all_end)
     waits = np.flatnonzero(all_head >= MIN_HEAD_NS)  # points that waited on a busy GPU
-    idx = np.array([i for i, e in enumerate(ra.syncs.events) if e.step >= 0], dtype=np.int64)
+    # every point, also those just before the steady windows: their idle lands in them
+    idx = np.flatnonzero(all_end <= eligible.ends[-1]).astype(np.int64)
     ts, end, head = all_ts[idx], all_end[idx], all_head[idx]
     prev_end = np.where(idx > 0, all_end[np.maximum(idx - 1, 0)], np.minimum(origin, ts))
     j = np.searchsorted(waits, idx, side="right")
@@ -175,9 +170,19 @@ def sync_claim(ra: RankAnalysis, busy: IntervalSet, eligible: IntervalSet, origi
         cum = np.concatenate(([0], np.cumsum(ev_off_cost)))
         extra = cum[np.searchsorted(ev_ts, ts)] - cum[np.searchsorted(ev_ts, prev_end)]
         since = iv.overlap_with_windows(busy.starts, busy.ends, np.minimum(prev_end, ts), end)
-        head = np.minimum(head + np.maximum(extra, 0), np.maximum(since, head))
+        waited = head >= MIN_HEAD_NS  # returned at once: the untraced host would not wait either
+        head = np.where(waited, np.minimum(head + np.maximum(extra, 0), np.maximum(since, head)),
+                        head)
     amount = (head / factor).astype(np.int64) if factor > 0 else np.zeros_like(head)
-    return _first_after(eligible, end, amount, nxt)
+    starts, limits = end, nxt
+    first = int(np.argmax(head >= MIN_HEAD_NS)) if (head >= MIN_HEAD_NS).any() else -1
+    if first >= 0 and not (all_end <= origin).any():
+        # the trace starts inside the loop: the first step's idle before its first sync
+        # follows a sync of the step before, outside the trace; assume the same head start
+        starts = np.append(starts, origin)
+        limits = np.append(limits, ts[first])
+        amount = np.append(amount, amount[first])
+    return _first_after(eligible, starts, amount, limits)
 
 
 def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:

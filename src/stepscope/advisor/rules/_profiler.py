@@ -14,16 +14,23 @@ memory event                     :data:`MEMORY_NS` (``profile_memory`` only; sta
                                  allocator work the profiler adds to ops that allocate)
 ===============================  ===================================================
 
-Measured on an H200 with torch 2.11 (``profile(activities=[CPU, CUDA])``, loops of 1,000
-iterations of two tiny ops, traced vs untraced host time, 2026-11-22): CPU-only ops
-0.6-0.75 µs each; out-of-place CUDA ops (op + launch + 2 allocations) 5.1 µs per op,
-in-place ones 1.4-2.5 µs; ``record_shapes`` +0.1-0.9 µs per op; ``python_function`` events
-2-6 µs each. The same loop traced by the planted-bottleneck suite cost 10.5 µs per op (host
-speed differs from process to process, DEVICE.md), and the GPT fixture's 3,286 ops + 604 API
-calls + 2,199 Python events + 1,028 memory events per step cost 14.8 ms (25 -> 39.8 ms): the
-constants below reproduce the GPT figure within 5% and the tiny-op loops within a factor 1.5.
-The idle-time rules only use them through shares of the step (``rules._idle``), which makes
-an error in them matter little when the host is the bottleneck.
+Where the numbers come from (H200 and H100, torch 2.11, 2026-11-22; traced minus untraced
+host time, per step):
+
+* planted-bottleneck suite (``benchmarks/scenarios``, CPU + CUDA + ``profile_memory``):
+  2,000 tiny CUDA ops (2,000 ops + 2,003 API calls + 8,000 memory events) cost 21.0 ms; in
+  ``item_every_step`` the events on the critical path (493 ops, 427 API calls, 835 memory
+  events) cost 5.5 ms and those off it (291, 74, 131) about 1.4 ms. Fitted: ~2 µs per op,
+  ~8 µs per API call, ~0.4 µs per memory event (within 15% of each figure);
+* the GPT fixture (H100, all options): 3,242 ops + 2,130 Python events + 587 API calls + 917
+  memory events on the critical path cost 14.8 ms (25 -> 39.8 ms): the constants give 14.7;
+* a fresh process on the H200 (loops of 1,000 iterations): 5.1 µs per out-of-place CUDA op
+  (op + launch), 1.4-2.5 µs per in-place one, 0.6-0.75 µs per CPU-only op: 2-3x less than the
+  constants. Host speed differs from process to process (DEVICE.md), and with it this cost.
+
+The idle-time rules use these costs through shares of the step (``rules._idle``), so an error
+in them matters little when the host is the bottleneck; when the GPU is partly busy it moves
+the split between host-side findings and the size of their estimates.
 
 Runs that do not come from torch.profiler cost nothing here (``costs_for`` returns None).
 """
@@ -39,12 +46,12 @@ from stepscope.analysis.launches import bounds, column_i64, gpu_records, str_in
 from stepscope.schema import CpuOpKind
 from stepscope.store.run import Run
 
-OP_NS = 1_000
-SHAPES_NS = 500
-STACK_NS = 300
-API_NS = 7_000
-PYTHON_NS = 2_500
-MEMORY_NS = 500
+OP_NS = 2_000
+SHAPES_NS = 300
+STACK_NS = 0
+API_NS = 8_000
+PYTHON_NS = 1_000
+MEMORY_NS = 400
 
 
 @dataclass(frozen=True)

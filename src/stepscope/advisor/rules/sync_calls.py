@@ -4,10 +4,15 @@ A sync costs the GPU idle time it causes (``rules._idle``):
 
 * the GPU idle time while a host thread is blocked in a sync call or a blocking copy
   (outside input waits) - the ``sync`` category of the step-time breakdown;
-* plus the pipeline drain after each sync point: from its end until the GPU gets work
-  again, the host has to refill the queue; capped at the GPU busy time *during* the point
-  (without the sync the host would have been that far ahead and could have hidden that
-  much host work), scaled by the profiler correction of ``rules._idle``.
+* plus the idle time after it: once the sync returns the host must refill an empty queue,
+  and every host delay until it is ahead of the GPU again leaves the GPU idle (launch gaps,
+  Python between ops, the step boundary). Claimed: the first ``head`` of GPU idle time after
+  the sync (before the next sync that waits on a busy GPU), where ``head`` = the GPU busy time
+  during the sync: the head start the host gave away by waiting, i.e. how much host delay it
+  could have hidden without the sync. With a torch.profiler trace, ``head`` also counts the
+  profiler's cost of the host events that ran while the host was ahead (the untraced host
+  reaches the sync that much earlier), and the idle time is scaled by the profiler
+  correction of ``rules._idle``.
 
 Saving per step = the mean over the steady steps of that idle time. Evidence: sync points
 per step, host blocked time, GPU idle split, kinds, top call sites (framework op and user
@@ -93,9 +98,8 @@ class SyncCalls:
         evidence = [
             (f"{sa.mean_count_per_step:.1f} sync points per step ({kinds_txt}); the host is "
             f"blocked {ms(sa.mean_blocked_ns_per_step)} per step"),
-            (f"GPU idle while the host is blocked: {ms(blocked.mean())} per step; pipeline "
-            f"drain after the syncs (GPU idle until the host issues new work): "
-            f"{ms(drain.mean())} per step"),
+            (f"GPU idle while the host is blocked: {ms(blocked.mean())} per step; after the "
+            f"syncs, until the host is ahead of the GPU again: {ms(drain.mean())} per step"),
         ]
         sites = sa.call_sites[:3]
         for c in sites:
@@ -109,9 +113,9 @@ class SyncCalls:
         if len(ctx.ranks) > 1:
             evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
         method = (f"mean over {n} steady steps of the GPU idle time the syncs cause: idle while "
-                  f"a host thread is blocked in a sync or blocking copy, plus the idle time "
-                  f"from each sync's end to the next GPU work, capped at the GPU busy time "
-                  f"during that sync (the host's lost head start); input waits excluded")
+                  f"a host thread is blocked in a sync or blocking copy, plus the first idle "
+                  f"time after each sync up to the GPU busy time during that sync (the head "
+                  f"start the host lost by waiting); input waits excluded")
         top = sites[0].name if sites else "syncs"
         title = (f"{sa.mean_count_per_step:.1f} host-device syncs per step ({top}) idle the GPU "
                  f"{ms(saving * 1e6)} per step ({pct(ctx.share(saving))})")

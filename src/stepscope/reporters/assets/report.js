@@ -112,6 +112,7 @@ function hideTip() { tip.style.display = 'none'; }
 // ============================================================================================
 // 2. data
 // ============================================================================================
+const SCRIPT_START = performance.now();
 const DATA = JSON.parse(document.getElementById('stepscope-data').textContent);
 const R = DATA.report, U = DATA.ui, TM = DATA.timeline;
 const RANKS = R.run.ranks.map(r => r.rank);
@@ -442,8 +443,8 @@ function openTimeline(startUs, endUs, opts) {
   if (TIMELINE) TIMELINE.showRange(startUs, endUs, opts || {});
 }
 
-function card(k, v, sub, extra) {
-  return h('div', {class: 'card'}, h('div', {class: 'k', text: k}), h('div', {class: v.length > 18 ? 'v long' : 'v', text: v}),
+function card(k, v, sub, extra, title) {
+  return h('div', {class: 'card', title: title || null}, h('div', {class: 'k', text: k}), h('div', {class: v.length > 18 ? 'v long' : 'v', text: v}),
     sub ? h('div', {class: 's', text: sub}) : null, extra || null);
 }
 
@@ -471,7 +472,9 @@ function overheadText() {
     return [v, keys.filter(k => typeof o[k] !== 'object').map(k => k + ': ' + o[k]).join(', ')];
   }
   const ht = R.host_trust || {};
-  if (ht.note) return ['not measured', 'imported trace; ' + ht.note + ' (host-timing confidence: ' + ht.confidence + ')'];
+  const step = R.summary.step_ms ? R.summary.step_ms.mean : 0;
+  if (ht.note) return ['not measured', 'imported trace; the profiler\'s own host cost is estimated at ' + fmtMs(ht.est_inflation_ms) +
+    ' per step' + (step ? ' (' + pct(ht.est_inflation_ms / step) + ')' : '') + ': host-side findings have ' + ht.confidence + ' confidence', ht.note];
   return ['not measured', 'imported trace: the profiler\'s own cost is not known; host-side findings assume it is small'];
 }
 
@@ -495,7 +498,7 @@ function renderOverview() {
     seg.addEventListener('mouseleave', hideTip);
     precBar.appendChild(seg);
   }
-  const [ovV, ovS] = overheadText();
+  const [ovV, ovS, ovTitle] = overheadText();
   el.appendChild(h('div', {class: 'cards', id: 'cards'},
     card('Device', dev, devSub),
     card('Steps', String(sm.steps), `${sm.steady_steps} steady · from ${sm.step_source}`),
@@ -505,7 +508,7 @@ function renderOverview() {
     card('Tensor cores', pct(sm.tensor_core_share), `of ${fmtMs(sm.kernel_time_ms)} kernel time (${sm.kernels} kernels)`),
     card('Precision mix', precParts.length ? precParts.slice(0, 2).map(([p, v]) => p + ' ' + pct(v / precTotal)).join(' · ') : '–',
       precParts.length ? 'of GEMM / conv / attention time' : 'no matmul kernels', precParts.length ? precBar : null),
-    card('Capture overhead', ovV, ovS)));
+    card('Capture overhead', ovV, ovS, null, ovTitle)));
 
   el.appendChild(h('h3', {text: 'Where a step\'s time goes (mean of steady steps)'}));
   el.appendChild(h('div', {}, ...breakdownBar(R.breakdown)));
@@ -1410,7 +1413,6 @@ function renderKernels() {
 
 function renderCopies() {
   const el = clear(body('copies'));
-  const total = Object.values(R.copies).reduce((a, c) => a + c.count, 0) + (U.copies.total ? 0 : 0);
   if (!U.copies.total) { el.appendChild(h('p', {class: 'note', text: 'No memory copies in this run.'})); return; }
   el.appendChild(h('p', {class: 'note', text: 'Per direction over the steady-state steps. Bandwidth = bytes / copy time (1 B/ns = 1 GB/s). Overlap = copy time during which a kernel ran on the same GPU; exposed = the rest. Pageable host memory is staged by the driver and blocks the host; pinned memory allows async copies.'}));
   for (const rank of RANKS) {
@@ -1438,7 +1440,6 @@ function renderCopies() {
     {key: 'device', label: 'GPU'}, {key: 'stream', label: 'stream'},
   ].filter(Boolean), U.copies.rows, {sort: 'dur_us', limit: 50, filter: false,
     onrow: r => openTimeline(r.start_us - r.dur_us * 20, r.start_us + r.dur_us * 21, {rank: r.rank})});
-  void total;
 }
 
 function renderSyncs() {
@@ -1598,18 +1599,30 @@ function safe(name, fn) {
 
 async function boot() {
   document.body.appendChild(tip);
+  HOOK.scriptStartMs = SCRIPT_START;
   const status = document.getElementById('status');
+  const T = HOOK.timings = {start: performance.now()};
+  let pending = null;
+  try {  // start decompressing first: the browser inflates while the overview is drawn
+    pending = inflate(base64Bytes(document.getElementById('stepscope-blob').textContent));
+  } catch (err) { pending = Promise.reject(err); }
+  T.base64 = performance.now() - T.start;
   safe('overview', renderOverview);
   safe('findings', renderFindings);
+  T.overview = performance.now() - T.start - T.base64;
   try {
-    const t = performance.now();
-    const buf = await inflate(base64Bytes(document.getElementById('stepscope-blob').textContent));
+    const t = performance.now() - T.base64;
+    const buf = await pending;
+    T.inflate = performance.now() - t - T.base64 - T.overview;
     const ev = new Events(TM, buf);
-    HOOK.decodeMs = performance.now() - t;
+    HOOK.decodeMs = performance.now() - t - T.overview;
+    T.events = HOOK.decodeMs - T.base64 - T.inflate;
     const root = clear(body('timeline'));
     if (!ev.n) root.appendChild(h('p', {class: 'note', text: 'No events in this run.'}));
     TIMELINE = new Timeline(root, ev);
+    const t2 = performance.now();
     TIMELINE.draw();
+    T.firstDraw = performance.now() - t2;
     HOOK.timeline = TIMELINE;
     status.textContent = ev.n.toLocaleString() + ' events · decoded in ' + num(HOOK.decodeMs, 0) + ' ms';
   } catch (err) {
@@ -1626,6 +1639,7 @@ async function boot() {
   safe('samples', renderSamples);
   safe('ranks', renderRanks);
   safe('footer', renderFooter);
+  T.sections = performance.now() - T.start - T.overview - (HOOK.decodeMs || 0) - (T.firstDraw || 0);
   HOOK.firstRenderMs = performance.now();
   performance.mark('stepscope-ready');
   HOOK.ready = true;
