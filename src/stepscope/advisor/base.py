@@ -8,14 +8,17 @@ method of the estimate, so findings can be ranked by what they cost.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.summary import RunSummary
 from stepscope.store.run import Run
+
+
+T = TypeVar("T")
 
 
 class Severity(str, Enum):
@@ -99,6 +102,14 @@ class Context:
     summary: RunSummary
     host_confidence: Confidence  # how far host-side timings can be trusted (profiler overhead)
     host_note: str  # why, when not high
+    # results shared by several rules, computed once per advise() call (see ``memo``)
+    _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()`` once per context and key; later calls return the same object."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast(T, self._memo[key])
 
     @property
     def ranks(self) -> tuple[RankAnalysis, ...]:

@@ -1,17 +1,16 @@
 """How far can host-side timings be trusted? Profiler-overhead awareness.
 
 A trace taken with a heavy host profiler (torch.profiler with ``with_stack``,
-``record_shapes``, ``profile_memory``) inflates every framework op on the host:
-the recorded step is longer than the real one and looks host-bound. Measured on
-this project's H100 fixture (a 6-layer GPT step, torch 2.11): 25 ms untraced,
-39.8 ms traced with all three options, with ~5,500 host events (cpu_op +
-python_function) per step, i.e. about 2.7 us of profiler cost per host event.
+``record_shapes``, ``profile_memory``) slows every recorded host event down: the
+recorded step is longer than the real one and looks host-bound. Measured on this
+project's H100 fixture (a 6-layer GPT step, torch 2.11): 25 ms untraced, 39.8 ms
+traced with all three options.
 
-The estimate: ``inflation = host events per step x per-event cost`` where the
-per-event cost is 2.7 us with stacks and 2.0 us without (torch.profiler CPU+CUDA
-without stacks made the same 25 ms step 1.26x slower, i.e. ~6.5 ms over ~3,300
-cpu_op events per step; both figures from ../shared/guide/DEVICE.md, H100, 2026-11-22).
-Host findings are "low" confidence when the inflation is at least 25% of the
+The estimate: the profiler's cost of every host event recorded inside the steady
+steps (framework ops, Python functions, API calls, memory events), per step, with
+the per-event costs of :mod:`stepscope.advisor.profiler_cost` (fitted on the GPT
+fixture and the planted-bottleneck suite; the idle-time rules use the same model).
+Host findings are "low" confidence when that inflation is at least 25% of the
 step, "medium" at 10%, else "high".
 """
 
@@ -19,15 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import numpy as np
 
 from stepscope.advisor.base import Confidence
+from stepscope.advisor.profiler_cost import costs_for, host_events
 from stepscope.analysis import Analysis
 from stepscope.store.run import Run
 
-COST_PER_EVENT_WITH_STACK_NS = 2_700
-COST_PER_EVENT_NS = 2_000
 LOW_SHARE = 0.25
 MEDIUM_SHARE = 0.10
 
@@ -41,51 +38,43 @@ class HostTrust:
     with_stack: bool
 
 
-def _flags(run: Run) -> dict[str, bool]:
-    files = run.manifest.source.details.get("files", [])
-    out = {"with_stack": False, "record_shapes": False, "profile_memory": False}
-    for f in files if isinstance(files, list) else []:
-        for k in out:
-            out[k] = out[k] or bool(f.get(k))
-    return out
-
-
 def host_trust(run: Run, analysis: Analysis) -> HostTrust:
-    if run.manifest.source.kind != "kineto":
+    costs = costs_for(run)
+    if costs is None:
         return HostTrust(Confidence.HIGH, "", 0.0, 0.0, False)
-    flags = _flags(run)
-    ops = run.table("cpu_ops")
-    with_stack = flags["with_stack"] or (
-        ops.num_rows > 0 and pc.any(pc.equal(ops.column("kind").cast(pa.string()), "python")).as_py()
-        is True)
-    cost = COST_PER_EVENT_WITH_STACK_NS if with_stack else COST_PER_EVENT_NS
+    flags = [k for k in ("with_stack", "record_shapes", "profile_memory")
+             if any(isinstance(f, dict) and f.get(k)
+                    for f in run.manifest.source.details.get("files", []))]
+    per_step_ns: list[float] = []
     per_step_events: list[float] = []
-    per_step_ms: list[float] = []
+    per_step_wall: list[float] = []
     for ra in analysis.ranks:
         steady = ra.steps.steady
         if not steady:
             continue
-        lo, hi = steady[0].start_ns, steady[-1].end_ns
-        t = run.table("cpu_ops", ra.rank)
-        ts = t.column("ts_ns")
-        n = pc.sum(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi))).as_py() or 0
-        per_step_events.append(n / len(steady))
-        per_step_ms.append(sum(s.wall_ns for s in steady) / len(steady) / 1e6)
-    if not per_step_events:
-        return HostTrust(Confidence.HIGH, "", 0.0, 0.0, with_stack)
-    events = sum(per_step_events) / len(per_step_events)
-    step_ms = sum(per_step_ms) / len(per_step_ms)
-    inflation = events * cost / 1e6
-    share = inflation / step_ms if step_ms else 0.0
-    opts = [k for k, v in flags.items() if v] or (["with_stack"] if with_stack else [])
-    how = f"torch.profiler{' with ' + ', '.join(opts) if opts else ''}"
-    note = (f"traced with {how}: about {events:.0f} host events per step at ~{cost / 1000:.1f} us "
-            f"each inflate host time by an estimated {inflation:.1f} ms per step "
-            f"({share:.0%} of the traced step); host-side findings overstate the cost")
+        ts, cost = host_events(run, ra.rank, costs)
+        n_ns = n_ev = 0
+        for st in steady:
+            lo, hi = np.searchsorted(ts, [st.start_ns, st.end_ns])
+            n_ns += int(cost[lo:hi].sum())
+            n_ev += int(hi - lo)
+        per_step_ns.append(n_ns / len(steady))
+        per_step_events.append(n_ev / len(steady))
+        per_step_wall.append(sum(s.span_ns for s in steady) / len(steady))
+    if not per_step_ns:
+        return HostTrust(Confidence.HIGH, "", 0.0, 0.0, "with_stack" in flags)
+    inflation_ns = float(np.mean(per_step_ns))
+    events = float(np.mean(per_step_events))
+    step_ns = float(np.mean(per_step_wall))
+    share = inflation_ns / step_ns if step_ns else 0.0
+    how = "torch.profiler" + (f" with {', '.join(flags)}" if flags else "")
+    note = (f"traced with {how}: the profiler's cost of the {events:.0f} host events recorded "
+            f"per step is estimated at {inflation_ns / 1e6:.1f} ms per step ({share:.0%} of the "
+            f"traced step); host-side timings are inflated by about that much")
     if share >= LOW_SHARE:
         conf = Confidence.LOW
     elif share >= MEDIUM_SHARE:
         conf = Confidence.MEDIUM
     else:
         conf, note = Confidence.HIGH, ""
-    return HostTrust(conf, note, inflation, events, with_stack)
+    return HostTrust(conf, note, inflation_ns / 1e6, events, "with_stack" in flags)

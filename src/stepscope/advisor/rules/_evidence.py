@@ -55,7 +55,7 @@ def where_worst(split: IdleSplit, per_step: I64, *, kernels: Sequence[str] = (),
     top = [int(i) for i in order[:5] if per_step[int(i)] > 0] or [int(order[0])]
     worst = split.steps[top[0]]
     return Where(rank=split.rank, steps=tuple(split.steps[i].index for i in top),
-                 start_ns=worst.start_ns, end_ns=worst.end_ns, kernels=tuple(kernels),
+                 start_ns=worst.window[0], end_ns=worst.window[1], kernels=tuple(kernels),
                  call_sites=tuple(call_sites))
 
 

@@ -35,7 +35,7 @@ claim wins:
 
 Profiler cost on the critical path
 ----------------------------------
-A torch.profiler trace inflates every recorded host event (``rules._profiler`` has the
+A torch.profiler trace inflates every recorded host event (``advisor.profiler_cost`` has the
 per-event costs). An event only delays the GPU when the GPU has little launched work ahead of
 it: its *slack* = (end of all GPU work issued by launch/copy calls that returned before the
 event) - (event start) is below 100 µs. ``P`` = the summed cost of the steady steps' host
@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.advisor.base import Context
-from stepscope.advisor.rules._profiler import costs_for, gpu_slack, host_events
+from stepscope.advisor.profiler_cost import costs_for, gpu_slack, host_events
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.breakdown import host_work_intervals
@@ -186,11 +186,17 @@ def sync_claim(ra: RankAnalysis, busy: IntervalSet, eligible: IntervalSet, origi
 
 
 def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
+    """The split of ``ra``'s idle time, computed once per advise() call."""
+    return ctx.memo(("split_idle", ra.rank), lambda: _split_idle(ctx, ra))
+
+
+def _split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
     """The claims of every idle-time rule on rank ``ra`` (module docstring)."""
     run, rank = ctx.run, ra.rank
     steps = ra.steps.steady
-    ws = np.array([s.start_ns for s in steps], dtype=np.int64)
-    we = np.array([s.end_ns for s in steps], dtype=np.int64)
+    # the steps' windows on the GPU timeline (the markers unless the GPU lags the host)
+    ws = np.array([s.window[0] for s in steps], dtype=np.int64)
+    we = np.array([s.window[1] for s in steps], dtype=np.int64)
     window = IntervalSet.of(ws, we)
     busy = rank_union(gpu_activity(run, rank)).busy
     idle = window - busy
