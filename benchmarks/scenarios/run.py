@@ -146,6 +146,7 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
          "planted rule on the traced baseline (torch.profiler CPU+CUDA, profile_memory). "
          "est/measured compares percentages of the step (ms ratio in brackets); "
          "ok = within ±30%."),
+        *([f"Scoring: {meta['rescored']}."] if meta.get("rescored") else []),
         "",
         ("| scenario | planted rule | top finding | est. saving ms / % | measured saving ms / % | "
          "est/measured | ranked first? | baseline / fixed ms (traced) |"),

@@ -86,12 +86,12 @@ class Measured:
 
 
 MEASURED: tuple[Measured, ...] = (
-    # PLACEHOLDER: the project's H100 has not run the benchmark yet; until then the H200 entry
-    # below (same compute capability 9.0, same GH100 chip) is used for it.
-    Measured(device="NVIDIA H100 80GB HBM3", compute=(9, 0), gemm_tf32=PLACEHOLDER,
-             gemm_bf16=PLACEHOLDER, gemm_fp16=PLACEHOLDER, conv_tf32=PLACEHOLDER,
-             conv_bf16=PLACEHOLDER, conv_fp16=PLACEHOLDER, half_misaligned=PLACEHOLDER,
-             provenance="PLACEHOLDER: not measured yet"),
+    Measured(device="NVIDIA H100 80GB HBM3", compute=(9, 0), gemm_tf32=6.178, gemm_bf16=12.959,
+             gemm_fp16=13.018, conv_tf32=2.317, conv_bf16=3.896, conv_fp16=3.925,
+             half_misaligned=4.963,
+             provenance="NVIDIA H100 80GB HBM3, driver 580.159.04, torch 2.11.0+cu130 (CUDA 13.0, "
+                        "cuDNN 91900), 2026-11-22: python3 benchmarks/gemm_speedups.py --out "
+                        "gemm.json"),
     Measured(device="NVIDIA H200", compute=(9, 0), gemm_tf32=6.325, gemm_bf16=13.166,
              gemm_fp16=12.762, conv_tf32=2.39, conv_bf16=4.261, conv_fp16=4.491,
              half_misaligned=5.245,
