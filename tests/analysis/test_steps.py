@@ -66,3 +66,13 @@ def test_select_steady_warmup_and_outlier() -> None:
     assert notes[0].startswith("warm-up") and notes[5].startswith("outlier")
     steady, _ = select_steady(np.array([100, 100, 104], dtype=np.int64))
     assert steady == (True, True, True)
+
+
+def test_select_steady_two_bad_steps_among_four() -> None:
+    # a kernel dropped at the trace window's start makes step 0 short and step 1 double:
+    # the MAD of [1.06, 11.6, 5.35, 5.34] is 2.14, so 5 MADs would keep both; half the
+    # median (2.67) does not
+    walls = np.array([1_060, 11_610, 5_350, 5_340], dtype=np.int64)
+    steady, notes = select_steady(walls)
+    assert steady == (False, False, True, True)
+    assert notes[1].startswith("outlier")

@@ -14,8 +14,9 @@ Where steps come from, first match wins (per rank):
 
 Steady state: the first step is dropped as warm-up when it is more than 25%
 longer than the median of the others (and at least 3 steps exist); a step is an
-outlier when ``|wall - median| > max(5 * 1.4826 * MAD, 0.25 * median)``. Both
-are reported, never silently hidden.
+outlier when ``|wall - median| > max(0.25 * median, min(5 * 1.4826 * MAD, 0.5 * median))``
+(the MAD term alone breaks down when a few steps hold two bad ones, e.g. a kernel
+the profiler dropped at the window's start). Both are reported, never silently hidden.
 """
 
 from __future__ import annotations
@@ -139,7 +140,9 @@ def select_steady(walls: I64) -> tuple[tuple[bool, ...], tuple[str, ...]]:
         cand = walls[steady]
         med = float(np.median(cand))
         mad = float(np.median(np.abs(cand - med)))
-        limit = max(5 * 1.4826 * mad, 0.25 * med)
+        # the MAD is robust only while most steps are normal: with few steps and two bad
+        # ones it grows huge, so a step off the median by more than half is always out
+        limit = max(0.25 * med, min(5 * 1.4826 * mad, 0.5 * med))
         for i in range(n):
             if steady[i] and abs(walls[i] - med) > limit:
                 steady[i] = False
