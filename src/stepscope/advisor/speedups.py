@@ -96,7 +96,7 @@ MEASURED: tuple[Measured, ...] = (
              gemm_fp16=12.762, conv_tf32=2.39, conv_bf16=4.261, conv_fp16=4.491,
              half_misaligned=5.245,
              provenance="NVIDIA H200, driver 580.159.04, torch 2.11.0+cu130 (CUDA 13.0, cuDNN "
-                        "91900), 2026-11-22: python3 benchmarks/gemm_speedups.py --out gemm.json"),
+                        "91900), 2026-11-22: python3 benchmarks/gemm_speedups.py --out gemm.json; raw output in docs/data/accuracy-2026-11-22/"),
 )
 
 # Compute capabilities whose GPU models share their tensor-core / FP32 throughput ratios (data
