@@ -20,12 +20,7 @@ RULE_IDS: tuple[str, ...] = (
 def _load() -> tuple[Rule, ...]:
     rules = []
     for rid in RULE_IDS:
-        try:
-            mod = importlib.import_module(f"stepscope.advisor.rules.{rid}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"stepscope.advisor.rules.{rid}":
-                raise
-            continue  # not written yet
+        mod = importlib.import_module(f"stepscope.advisor.rules.{rid}")
         rule = mod.RULE
         assert rule.id == rid, f"{rid}.RULE has id {rule.id}"
         rules.append(rule)
