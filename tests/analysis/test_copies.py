@@ -12,7 +12,8 @@ from builder import H100, TraceBuilder
 from stepscope.analysis.copies import analyze_copies, pageable_at_pinned_ns
 from stepscope.store.run import Run
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
+FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 US = 1000
 MIB = 1 << 20
 
@@ -131,7 +132,7 @@ def _imported(rel: str, factory: pytest.TempPathFactory) -> Run:
     importers = pytest.importorskip("stepscope.importers")
     if not hasattr(importers, "import_traces"):
         pytest.skip("stepscope.importers.import_traces is not available yet")
-    src = FIXTURES / rel
+    src = FIXTURE_DATA / Path(rel).name
     if not src.exists():
         pytest.skip(f"fixture {src} not present")
     return Run(importers.import_traces([src], factory.mktemp("run") / "run"))

@@ -11,7 +11,8 @@ import pytest
 from stepscope.analysis.input import analyze_input, input_wait_intervals
 from stepscope.store.run import Run
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
+FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 US = 1000
 
 
@@ -92,7 +93,7 @@ def _imported(rel: str, factory: pytest.TempPathFactory) -> Run:
     importers = pytest.importorskip("stepscope.importers")
     if not hasattr(importers, "import_traces"):
         pytest.skip("stepscope.importers.import_traces is not available yet")
-    src = FIXTURES / rel
+    src = FIXTURE_DATA / Path(rel).name
     if not src.exists():
         pytest.skip(f"fixture {src} not present")
     return Run(importers.import_traces([src], factory.mktemp("run") / "run"))

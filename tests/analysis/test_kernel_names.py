@@ -18,7 +18,8 @@ from stepscope.analysis.kernel_names import (
     signature_head,
 )
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
+FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 
 # (name, category, tensor_cores, precision)
 CASES: list[tuple[str, str, bool | None, str | None]] = [
@@ -213,7 +214,7 @@ def test_classify_names_once_per_distinct_name() -> None:
 @pytest.mark.parametrize("rel", ["h100/gpt_bf16_adamw.pt.trace.json.gz", "h100/cnn_fp32_sync.pt.trace.json.gz"])
 def test_every_h100_fixture_kernel_is_classified(rel: str) -> None:
     """No kernel of the H100 traces is left in 'other', and matmul kernels say their TC use."""
-    path = FIXTURES / rel
+    path = FIXTURE_DATA / Path(rel).name
     if not path.exists():
         pytest.skip(f"fixture {rel} not present")
     with gzip.open(path, "rt") as fh:

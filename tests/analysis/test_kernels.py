@@ -14,7 +14,8 @@ import pytest
 from stepscope.analysis.kernels import KernelStats, kernel_frame, kernel_summary, kernel_table
 from stepscope.store.run import Run
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
+FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 SGEMM = "ampere_sgemm_128x64_nn"
 ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
        "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)")
@@ -165,14 +166,14 @@ def _imported(tmp_path: Path, rel: str) -> Run:
     importers = pytest.importorskip("stepscope.importers", exc_type=ModuleNotFoundError)
     if not hasattr(importers, "import_traces"):
         pytest.skip("stepscope.importers.import_traces not available")
-    path = FIXTURES / rel
+    path = FIXTURE_DATA / Path(rel).name
     if not path.exists():
         pytest.skip(f"fixture {rel} not present")
     return Run(importers.import_traces([path], tmp_path / "run"))
 
 
 def _json_kernels(rel: str) -> dict[str, list[float]]:
-    with gzip.open(FIXTURES / rel, "rt") as fh:
+    with gzip.open(FIXTURE_DATA / Path(rel).name, "rt") as fh:
         events = json.load(fh)["traceEvents"]
     durs: dict[str, list[float]] = defaultdict(list)
     for e in events:

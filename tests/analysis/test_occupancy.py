@@ -19,7 +19,8 @@ from stepscope.analysis.occupancy import (
     waves,
 )
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
+FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 H100 = DeviceLimits.for_compute(9, 0, 132)
 A100 = DeviceLimits.for_compute(8, 0, 108)
 
@@ -223,7 +224,7 @@ def _kernels(path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("rel", "limits", "count"), KINETO_TRACES)
 def test_reproduces_kineto_estimate(rel: str, limits: DeviceLimits, count: int) -> None:
-    path = FIXTURES / rel
+    path = FIXTURE_DATA / Path(rel).name
     if not path.exists():
         pytest.skip(f"fixture {rel} not present")
     k = _kernels(path)

