@@ -155,3 +155,27 @@ def test_first_idle_after_each_point() -> None:
     got = _first_after(s, np.array([5, 25]), np.array([15, 100]),
                        np.array([1000, 60]))
     assert got.starts.tolist() == [5, 20, 50] and got.ends.tolist() == [10, 30, 60]
+
+
+def test_dynamic_loss_scaling_sync_is_named(builder: Any, tmp_path: Path) -> None:
+    # fp16 with GradScaler: the scaler's found_inf check reads a device scalar every step
+    for i in range(3):
+        t0 = i * 1000
+        builder.step(t0, 1000)
+        builder.kernel("kernel_a", t0 + 10, 600, launch=(t0 + 2, 5))
+        builder.cpu_op("aten::_amp_foreach_non_finite_check_and_unscale_", t0 + 20, 620)
+        builder.cpu_op("aten::item", t0 + 21, 618).cpu_op("aten::_local_scalar_dense", t0 + 22, 616)
+        builder.memcpy("DtoH", t0 + 615, 5, 4, dst="pinned", api=("cudaMemcpyAsync", t0 + 23, 3))
+        builder.sync("cudaStreamSynchronize", t0 + 27, 598)
+        builder.kernel("kernel_b", t0 + 705, 280, launch=(t0 + 695, 5))
+    (f,) = _findings(builder.build(tmp_path / "run"))
+    assert any("dynamic loss scaling" in e for e in f.evidence)
+    assert f.fix.pytorch.startswith("the sync comes from fp16 dynamic loss scaling")
+    assert "mixed_bfloat16" in f.fix.tensorflow
+
+
+def test_plain_item_sync_does_not_mention_loss_scaling(builder: Any, tmp_path: Path) -> None:
+    _item_each_step(builder)
+    (f,) = _findings(builder.build(tmp_path / "run"))
+    assert not any("loss scaling" in e for e in f.evidence)
+    assert "loss scaling" not in f.fix.pytorch

@@ -21,6 +21,7 @@ Python frame from ``analysis.syncs``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,12 +49,26 @@ FIX_TAIL = ("torch.cuda.set_sync_debug_mode('warn') names every syncing call; "
             "torch.compile / CUDA graphs need a sync-free step anyway")
 
 
-def _fix(kinds: Sequence[str]) -> Fix:
+# Mixed precision with dynamic loss scaling checks the gradients for inf/NaN every step and
+# reads the result on the host (GradScaler's found_inf): a sync in every fp16 step.
+LOSS_SCALING = re.compile(r"_amp_foreach_non_finite|_amp_update_scale|unscale|GradScaler|"
+                          r"LossScale|loss_scale|found_inf", re.IGNORECASE)
+LOSS_SCALING_FIX = ("the sync comes from fp16 dynamic loss scaling (GradScaler reads found_inf "
+                    "every step): train in bf16 autocast, which needs no loss scaling, or keep "
+                    "fp16 and let torch.compile / CUDA graphs capture the scaler update")
+
+
+def _fix(kinds: Sequence[str], loss_scaling: bool = False) -> Fix:
     pt = "; ".join(_FIX_BY_KIND[k] for k in kinds if k in _FIX_BY_KIND)
+    if loss_scaling:
+        pt = f"{LOSS_SCALING_FIX}; {pt}" if pt else LOSS_SCALING_FIX
     return Fix(
         pytorch=f"{pt}; {FIX_TAIL}" if pt else FIX_TAIL,
         tensorflow=("no .numpy() / float(tensor) inside the step; wrap the step in "
-                    "tf.function and read metrics every N steps (Keras: steps_per_execution)"),
+                    "tf.function and read metrics every N steps (Keras: steps_per_execution)"
+                    + ("; with mixed_float16, LossScaleOptimizer's dynamic loss scale checks "
+                       "every step: prefer mixed_bfloat16 (no loss scaling) and jit_compile="
+                       "True so the check stays on the device" if loss_scaling else "")),
         jax=("no block_until_ready(), float(x), np.asarray(x) or x.item() in the loop; keep "
              "metrics as device arrays and fetch them every N steps; use jax.debug.print / "
              "jax.debug.callback instead of host prints"),
@@ -102,6 +117,11 @@ class SyncCalls:
             f"syncs, until the host is ahead of the GPU again: {ms(drain.mean())} per step"),
         ]
         sites = sa.call_sites[:3]
+        loss_scaling = any(LOSS_SCALING.search(" ".join(filter(None, (c.name, c.frame))))
+                           for c in sa.call_sites)
+        if loss_scaling:
+            evidence.append("a call site belongs to dynamic loss scaling (mixed precision with "
+                            "a gradient scaler): it syncs every step")
         for c in sites:
             where_txt = f" in {c.frame}" if c.frame and c.frame != c.name else ""
             evidence.append(f"call site {c.name}{where_txt}: {c.kind.replace('_', ' ')} via "
@@ -123,7 +143,8 @@ class SyncCalls:
                             call_sites=[c.name for c in sites])
         return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
                            method=method, evidence=evidence,
-                           fix=_fix([k.kind for k in sorted(kinds, key=lambda k: -k.blocked_ns)]),
+                           fix=_fix([k.kind for k in sorted(kinds, key=lambda k: -k.blocked_ns)],
+                                    loss_scaling),
                            where=where, confidence=ctx.host_confidence, note=ctx.host_note,
                            max_severity=max_severity(ctx, ra, host_side=True))
 
