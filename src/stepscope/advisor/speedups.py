@@ -43,9 +43,9 @@ No kernel gets shorter than ``MIN_KERNEL_NS``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -487,3 +487,27 @@ def per_name(sk: SteadyKernels, fn: Callable[[str, int], Any]) -> npt.NDArray[An
     for c, i in zip(present, first):
         vals[c] = fn(str(sk.name_values[c]), int(i))
     return np.asarray(vals[codes], dtype=object)
+
+
+class _Saving(Protocol):
+    @property
+    def saving_ms(self) -> float: ...
+
+
+S = TypeVar("S", bound=_Saving)
+K = TypeVar("K")
+
+
+def largest(results: Iterable[S | None]) -> S | None:
+    """The result with the largest saving (one per rank, None where a rank has none)."""
+    return max((r for r in results if r is not None), key=lambda r: r.saving_ms, default=None)
+
+
+def largest_per_key(groups: Iterable[Mapping[K, S]]) -> dict[K, S]:
+    """Per key, the group with the largest saving over ranks."""
+    best: dict[K, S] = {}
+    for per_rank in groups:
+        for key, g in per_rank.items():
+            if key not in best or g.saving_ms > best[key].saving_ms:
+                best[key] = g
+    return best

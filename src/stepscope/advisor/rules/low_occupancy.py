@@ -47,6 +47,7 @@ import numpy as np
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity
 from stepscope.advisor.speedups import (
+    largest_per_key,
     CUSTOM,
     LIBRARY,
     MIN_KERNEL_NS,
@@ -229,11 +230,7 @@ class LowOccupancy:
     requires: tuple[str, ...] = ("kernels", "devices")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best: dict[bool, _Group] = {}
-        for ra in ctx.ranks:
-            for custom, g in _rank_groups(ctx, ra).items():
-                if custom not in best or g.saving_ms > best[custom].saving_ms:
-                    best[custom] = g
+        best = largest_per_key(_rank_groups(ctx, ra) for ra in ctx.ranks)
         return [_finding(ctx, g, custom, len(ctx.ranks))
                 for custom, g in sorted(best.items(), reverse=True)
                 if ctx.worth_reporting(g.saving_ms)]

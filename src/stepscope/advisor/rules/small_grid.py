@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
 from stepscope.advisor.speedups import (
+    largest_per_key,
     CUSTOM,
     MIN_KERNEL_NS,
     KernelSaving,
@@ -200,11 +201,7 @@ class SmallGrid:
     requires: tuple[str, ...] = ("kernels", "devices")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best: dict[bool, _Group] = {}
-        for ra in ctx.ranks:
-            for is_custom, g in _rank_groups(ctx, ra).items():
-                if is_custom not in best or g.saving_ms > best[is_custom].saving_ms:
-                    best[is_custom] = g
+        best = largest_per_key(_rank_groups(ctx, ra) for ra in ctx.ranks)
         return [_finding(ctx, g, is_custom, len(ctx.ranks))
                 for is_custom, g in sorted(best.items(), reverse=True)
                 if ctx.worth_reporting(g.saving_ms)]

@@ -34,6 +34,7 @@ import numpy as np
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix
 from stepscope.advisor.speedups import (
+    largest,
     KernelSaving,
     Ratio,
     Scaling,
@@ -190,11 +191,7 @@ class TcMisaligned:
     requires: tuple[str, ...] = ("kernels", "devices")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best: _Result | None = None
-        for ra in ctx.ranks:
-            r = _rank_result(ctx, ra)
-            if r is not None and (best is None or r.saving_ms > best.saving_ms):
-                best = r
+        best = largest(_rank_result(ctx, ra) for ra in ctx.ranks)
         if best is None or not ctx.worth_reporting(best.saving_ms):
             return []
         return [_finding(ctx, best, len(ctx.ranks))]
