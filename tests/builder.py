@@ -173,3 +173,21 @@ class TraceBuilder:
                             settings=settings or {})
         write_run(path, manifest, parts)
         return Run(path)
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def imported(rel: str, factory: Any) -> Run:
+    """A real trace from tests/data (copies of ../shared/fixtures; ``rel`` may keep the
+    fixtures' sub-folder), imported into a fresh run (``factory``: pytest's tmp_path_factory)."""
+    from stepscope.importers import import_traces
+
+    return Run(import_traces([DATA / Path(rel).name], factory.mktemp("run") / "run"))
+
+
+def marker_windows(run: Run, rank: int = 0) -> tuple[Any, Any]:
+    """The trace's own step markers as (starts, ends) ns arrays."""
+    st = run.table("steps", rank).sort_by("ts_ns")
+    s = st.column("ts_ns").to_numpy()
+    return s, s + st.column("dur_ns").to_numpy()

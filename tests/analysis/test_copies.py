@@ -8,12 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from builder import H100, TraceBuilder
+from builder import H100, TraceBuilder, imported, marker_windows
 from stepscope.analysis.copies import analyze_copies, pageable_at_pinned_ns
 from stepscope.store.run import Run
 
-# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
-FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 US = 1000
 MIB = 1 << 20
 
@@ -128,26 +126,14 @@ def test_empty_run(builder: Any, tmp_path: Path) -> None:
 # -- real traces --------------------------------------------------------------------------
 
 
-def _imported(rel: str, factory: pytest.TempPathFactory) -> Run:
-    importers = pytest.importorskip("stepscope.importers")
-    if not hasattr(importers, "import_traces"):
-        pytest.skip("stepscope.importers.import_traces is not available yet")
-    src = FIXTURE_DATA / Path(rel).name
-    if not src.exists():
-        pytest.skip(f"fixture {src} not present")
-    return Run(importers.import_traces([src], factory.mktemp("run") / "run"))
 
 
-def _windows(run: Run) -> tuple[np.ndarray, np.ndarray]:
-    st = run.table("steps", 0).sort_by("ts_ns")
-    s = st.column("ts_ns").to_numpy()
-    return s, s + st.column("dur_ns").to_numpy()
 
 
 def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # fixtures/README: 6 pageable H2D copies, 3 D2H copies to pinned memory (2 + 1 per step)
-    run = _imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
-    ws, we = _windows(run)
+    run = imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
+    ws, we = marker_windows(run)
     a = analyze_copies(run, 0, ws, we)
     h, d = a.direction("HtoD"), a.direction("DtoH")
     assert (h.count, h.pageable.count, h.pinned.count, h.host_blocking) == (6, 6, 0, 6)
@@ -160,8 +146,8 @@ def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def test_gpt_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # fixtures/README: 3 pinned H2D copies, 54 D2D
-    run = _imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
-    a = analyze_copies(run, 0, *_windows(run))
+    run = imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
+    a = analyze_copies(run, 0, *marker_windows(run))
     h = a.direction("HtoD")
     assert (h.count, h.pinned.count, h.pageable.count) == (3, 3, 0)
     assert a.direction("DtoD").count == 54
@@ -169,7 +155,7 @@ def test_gpt_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def test_alexnet_fixture_without_steps(tmp_path_factory: pytest.TempPathFactory) -> None:
     # fixtures/README: 16 pageable H2D copies and no ProfilerStep: no windows -> whole trace
-    run = _imported("hta/critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
+    run = imported("hta/critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
                     tmp_path_factory)
     a = analyze_copies(run, 0, *W())
     h = a.direction("HtoD")

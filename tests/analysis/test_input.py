@@ -8,11 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from builder import imported, marker_windows
 from stepscope.analysis.input import analyze_input, input_wait_intervals
-from stepscope.store.run import Run
 
-# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
-FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 US = 1000
 
 
@@ -89,27 +87,15 @@ def test_empty_and_no_windows(builder: Any, tmp_path: Path) -> None:
 # -- real traces --------------------------------------------------------------------------
 
 
-def _imported(rel: str, factory: pytest.TempPathFactory) -> Run:
-    importers = pytest.importorskip("stepscope.importers")
-    if not hasattr(importers, "import_traces"):
-        pytest.skip("stepscope.importers.import_traces is not available yet")
-    src = FIXTURE_DATA / Path(rel).name
-    if not src.exists():
-        pytest.skip(f"fixture {src} not present")
-    return Run(importers.import_traces([src], factory.mktemp("run") / "run"))
 
 
-def _windows(run: Run) -> tuple[np.ndarray, np.ndarray]:
-    st = run.table("steps", 0).sort_by("ts_ns")
-    s = st.column("ts_ns").to_numpy()
-    return s, s + st.column("dur_ns").to_numpy()
 
 
 def test_gpt_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # the trace's three "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__" ranges
     # last 307.039, 87.251 and 180.286 µs, one inside each ProfilerStep
-    run = _imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
-    a = analyze_input(run, 0, *_windows(run))
+    run = imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
+    a = analyze_input(run, 0, *marker_windows(run))
     assert a.count_per_step == (1, 1, 1)
     assert a.wait_ns_per_step == pytest.approx((307_039, 87_251, 180_286), abs=2)
     assert all(0 <= i <= w for i, w in zip(a.gpu_idle_wait_ns_per_step, a.wait_ns_per_step))
@@ -117,6 +103,6 @@ def test_gpt_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 def test_cnn_fixture_has_no_loader(tmp_path_factory: pytest.TempPathFactory) -> None:
-    run = _imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
-    a = analyze_input(run, 0, *_windows(run))
+    run = imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
+    a = analyze_input(run, 0, *marker_windows(run))
     assert a.wait_ns_per_step == (0, 0, 0) and a.dataloader is None

@@ -8,11 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from builder import imported, marker_windows
 from stepscope.analysis.launches import analyze_launches, launch_intervals
 from stepscope.store.run import Run
 
-# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
-FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 US = 1000
 
 
@@ -154,26 +153,14 @@ def test_launch_intervals_add_innermost_framework_op(builder: Any, tmp_path: Pat
 # -- real traces --------------------------------------------------------------------------
 
 
-def _imported(rel: str, factory: pytest.TempPathFactory) -> Run:
-    importers = pytest.importorskip("stepscope.importers")
-    if not hasattr(importers, "import_traces"):
-        pytest.skip("stepscope.importers.import_traces is not available yet")
-    src = FIXTURE_DATA / Path(rel).name
-    if not src.exists():
-        pytest.skip(f"fixture {src} not present")
-    return Run(importers.import_traces([src], factory.mktemp("run") / "run"))
 
 
-def _windows(run: Run) -> tuple[np.ndarray, np.ndarray]:
-    st = run.table("steps", 0).sort_by("ts_ns")
-    s = st.column("ts_ns").to_numpy()
-    return s, s + st.column("dur_ns").to_numpy()
 
 
 def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # fixtures/README: 3 steps, 38.0 ms wall, GPU busy 35.4 ms, 288 kernels (96 per step)
-    run = _imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
-    ws, we = _windows(run)
+    run = imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
+    ws, we = marker_windows(run)
     a = analyze_launches(run, 0, ws, we)
     assert a.launches_per_step == (96, 96, 96) and a.paired == 288
     # launch-bound gaps are a part of GPU idle time: at most 38.0 - 35.4 = 2.6 ms
@@ -183,8 +170,8 @@ def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def test_gpt_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # fixtures/README: 1311 kernels over 3 steps (437 per step); GPU busy 36.3 of 119.5 ms
-    run = _imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
-    ws, we = _windows(run)
+    run = imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
+    ws, we = marker_windows(run)
     a = analyze_launches(run, 0, ws, we)
     assert a.launches_per_step == (437, 437, 437) and a.paired == 1311
     assert a.launch_idle_ns <= 119.5e6 - 36.3e6

@@ -8,11 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from builder import imported, marker_windows
 from stepscope.analysis.syncs import analyze_syncs, is_user_frame, sync_intervals
 from stepscope.store.run import Run
 
-# copies of ../shared/fixtures files (tests/data/PROVENANCE.md), by file name
-FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 US = 1000
 
 
@@ -167,28 +166,16 @@ def test_user_frames(name: str, user: bool) -> None:
 # -- real traces --------------------------------------------------------------------------
 
 
-def _imported(rel: str, factory: pytest.TempPathFactory) -> Run:
-    importers = pytest.importorskip("stepscope.importers")
-    if not hasattr(importers, "import_traces"):
-        pytest.skip("stepscope.importers.import_traces is not available yet")
-    src = FIXTURE_DATA / Path(rel).name
-    if not src.exists():
-        pytest.skip(f"fixture {src} not present")
-    return Run(importers.import_traces([src], factory.mktemp("run") / "run"))
 
 
-def _windows(run: Run) -> tuple[np.ndarray, np.ndarray]:
-    st = run.table("steps", 0).sort_by("ts_ns")
-    s = st.column("ts_ns").to_numpy()
-    return s, s + st.column("dur_ns").to_numpy()
 
 
 def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # fixtures/README: cudaStreamSynchronize 22.0 ms in total over the 3 steps; each step
     # copies its inputs from pageable memory (2 copies + sync in aten::copy_) and calls
     # loss.item() (DtoH into pinned memory + sync in aten::_local_scalar_dense)
-    run = _imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
-    ws, we = _windows(run)
+    run = imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
+    ws, we = marker_windows(run)
     a = analyze_syncs(run, 0, ws, we)
     assert a.count_per_step == (3, 3, 3)
     kinds = {k.kind: k.count for k in a.by_kind}
@@ -203,6 +190,6 @@ def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 def test_gpt_fixture_has_no_sync_in_its_steps(tmp_path_factory: pytest.TempPathFactory) -> None:
-    run = _imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
-    a = analyze_syncs(run, 0, *_windows(run))
+    run = imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
+    a = analyze_syncs(run, 0, *marker_windows(run))
     assert a.count_per_step == (0, 0, 0)
