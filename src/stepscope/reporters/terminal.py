@@ -137,9 +137,10 @@ def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
             line = Text(f"{i}. ")
             line.append(f"[{f.severity.value}]", style=SEV_STYLE[f.severity.value])
             line.append(f" {f.title}")
-            line.append(f"  (save ~{f.est_saving_ms:.2f} ms/step, {f.est_saving_pct:.0f}%"
-                        f"{'' if f.confidence.value == 'high' else ', ' + f.confidence.value + ' confidence'})",
-                        style="bold")
+            conf = "" if f.confidence.value == "high" else f", {f.confidence.value} confidence"
+            saving = (f"save ~{f.est_saving_ms:.2f} ms/step, {f.est_saving_pct:.0f}%"
+                      if f.est_saving_ms > 0 else "saving not estimated")
+            line.append(f"  ({saving}{conf})", style="bold")
             out.append(line)
             fix = f.fix.pytorch or f.fix.cuda or f.fix.tensorflow or f.fix.jax
             if fix:
