@@ -53,3 +53,27 @@ def test_union_random_matches_bruteforce() -> None:
     us, ue = iv.union(s, e)
     w = iv.overlap_with_windows(us, ue, a(0, 100, 500), a(100, 600, 1100))
     assert w.tolist() == [covered[0:100].sum(), covered[100:600].sum(), covered[500:1100].sum()]
+
+
+def test_subtract_and_intersect_random_match_bruteforce() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n, m = rng.integers(0, 40, 2)
+        a_s = rng.integers(0, 500, n)
+        a_e = a_s + rng.integers(0, 40, n)
+        b_s = rng.integers(0, 500, m)
+        b_e = b_s + rng.integers(0, 40, m)
+        ca = np.zeros(600, dtype=bool)
+        cb = np.zeros(600, dtype=bool)
+        for x, y in zip(a_s, a_e):
+            ca[x:y] = True
+        for x, y in zip(b_s, b_e):
+            cb[x:y] = True
+        for got, want in ((iv.subtract(a_s, a_e, b_s, b_e), ca & ~cb),
+                          (iv.intersect(a_s, a_e, b_s, b_e), ca & cb)):
+            s, e = got
+            assert (s[1:] > e[:-1]).all() and (e > s).all()  # disjoint, sorted, non-empty
+            cover = np.zeros(600, dtype=bool)
+            for x, y in zip(s, e):
+                cover[x:y] = True
+            assert (cover == want).all()

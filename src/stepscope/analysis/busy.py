@@ -52,7 +52,8 @@ class IntervalSet:
         return IntervalSet(s, e)
 
     def __and__(self, other: IntervalSet) -> IntervalSet:
-        return self - (self - other)
+        s, e = iv.intersect(self.starts, self.ends, other.starts, other.ends)
+        return IntervalSet(s, e)
 
     def within(self, win_start: I64, win_end: I64) -> I64:
         """Covered length inside each window."""

@@ -74,28 +74,51 @@ def overlap_with_windows(
     return covered_until(we) - covered_until(ws)
 
 
+def _disjoint_sorted(s: I64, e: I64) -> tuple[I64, I64]:
+    """``(s, e)`` as disjoint sorted intervals: as they are when already so (O(n) check)."""
+    if s.size and bool(np.all(e > s)) and bool(np.all(s[1:] > e[:-1])):
+        return s, e
+    return union(s, e)
+
+
+def intersect(a_s: I64, a_e: I64, b_s: I64, b_e: I64) -> tuple[I64, I64]:
+    """Intersection of two sets of intervals, as disjoint sorted intervals.
+
+    Each interval of ``a`` meets a contiguous run of ``b``'s intervals (found by binary
+    search); the pieces are the pairwise overlaps, at most ``len(a) + len(b)`` of them.
+    """
+    a_s, a_e = _disjoint_sorted(as_i64(a_s), as_i64(a_e))
+    b_s, b_e = _disjoint_sorted(as_i64(b_s), as_i64(b_e))
+    if a_s.size == 0 or b_s.size == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z.copy()
+    lo = np.searchsorted(b_e, a_s, side="right")  # first b ending after a starts
+    hi = np.searchsorted(b_s, a_e, side="left")  # b starting before a ends: indexes < hi
+    cnt = np.maximum(hi - lo, 0)
+    total = int(cnt.sum())
+    ai = np.repeat(np.arange(a_s.size), cnt)
+    offset = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    bj = lo[ai] + offset
+    s = np.maximum(a_s[ai], b_s[bj])
+    e = np.minimum(a_e[ai], b_e[bj])
+    keep = e > s
+    return s[keep], e[keep]
+
+
 def subtract(
     starts: I64, ends: I64, cut_starts: I64, cut_ends: I64
 ) -> tuple[I64, I64]:
-    """Parts of disjoint sorted intervals not covered by disjoint sorted ``cut`` intervals."""
-    if starts.size == 0 or cut_starts.size == 0:
-        return starts.copy(), ends.copy()
-    # boundaries of both sets; coverage counting on the merged event list
-    pts = np.concatenate((starts, ends, cut_starts, cut_ends))
-    delta_a = np.concatenate((np.ones_like(starts), -np.ones_like(ends),
-                              np.zeros_like(cut_starts), np.zeros_like(cut_ends)))
-    delta_b = np.concatenate((np.zeros_like(starts), np.zeros_like(ends),
-                              np.ones_like(cut_starts), -np.ones_like(cut_ends)))
-    order = np.argsort(pts, kind="stable")
-    pts, delta_a, delta_b = pts[order], delta_a[order], delta_b[order]
-    # collapse equal time points so state is evaluated after all changes at a point
-    uniq, first = np.unique(pts, return_index=True)
-    ca = np.add.reduceat(delta_a, first).cumsum()
-    cb = np.add.reduceat(delta_b, first).cumsum()
-    inside = (ca > 0) & (cb == 0)
-    seg_s = uniq[:-1][inside[:-1]]
-    seg_e = uniq[1:][inside[:-1]]
-    return union(seg_s, seg_e)
+    """Parts of the intervals not covered by the ``cut`` intervals (disjoint sorted result):
+    the intersection with the complement of ``cut``."""
+    s, e = _disjoint_sorted(as_i64(starts), as_i64(ends))
+    cs, ce = _disjoint_sorted(as_i64(cut_starts), as_i64(cut_ends))
+    if s.size == 0 or cs.size == 0:
+        return s.copy(), e.copy()
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    comp_s = np.concatenate(([lo], ce))
+    comp_e = np.concatenate((cs, [hi]))
+    keep = comp_e > comp_s
+    return intersect(s, e, comp_s[keep], comp_e[keep])
 
 
 def gaps(starts: I64, ends: I64, lo: int, hi: int) -> tuple[I64, I64]:

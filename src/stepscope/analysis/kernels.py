@@ -113,6 +113,12 @@ def _device_info(run: Run, rank: int | None) -> _DeviceInfo:
 
 
 def kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
+    """The ``kernels`` table with per-launch derived columns (see :func:`_kernel_frame`);
+    computed once per run and rank."""
+    return run.derived(("kernel_frame", rank), lambda: _kernel_frame(run, rank))
+
+
+def _kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
     """The ``kernels`` table with, per launch: ``category``, ``tensor_cores``, ``precision``,
     ``blocks``, ``threads``, ``occupancy``, ``active_blocks_per_sm``, ``occupancy_limiter``,
     ``sm_coverage`` and ``waves`` (nulls where the inputs or the device limits are missing).

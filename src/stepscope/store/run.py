@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,6 +14,9 @@ import pyarrow.parquet as pq
 from stepscope.errors import QueryError, RunError
 from stepscope.schema import TABLE_NAMES, empty_table, spec
 from stepscope.store.manifest import Manifest, read_manifest
+
+
+T = TypeVar("T")
 
 
 class Run:
@@ -24,6 +28,7 @@ class Run:
             raise RunError(f"{self.path}: no such run folder")
         self.manifest: Manifest = read_manifest(self.path)
         self._cache: dict[tuple[str, int | None], pa.Table] = {}
+        self._derived: dict[Hashable, Any] = {}
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, ranks={self.ranks})"
@@ -56,6 +61,13 @@ class Run:
         t = pa.concat_tables(parts) if parts else empty_table(name)
         self._cache[key] = t
         return t
+
+    def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """A value derived from this run's (read-only) tables, computed once per Run object:
+        analyses that several consumers need (e.g. the per-launch kernel frame) share it."""
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return cast(T, self._derived[key])
 
     def has(self, name: str) -> bool:
         return self.manifest.tables.get(name, 0) > 0
