@@ -193,6 +193,20 @@ def _opt_float(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and np.isnan(x)) else float(x)
 
 
+def _row_groups(cols: list[I64]) -> tuple[I64, I64]:
+    """Group rows by the tuple of their values in ``cols`` (equal-length int arrays): the group
+    of each row (dense ids) and one row index per group. Columns are folded in one at a time
+    and re-densified, so the combined key never overflows (cheaper than unique(axis=0))."""
+    key = np.zeros(cols[0].size, dtype=np.int64)
+    for c in cols:
+        _, code = np.unique(c, return_inverse=True)
+        key = key * (int(code.max()) + 1 if code.size else 1) + code.reshape(-1)
+        _, key = np.unique(key, return_inverse=True)
+        key = key.reshape(-1).astype(np.int64)
+    _, first = np.unique(key, return_index=True)
+    return key, first.astype(np.int64)
+
+
 def kernel_table(run: Run, rank: int | None = None, *, window: tuple[int, int] | None = None,
                  limit: int | None = None) -> tuple[KernelStats, ...]:
     """Per kernel name, sorted by total time (descending, then name).
@@ -219,20 +233,21 @@ def kernel_table(run: Run, rank: int | None = None, *, window: tuple[int, int] |
     for c in _GEOMETRY:
         vals, valid = _ints(frame, c)
         cols.append(np.where(valid, vals, -(2**40)))
-    cfg, first, inv = np.unique(
-        np.stack(cols, axis=1), axis=0, return_index=True, return_inverse=True)
-    cfg_time = np.bincount(inv.reshape(-1), weights=dur, minlength=len(cfg))
-    pick = np.lexsort((-cfg_time, cfg[:, 0]))  # by name, most time first
-    _, head = np.unique(cfg[pick, 0], return_index=True)
+    inv, first = _row_groups(cols)
+    cfg_time = np.bincount(inv, weights=dur, minlength=first.size)
+    cfg_name = codes[first]
+    pick = np.lexsort((-cfg_time, cfg_name))  # by name, most time first
+    _, head = np.unique(cfg_name[pick], return_index=True)
     dominant = first[pick[head]]  # one row of the dominant configuration, per name (sorted by code)
 
     rows = frame.take(pa.array(dominant)).select(
         [*_GEOMETRY, "category", "tensor_cores", "precision", "occupancy", "occupancy_limiter",
          "active_blocks_per_sm", "sm_coverage", "waves", "source_occupancy_pct"]).to_pylist()
     devs, dev_ok = _ints(frame, "device")
-    pairs = np.unique(np.stack([codes[dev_ok], devs[dev_ok]], axis=1), axis=0)
+    _, pair_first = _row_groups([codes[dev_ok], devs[dev_ok]])
     dev_sets: dict[int, list[int]] = {}
-    for code, dev in pairs:
+    for code, dev in sorted(zip(codes[dev_ok][pair_first].tolist(),
+                                devs[dev_ok][pair_first].tolist())):
         dev_sets.setdefault(int(code), []).append(int(dev))
 
     out: list[KernelStats] = []

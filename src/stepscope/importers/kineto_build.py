@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.importers import kineto_tables as kt
@@ -139,7 +140,7 @@ class TableBuilder:
                                      ("cpu_ops", "kind", CpuOpKind.FRAMEWORK.value)):
             if table in out:  # several categories: one time order, whatever the chunking
                 cols = out[table]
-                later = pc.not_equal(kt.plain(cols[column]), first).to_numpy(zero_copy_only=False)
+                later = pc.not_equal(kt.plain(cols[column]), pa.scalar(first, pa.string())).to_numpy(zero_copy_only=False)
                 out[table] = kt.take(cols, np.lexsort((later, cols["ts_ns"])))
         if "kernels" in out:
             k = out["kernels"]
@@ -204,7 +205,8 @@ def host_pid(tables: dict[str, kt.Columns], procs: list[tuple[int, str]]) -> int
     """The training process: the one with profiler steps, else the busiest host pid."""
     ann = tables.get("annotations")
     if ann is not None:
-        is_step = pc.equal(kt.plain(ann["source"]), AnnotationSource.PROFILER_STEP.value)
+        is_step = pc.equal(kt.plain(ann["source"]),
+                           pa.scalar(AnnotationSource.PROFILER_STEP.value, pa.string()))
         steps = pc.filter(ann["pid"], is_step).drop_null()
         if len(steps):
             return int(pc.mode(steps)[0]["mode"].as_py())

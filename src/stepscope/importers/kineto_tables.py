@@ -43,6 +43,16 @@ from stepscope.schema import (
 Columns = dict[str, Any]
 
 I32, I64 = pa.int32(), pa.int64()
+# Typed scalars: an untyped Python value makes pyarrow infer its type, which tries
+# (and, without pandas/dateutil installed, fails) an import on every call.
+ZERO = pa.scalar(0, I64)
+FIRST, SECOND, THIRD = (pa.scalar(i, I64) for i in range(3))
+
+
+def _s(value: str) -> pa.Scalar:
+    return pa.scalar(value, pa.string())
+
+
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _SYNC_KINDS = {
@@ -70,7 +80,7 @@ def tids(events: Sequence[Event]) -> pa.Array:
 
 
 def repeat(value: str, n: int) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(arrow(np.zeros(n, dtype=np.int8)), pa.array([value]))
+    return pa.DictionaryArray.from_arrays(arrow(np.zeros(n, dtype=np.int8)), pa.array([value], pa.string()))
 
 
 def _host(t: Timed) -> Columns:
@@ -117,7 +127,7 @@ def kernels(t: Timed) -> Columns:
         grid_x=gx, grid_y=gy, grid_z=gz, block_x=bx, block_y=by, block_z=bz,
         registers=int_array(get(a, "registers"), I32),
         shared_memory=int_array(get(a, "shared_memory")),
-        graph_id=pc.if_else(pc.equal(graph, 0), pa.scalar(None, I64), graph),
+        graph_id=pc.if_else(pc.equal(graph, ZERO), pa.scalar(None, I64), graph),
         source_occupancy_pct=float_array(get(a, "occupancy"), pa.float32()),
         _queued_us=int_array(get(a, "queued")),  # made queued_ns once the clock base is known
     )
@@ -140,12 +150,12 @@ def memcpy(t: Timed) -> Columns:
     cols, a = _gpu(t)
     names = names_of(t.events)
     parsed = per_name(names, parse_memcpy_name, pa.list_(pa.string(), 3))
-    kind = pc.list_element(parsed, 0)
+    kind = pc.list_element(parsed, FIRST)
     peer = int_array(get(a, "to_device"), I32)
     cols.update(
-        kind=kind, src_kind=pc.list_element(parsed, 1), dst_kind=pc.list_element(parsed, 2),
+        kind=kind, src_kind=pc.list_element(parsed, SECOND), dst_kind=pc.list_element(parsed, THIRD),
         bytes=int_array(get(a, "bytes")),
-        dst_device=pc.if_else(pc.equal(kind, CopyKind.PTOP.value), peer, pa.scalar(None, I32)),
+        dst_device=pc.if_else(pc.equal(kind, _s(CopyKind.PTOP.value)), peer, pa.scalar(None, I32)),
     )
     return cols
 
@@ -165,9 +175,9 @@ def sync(t: Timed) -> Columns:
     stream = cols["stream"]
     event = int_array(get(a, "wait_event"))
     cols.update(
-        stream=pc.if_else(pc.less(stream, 0), pa.scalar(None, I64), stream),
+        stream=pc.if_else(pc.less(stream, ZERO), pa.scalar(None, I64), stream),
         kind=kind,
-        event_id=pc.if_else(pc.greater_equal(event, 0), event, pa.scalar(None, I64)),
+        event_id=pc.if_else(pc.greater_equal(event, ZERO), event, pa.scalar(None, I64)),
     )
     return cols
 
@@ -299,7 +309,7 @@ def input_waits(parts: Sequence[Columns | None]) -> Columns | None:
             continue
         mask = pc.fill_null(hits.take(names.indices), False)
         if "source" in cols:  # not the GPU-projected copies
-            gpu_copy = pc.equal(plain(cols["source"]), AnnotationSource.GPU_USER.value)
+            gpu_copy = pc.equal(plain(cols["source"]), _s(AnnotationSource.GPU_USER.value))
             mask = pc.and_(mask, pc.invert(gpu_copy))
         idx = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
         if not len(idx):
@@ -320,8 +330,8 @@ def memory_events(t: Timed) -> Columns | None:
         return None
     a = args_of(t.events)
     dtype = int_array(get(a, "device_type"), I32)
-    is_gpu = pc.not_equal(dtype, 0)
-    kind = pc.if_else(is_gpu, DeviceType.GPU.value, DeviceType.CPU.value)
+    is_gpu = pc.not_equal(dtype, ZERO)
+    kind = pc.if_else(is_gpu, _s(DeviceType.GPU.value), _s(DeviceType.CPU.value))
     return {
         "ts_ns": t.ts_ns, "pid": pids(t.events), "tid": tids(t.events),
         "device_type": kind,

@@ -10,10 +10,11 @@ most host events when there are none).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -99,24 +100,34 @@ def _containers(run: Run, rank: int, kind: str) -> pa.Table:
         if t.num_rows == 0:
             return t
         keep = str_in(t, "source", (AnnotationSource.USER.value, AnnotationSource.NVTX.value))
-        names = column_str(t, "name").to_pylist()
-        keep &= np.array([not STEP_NAME.match((n or "").strip()) for n in names], dtype=bool)
+        keep &= _name_mask(t, lambda n: not STEP_NAME.match(n.strip()))
         return t.filter(pa.array(keep, type=pa.bool_()))
     t = run.table("cpu_ops", rank)
     if t.num_rows == 0:
         return t
     keep = str_in(t, "kind", (kind,))
     if kind == CpuOpKind.PYTHON.value:
-        names = column_str(t, "name").to_pylist()
-        keep &= np.array([is_user_frame(n or "") and not (n or "").startswith("<")
-                          for n in names], dtype=bool)
+        keep &= _name_mask(t, lambda n: is_user_frame(n) and not n.startswith("<"))
     return t.filter(pa.array(keep, type=pa.bool_()))
+
+
+def _name_mask(t: pa.Table, test: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
+    """``test`` of each row's name, evaluated once per distinct name."""
+    enc = pc.dictionary_encode(column_str(t, "name").combine_chunks())
+    flags = np.array([test(str(n or "")) for n in enc.dictionary.to_pylist()] + [False],
+                     dtype=bool)
+    idx = enc.indices.fill_null(len(flags) - 1).to_numpy(zero_copy_only=False)
+    return np.asarray(flags[idx], dtype=bool)
 
 
 def _segments(s: IntervalSet, o_s: I64, o_e: I64) -> tuple[I64, I64]:
     """``s`` cut at every op boundary inside it."""
-    inside = (o_e > s.starts[0]) & (o_s < s.ends[-1])
-    pts = np.unique(np.concatenate((s.starts, s.ends, o_s[inside], o_e[inside])))
+    def inside(p: I64) -> npt.NDArray[np.bool_]:  # strictly within one of s's intervals
+        j = np.searchsorted(s.starts, p, side="right") - 1
+        return np.asarray((j >= 0) & (p < s.ends[np.maximum(j, 0)]), dtype=bool)
+
+    pts = np.sort(np.concatenate((s.starts, s.ends, o_s[inside(o_s)], o_e[inside(o_e)])))
+    pts = pts[np.concatenate(([True], pts[1:] != pts[:-1]))]
     seg_s, seg_e = pts[:-1], pts[1:]
     j = np.searchsorted(s.starts, seg_s, side="right") - 1
     keep = (j >= 0) & (seg_e <= s.ends[np.maximum(j, 0)])
