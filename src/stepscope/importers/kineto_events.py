@@ -33,7 +33,7 @@ class Args(msgspec.Struct, gc=False, frozen=True):
 
     # In the order Kineto writes the keys: msgspec looks a key up from the field
     # after the previous match, so this order makes most lookups hit at once
-    # (measured: ~25% faster decoding than alphabetical-ish order).
+    # (measured: ~4% faster decoding of a GPT trace than the earlier order).
     external_id: IntLike = _f("External id")
     sequence: IntLike = _f("Sequence number")
     queued: IntLike = None
