@@ -1,4 +1,5 @@
-"""The dependency direction: cli -> reporters -> report -> advisor -> analysis -> store <- importers, capture.
+"""The dependency direction: cli -> reporters -> report -> advisor -> analysis -> store <- importers,
+capture (<- api).
 
 schema, errors and apis may be imported by every layer; nothing imports cli.
 """
@@ -19,7 +20,8 @@ ALLOWED = {
     "advisor": {"analysis", "store"},
     "report": {"advisor", "analysis", "store"},
     "reporters": {"report", "advisor", "analysis", "store"},
-    "cli": {"reporters", "report", "advisor", "analysis", "store", "importers", "capture"},
+    "cli": {"reporters", "report", "advisor", "analysis", "store", "importers", "capture", "api"},
+    "api": {"capture", "store"},  # stepscope.record() / step(): the Python twin of `record`
 }
 SHARED = {"schema", "errors", "apis", "__init__", "__main__"}
 

@@ -3,3 +3,7 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from stepscope.api import Recording, record, step  # noqa: E402  (after __version__: cli reads it)
+
+__all__ = ["Recording", "__version__", "record", "step"]

@@ -7,10 +7,10 @@ import sys
 from collections.abc import Sequence
 
 from stepscope import __version__
-from stepscope.cli import demo, export, export_import, query, report
+from stepscope.cli import demo, export, export_import, query, record, report
 from stepscope.errors import StepscopeError
 
-VERBS = (export_import, report, query, export, demo)
+VERBS = (record, export_import, report, query, export, demo)
 
 
 def parser() -> argparse.ArgumentParser:

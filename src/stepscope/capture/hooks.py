@@ -1,0 +1,219 @@
+"""PyTorch hooks of the host capture, installed without importing torch ourselves.
+
+The bootstrap starts the capture before the user's code imports torch, and importing
+``torch.utils.data`` ourselves would cost a second and change the program. So a
+``sys.meta_path`` finder watches for the two modules and patches them right after they are
+executed (a post-import hook); modules already imported are patched at once.
+
+- ``torch.utils.data.dataloader``: ``_BaseDataLoaderIter.__next__`` is wrapped to time each
+  batch fetch (an input wait), and ``DataLoader._get_iterator`` to read the loader's settings and
+  its worker processes once per iterator.
+- ``torch.optim.optimizer``: a global ``register_optimizer_step_post_hook``.
+
+Wrappers never change behaviour: results and exceptions (``StopIteration`` included) pass
+through untouched; ``uninstall()`` restores the original attributes (when someone wrapped them
+again after us, our wrapper stays but turns into a plain pass-through).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+DATALOADER_MODULE = "torch.utils.data.dataloader"
+OPTIMIZER_MODULE = "torch.optim.optimizer"
+
+
+class _NotifyingLoader(importlib.abc.Loader):
+    """Wraps the real loader for one import; calls back once the module has executed."""
+
+    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]) -> None:
+        self._loader = loader
+        self._callback = callback
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        # put the real loader back where the import system recorded ours
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._callback(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_code, get_source, is_package, resources ...
+        return getattr(self._loader, name)
+
+
+class PostImportFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: asks the finders after it, and wraps the loader of watched modules."""
+
+    def __init__(self, callbacks: Mapping[str, Callable[[ModuleType], None]]) -> None:
+        self._callbacks = dict(callbacks)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        callback = self._callbacks.get(fullname)
+        if callback is None:
+            return None
+        for finder in list(sys.meta_path):
+            if finder is self or isinstance(finder, PostImportFinder):
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
+            if spec is None:
+                continue
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _NotifyingLoader(spec.loader, callback)
+            return spec
+        return None
+
+
+class _Patch:
+    """One replaced class attribute; ``active`` turns the wrapper into a pass-through."""
+
+    def __init__(self, owner: type, name: str, original: Any) -> None:
+        self.owner = owner
+        self.name = name
+        self.original = original
+        self.wrapper: Any = None
+        self.active = True
+
+    def apply(self, wrapper: Any) -> None:
+        self.wrapper = wrapper
+        setattr(self.owner, self.name, wrapper)
+
+    def undo(self) -> None:
+        self.active = False
+        if self.owner.__dict__.get(self.name) is self.wrapper:
+            setattr(self.owner, self.name, self.original)
+
+
+OnWait = Callable[[Any, int, int], None]  # (iterator, t0_ns, t1_ns); must not raise
+OnIterator = Callable[[Any, Any], None]  # (loader, iterator); must not raise
+OnOptimizerStep = Callable[[Any], None]  # (optimizer); must not raise
+
+
+class TorchHooks:
+    """Installs/uninstalls the DataLoader and optimizer hooks; errors go to ``on_error``."""
+
+    def __init__(self, *, clock: Callable[[], int], on_wait: OnWait, on_iterator: OnIterator,
+                 on_optimizer_step: OnOptimizerStep, on_error: Callable[[str, str], None]) -> None:
+        self._clock = clock
+        self._on_wait = on_wait
+        self._on_iterator = on_iterator
+        self._on_step = on_optimizer_step
+        self._on_error = on_error
+        self._finder: PostImportFinder | None = None
+        self._patches: list[_Patch] = []
+        self._handles: list[Any] = []
+        self.installed: dict[str, str] = {}  # what -> "patched" / why not
+
+    def install(self) -> None:
+        if self._finder is not None:
+            return
+        callbacks = {DATALOADER_MODULE: self._guarded(self._patch_dataloader),
+                     OPTIMIZER_MODULE: self._guarded(self._hook_optimizer)}
+        self._finder = PostImportFinder(callbacks)
+        sys.meta_path.insert(0, self._finder)
+        for name, callback in callbacks.items():
+            self.installed.setdefault(name, "waiting for import")
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "__spec__", None) is not None:
+                callback(module)
+
+    def uninstall(self) -> None:
+        if self._finder is not None:
+            try:
+                sys.meta_path.remove(self._finder)
+            except ValueError:
+                pass
+            self._finder = None
+        for patch in reversed(self._patches):
+            patch.undo()
+        self._patches.clear()
+        for handle in self._handles:
+            try:
+                handle.remove()
+            except Exception as e:
+                self._on_error("hook_remove_failed", f"could not remove an optimizer hook: {e}")
+        self._handles.clear()
+
+    def _guarded(self, fn: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+        """A hook that fails must never break the user's ``import torch``."""
+
+        def call(module: ModuleType) -> None:
+            try:
+                fn(module)
+            except Exception as e:
+                self.installed[module.__name__] = f"failed: {type(e).__name__}: {e}"
+                self._on_error("torch_hook_failed", f"hooking {module.__name__} failed: {e}")
+
+        return call
+
+    def _patch_dataloader(self, module: ModuleType) -> None:
+        try:
+            base = module._BaseDataLoaderIter
+            loader_cls = module.DataLoader
+            next_patch = _Patch(base, "__next__", base.__dict__["__next__"])
+            iter_patch = _Patch(loader_cls, "_get_iterator", loader_cls.__dict__["_get_iterator"])
+        except (AttributeError, KeyError) as e:
+            self.installed[DATALOADER_MODULE] = f"not patched: this torch has no {e}"
+            self._on_error("dataloader_hook_unavailable",
+                           f"DataLoader waits not captured: torch's DataLoader has no {e}")
+            return
+        clock, on_wait, on_iterator = self._clock, self._on_wait, self._on_iterator
+        original_next = next_patch.original
+        original_get = iter_patch.original
+
+        @functools.wraps(original_next)
+        def __next__(it: Any) -> Any:
+            if not next_patch.active:
+                return original_next(it)
+            t0 = clock()
+            try:
+                return original_next(it)
+            finally:
+                on_wait(it, t0, clock())
+
+        @functools.wraps(original_get)
+        def _get_iterator(loader: Any) -> Any:
+            it = original_get(loader)
+            if iter_patch.active:
+                on_iterator(loader, it)
+            return it
+
+        next_patch.apply(__next__)
+        iter_patch.apply(_get_iterator)
+        self._patches += [next_patch, iter_patch]
+        self.installed[DATALOADER_MODULE] = "patched"
+
+    def _hook_optimizer(self, module: ModuleType) -> None:
+        register = getattr(module, "register_optimizer_step_post_hook", None)
+        if register is None:
+            self.installed[OPTIMIZER_MODULE] = "not hooked: torch has no register_optimizer_step_post_hook"
+            self._on_error("optimizer_hook_unavailable",
+                           "optimizer steps not hooked (torch < 2.0): mark steps with stepscope.step()")
+            return
+        on_step = self._on_step
+
+        def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+            on_step(optimizer)
+
+        try:
+            self._handles.append(register(post_hook))
+        except Exception as e:
+            self.installed[OPTIMIZER_MODULE] = f"not hooked: {e}"
+            self._on_error("optimizer_hook_unavailable", f"optimizer steps not hooked: {e}")
+            return
+        self.installed[OPTIMIZER_MODULE] = "hooked"

@@ -1,0 +1,468 @@
+"""Host-side capture inside the profiled process: samplers, stack sampler, DataLoader/step hooks.
+
+``HostCapture`` owns two daemon threads (metrics at ``sample_hz``, Python stacks at ``stack_hz``;
+separate so a slow NVML call does not shift the stack ticks) and the PyTorch hooks of
+``capture.hooks``. Everything it sees goes into bounded per-table buffers of row tuples that
+``drain()`` hands to the writer as column dicts (the ``schema`` columns of each table).
+
+Step boundaries
+---------------
+Boundary ``k`` (0-based) is where step ``k`` begins; step ``k`` ends at boundary ``k + 1``, and
+the ``steps`` row of step ``k`` is emitted then (``source`` = how boundary ``k`` was found).
+Boundaries come from:
+
+- the optimizer hook: the post-hook of ``Optimizer.step``. With several optimizers (GANs,
+  per-module optimizers) only the *pacing* optimizer counts: the first one seen stepping (the
+  next one to step becomes pacing when it is garbage collected). Gradient accumulation is
+  therefore one step per optimizer step, which is what a training step is.
+- ``mark_step()`` (``stepscope.step()``): once it has been called, optimizer boundaries are
+  ignored for the rest of the run, so the two never double-count.
+
+Step listeners get ``k`` at every boundary, on the thread that crossed it; an exception in a
+listener becomes a diagnostic, never the user's problem.
+
+Nothing here prints; nothing needs torch, psutil or NVML: what is missing is a diagnostic.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from stepscope.capture import hooks as hooks_module
+from stepscope.capture.hooks import TorchHooks
+from stepscope.capture.samplers import NvmlSampler, PsutilSampler, Row, numa_node_cpus
+from stepscope.capture.stacks import StackSampler
+from stepscope.schema import InputWaitSource, StepSource, spec
+from stepscope.store.manifest import Diagnostic
+
+HOST_TABLES = ("samples", "stacks", "input_waits", "steps", "threads", "processes")
+_JOIN_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    sample_hz: float = 10.0  # psutil + NVML sampling rate; 0 = off
+    stack_hz: float = 20.0  # Python stack sampler of the training thread(s); 0 = off
+    nvml: bool = True  # sample GPUs via nvidia-ml-py when importable and NVML works
+    hooks: bool = True  # DataLoader __next__ + optimizer.step hooks (PyTorch when imported)
+    max_rows: int = 250_000  # per table between drains; beyond it the oldest rows are dropped
+
+
+class _Buffer:
+    def __init__(self, cap: int) -> None:
+        self.rows: deque[tuple[Any, ...]] = deque(maxlen=max(1, cap))
+        self.dropped = 0
+
+
+class HostCapture:
+    """See the module docstring. ``nvml_module``/``import_module``/``env``/``sys_root`` are for tests."""
+
+    def __init__(self, settings: HostSettings, *, rank: int = 0,
+                 clock: Callable[[], int] = time.time_ns, nvml_module: Any = None,
+                 import_module: Callable[[str], ModuleType] = importlib.import_module,
+                 env: Mapping[str, str] | None = None, sys_root: str = "/") -> None:
+        self.settings = settings
+        self.rank = rank
+        self._clock = clock
+        self._nvml_module = nvml_module
+        self._import = import_module
+        self._env: Mapping[str, str] = os.environ if env is None else env
+        self._sys_root = sys_root
+        self._lock = threading.RLock()  # re-entrant: stop()/drain() may run in a signal handler
+        self._buffers = {t: _Buffer(settings.max_rows) for t in HOST_TABLES}
+        self._diags: dict[str, Diagnostic] = {}
+        self._stop_event = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._running = False
+        self._hooks = TorchHooks(clock=clock, on_wait=self._on_wait, on_iterator=self._on_iterator,
+                                 on_optimizer_step=self._on_optimizer_step, on_error=self._diag)
+        # threads whose stacks are sampled: ident -> native id
+        self._sampled: dict[int, int] = {}
+        self._seen_threads: set[tuple[int, int]] = set()
+        self._seen_pids: set[int] = set()
+        # steps
+        self._listeners: list[Callable[[int], None]] = []
+        self._next_boundary = 0
+        self._last_boundary: tuple[int, StepSource] | None = None
+        self._manual = False
+        self._pacing: Callable[[], Any] | None = None
+        # DataLoaders
+        self._loaders: list[dict[str, Any]] = []
+        self._loader_records: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._iter_records: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._iter_workers: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
+        # sampler state, for the manifest
+        self._status: dict[str, Any] = {"metrics": {}, "stacks": {}}
+        self._nvml: NvmlSampler | None = None
+        self._psutil_unavailable: dict[str, str] = {}
+        if hasattr(os, "register_at_fork"):  # a forked child (DataLoader worker) has no samplers
+            ref = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: _reset_in_child(ref))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._lock:
+            if self._running:
+                return
+            self._running = True
+            self._stop_event = threading.Event()
+            main = threading.main_thread()
+            self._note_thread(main)
+            self._note_process(os.getpid(), _process_name())
+            if self.settings.hooks:
+                self._hooks.install()
+            stop = self._stop_event
+            if self.settings.sample_hz > 0:
+                self._spawn("stepscope-host-sampler", lambda: self._metrics_loop(stop))
+            else:
+                self._status["metrics"] = {"ran": False, "why": "sample_hz = 0"}
+            if self.settings.stack_hz > 0:
+                self._spawn("stepscope-stack-sampler", lambda: self._stacks_loop(stop))
+            else:
+                self._status["stacks"] = {"ran": False, "why": "stack_hz = 0"}
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            if not self._running:
+                return
+            self._running = False
+            self._stop_event.set()
+            self._hooks.uninstall()
+            threads, self._threads = self._threads, []
+        current = threading.current_thread()
+        for thread in threads:
+            if thread is not current:
+                thread.join(_JOIN_TIMEOUT_S)
+                if thread.is_alive():
+                    self._diag("sampler_stuck", f"{thread.name} did not stop within {_JOIN_TIMEOUT_S} s")
+
+    # -- steps -------------------------------------------------------------------------------
+    def mark_step(self, ts_ns: int | None = None) -> None:
+        self._manual = True
+        self._boundary(self._clock() if ts_ns is None else ts_ns, StepSource.MANUAL)
+
+    def add_step_listener(self, fn: Callable[[int], None]) -> None:
+        with self._lock:
+            self._listeners.append(fn)
+
+    def _on_optimizer_step(self, optimizer: Any) -> None:
+        try:
+            if self._manual:
+                return
+            pacing = self._pacing() if self._pacing is not None else None
+            if pacing is None:
+                try:
+                    self._pacing = weakref.ref(optimizer)
+                except TypeError:
+                    self._pacing = lambda: optimizer
+            elif pacing is not optimizer:
+                return
+            self._note_thread(threading.current_thread())
+            self._boundary(self._clock(), StepSource.HOOK)
+        except Exception as e:
+            self._diag("step_hook_error", f"optimizer step hook failed: {type(e).__name__}: {e}")
+
+    def _boundary(self, ts: int, source: StepSource) -> None:
+        with self._lock:
+            k = self._next_boundary
+            self._next_boundary += 1
+            if self._last_boundary is not None:
+                start, start_source = self._last_boundary
+                self._push("steps", (start, max(0, ts - start), k - 1, start_source.value, None))
+            self._last_boundary = (ts, source)
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(k)
+            except Exception as e:
+                self._diag("step_listener_error", f"a step listener failed at step {k}: "
+                           f"{type(e).__name__}: {e}")
+
+    # -- DataLoader --------------------------------------------------------------------------
+    def _on_wait(self, it: Any, t0: int, t1: int) -> None:
+        try:
+            tid = self._note_thread(threading.current_thread())
+            self._push("input_waits", (t0, max(0, t1 - t0), os.getpid(), tid,
+                                       InputWaitSource.DATALOADER.value, "DataLoader.__next__"))
+            record = self._iter_records.get(it)
+            if record is not None:
+                record["batches"] += 1
+        except Exception as e:  # never raise out of the user's __next__
+            self._diag("input_wait_hook_error", f"DataLoader wait not recorded: {e!r}")
+
+    def _on_iterator(self, loader: Any, it: Any) -> None:
+        try:
+            record = self._loader_records.get(loader)
+            if record is None:
+                record = _loader_settings(loader, it)
+                self._loader_records[loader] = record
+                with self._lock:
+                    self._loaders.append(record)
+            record["iterators"] += 1
+            self._iter_records[it] = record
+            pids = tuple(int(w.pid) for w in getattr(it, "_workers", ()) if w.pid is not None)
+            if pids:
+                self._iter_workers[it] = pids
+                for i, pid in enumerate(pids):
+                    self._note_process(pid, f"DataLoader worker {i}")
+        except Exception as e:
+            self._diag("dataloader_settings_error", f"could not read DataLoader settings: {e}")
+
+    def _worker_pids(self) -> frozenset[int] | None:
+        if not self.settings.hooks:
+            return None  # fall back to all child processes
+        return frozenset(p for pids in list(self._iter_workers.values()) for p in pids)
+
+    # -- threads/processes/buffers -----------------------------------------------------------
+    def _note_thread(self, thread: threading.Thread) -> int:
+        ident, native = thread.ident, thread.native_id
+        if ident is None or native is None:
+            return threading.get_native_id()
+        if ident not in self._sampled:
+            with self._lock:
+                self._sampled[ident] = native
+                if (os.getpid(), native) not in self._seen_threads:
+                    self._seen_threads.add((os.getpid(), native))
+                    self._push("threads", (os.getpid(), native, thread.name))
+        return native
+
+    def _note_process(self, pid: int, name: str) -> None:
+        with self._lock:
+            if pid not in self._seen_pids:
+                self._seen_pids.add(pid)
+                self._push("processes", (pid, name, socket.gethostname()))
+
+    def _push(self, table: str, row: tuple[Any, ...]) -> None:
+        with self._lock:
+            buf = self._buffers[table]
+            if len(buf.rows) == buf.rows.maxlen:
+                buf.dropped += 1
+            buf.rows.append(row)
+
+    def _push_many(self, table: str, rows: list[Any]) -> None:
+        with self._lock:
+            buf = self._buffers[table]
+            assert buf.rows.maxlen is not None
+            over = len(buf.rows) + len(rows) - buf.rows.maxlen
+            if over > 0:
+                buf.dropped += min(over, len(buf.rows) + len(rows))
+            buf.rows.extend(rows)
+
+    def drain(self) -> dict[str, dict[str, list[Any]]]:
+        with self._lock:
+            taken = {}
+            for table, buf in self._buffers.items():
+                taken[table], buf.rows = buf.rows, deque(maxlen=buf.rows.maxlen)
+        out: dict[str, dict[str, list[Any]]] = {}
+        for table, rows in taken.items():
+            names = spec(table).column_names
+            cols: dict[str, list[Any]] = {n: [] for n in names}
+            cols["rank"] = [self.rank] * len(rows)
+            for name, values in zip(names[1:], zip(*rows) if rows else [()] * (len(names) - 1)):
+                cols[name] = list(values)
+            out[table] = cols
+        return out
+
+    def _diag(self, code: str, message: str, level: str = "warning") -> None:
+        with self._lock:
+            old = self._diags.get(code)
+            count = old.count + 1 if old is not None else 1
+            self._diags[code] = Diagnostic(level=level, code=code, message=message, count=count)
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        with self._lock:
+            out = list(self._diags.values())
+            for table, buf in self._buffers.items():
+                if buf.dropped:
+                    out.append(Diagnostic(
+                        level="warning", code="host_buffer_full",
+                        message=f"{table}: more than {buf.rows.maxlen} rows between drains; "
+                                f"the oldest {buf.dropped} were dropped (drain more often or raise "
+                                "HostSettings.max_rows)", count=buf.dropped))
+        return tuple(out)
+
+    # -- sampler threads ---------------------------------------------------------------------
+    def _periodic(self, stop: threading.Event, hz: float, tick: Callable[[], None],
+                  status: dict[str, Any]) -> None:
+        """Fixed rate with drift correction: tick k is due at t0 + k/hz; missed ticks are skipped."""
+        period = 1.0 / hz
+        due = time.monotonic() + period
+        ticks = skipped = 0
+        cpu = 0.0
+        while not stop.wait(max(0.0, due - time.monotonic())):
+            c0 = time.thread_time()
+            try:
+                tick()
+            except Exception as e:
+                self._diag("sampler_error", f"{threading.current_thread().name}: "
+                           f"{type(e).__name__}: {e}")
+            cpu += time.thread_time() - c0
+            ticks += 1
+            due += period
+            late = time.monotonic() - due
+            if late > 0:
+                missed = int(late / period) + 1
+                skipped += missed
+                due += missed * period
+            status.update(ticks=ticks, skipped_ticks=skipped, cpu_s=round(cpu, 6))
+
+    def _metrics_loop(self, stop: threading.Event) -> None:
+        status: dict[str, Any] = {"ran": True, "hz": self.settings.sample_hz}
+        self._status["metrics"] = status
+        samplers: list[Callable[[int], list[Row]]] = []
+        try:
+            psutil_mod = self._import("psutil")
+            ps = PsutilSampler(psutil_mod, worker_pids=self._worker_pids)
+            ps.prime()
+            self._psutil_unavailable = ps.unavailable
+            samplers.append(ps.sample)
+            status["psutil"] = "ok"
+        except Exception as e:
+            status["psutil"] = f"missing: {type(e).__name__}: {e}"
+            self._diag("psutil_missing", f"psutil missing ({e}): no CPU, memory, disk or network "
+                       "samples; pip install psutil")
+        nvml = self._open_nvml(status)
+        if nvml is not None:
+            samplers.append(nvml.sample)
+
+        def tick() -> None:
+            ts = self._clock()
+            rows: list[Row] = []
+            for sample in samplers:
+                rows.extend(sample(ts))
+            self._push_many("samples", rows)
+
+        try:
+            self._periodic(stop, self.settings.sample_hz, tick, status)
+        finally:
+            if nvml is not None:
+                nvml.close()
+
+    def _open_nvml(self, status: dict[str, Any]) -> NvmlSampler | None:
+        if not self.settings.nvml:
+            status["nvml"] = "off (HostSettings.nvml = False)"
+            return None
+        module = self._nvml_module
+        if module is None:
+            try:
+                module = self._import("pynvml")
+            except Exception as e:
+                status["nvml"] = f"missing: {e}"
+                self._diag("nvml_missing", f"NVML not available: nvidia-ml-py not importable ({e}); "
+                           "no GPU samples; pip install 'stepscope[gpu]'", level="info")
+                return None
+        nvml = NvmlSampler(module, env=self._env, sys_root=self._sys_root)
+        why = nvml.open()
+        if why is not None:
+            nvml.close()
+            status["nvml"] = why
+            self._diag("nvml_unavailable", f"{why}; no GPU samples", level="info")
+            return None
+        status["nvml"] = "ok"
+        self._nvml = nvml
+        no_gpm = [i for i, ok in nvml.gpm.items() if not ok]
+        if no_gpm:
+            self._diag("gpm_unavailable", f"GPU {', '.join(map(str, no_gpm))}: no GPM metrics "
+                       "(SM activity, tensor activity, DRAM bandwidth); gpu.util_pct only says "
+                       "'a kernel was running'", level="info")
+        return nvml
+
+    def _stacks_loop(self, stop: threading.Event) -> None:
+        status: dict[str, Any] = {"ran": True, "hz": self.settings.stack_hz}
+        self._status["stacks"] = status
+        sampler = StackSampler(skip_files=(hooks_module.__file__ or "",))
+
+        def tick() -> None:
+            ts = self._clock()
+            pid = os.getpid()
+            rows = [(ts, pid, tid, frames) for tid, frames in sampler.sample(dict(self._sampled))]
+            self._push_many("stacks", rows)
+
+        self._periodic(stop, self.settings.stack_hz, tick, status)
+
+    # -- manifest ----------------------------------------------------------------------------
+    def settings_for_manifest(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        with self._lock:
+            loaders = [dict(r) for r in self._loaders]
+        if loaders:
+            out["dataloader"] = max(loaders, key=lambda r: r["batches"])
+            out["dataloaders"] = loaders
+        affinity: list[int] | None = None
+        if hasattr(os, "sched_getaffinity"):
+            affinity = sorted(os.sched_getaffinity(0))
+            out["cpu_affinity"] = affinity
+        nvml = self._nvml
+        if nvml is not None and nvml.numa_nodes:
+            out["gpu_numa_node"] = {str(i): n for i, n in nvml.numa_nodes.items()}
+            on_node: dict[str, bool] = {}
+            for i, node in nvml.numa_nodes.items():
+                cpus = numa_node_cpus(node, self._sys_root) if node is not None else None
+                if cpus and affinity is not None:
+                    on_node[str(i)] = set(affinity) <= set(cpus)
+            if on_node:
+                out["cpu_affinity_within_gpu_numa_node"] = on_node
+        metrics = dict(self._status["metrics"])
+        if nvml is not None:
+            metrics["gpus"] = dict(nvml.names)
+            metrics["gpm"] = {str(i): ok for i, ok in nvml.gpm.items()}
+            metrics["unavailable"] = dict(nvml.unavailable)
+        if self._psutil_unavailable:
+            metrics.setdefault("unavailable", {}).update(self._psutil_unavailable)
+        out["samplers"] = {
+            "metrics": metrics,
+            "stacks": dict(self._status["stacks"]),
+            "hooks": dict(self._hooks.installed) if self.settings.hooks else "off",
+            "steps": {"boundaries": self._next_boundary,
+                      "source": "manual" if self._manual else ("hook" if self._next_boundary else None)},
+        }
+        return out
+
+
+def _loader_settings(loader: Any, it: Any) -> dict[str, Any]:
+    def get(obj: Any, name: str) -> Any:
+        v = getattr(obj, name, None)
+        return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+    return {
+        "num_workers": get(loader, "num_workers"),
+        "pin_memory": get(loader, "pin_memory"),
+        "pin_memory_effective": get(it, "_pin_memory"),
+        "prefetch_factor": get(loader, "prefetch_factor"),
+        "persistent_workers": get(loader, "persistent_workers"),
+        "batch_size": get(loader, "batch_size"),
+        "drop_last": get(loader, "drop_last"),
+        "dataset": type(getattr(loader, "dataset", None)).__name__,
+        "loader_class": type(loader).__name__,
+        "iterators": 0,
+        "batches": 0,
+    }
+
+
+def _reset_in_child(ref: Callable[[], HostCapture | None]) -> None:
+    """The lock may have been held by a sampler thread at fork time: the child gets a fresh one."""
+    cap = ref()
+    if cap is not None:
+        cap._lock = threading.RLock()
+        cap._threads = []
+
+
+def _process_name() -> str:
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"

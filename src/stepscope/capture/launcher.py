@@ -1,0 +1,149 @@
+"""Run the user's command with the capture bootstrap injected; forward signals; keep the exit code.
+
+Injection needs no code change: ``capture/sitecustomize_dir`` is prepended to ``PYTHONPATH`` and
+the ``CaptureConfig`` travels as JSON in ``STEPSCOPE_CAPTURE``. Every Python interpreter the
+command starts (``torchrun`` workers, ``subprocess`` children) inherits both and captures itself
+into its own staging partition.
+
+The child inherits stdin, stdout and stderr as they are (its output is byte-identical). It runs in
+its own process group, so SIGINT/SIGTERM that the launcher receives are forwarded to the whole
+group (``torchrun`` and its workers) and not delivered twice. When the launcher owns the terminal's
+foreground, the child's group is made the foreground group for the run (as a shell does), so that
+Ctrl-C and terminal reads go to the program, and the launcher takes the terminal back afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from stepscope.capture.bootstrap import ENV_VAR, CaptureConfig
+from stepscope.errors import CaptureError
+
+SITE_DIR = Path(__file__).resolve().parent / "sitecustomize_dir"
+PKG_ROOT = Path(__file__).resolve().parent.parent.parent  # the folder holding `stepscope/`
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    returncode: int  # Popen semantics: negative = ended by that signal
+    wall_s: float
+    forwarded: tuple[str, ...] = ()  # signals the launcher forwarded
+
+
+def build_command(argv: Sequence[str], python: str = sys.executable) -> list[str]:
+    """``train.py ARGS`` and ``-m mod ARGS`` run under this interpreter; anything else as given."""
+    args = list(argv)
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        raise CaptureError("no command to record: stepscope record -- python train.py")
+    first = args[0]
+    if first == "-m":
+        if len(args) < 2:
+            raise CaptureError("-m needs a module name: stepscope record -- -m package.train")
+        return [python, *args]
+    if first.endswith((".py", ".pyw")):
+        return [python, *args]
+    return args
+
+
+def child_env(config: CaptureConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
+    env[ENV_VAR] = config.to_json()
+    return env
+
+
+def _foreground_tty() -> int | None:
+    """The terminal fd when this process is in the terminal's foreground group, else None."""
+    try:
+        fd = sys.stdin.fileno()
+        if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+            return fd
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def _give_terminal(fd: int, pgrp: int) -> None:
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background tcsetpgrp would stop us
+    try:
+        os.tcsetpgrp(fd, pgrp)
+    except OSError:
+        pass
+    finally:
+        signal.signal(signal.SIGTTOU, old)
+
+
+def launch(cmd: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
+    """Run ``cmd`` to the end; returns its status. Raises CaptureError if it cannot start."""
+    forwarded: list[str] = []
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        forwarded.append(signal.Signals(signum).name)
+        if child is not None:
+            try:
+                os.killpg(child.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                try:
+                    child.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    tty = _foreground_tty()
+    on_main = _on_main_thread()
+    previous = {s: signal.getsignal(s) for s in FORWARDED} if on_main else {}
+    if on_main:
+        for s in FORWARDED:
+            signal.signal(s, forward)
+    t0 = time.perf_counter()
+    try:
+        try:
+            # preexec_fn rather than process_group= (3.11+); the launcher runs no threads here
+            child = subprocess.Popen(list(cmd), env=dict(env), preexec_fn=os.setpgrp)
+        except FileNotFoundError:
+            raise CaptureError(f"{cmd[0]}: command not found") from None
+        except PermissionError:
+            raise CaptureError(f"{cmd[0]}: permission denied") from None
+        except OSError as exc:
+            raise CaptureError(f"{cmd[0]}: cannot start ({exc.strerror})") from None
+        if tty is not None:
+            _give_terminal(tty, child.pid)
+        while True:
+            try:
+                code = child.wait()
+                break
+            except InterruptedError:  # pragma: no cover (PEP 475 retries)
+                continue
+    finally:
+        if tty is not None:
+            _give_terminal(tty, os.getpgrp())
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return LaunchResult(returncode=code, wall_s=time.perf_counter() - t0, forwarded=tuple(forwarded))
+
+
+def _on_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def shell_status(returncode: int) -> int:
+    """The status a shell reports: the exit code, or 128 + signal number."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+__all__ = ["LaunchResult", "PKG_ROOT", "SITE_DIR", "build_command", "child_env", "launch",
+           "shell_status"]

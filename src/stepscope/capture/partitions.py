@@ -1,0 +1,284 @@
+"""Per-process staging partitions, and their merge into one run.
+
+Every captured process writes into its own folder under the staging directory the launcher made
+(``STAGING/p<start_ns>-<pid>/``): a ``meta.json`` (who it was, how it ended, settings, overhead,
+diagnostics) and Parquet chunks ``<table>.<n>.parquet`` conformed to ``schema.TABLES``. Chunks and
+meta are written to a temporary name and renamed, so a process killed mid-write leaves the
+previous chunks readable.
+
+``merge`` reads every partition, assigns ranks and writes the run through ``RunWriter``:
+
+- a partition whose process had ``RANK`` (else ``LOCAL_RANK``) in its environment keeps it
+  (``torchrun`` workers);
+- when some partition has steps, partitions without any step (the ``torchrun`` agent, spawned
+  data-loader workers, helper interpreters) are not kept as ranks; a diagnostic says so;
+- the others get the free ranks in the order the processes started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stepscope.errors import CaptureError
+from stepscope.schema import TABLE_NAMES
+from stepscope.store.manifest import Diagnostic, Manifest, RankInfo, SourceInfo
+from stepscope.store.writer import RunWriter, conform
+
+META_NAME = "meta.json"
+NO_GPU_CAPTURE = Diagnostic(
+    "warning", "gpu_not_captured",
+    "GPU activity not captured: CUPTI capture is not implemented yet "
+    "(host-side steps, input waits, samples and stacks only)",
+)
+
+
+@dataclass(frozen=True)
+class PartitionMeta:
+    pid: int
+    start_ns: int
+    ppid: int = 0
+    host: str = ""
+    env_rank: int | None = None
+    world_size: int | None = None
+    argv: tuple[str, ...] = ()
+    ended: str = "running"  # "exit" | "exception: <Type>" | "signal: <NAME>" | "running"
+    settings: dict[str, Any] = field(default_factory=dict)
+    overhead: dict[str, Any] = field(default_factory=dict)
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    def to_json(self) -> str:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["argv"] = list(self.argv)
+        d["diagnostics"] = [vars(x) for x in self.diagnostics]
+        return json.dumps(d, default=str)
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> PartitionMeta:
+        return PartitionMeta(
+            pid=int(d["pid"]), start_ns=int(d["start_ns"]), ppid=int(d.get("ppid", 0)),
+            host=str(d.get("host", "")),
+            env_rank=None if d.get("env_rank") is None else int(d["env_rank"]),
+            world_size=None if d.get("world_size") is None else int(d["world_size"]),
+            argv=tuple(str(a) for a in d.get("argv", ())), ended=str(d.get("ended", "running")),
+            settings=dict(d.get("settings", {})), overhead=dict(d.get("overhead", {})),
+            diagnostics=tuple(Diagnostic(**x) for x in d.get("diagnostics", ())),
+        )
+
+
+def env_rank(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """(rank, world size) from the launcher's environment variables, if any."""
+
+    def num(*keys: str) -> int | None:
+        for k in keys:
+            v = environ.get(k, "").strip()
+            if v.isdigit():
+                return int(v)
+        return None
+
+    return num("RANK", "LOCAL_RANK"), num("WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+class StagingPartition:
+    """One process's staging folder. Not thread-safe: the bootstrap serialises calls."""
+
+    def __init__(self, staging: Path, pid: int, start_ns: int) -> None:
+        self.path = staging / f"p{start_ns}-{pid}"
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._chunks = 0
+
+    def write_chunk(self, tables: Mapping[str, Mapping[str, Sequence[Any]] | pa.Table]) -> int:
+        """Write one chunk of every non-empty table; returns the rows written."""
+        n = self._chunks
+        self._chunks += 1
+        rows = 0
+        for name, data in tables.items():
+            t = conform(name, data)
+            if t.num_rows == 0:
+                continue
+            dest = self.path / f"{name}.{n:05d}.parquet"
+            tmp = dest.with_suffix(".tmp")
+            pq.write_table(t, tmp, compression="zstd")
+            os.replace(tmp, dest)
+            rows += t.num_rows
+        return rows
+
+    def write_meta(self, meta: PartitionMeta) -> None:
+        tmp = self.path / (META_NAME + ".tmp")
+        tmp.write_text(meta.to_json(), encoding="utf-8")
+        os.replace(tmp, self.path / META_NAME)
+
+
+@dataclass(frozen=True)
+class Partition:
+    path: Path
+    meta: PartitionMeta
+    tables: dict[str, pa.Table]
+
+    def rows(self, table: str) -> int:
+        t = self.tables.get(table)
+        return 0 if t is None else int(t.num_rows)
+
+
+def read_partition(path: Path) -> Partition:
+    try:
+        meta = PartitionMeta.from_dict(json.loads((path / META_NAME).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        pid_s = path.name.rsplit("-", 1)[-1]
+        start_s = path.name[1:].split("-", 1)[0]
+        meta = PartitionMeta(
+            pid=int(pid_s) if pid_s.isdigit() else 0,
+            start_ns=int(start_s) if start_s.isdigit() else 0,
+            ended="unknown",
+            diagnostics=(Diagnostic("warning", "partition_meta_missing",
+                                    "a captured process left no readable meta.json "
+                                    "(killed before it could flush?)", file=path.name),),
+        )
+    tables: dict[str, pa.Table] = {}
+    for name in TABLE_NAMES:
+        files = sorted(path.glob(f"{name}.*.parquet"))
+        parts = []
+        for f in files:
+            try:
+                parts.append(pq.read_table(f))
+            except (OSError, pa.ArrowInvalid):
+                continue
+        if parts:
+            t = pa.concat_tables(parts)
+            if name in ("threads", "processes"):  # noted again by every drain: keep one of each
+                t = pa.Table.from_pylist(_unique(t.to_pylist()), schema=t.schema)
+            tables[name] = t
+    return Partition(path=path, meta=meta, tables=tables)
+
+
+def read_partitions(staging: Path) -> list[Partition]:
+    folders = sorted(p for p in staging.iterdir() if p.is_dir() and p.name.startswith("p"))
+    parts = [read_partition(p) for p in folders]
+    return sorted(parts, key=lambda p: (p.meta.start_ns, p.meta.pid))
+
+
+def assign_ranks(parts: Sequence[Partition]) -> tuple[list[tuple[int, Partition]], list[Diagnostic]]:
+    """``[(rank, partition)]`` for the partitions kept, and what was decided (see module doc)."""
+    diags: list[Diagnostic] = []
+    kept = list(parts)
+    if any(p.rows("steps") for p in parts):
+        dropped = [p for p in parts if not p.rows("steps")]
+        if dropped:
+            kept = [p for p in parts if p.rows("steps")]
+            diags.append(Diagnostic(
+                "info", "processes_without_steps",
+                f"{len(dropped)} captured process(es) without training steps (launchers, workers, "
+                f"helpers) not kept as ranks: pids {', '.join(str(p.meta.pid) for p in dropped)}",
+                count=len(dropped)))
+    out: list[tuple[int, Partition]] = []
+    used: set[int] = set()
+    rest: list[Partition] = []
+    for p in kept:
+        r = p.meta.env_rank
+        if r is not None and r not in used:
+            used.add(r)
+            out.append((r, p))
+        else:
+            rest.append(p)
+    nxt = 0
+    for p in rest:
+        while nxt in used:
+            nxt += 1
+        used.add(nxt)
+        out.append((nxt, p))
+    if len(rest) and any(p.meta.env_rank is not None for p in rest):
+        diags.append(Diagnostic("warning", "duplicate_rank",
+                                "several processes had the same RANK; later ones were renumbered"))
+    return sorted(out, key=lambda x: x[0]), diags
+
+
+def merge(
+    staging: Path,
+    out: Path,
+    *,
+    command: Sequence[str],
+    returncode: int | None,
+    overwrite: bool = False,
+    extra_diagnostics: Sequence[Diagnostic] = (),
+    settings: Mapping[str, Any] | None = None,
+    version: str = "",
+) -> Path:
+    """Merge every staging partition into the run ``out`` (written atomically)."""
+    try:
+        parts = read_partitions(staging)
+    except OSError as exc:
+        raise CaptureError(f"{staging}: cannot read the capture staging folder ({exc})") from None
+    ranked, diags = assign_ranks(parts)
+    diags = [NO_GPU_CAPTURE, *extra_diagnostics, *diags]
+    partial = returncode is None or returncode != 0
+    if returncode is None:
+        diags.append(Diagnostic("warning", "program_not_finished", "the program did not finish"))
+    elif returncode < 0:
+        diags.append(Diagnostic("warning", "partial_run",
+                                f"the program was ended by signal {-returncode}: the run is partial"))
+    elif returncode > 0:
+        diags.append(Diagnostic("warning", "partial_run",
+                                f"the program exited with status {returncode}: the run is partial"))
+    if not parts:
+        diags.append(Diagnostic("error", "nothing_captured",
+                                "no Python process was captured (was the command a Python program? "
+                                "did it exit before the interpreter started?)"))
+    ranks: list[RankInfo] = []
+    overhead: dict[str, Any] = {}
+    with RunWriter(out, overwrite=overwrite) as w:
+        for rank, p in ranked:
+            for name, table in p.tables.items():
+                w.write(name, rank, table)
+            m = p.meta
+            ranks.append(RankInfo(rank=rank, host=m.host or socket.gethostname(), pid=m.pid,
+                                  world_size=m.world_size))
+            overhead[f"rank{rank}"] = m.overhead
+            for d in m.diagnostics:
+                diags.append(replace(d, file=d.file or f"rank {rank} (pid {m.pid})"))
+            if m.ended not in ("exit", "running"):
+                partial = True
+                diags.append(Diagnostic("warning", "process_ended",
+                                        f"rank {rank} (pid {m.pid}) ended by {m.ended}"))
+        per_rank = {f"rank{r}": p.meta.settings for r, p in ranked}
+        manifest = Manifest(
+            source=SourceInfo(kind="capture", files=(), tool=f"stepscope {version} record (host)",
+                              details={"command": list(command), "returncode": returncode,
+                                       "processes_captured": len(parts)}),
+            ranks=tuple(ranks),
+            stepscope_version=version,
+            partial=partial,
+            settings={**dict(settings or {}), "ranks": per_rank},
+            overhead=overhead,
+            diagnostics=tuple(_dedupe(diags)),
+        )
+        return w.finish(manifest)
+
+
+def _unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        seen.setdefault(tuple(sorted(r.items())), r)
+    return list(seen.values())
+
+
+def _dedupe(diags: Sequence[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for d in diags:
+        key = (d.level, d.code, d.message + d.file)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+__all__ = ["META_NAME", "NO_GPU_CAPTURE", "Partition", "PartitionMeta", "StagingPartition",
+           "assign_ranks", "env_rank", "merge", "read_partitions"]

@@ -1,0 +1,138 @@
+"""``stepscope record [-o RUN] [--steps A-B | --delay S --duration S] -- CMD ARGS...``
+
+Runs CMD (a script, ``-m module``, ``python ...`` or a launcher such as ``torchrun``) with the
+capture bootstrap injected, then merges what every Python process captured into one run.
+
+stdout belongs to the program: stepscope's own lines and the summary go to stderr (nothing with
+``--quiet``). The exit status is the program's: its exit code, or, when it was ended by a signal,
+the launcher ends itself by the same signal (so a shell sees 128+N as it would have). Errors found
+before the program starts (bad options, RUN exists) exit with 2; a capture failure after the
+program ran is reported on stderr and the program's status is still returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stepscope import __version__
+from stepscope.capture.bootstrap import CaptureConfig
+from stepscope.capture.launcher import PKG_ROOT, build_command, child_env, launch
+from stepscope.capture.partitions import merge
+from stepscope.capture.schedule import make_schedule
+from stepscope.errors import CaptureError, RunError, StepscopeError
+from stepscope.store.manifest import Diagnostic
+
+# signals the launcher re-raises on itself so its parent sees the same death (no core dumps)
+RERAISE = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGPIPE,
+           signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM}
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "record", help="run a Python training program and capture a run (no code change)",
+        description="stepscope record [-o RUN] [--steps A-B | --delay S --duration S] -- CMD ARGS...",
+    )
+    p.add_argument("-o", "--output", metavar="RUN", help="run folder (default: stepscope-<time>)")
+    p.add_argument("--force", action="store_true", help="replace an existing run folder")
+    p.add_argument("--steps", metavar="A-B", help="capture steps A to B (inclusive, 0-based)")
+    p.add_argument("--delay", type=float, metavar="S", help="start capturing S seconds after start")
+    p.add_argument("--duration", type=float, metavar="S", help="capture for S seconds")
+    p.add_argument("--sample-hz", type=float, default=10.0, metavar="N",
+                   help="process/system sampling rate (default 10)")
+    p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks")
+    p.add_argument("--quiet", action="store_true", help="print nothing (the run is still written)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="train.py ARGS | -m module ARGS | python ... | torchrun ...")
+    p.set_defaults(run=run)
+
+
+def default_output(now: _dt.datetime | None = None) -> Path:
+    t = now or _dt.datetime.now()
+    return Path(f"stepscope-{t:%Y%m%d-%H%M%S}")
+
+
+def run(args: argparse.Namespace) -> int:
+    schedule = make_schedule(args.steps, args.delay, args.duration)
+    if args.sample_hz <= 0:
+        raise CaptureError("--sample-hz must be > 0")
+    cmd = build_command(args.command)
+    out = Path(args.output) if args.output else default_output()
+    if out.exists() and not args.force:
+        raise RunError(f"{out}: already exists (choose another -o or pass --force)")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    except OSError as exc:
+        raise CaptureError(f"{out.parent}: cannot create the staging folder ({exc.strerror})") from None
+    config = CaptureConfig(staging=str(staging.resolve()), schedule=schedule,
+                           sample_hz=args.sample_hz, stacks=not args.no_stacks,
+                           pkg_root=str(PKG_ROOT))
+    try:
+        result = launch(cmd, child_env(config))
+    except StepscopeError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    code = result.returncode
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr)
+
+    try:
+        diags = [Diagnostic("error", "bootstrap_failed",
+                            "capture could not start in a process: "
+                            + (f.read_text(errors="replace").splitlines() or ["?"])[0], file=f.name)
+                 for f in sorted(staging.glob("bootstrap-error-*.txt"))]
+        if result.forwarded:
+            diags.append(Diagnostic("info", "signals_forwarded",
+                                    f"forwarded to the program: {', '.join(result.forwarded)}"))
+        path = merge(staging, out, command=cmd, returncode=code, overwrite=args.force,
+                     extra_diagnostics=diags, version=__version__,
+                     settings={"window": schedule.describe(), "sample_hz": args.sample_hz,
+                               "stacks": not args.no_stacks, "wall_s": round(result.wall_s, 3)})
+    except (StepscopeError, OSError, ValueError) as exc:
+        say(f"stepscope: error: the run could not be written: {exc}")
+        return _exit_like(code)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if not args.quiet:
+        _summary(path, code)
+    return _exit_like(code)
+
+
+def _summary(path: Path, code: int) -> None:
+    from stepscope.report import build_report
+    from stepscope.reporters.terminal import WIDTH, print_report
+    from stepscope.store.run import Run
+    from rich.console import Console
+
+    state = "" if code == 0 else " (partial: the program did not exit cleanly)"
+    print(f"stepscope: wrote run {path}{state}", file=sys.stderr)
+    try:
+        console = Console(stderr=True)
+        width = min(WIDTH, console.width) if console.is_terminal else WIDTH
+        print_report(build_report(Run(path)), Console(stderr=True, width=width))
+    except Exception as exc:  # the program's status matters more than our summary
+        print(f"stepscope: could not summarise the run ({exc!r}); try: stepscope report {path}",
+              file=sys.stderr)
+
+
+def _exit_like(returncode: int) -> int:
+    """The program's exit code; for a signal, die by it (a shell then sees 128+N)."""
+    if returncode >= 0:
+        return returncode
+    sig = -returncode
+    if sig in RERAISE:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return 128 + sig
