@@ -106,3 +106,13 @@ def test_cnn_fixture_has_no_loader(tmp_path_factory: pytest.TempPathFactory) -> 
     run = imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
     a = analyze_input(run, 0, *marker_windows(run))
     assert a.wait_ns_per_step == (0, 0, 0) and a.dataloader is None
+
+
+def test_loader_settings_per_rank_from_capture_and_run_wide_fallback() -> None:
+    from stepscope.analysis.input import loader_settings
+
+    captured = {"ranks": {"rank1": {"host": {"dataloader": {"num_workers": 2}}}}}
+    assert loader_settings(captured, 1) == {"num_workers": 2}
+    assert loader_settings(captured, 0) is None
+    assert loader_settings({"dataloader": {"num_workers": 0}}, 3) == {"num_workers": 0}
+    assert loader_settings({}, 0) is None

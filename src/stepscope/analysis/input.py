@@ -16,7 +16,8 @@ median of the others plus 1 ms (DataLoader worker start-up usually lands there).
 Totals are the sums over the windows; with no windows they are over the whole rank and
 per-step tuples are empty.
 
-``dataloader`` is a copy of ``run.manifest.settings["dataloader"]`` when the capture
+``dataloader`` is the loader's settings as the capture recorded them
+(``settings["ranks"]["rank<N>"]["host"]["dataloader"]``, or a run-wide ``settings["dataloader"]``) when the capture
 recorded the loader settings (num_workers, pin_memory, prefetch_factor,
 persistent_workers ...), else None.
 """
@@ -88,8 +89,7 @@ def analyze_input(run: Run, rank: int, win_start: I64, win_end: I64) -> InputAna
     rest = wait[1:]
     outlier = bool(n >= 2 and first > FIRST_STEP_FACTOR * float(np.median(rest))
                    + FIRST_STEP_MIN_EXCESS_NS)
-    raw = run.manifest.settings.get("dataloader")
-    loader = dict(raw) if isinstance(raw, dict) else None
+    loader = loader_settings(run.manifest.settings, rank)
     return InputAnalysis(
         rank=rank,
         n_steps=n,
@@ -111,3 +111,15 @@ def analyze_input(run: Run, rank: int, win_start: I64, win_end: I64) -> InputAna
         gpu_idle_wait_ns=int(idle.sum()) if n else int((i_e - i_s).sum()),
         dataloader=loader,
     )
+
+
+def loader_settings(settings: dict[str, Any], rank: int) -> dict[str, Any] | None:
+    """The data loader's settings for ``rank``: live capture records them per rank
+    (``ranks.rank<N>.host.dataloader``); a run-wide ``dataloader`` entry is the fallback."""
+    ranks = settings.get("ranks")
+    per_rank = ranks.get(f"rank{rank}") if isinstance(ranks, dict) else None
+    host = per_rank.get("host") if isinstance(per_rank, dict) else None
+    raw = host.get("dataloader") if isinstance(host, dict) else None
+    if raw is None:
+        raw = settings.get("dataloader")
+    return dict(raw) if isinstance(raw, dict) else None

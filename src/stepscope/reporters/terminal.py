@@ -90,6 +90,9 @@ def _overview(s: RunSummary) -> Text:
         t.append("   step time ")
         t.append(f"{st.median_ms:.2f} ms", style="bold")
         t.append(f" median, {st.mean_ms:.2f} mean, {st.p95_ms:.2f} p95")
+    if s.kernels == 0 and s.gpu_busy_ms == 0:
+        t.append("\nGPU activity: none in this run (CPU-only, or not captured: see diagnostics)")
+        return t
     t.append("\nGPU busy ")
     t.append(f"{s.gpu_busy_pct:.1f}%", style="bold")
     t.append(f" of step time ({s.gpu_busy_in_steps_ms:.1f} of {s.wall_ms:.1f} ms)")

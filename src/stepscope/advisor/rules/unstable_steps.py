@@ -80,7 +80,7 @@ class UnstableSteps:
     id = "unstable_steps"
     title = "Step times vary too much to trust averages"
     category = "measurement"
-    requires: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ("kernels",)  # the saving is GPU idle time of slow steps
 
     def check(self, ctx: Context) -> Sequence[Finding]:
         best: tuple[float, RankAnalysis, list[Step]] | None = None
