@@ -61,6 +61,7 @@ do not come from torch.profiler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -234,3 +235,21 @@ def _split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
                      input=inp, sync_blocked=blocked, sync_drain=drain, gaps=gaps, launch=launch,
                      host=host, other=other, host_factor=factor * share_keep,
                      share_keep=share_keep, profiler_ns_per_step=prof)
+
+
+def worst_rank(
+    ctx: Context,
+    saving_ms: Callable[[IdleSplit], float],
+    eligible: Callable[[RankAnalysis], bool] = lambda ra: True,
+) -> tuple[float, RankAnalysis, IdleSplit] | None:
+    """The rank whose idle split gives the largest ``saving_ms`` (ranks with steady steps that
+    are ``eligible``), or None when no rank has one worth reporting."""
+    best: tuple[float, RankAnalysis, IdleSplit] | None = None
+    for ra in ctx.ranks:
+        if not ra.steps.steady or not eligible(ra):
+            continue
+        split = split_idle(ctx, ra)
+        saving = saving_ms(split)
+        if best is None or saving > best[0]:
+            best = (saving, ra, split)
+    return best if best is not None and ctx.worth_reporting(best[0]) else None

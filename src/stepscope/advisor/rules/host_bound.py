@@ -32,7 +32,7 @@ from stepscope.advisor.rules._evidence import (
     profiler_line,
     where_worst,
 )
-from stepscope.advisor.rules._idle import IdleSplit, split_idle
+from stepscope.advisor.rules._idle import IdleSplit, worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.schema import CpuOpKind
 
@@ -60,17 +60,8 @@ class HostBound:
     requires: tuple[str, ...] = ("kernels",)
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best: tuple[float, RankAnalysis, IdleSplit] | None = None
-        for ra in ctx.ranks:
-            if not ra.steps.steady:
-                continue
-            split = split_idle(ctx, ra)
-            saving = split.mean_ms(split.host) * split.host_factor
-            if best is None or saving > best[0]:
-                best = (saving, ra, split)
-        if best is None or not ctx.worth_reporting(best[0]):
-            return []
-        return [self._finding(ctx, *best)]
+        best = worst_rank(ctx, lambda split: split.mean_ms(split.host) * split.host_factor)
+        return [] if best is None else [self._finding(ctx, *best)]
 
     def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
                  ) -> Finding:

@@ -28,7 +28,7 @@ from stepscope.advisor.rules._evidence import (
     us,
     where_worst,
 )
-from stepscope.advisor.rules._idle import IdleSplit, split_idle
+from stepscope.advisor.rules._idle import IdleSplit, worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.kernel_names import signature_head
@@ -97,17 +97,9 @@ class LaunchBound:
     requires: tuple[str, ...] = ("kernels", "api_calls")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best: tuple[float, RankAnalysis, IdleSplit] | None = None
-        for ra in ctx.ranks:
-            if not ra.steps.steady or ra.launches.mean_launches_per_step < MIN_LAUNCHES:
-                continue
-            split = split_idle(ctx, ra)
-            saving = split.mean_ms(split.launch) * split.host_factor
-            if best is None or saving > best[0]:
-                best = (saving, ra, split)
-        if best is None or not ctx.worth_reporting(best[0]):
-            return []
-        return [self._finding(ctx, *best)]
+        best = worst_rank(ctx, lambda split: split.mean_ms(split.launch) * split.host_factor,
+                          lambda ra: ra.launches.mean_launches_per_step >= MIN_LAUNCHES)
+        return [] if best is None else [self._finding(ctx, *best)]
 
     def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
                  ) -> Finding:

@@ -28,7 +28,7 @@ import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.rules._evidence import max_severity, ms, pct, profiler_line, where_worst
-from stepscope.advisor.rules._idle import IdleSplit, split_idle
+from stepscope.advisor.rules._idle import IdleSplit, worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.syncs import SyncPointKind
 
@@ -90,17 +90,9 @@ class SyncCalls:
     requires: tuple[str, ...] = ("kernels", "api_calls")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best: tuple[float, RankAnalysis, IdleSplit] | None = None
-        for ra in ctx.ranks:
-            if ra.syncs.count == 0 or not ra.steps.steady:
-                continue
-            split = split_idle(ctx, ra)
-            saving = float(_per_step(split)[0].mean()) / 1e6
-            if best is None or saving > best[0]:
-                best = (saving, ra, split)
-        if best is None or not ctx.worth_reporting(best[0]):
-            return []
-        return [self._finding(ctx, *best)]
+        best = worst_rank(ctx, lambda split: float(_per_step(split)[0].mean()) / 1e6,
+                          lambda ra: ra.syncs.count > 0)
+        return [] if best is None else [self._finding(ctx, *best)]
 
     def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
                  ) -> Finding:
