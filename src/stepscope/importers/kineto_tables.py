@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, index
 from typing import Any
 
 import numpy as np
@@ -67,16 +67,44 @@ _MAX_QUEUED_NS = 60_000_000_000
 _NAME, _PID, _TID = attrgetter("name"), attrgetter("pid"), attrgetter("tid")
 
 
+_NAMES = pa.dictionary(pa.int32(), pa.string())
+
+
 def names_of(events: Sequence[Event]) -> pa.Array:
-    return pa.array(list(map(_NAME, events)), type=pa.string()).dictionary_encode()
+    # Built as a dictionary array at once (same dictionary, in first-appearance
+    # order, as ``dictionary_encode`` of a string array, without that array).
+    return pa.array(list(map(_NAME, events)), type=_NAMES)
+
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _ints(items: Sequence[Any], field: Any, typ: pa.DataType = I64) -> pa.Array:
+    """An int64/int32 column of ``field`` (an attrgetter) of ``items``: straight into
+    numpy when every value is an int (``index`` rejects None and strings) in range,
+    else (same result, slower) :func:`int_array`."""
+    try:
+        v = np.fromiter(map(index, map(field, items)), np.int64, len(items))
+    except (TypeError, OverflowError):
+        return int_array(list(map(field, items)), typ)
+    if typ == I64:
+        return arrow(v)
+    if typ == I32 and (not len(v) or (_INT32[0] <= v.min() and v.max() <= _INT32[1])):
+        return arrow(v.astype(np.int32))
+    return int_array(v.tolist(), typ)
+
+
+def ints(args: Sequence[Any], name: str, typ: pa.DataType = I64) -> pa.Array:
+    """One integer ``Args`` field of every event as a column (see :func:`_ints`)."""
+    return _ints(args, attrgetter(name), typ)
 
 
 def pids(events: Sequence[Event]) -> pa.Array:
-    return int_array(list(map(_PID, events)))
+    return _ints(events, _PID)
 
 
 def tids(events: Sequence[Event]) -> pa.Array:
-    return int_array(list(map(_TID, events)))
+    return _ints(events, _TID)
 
 
 def repeat(value: str, n: int) -> pa.Array:
@@ -89,15 +117,24 @@ def _host(t: Timed) -> Columns:
             "pid": pids(ev), "tid": tids(ev)}
 
 
+def _or_fallback(args: Sequence[Any], name: str, events: Sequence[Event], field: Any,
+                 typ: pa.DataType) -> pa.Array:
+    """``args.<name>``, else ``field`` of the event (the fallback only read when needed)."""
+    primary = get(args, name)
+    if None not in primary:
+        return int_array(primary, typ)
+    return int_or_fallback(primary, list(map(field, events)), typ)
+
+
 def _gpu(t: Timed) -> tuple[Columns, list[Any]]:
     ev = t.events
     a = args_of(ev)
     cols = {
         "ts_ns": t.ts_ns, "dur_ns": t.dur_ns,
-        "device": int_or_fallback(get(a, "device"), list(map(_PID, ev)), I32),
-        "stream": int_or_fallback(get(a, "stream"), list(map(_TID, ev)), I64),
-        "correlation": int_array(get(a, "correlation")),
-        "external_id": int_array(get(a, "external_id")),
+        "device": _or_fallback(a, "device", ev, _PID, I32),
+        "stream": _or_fallback(a, "stream", ev, _TID, I64),
+        "correlation": ints(a, "correlation"),
+        "external_id": ints(a, "external_id"),
     }
     return cols, a
 
@@ -120,16 +157,16 @@ def _xyz(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
 def kernels(t: Timed) -> Columns:
     cols, a = _gpu(t)
     grid, block = get(a, "grid"), get(a, "block")
-    graph = int_array(get(a, "graph_id"))
+    graph = ints(a, "graph_id")
     (gx, gy, gz), (bx, by, bz) = _xyz(grid), _xyz(block)
     cols.update(
         name=names_of(t.events),
         grid_x=gx, grid_y=gy, grid_z=gz, block_x=bx, block_y=by, block_z=bz,
-        registers=int_array(get(a, "registers"), I32),
-        shared_memory=int_array(get(a, "shared_memory")),
+        registers=ints(a, "registers", I32),
+        shared_memory=ints(a, "shared_memory"),
         graph_id=pc.if_else(pc.equal(graph, ZERO), pa.scalar(None, I64), graph),
         source_occupancy_pct=float_array(get(a, "occupancy"), pa.float32()),
-        _queued_us=int_array(get(a, "queued")),  # made queued_ns once the clock base is known
+        _queued_us=ints(a, "queued"),  # made queued_ns once the clock base is known
     )
     return cols
 
@@ -151,10 +188,10 @@ def memcpy(t: Timed) -> Columns:
     names = names_of(t.events)
     parsed = per_name(names, parse_memcpy_name, pa.list_(pa.string(), 3))
     kind = pc.list_element(parsed, FIRST)
-    peer = int_array(get(a, "to_device"), I32)
+    peer = ints(a, "to_device", I32)
     cols.update(
         kind=kind, src_kind=pc.list_element(parsed, SECOND), dst_kind=pc.list_element(parsed, THIRD),
-        bytes=int_array(get(a, "bytes")),
+        bytes=ints(a, "bytes"),
         dst_device=pc.if_else(pc.equal(kind, _s(CopyKind.PTOP.value)), peer, pa.scalar(None, I32)),
     )
     return cols
@@ -162,7 +199,7 @@ def memcpy(t: Timed) -> Columns:
 
 def memset(t: Timed) -> Columns:
     cols, a = _gpu(t)
-    cols.update(bytes=int_array(get(a, "bytes")),
+    cols.update(bytes=ints(a, "bytes"),
                 dst_kind=per_name(names_of(t.events), parse_memset_name))
     return cols
 
@@ -173,7 +210,7 @@ def sync(t: Timed) -> Columns:
     kind = per_name(pa.array(kinds, pa.string()),
                     lambda s: _SYNC_KINDS.get((s or "").lower(), SyncKind.UNKNOWN).value)
     stream = cols["stream"]
-    event = int_array(get(a, "wait_event"))
+    event = ints(a, "wait_event")
     cols.update(
         stream=pc.if_else(pc.less(stream, ZERO), pa.scalar(None, I64), stream),
         kind=kind,
@@ -191,11 +228,11 @@ def api_calls(parts: Sequence[tuple[Timed, ApiDomain]]) -> Columns | None:
         a = args_of(t.events)
         cols = _host(t)
         names = names_of(t.events)
-        cols.update(correlation=int_array(get(a, "correlation")),
-                    external_id=int_array(get(a, "external_id")),
+        cols.update(correlation=ints(a, "correlation"),
+                    external_id=ints(a, "external_id"),
                     name=names, domain=repeat(domain.value, len(t.events)),
                     kind=per_name(names, lambda s: classify_api(s).value),
-                    cbid=int_array(get(a, "cbid"), I32))
+                    cbid=ints(a, "cbid", I32))
         chunks.append(cols)
     return concat(chunks)
 
@@ -210,7 +247,7 @@ def cpu_ops(parts: Sequence[tuple[Timed, CpuOpKind]]) -> Columns | None:
             ext = seq = pa.nulls(len(t.events), I64)
         else:
             a = args_of(t.events)
-            ext, seq = int_array(get(a, "external_id")), int_array(get(a, "sequence"))
+            ext, seq = ints(a, "external_id"), ints(a, "sequence")
         cols.update(external_id=ext, name=names_of(t.events),
                     kind=repeat(kind.value, len(t.events)), sequence=seq)
         chunks.append(cols)
@@ -272,7 +309,7 @@ def annotation_tables(user: Timed, gpu: Timed) -> tuple[Columns | None, Columns 
         "source": pa.array(source, pa.string()).dictionary_encode(),
         "device": int_or_fallback(device, device_fb, I32),
         "stream": int_or_fallback(stream, stream_fb, I64),
-        "external_id": int_array(get(a, "external_id")),
+        "external_id": ints(a, "external_id"),
     }
     cols = take(cols, order)
     steps = _steps(user, is_step)
@@ -329,16 +366,16 @@ def memory_events(t: Timed) -> Columns | None:
     if not t.events:
         return None
     a = args_of(t.events)
-    dtype = int_array(get(a, "device_type"), I32)
+    dtype = ints(a, "device_type", I32)
     is_gpu = pc.not_equal(dtype, ZERO)
     kind = pc.if_else(is_gpu, _s(DeviceType.GPU.value), _s(DeviceType.CPU.value))
     return {
         "ts_ns": t.ts_ns, "pid": pids(t.events), "tid": tids(t.events),
         "device_type": kind,
-        "device": pc.if_else(is_gpu, int_array(get(a, "device_id"), I32), pa.scalar(None, I32)),
-        "addr": int_array(get(a, "addr")), "bytes": int_array(get(a, "mem_bytes")),
-        "total_allocated": int_array(get(a, "total_allocated")),
-        "total_reserved": int_array(get(a, "total_reserved")),
+        "device": pc.if_else(is_gpu, ints(a, "device_id", I32), pa.scalar(None, I32)),
+        "addr": ints(a, "addr"), "bytes": ints(a, "mem_bytes"),
+        "total_allocated": ints(a, "total_allocated"),
+        "total_reserved": ints(a, "total_reserved"),
     }
 
 
