@@ -118,6 +118,11 @@ def test_real_runs_load_with_every_section(browser: Any, reports: dict[str, Path
     p = r.page
     assert r.errors() == []
     assert p.evaluate("window.__stepscope.errors") == []
+    # the decode timing shown in the header is a real duration (it once read "-78 ms")
+    t = p.evaluate("window.__stepscope.timings")
+    assert p.evaluate("window.__stepscope.decodeMs") >= 0
+    assert min(t["base64"], t["inflate"], t["events"]) >= 0, t
+    assert " -" not in p.locator("#status").inner_text()
     for sec in ("overview", "findings", "timeline", "kernels", "copies", "syncs", "input", "memory",
                 "samples", "ranks"):
         assert p.locator(f"#{sec} > .body").inner_text().strip(), sec
