@@ -19,13 +19,15 @@ Conventions of these rules
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from stepscope.advisor.base import Severity, severity_for
+from stepscope.advisor.base import Context, Severity, severity_for
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import DeviceActivity, IntervalSet, gpu_activity, rank_union
@@ -429,3 +431,31 @@ def plural(x: float, one: str, many: str) -> str:
     """``"1 copy"``, ``"2 copies"``, ``"1.5 copies"`` (counts per step may be fractional)."""
     c = fmt_count(x)
     return f"{c} {one if c == '1' else many}"
+
+
+class _RankSaving(Protocol):
+    @property
+    def rank(self) -> int: ...
+    @property
+    def n_steps(self) -> int: ...
+    @property
+    def saving_ns(self) -> int: ...
+    @property
+    def saving_ms(self) -> float: ...
+
+
+R = TypeVar("R", bound=_RankSaving)
+
+
+def mean_over_ranks(ctx: Context, per_rank: Iterable[R | None]
+                    ) -> tuple[float, R, list[R]] | None:
+    """The saving per step averaged over all ranks (a rank without the pattern counts 0), the
+    rank with the largest saving per step (lowest rank on ties) and every rank's result; None
+    when no rank has one, or the mean is not worth reporting."""
+    results = [r for r in per_rank if r is not None]
+    if not results:
+        return None
+    saving_ms = sum(r.saving_ms for r in results) / max(1, len(ctx.ranks))
+    if not ctx.worth_reporting(saving_ms):
+        return None
+    return saving_ms, max(results, key=lambda x: (x.saving_ns / x.n_steps, -x.rank)), results

@@ -161,14 +161,11 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
 
 
 def check(ctx: Context) -> Sequence[Finding]:
-    results = [r for r in (analyze_rank(ctx, ra) for ra in ctx.ranks) if r is not None]
-    if not results:
+    best = tr.mean_over_ranks(ctx, (analyze_rank(ctx, ra) for ra in ctx.ranks))
+    if best is None:
         return []
+    saving_ms, r, results = best
     n_ranks = max(1, len(ctx.ranks))
-    saving_ms = sum(r.saving_ms for r in results) / n_ranks
-    if not ctx.worth_reporting(saving_ms):
-        return []
-    r = max(results, key=lambda x: (x.saving_ns / x.n_steps, -x.rank))
     n = r.n_steps
     gbs = r.nbytes / r.copy_ns if r.copy_ns else 0.0
     where_stream = (f"on the compute stream ({', '.join(str(s) for s in r.streams)})"
