@@ -1,14 +1,30 @@
-"""PyTorch hooks of the host capture, installed without importing torch ourselves.
+"""Framework hooks of the host capture (PyTorch, JAX, Keras), installed without importing them.
 
 The bootstrap starts the capture before the user's code imports torch, and importing
 ``torch.utils.data`` ourselves would cost a second and change the program. So a
-``sys.meta_path`` finder watches for the two modules and patches them right after they are
+``sys.meta_path`` finder watches for the modules below and patches them right after they are
 executed (a post-import hook); modules already imported are patched at once.
 
 - ``torch.utils.data.dataloader``: ``_BaseDataLoaderIter.__next__`` is wrapped to time each
   batch fetch (an input wait), and ``DataLoader._get_iterator`` to read the loader's settings and
   its worker processes once per iterator.
 - ``torch.optim.optimizer``: a global ``register_optimizer_step_post_hook``.
+- ``jax._src.profiler`` (and ``jax.profiler``, which re-exports the same class):
+  ``StepTraceAnnotation.__init__`` (to learn the annotation's name) and ``__enter__`` (a step
+  marker each time one is entered). Shape taken from jax-ml/jax ``jax/_src/profiler.py`` (JAX
+  0.4-0.8: ``TraceAnnotation`` subclasses jaxlib's ``TraceMe``, ``StepTraceAnnotation`` defines
+  only ``__init__``). Only one annotation name paces the steps (digits ignored, so
+  ``f"train_step_{n}"`` is one name): the first seen, replaced once by the first name containing
+  "train" if it did not. So ``StepTraceAnnotation("eval", ...)`` loops, or several annotations
+  inside one step, do not add steps.
+- ``keras.src.callbacks.callback_list`` (Keras 3; also ``keras.src.callbacks``, the Keras 2.13+ /
+  ``tf_keras`` module): ``CallbackList.on_train_batch_end``, which every Keras 3 backend's
+  ``fit()`` calls once per train batch on the training thread (before it dispatches the
+  callbacks, maybe asynchronously): a step marker at each train batch end. Shape taken from
+  keras-team/keras ``keras/src/callbacks/callback_list.py`` (Keras 3.8).
+
+The JAX and Keras hooks are installed only when an ``on_step_marker`` callback is given; each
+class is patched once, whichever of its modules is seen first.
 
 Wrappers never change behaviour: results and exceptions (``StopIteration`` included) pass
 through untouched; ``uninstall()`` restores the original attributes (when someone wrapped them
@@ -20,13 +36,21 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import re
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 DATALOADER_MODULE = "torch.utils.data.dataloader"
 OPTIMIZER_MODULE = "torch.optim.optimizer"
+JAX_MODULES = ("jax._src.profiler", "jax.profiler")
+KERAS_MODULES = ("keras.src.callbacks.callback_list", "keras.src.callbacks", "tf_keras.src.callbacks")
+# step marker sources, as ``on_step_marker`` receives them and the manifest names them
+TORCH_STEP = "torch.optim.Optimizer.step"
+JAX_STEP = "jax.profiler.StepTraceAnnotation"
+KERAS_STEP = "keras.callbacks.CallbackList.on_train_batch_end"
 
 
 class _NotifyingLoader(importlib.abc.Loader):
@@ -86,8 +110,14 @@ class _Patch:
         self.owner = owner
         self.name = name
         self.original = original
+        self.own = name in owner.__dict__  # False: inherited, so undo deletes our override
         self.wrapper: Any = None
         self.active = True
+
+    @staticmethod
+    def of(owner: type, name: str) -> _Patch:
+        """The attribute as the class holds it (its own), else as it inherits it."""
+        return _Patch(owner, name, owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name))
 
     def apply(self, wrapper: Any) -> None:
         self.wrapper = wrapper
@@ -96,24 +126,51 @@ class _Patch:
     def undo(self) -> None:
         self.active = False
         if self.owner.__dict__.get(self.name) is self.wrapper:
-            setattr(self.owner, self.name, self.original)
+            if self.own:
+                setattr(self.owner, self.name, self.original)
+            else:
+                delattr(self.owner, self.name)
 
 
 OnWait = Callable[[Any, int, int], None]  # (iterator, t0_ns, t1_ns); must not raise
 OnIterator = Callable[[Any, Any], None]  # (loader, iterator); must not raise
 OnOptimizerStep = Callable[[Any], None]  # (optimizer); must not raise
+OnStepMarker = Callable[[str], None]  # (JAX_STEP | KERAS_STEP); must not raise
+
+
+class _NamePacer:
+    """Which annotation names give step boundaries (see the module doc). Thread-safe."""
+
+    _DIGITS = re.compile(r"\d+")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pacing: str | None = None
+        self._replaced = False
+
+    def counts(self, name: object) -> bool:
+        key = self._DIGITS.sub("#", name) if isinstance(name, str) else "?"
+        with self._lock:
+            if self.pacing is None:
+                self.pacing = key
+            elif key != self.pacing and not self._replaced and "train" in key.lower() \
+                    and "train" not in self.pacing.lower():
+                self.pacing, self._replaced = key, True
+            return key == self.pacing
 
 
 class TorchHooks:
     """Installs/uninstalls the DataLoader and optimizer hooks; errors go to ``on_error``."""
 
     def __init__(self, *, clock: Callable[[], int], on_wait: OnWait, on_iterator: OnIterator,
-                 on_optimizer_step: OnOptimizerStep, on_error: Callable[[str, str], None]) -> None:
+                 on_optimizer_step: OnOptimizerStep, on_error: Callable[[str, str], None],
+                 on_step_marker: OnStepMarker | None = None) -> None:
         self._clock = clock
         self._on_wait = on_wait
         self._on_iterator = on_iterator
         self._on_step = on_optimizer_step
         self._on_error = on_error
+        self._on_marker = on_step_marker
         self._finder: PostImportFinder | None = None
         self._patches: list[_Patch] = []
         self._handles: list[Any] = []
@@ -124,10 +181,14 @@ class TorchHooks:
             return
         callbacks = {DATALOADER_MODULE: self._guarded(self._patch_dataloader),
                      OPTIMIZER_MODULE: self._guarded(self._hook_optimizer)}
+        if self._on_marker is not None:  # listed in ``installed`` only once imported
+            callbacks.update({m: self._guarded(self._patch_jax) for m in JAX_MODULES})
+            callbacks.update({m: self._guarded(self._patch_keras) for m in KERAS_MODULES})
         self._finder = PostImportFinder(callbacks)
         sys.meta_path.insert(0, self._finder)
         for name, callback in callbacks.items():
-            self.installed.setdefault(name, "waiting for import")
+            if name in (DATALOADER_MODULE, OPTIMIZER_MODULE):
+                self.installed.setdefault(name, "waiting for import")
             module = sys.modules.get(name)
             if module is not None and getattr(module, "__spec__", None) is not None:
                 callback(module)
@@ -157,7 +218,8 @@ class TorchHooks:
                 fn(module)
             except Exception as e:
                 self.installed[module.__name__] = f"failed: {type(e).__name__}: {e}"
-                self._on_error("torch_hook_failed", f"hooking {module.__name__} failed: {e}")
+                code = "torch_hook_failed" if module.__name__.startswith("torch") else "step_hook_failed"
+                self._on_error(code, f"hooking {module.__name__} failed: {e}")
 
         return call
 
@@ -217,3 +279,64 @@ class TorchHooks:
             self._on_error("optimizer_hook_unavailable", f"optimizer steps not hooked: {e}")
             return
         self.installed[OPTIMIZER_MODULE] = "hooked"
+
+    # -- JAX / Keras step markers --------------------------------------------------------------
+    def _patched(self, cls: type) -> bool:
+        return any(p.owner is cls for p in self._patches)
+
+    def _patch_jax(self, module: ModuleType) -> None:
+        cls = getattr(module, "StepTraceAnnotation", None)
+        if not isinstance(cls, type) or not callable(getattr(cls, "__enter__", None)):
+            self.installed[module.__name__] = "not patched: no StepTraceAnnotation context manager"
+            return
+        if self._patched(cls):
+            return
+        init_patch, enter_patch = _Patch.of(cls, "__init__"), _Patch.of(cls, "__enter__")
+        original_init, original_enter = init_patch.original, enter_patch.original
+        on_marker = self._on_marker
+        assert on_marker is not None
+        pacer = _NamePacer()
+        pending = threading.local()  # name of the annotation this thread constructed last
+
+        @functools.wraps(original_init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(self, *args, **kwargs)
+            if init_patch.active:
+                pending.name = args[0] if args else kwargs.get("name")
+
+        @functools.wraps(original_enter)
+        def __enter__(self: Any) -> Any:
+            result = original_enter(self)
+            if enter_patch.active:
+                name, pending.name = getattr(pending, "name", None), None
+                if pacer.counts(name):
+                    on_marker(JAX_STEP)
+            return result
+
+        init_patch.apply(__init__)
+        enter_patch.apply(__enter__)
+        self._patches += [init_patch, enter_patch]
+        self.installed[module.__name__] = f"patched {cls.__module__}.{cls.__qualname__}"
+
+    def _patch_keras(self, module: ModuleType) -> None:
+        cls = getattr(module, "CallbackList", None)
+        original = getattr(cls, "on_train_batch_end", None) if isinstance(cls, type) else None
+        if cls is None or original is None:
+            self.installed[module.__name__] = "not patched: no CallbackList.on_train_batch_end"
+            return
+        if self._patched(cls):
+            return
+        patch = _Patch.of(cls, "on_train_batch_end")
+        original = patch.original
+        on_marker = self._on_marker
+        assert on_marker is not None
+
+        @functools.wraps(original)
+        def on_train_batch_end(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if patch.active:
+                on_marker(KERAS_STEP)  # the batch has ended: before the callbacks run
+            return original(self, *args, **kwargs)
+
+        patch.apply(on_train_batch_end)
+        self._patches.append(patch)
+        self.installed[module.__name__] = f"patched {cls.__module__}.{cls.__qualname__}"

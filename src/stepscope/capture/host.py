@@ -15,7 +15,11 @@ Boundaries come from:
   per-module optimizers) only the *pacing* optimizer counts: the first one seen stepping (the
   next one to step becomes pacing when it is garbage collected). Gradient accumulation is
   therefore one step per optimizer step, which is what a training step is.
-- ``mark_step()`` (``stepscope.step()``): once it has been called, optimizer boundaries are
+- JAX ``StepTraceAnnotation`` entered, Keras ``CallbackList.on_train_batch_end`` (see
+  ``capture.hooks``). Of the three hooks, the first that fires is the one used for the rest of
+  the run (``settings_for_manifest()["samplers"]["steps"]["hook"]``), so a program that trips two
+  of them (Keras on the JAX backend inside a ``StepTraceAnnotation``) never double-counts.
+- ``mark_step()`` (``stepscope.step()``): once it has been called, hook boundaries are
   ignored for the rest of the run, so the two never double-count.
 
 Step listeners get ``k`` at every boundary, on the thread that crossed it; an exception in a
@@ -40,7 +44,7 @@ from types import ModuleType
 from typing import Any
 
 from stepscope.capture import hooks as hooks_module
-from stepscope.capture.hooks import TorchHooks
+from stepscope.capture.hooks import TORCH_STEP, TorchHooks
 from stepscope.capture.samplers import NvmlSampler, PsutilSampler, Row, numa_node_cpus
 from stepscope.capture.stacks import StackSampler
 from stepscope.schema import InputWaitSource, StepSource, spec
@@ -55,7 +59,7 @@ class HostSettings:
     sample_hz: float = 10.0  # psutil + NVML sampling rate; 0 = off
     stack_hz: float = 20.0  # Python stack sampler of the training thread(s); 0 = off
     nvml: bool = True  # sample GPUs via nvidia-ml-py when importable and NVML works
-    hooks: bool = True  # DataLoader __next__ + optimizer.step hooks (PyTorch when imported)
+    hooks: bool = True  # DataLoader/optimizer (PyTorch), StepTraceAnnotation (JAX), Keras batches
     max_rows: int = 250_000  # per table between drains; beyond it the oldest rows are dropped
 
 
@@ -86,7 +90,8 @@ class HostCapture:
         self._threads: list[threading.Thread] = []
         self._running = False
         self._hooks = TorchHooks(clock=clock, on_wait=self._on_wait, on_iterator=self._on_iterator,
-                                 on_optimizer_step=self._on_optimizer_step, on_error=self._diag)
+                                 on_optimizer_step=self._on_optimizer_step, on_error=self._diag,
+                                 on_step_marker=self._on_step_marker)
         # threads whose stacks are sampled: ident -> native id
         self._sampled: dict[int, int] = {}
         self._seen_threads: set[tuple[int, int]] = set()
@@ -96,6 +101,7 @@ class HostCapture:
         self._next_boundary = 0
         self._last_boundary: tuple[int, StepSource] | None = None
         self._manual = False
+        self._hook: str | None = None  # the step hook in use: the first one that fired
         self._pacing: Callable[[], Any] | None = None
         # DataLoaders
         self._loaders: list[dict[str, Any]] = []
@@ -163,7 +169,7 @@ class HostCapture:
 
     def _on_optimizer_step(self, optimizer: Any) -> None:
         try:
-            if self._manual:
+            if self._manual or not self._claim(TORCH_STEP):
                 return
             pacing = self._pacing() if self._pacing is not None else None
             if pacing is None:
@@ -177,6 +183,21 @@ class HostCapture:
             self._boundary(self._clock(), StepSource.HOOK)
         except Exception as e:
             self._diag("step_hook_error", f"optimizer step hook failed: {type(e).__name__}: {e}")
+
+    def _on_step_marker(self, hook: str) -> None:
+        try:
+            if self._manual or not self._claim(hook):
+                return
+            self._note_thread(threading.current_thread())
+            self._boundary(self._clock(), StepSource.HOOK)
+        except Exception as e:
+            self._diag("step_hook_error", f"{hook} step hook failed: {type(e).__name__}: {e}")
+
+    def _claim(self, hook: str) -> bool:
+        with self._lock:
+            if self._hook is None:
+                self._hook = hook
+            return self._hook == hook
 
     def _boundary(self, ts: int, source: StepSource) -> None:
         with self._lock:
@@ -431,7 +452,8 @@ class HostCapture:
             "stacks": dict(self._status["stacks"]),
             "hooks": dict(self._hooks.installed) if self.settings.hooks else "off",
             "steps": {"boundaries": self._next_boundary,
-                      "source": "manual" if self._manual else ("hook" if self._next_boundary else None)},
+                      "source": "manual" if self._manual else ("hook" if self._next_boundary else None),
+                      "hook": self._hook},
         }
         return out
 

@@ -10,8 +10,11 @@ previous chunks readable.
 
 - a partition whose process had ``RANK`` (else ``LOCAL_RANK``) in its environment keeps it
   (``torchrun`` workers);
-- when some partition has steps, partitions without any step (the ``torchrun`` agent, spawned
-  data-loader workers, helper interpreters) are not kept as ranks; a diagnostic says so;
+- a launcher is never a rank: a partition without ``RANK``/``LOCAL_RANK`` and without steps whose
+  process is the parent of a ranked one (the ``torchrun`` agent) is dropped with an ``info``
+  diagnostic, even when no process reached a step (workers that crashed at start-up);
+- when some partition has steps, partitions without any step (spawned data-loader workers,
+  helper interpreters) are not kept as ranks; a diagnostic says so;
 - the others get the free ranks in the order the processes started.
 """
 
@@ -168,11 +171,21 @@ def read_partitions(staging: Path) -> list[Partition]:
 def assign_ranks(parts: Sequence[Partition]) -> tuple[list[tuple[int, Partition]], list[Diagnostic]]:
     """``[(rank, partition)]`` for the partitions kept, and what was decided (see module doc)."""
     diags: list[Diagnostic] = []
-    kept = list(parts)
-    if any(p.rows("steps") for p in parts):
-        dropped = [p for p in parts if not p.rows("steps")]
+    parents = {(p.meta.host, p.meta.ppid) for p in parts if p.meta.env_rank is not None}
+    launchers = [p for p in parts if p.meta.env_rank is None and not p.rows("steps")
+                 and (p.meta.host, p.meta.pid) in parents]
+    if launchers:
+        names = ", ".join(f"{os.path.basename(p.meta.argv[0]) if p.meta.argv else '?'} "
+                          f"(pid {p.meta.pid})" for p in launchers)
+        diags.append(Diagnostic(
+            "info", "launcher_not_a_rank",
+            f"launcher process(es) that started the ranks, not kept as ranks: {names}",
+            count=len(launchers)))
+    kept = [p for p in parts if not any(p is q for q in launchers)]
+    if any(p.rows("steps") for p in kept):
+        dropped = [p for p in kept if not p.rows("steps")]
         if dropped:
-            kept = [p for p in parts if p.rows("steps")]
+            kept = [p for p in kept if p.rows("steps")]
             diags.append(Diagnostic(
                 "info", "processes_without_steps",
                 f"{len(dropped)} captured process(es) without training steps (launchers, workers, "
