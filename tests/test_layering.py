@@ -1,5 +1,5 @@
 """The dependency direction: cli -> reporters -> report -> advisor -> analysis -> store <- importers,
-capture (<- api).
+capture (<- api); capture -> importers (the torch backend imports its own Kineto trace).
 
 schema, errors and apis may be imported by every layer; nothing imports cli.
 """
@@ -15,7 +15,7 @@ SRC = Path(__file__).parent.parent / "src" / "stepscope"
 ALLOWED = {
     "store": set(),
     "importers": {"store"},
-    "capture": {"store"},
+    "capture": {"store", "importers"},  # --backend torch reads its Kineto trace back
     "analysis": {"store"},
     "advisor": {"analysis", "store"},
     "report": {"advisor", "analysis", "store"},

@@ -1,5 +1,6 @@
 """A small GPU training loop for checking `stepscope record` on a real GPU (host-side capture:
-steps from the optimizer hook, DataLoader waits, psutil/NVML/GPM samples).
+steps from the optimizer hook, DataLoader waits, psutil/NVML/GPM samples) and its GPU capture
+(kernels, copies, runtime calls, NVTX ranges with ``--nvtx``).
 
     stepscope record -o RUN -- python benchmarks/capture/gpu_train.py --steps 300
 
@@ -28,7 +29,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--nvtx", action="store_true", help="wrap forward/backward in NVTX ranges")
     args = ap.parse_args()
+    nvtx = torch.cuda.nvtx if args.nvtx and torch.cuda.is_available() else None
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -36,9 +39,16 @@ def main() -> None:
     it = iter(loader)
     for _ in range(args.steps):
         x = next(it).to(dev, non_blocking=True)
+        if nvtx:
+            nvtx.range_push("forward")
         with torch.autocast(dev, dtype=torch.bfloat16, enabled=dev == "cuda"):
             loss = model(x).float().pow(2).mean()
+        if nvtx:
+            nvtx.range_pop()
+            nvtx.range_push("backward")
         loss.backward()
+        if nvtx:
+            nvtx.range_pop()
         opt.step()
         opt.zero_grad(set_to_none=True)
     if dev == "cuda":

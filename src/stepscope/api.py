@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from stepscope.capture.bootstrap import CaptureConfig, Session, mark_step, pop, push
 from stepscope.capture.schedule import make_schedule
@@ -36,12 +37,17 @@ class Recording:
         sample_hz: float = 10.0,
         stacks: bool = True,
         hooks: bool = True,
+        backend: str = "auto",
+        gpu_api: str = "filtered",
+        max_rows: int = 2_000_000,
         overwrite: bool = False,
     ) -> None:
         self.out = Path(out)
         self.overwrite = overwrite
         self._schedule = make_schedule(steps, delay, duration)
-        self._options = {"sample_hz": sample_hz, "stacks": stacks, "hooks": hooks}
+        self._options: dict[str, Any] = {"sample_hz": sample_hz, "stacks": stacks, "hooks": hooks,
+                                         "backend": backend, "gpu_api": gpu_api,
+                                         "max_rows": max_rows}
         self._staging: Path | None = None
         self._session: Session | None = None
         self.path: Path | None = None  # the run folder, once written
@@ -53,7 +59,9 @@ class Recording:
         self._staging = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.staging-", dir=self.out.parent))
         config = CaptureConfig(staging=str(self._staging), schedule=self._schedule,
                                sample_hz=float(self._options["sample_hz"]),
-                               stacks=bool(self._options["stacks"]), hooks=bool(self._options["hooks"]))
+                               stacks=bool(self._options["stacks"]), hooks=bool(self._options["hooks"]),
+                               gpu=str(self._options["backend"]), gpu_api=str(self._options["gpu_api"]),
+                               max_rows=int(self._options["max_rows"]))
         self._session = Session(config, argv=tuple(sys.argv))
         push(self._session)
         self._session.begin()
@@ -93,10 +101,15 @@ def record(
     sample_hz: float = 10.0,
     stacks: bool = True,
     hooks: bool = True,
+    backend: str = "auto",
+    gpu_api: str = "filtered",
+    max_rows: int = 2_000_000,
     overwrite: bool = False,
 ) -> Recording:
-    """Capture this process inside a ``with`` block (see the module doc)."""
+    """Capture this process inside a ``with`` block (see the module doc). ``backend`` and
+    ``gpu_api`` are ``stepscope record``'s ``--backend`` and ``--gpu-api``."""
     return Recording(out, steps=steps, delay=delay, duration=duration, sample_hz=sample_hz,
+                     backend=backend, gpu_api=gpu_api, max_rows=max_rows,
                      stacks=stacks, hooks=hooks, overwrite=overwrite)
 
 

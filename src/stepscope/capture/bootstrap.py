@@ -36,7 +36,9 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Protocol
 
+from stepscope.capture.gpu import GpuLike, make_gpu
 from stepscope.capture.schedule import Action, Schedule
+from stepscope.errors import CaptureError
 from stepscope.store.manifest import Diagnostic
 
 ENV_VAR = "STEPSCOPE_CAPTURE"
@@ -55,6 +57,8 @@ class CaptureConfig:
     max_rows: int = 2_000_000
     flush_every_s: float = 5.0
     pkg_root: str = ""  # folder holding the stepscope package (for the injected sitecustomize)
+    gpu: str = "auto"  # GPU backend: auto | cupti | cupti-python | torch | none (capture.gpu)
+    gpu_api: str = "filtered"  # runtime/driver calls: none | filtered | all
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -107,6 +111,41 @@ def clip(tables: Mapping[str, Mapping[str, list[Any]]], lo: int, hi: int | None)
     return out
 
 
+def clip_gpu(tables: Mapping[str, Any], lo: int, hi: int | None) -> dict[str, Any]:
+    """``clip`` for the GPU backend's tables (numpy or list columns, or Arrow tables): drops
+    what the warm-up step before the window recorded."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for name, cols in tables.items():
+        if hasattr(cols, "num_rows"):
+            if "ts_ns" not in cols.column_names or not cols.num_rows:
+                out[name] = cols
+                continue
+            ts = np.asarray(cols.column("ts_ns").fill_null(0), dtype=np.int64)
+            dur = (np.asarray(cols.column("dur_ns").fill_null(0), dtype=np.int64)
+                   if "dur_ns" in cols.column_names else np.zeros_like(ts))
+        elif "ts_ns" in cols and len(cols["ts_ns"]):
+            ts = np.asarray(cols["ts_ns"], dtype=np.int64)
+            dur = np.asarray(cols.get("dur_ns", np.zeros_like(ts)), dtype=np.int64)
+        else:
+            out[name] = cols
+            continue
+        mid = ts + dur // 2
+        keep = (mid >= lo) & (True if hi is None else mid <= hi)
+        if keep.all():
+            out[name] = cols
+        elif hasattr(cols, "num_rows"):
+            import pyarrow as pa
+
+            out[name] = cols.filter(pa.array(keep))
+        else:
+            idx = np.flatnonzero(keep)
+            out[name] = {k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()])
+                         for k, v in cols.items()}
+    return out
+
+
 def concat(chunks: list[Tables]) -> Tables:
     """Concatenate drained column dicts table by table (missing columns become None)."""
     merged: Tables = {}
@@ -122,8 +161,9 @@ def concat(chunks: list[Tables]) -> Tables:
     return merged
 
 
-def _rows(tables: Mapping[str, Mapping[str, list[Any]]]) -> int:
-    return sum(len(next(iter(c.values()), [])) for c in tables.values())
+def _rows(tables: Mapping[str, Any]) -> int:
+    return sum(int(c.num_rows) if hasattr(c, "num_rows") else len(next(iter(c.values()), []))
+               for c in tables.values())
 
 
 def threads_cpu_s(match: str = "stepscope") -> float | None:
@@ -156,6 +196,7 @@ class Session:
         clock: Callable[[], int] = time.time_ns,
         environ: Mapping[str, str] | None = None,
         host_factory: Callable[[CaptureConfig, int, Callable[[], int]], HostLike] = default_host,
+        gpu_factory: Callable[[str, str], GpuLike | None] | None = None,
         argv: tuple[str, ...] = (),
     ) -> None:
         from stepscope.capture.partitions import PartitionMeta, StagingPartition, env_rank
@@ -175,6 +216,12 @@ class Session:
         self._rank = rank or 0
         self._lock = threading.RLock()
         self.host: HostLike | None = None
+        self._gpu_factory = gpu_factory or make_gpu
+        self.gpu: GpuLike | None = None
+        self._gpu_ready: threading.Event | None = None
+        self._gpu_made: list[Any] = []  # [GpuLike | None] or [exception], set by _prepare_gpu
+        self._gpu_tried = False
+        self._gpu_status: dict[str, Any] = {"backend": config.gpu, "state": "not started"}
         self._running = False
         self.boundaries = 0
         self.open_ns: int | None = None
@@ -196,6 +243,7 @@ class Session:
     def begin(self) -> Session:
         with self._lock:
             self._write_meta()
+            self._prepare_gpu()
             if self.schedule.timed:
                 delay = self.schedule.delay_s or 0.0
                 duration = self.schedule.duration_s or 0.0
@@ -270,6 +318,8 @@ class Session:
                 return
             elapsed = 0.0 if self.open_ns is None else (now - self.open_ns) / 1e9
             action = self.schedule.action(k, elapsed)
+            if self.open_ns is None and k + 1 == self.schedule.first:
+                self._start_gpu()  # one warm-up step: its start cost stays out of the window
             if action is Action.CAPTURE and self.open_ns is None:
                 self._open(now)
             elif action is Action.DONE:
@@ -287,9 +337,79 @@ class Session:
         merged = concat([*self._pre, self._drain()])
         self._pre.clear()
         self._write({name: cols for name, cols in merged.items() if name not in TIMED_TABLES})
+        self._start_gpu()
         self.open_ns = now
         self._last_flush = now
         self._cpu_open = threads_cpu_s()
+
+    # -- GPU ---------------------------------------------------------------------------------
+    def _prepare_gpu(self) -> None:
+        """Make the GPU backend (imports, libraries, the shim) off the training thread, so that
+        opening the window costs only the CUPTI switches."""
+        if self.config.gpu == "none":
+            return
+        ready = threading.Event()
+
+        def make() -> None:
+            try:
+                self._gpu_made.append(self._gpu_factory(self.config.gpu, self.config.gpu_api))
+            except BaseException as exc:
+                self._gpu_made.append(exc)
+            finally:
+                ready.set()
+
+        self._gpu_ready = ready
+        threading.Thread(target=make, name="stepscope-gpu-prepare", daemon=True).start()
+
+    def _start_gpu(self) -> None:
+        if self._gpu_tried:
+            return
+        self._gpu_tried = True
+        try:
+            if self._gpu_ready is not None:
+                self._gpu_ready.wait(120)
+                made = self._gpu_made[0] if self._gpu_made else None
+                if isinstance(made, BaseException):
+                    raise made
+                gpu = made
+            else:
+                gpu = self._gpu_factory(self.config.gpu, self.config.gpu_api)
+            if gpu is None:
+                self._gpu_status = {"backend": "none", "state": "off"}
+                return
+            gpu.start()
+        except Exception as exc:  # never break the program: say why and go on host-only
+            msg = str(exc) if isinstance(exc, CaptureError) else repr(exc)
+            self._gpu_status = {"backend": self.config.gpu, "state": "unavailable", "reason": msg}
+            self._diags.append(Diagnostic("warning", "gpu_not_captured",
+                                          f"GPU activity not captured ({self.config.gpu}): {msg}; "
+                                          "host-side data only"))
+            return
+        self.gpu = gpu
+        self._gpu_status = {"backend": gpu.backend, "state": "running"}
+
+    def _gpu_data(self, final: bool) -> Tables:
+        gpu = self.gpu
+        if gpu is None:
+            return {}
+        try:
+            data = gpu.stop() if final else gpu.flush()
+        except Exception as exc:
+            self._diags.append(Diagnostic("error", "gpu_capture_failed",
+                                          f"GPU capture failed: {exc!r}"))
+            data = {}
+        if final:
+            self.gpu = None
+            self._gpu_status = {"state": "stopped", **self._gpu_settings(gpu)}
+            self._diags.extend(gpu.diagnostics)
+        return data
+
+    @staticmethod
+    def _gpu_settings(gpu: GpuLike) -> dict[str, Any]:
+        try:
+            return gpu.settings_for_manifest()
+        except Exception as exc:
+            return {"backend": gpu.backend, "settings_error": repr(exc)}
 
     def _open_timed(self) -> None:
         with self._lock:
@@ -305,6 +425,7 @@ class Session:
             self._pre.append(data)  # bounded: only the last ~10 s are kept
         else:
             self._write(clip(data, self.open_ns, self.close_ns))
+            self._write(clip_gpu(self._gpu_data(final=False), self.open_ns, self.close_ns))
 
     def _write(self, data: Tables) -> None:
         n = _rows(data)
@@ -317,6 +438,7 @@ class Session:
                 "use a shorter window (--steps A-B)"))
             if self.close_ns is None:
                 self.close_ns = self._clock()
+                self._gpu_data(final=True)
                 self._stop_host()
             return
         try:
@@ -332,9 +454,11 @@ class Session:
             now = self._clock()
             self.close_ns = now
             self._measure(cpu, now)
+            gpu = self._gpu_data(final=True)
             data = self._stop_host()
             if self.open_ns is not None:
                 self._write(clip(data, self.open_ns, now))
+                self._write(clip_gpu(gpu, self.open_ns, now))
             self._write_meta()
 
     def _measure(self, cpu_close: float | None, now: int) -> None:
@@ -387,6 +511,7 @@ class Session:
     def _keep_tail(self) -> None:
         """The window never opened: keep the last ``max_seconds`` of host data."""
         now = self._clock()
+        self._gpu_data(final=True)  # started for a warm-up step of a window that never came
         data = self._stop_host()
         merged = concat([*self._pre, data])
         self._pre.clear()
@@ -409,7 +534,8 @@ class Session:
         settings: dict[str, Any] = {"window": self.schedule.describe(),
                                     "schedule": self.schedule.to_dict(),
                                     "window_start_ns": self.open_ns, "window_end_ns": self.close_ns,
-                                    "step_boundaries_seen": self.boundaries}
+                                    "step_boundaries_seen": self.boundaries,
+                                    "gpu": dict(self._gpu_status)}
         diags = list(self._diags)
         if self.host is not None:
             try:

@@ -61,6 +61,14 @@ def child_env(config: CaptureConfig, base: Mapping[str, str] | None = None) -> d
     old = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
     env[ENV_VAR] = config.to_json()
+    if config.gpu in ("auto", "cupti") and "NVTX_INJECTION64_PATH" not in env:
+        # NVTX ranges reach CUPTI only when NVTX loads it as its injection library, which it
+        # decides at the first NVTX call of the process: set before the program starts
+        from stepscope.capture.cupti.native import find_libcupti
+
+        lib = find_libcupti(env)
+        if lib:
+            env["NVTX_INJECTION64_PATH"] = lib
     return env
 
 

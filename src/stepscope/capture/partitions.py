@@ -39,9 +39,19 @@ from stepscope.store.writer import RunWriter, conform
 META_NAME = "meta.json"
 NO_GPU_CAPTURE = Diagnostic(
     "warning", "gpu_not_captured",
-    "GPU activity not captured: CUPTI capture is not implemented yet "
-    "(host-side steps, input waits, samples and stacks only)",
+    "no process captured GPU activity (no GPU backend ran; see the per-rank diagnostics): "
+    "host-side steps, input waits, samples and stacks only",
 )
+
+
+def gpu_backends(parts: Sequence[Partition]) -> list[str]:
+    """The GPU backends that ran (and stopped) in the partitions."""
+    out: list[str] = []
+    for p in parts:
+        g = p.meta.settings.get("gpu") if isinstance(p.meta.settings, dict) else None
+        if isinstance(g, dict) and g.get("state") == "stopped" and g.get("backend"):
+            out.append(str(g["backend"]))
+    return sorted(set(out))
 
 
 @dataclass(frozen=True)
@@ -230,7 +240,8 @@ def merge(
     except OSError as exc:
         raise CaptureError(f"{staging}: cannot read the capture staging folder ({exc})") from None
     ranked, diags = assign_ranks(parts)
-    diags = [NO_GPU_CAPTURE, *extra_diagnostics, *diags]
+    backends = gpu_backends([p for _, p in ranked])
+    diags = [*([] if backends else [NO_GPU_CAPTURE]), *extra_diagnostics, *diags]
     partial = returncode is None or returncode != 0
     if returncode is None:
         diags.append(Diagnostic("warning", "program_not_finished", "the program did not finish"))
@@ -262,7 +273,8 @@ def merge(
                                         f"rank {rank} (pid {m.pid}) ended by {m.ended}"))
         per_rank = {f"rank{r}": p.meta.settings for r, p in ranked}
         manifest = Manifest(
-            source=SourceInfo(kind="capture", files=(), tool=f"stepscope {version} record (host)",
+            source=SourceInfo(kind="capture", files=(), tool=f"stepscope {version} record (host"
+                              + "".join(f" + {b}" for b in backends) + ")",
                               details={"command": list(command), "returncode": returncode,
                                        "processes_captured": len(parts)}),
             ranks=tuple(ranks),

@@ -24,6 +24,7 @@ from typing import Any
 
 from stepscope import __version__
 from stepscope.capture.bootstrap import CaptureConfig
+from stepscope.capture.gpu import BACKENDS
 from stepscope.capture.launcher import PKG_ROOT, build_command, child_env, launch
 from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import make_schedule
@@ -48,6 +49,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sample-hz", type=float, default=10.0, metavar="N",
                    help="process/system sampling rate (default 10)")
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="GPU capture: cupti (default; CUPTI through a small C shim), cupti-python "
+                        "(NVIDIA's package, optional extra), torch (torch.profiler), none")
+    p.add_argument("--gpu-api", choices=("none", "filtered", "all"), default="filtered",
+                   help="CUDA runtime/driver calls to record: the ones that matter (launches, "
+                        "syncs, copies, allocations; default), all, or none")
     p.add_argument("--quiet", action="store_true", help="print nothing (the run is still written)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="train.py ARGS | -m module ARGS | python ... | torchrun ...")
@@ -74,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise CaptureError(f"{out.parent}: cannot create the staging folder ({exc.strerror})") from None
     config = CaptureConfig(staging=str(staging.resolve()), schedule=schedule,
                            sample_hz=args.sample_hz, stacks=not args.no_stacks,
-                           pkg_root=str(PKG_ROOT))
+                           pkg_root=str(PKG_ROOT), gpu=args.backend, gpu_api=args.gpu_api)
     try:
         result = launch(cmd, child_env(config))
     except StepscopeError:
@@ -97,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         path = merge(staging, out, command=cmd, returncode=code, overwrite=args.force,
                      extra_diagnostics=diags, version=__version__,
                      settings={"window": schedule.describe(), "sample_hz": args.sample_hz,
-                               "stacks": not args.no_stacks, "wall_s": round(result.wall_s, 3)})
+                               "stacks": not args.no_stacks, "wall_s": round(result.wall_s, 3),
+                               "backend": args.backend, "gpu_api": args.gpu_api})
     except (StepscopeError, OSError, ValueError) as exc:
         say(f"stepscope: error: the run could not be written: {exc}")
         return _exit_like(code)

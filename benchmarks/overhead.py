@@ -1,0 +1,235 @@
+"""Capture overhead: step time with capture / without, same process, interleaved, medians.
+
+Workloads (CUDA):
+  gpt     a GPT-style decoder (bf16 autocast, AdamW, loss read each step) sized to ~25 ms/step
+  launch  a launch-bound loop: 2000 tiny kernels per step
+
+Configurations (each in its own process: one CUPTI client per process):
+  stepscope            stepscope.record(), default backend (CUPTI through the C shim, filtered
+                       runtime/driver calls, host samplers and stack sampler on)
+  stepscope-kernels    the same with --gpu-api none (no runtime/driver call records)
+  stepscope-cuptipy    stepscope.record(backend="cupti-python")
+  stepscope-torch      stepscope.record(backend="torch")
+  torch-cpu-cuda       torch.profiler, activities CPU+CUDA
+  torch-cuda           torch.profiler, activities CUDA only
+
+In each process: R rounds; each round times one block of M uncaptured steps and one block of M
+captured steps, the order alternating (ABBA). Capture starts before and stops after the timed
+block (a warm-up step is run inside the capture first, as torch.profiler's schedule does); the
+device is synchronised at block edges only. Ratio = median(captured block mean) / median(plain
+block mean).
+
+    python benchmarks/overhead.py --out overhead.json [--workloads gpt launch] [--configs ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CONFIGS = ("stepscope", "stepscope-kernels", "stepscope-cuptipy", "stepscope-torch",
+           "torch-cpu-cuda", "torch-cuda")
+
+
+def gpt_step(target_ms: float) -> Callable[[], None]:
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    d, heads, layers, seq, vocab = 1024, 16, 8, 1024, 32000
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x: Any) -> Any:
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).unbind(2)
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                               v.transpose(1, 2), is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class GPT(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, d)
+            self.blocks = torch.nn.ModuleList(Block() for _ in range(layers))
+            self.head = torch.nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx: Any) -> Any:
+            x = self.emb(idx)
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(x)
+
+    model = GPT().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+    def make(batch: int) -> Callable[[], None]:
+        idx = torch.randint(0, vocab, (batch, seq), device="cuda")
+
+        def step() -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(idx)
+                loss = F.cross_entropy(logits.view(-1, vocab).float(), idx.view(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss.item()
+
+        return step
+
+    for batch in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32):  # the smallest batch reaching the target
+        fn = make(batch)
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) / 5 * 1e3
+        if ms >= target_ms:
+            break
+    print(f"gpt: batch {batch}, {ms:.1f} ms/step", file=sys.stderr)
+    return fn
+
+
+def launch_step(kernels: int = 2000) -> Callable[[], None]:
+    import torch
+
+    x = torch.zeros(256, device="cuda")
+
+    def step() -> None:
+        for _ in range(kernels):
+            x.add_(1.0)
+
+    return step
+
+
+def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: float) -> dict[str, Any]:
+    import torch
+
+    import stepscope
+
+    step = gpt_step(target_ms) if workload == "gpt" else launch_step()
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    tmp = Path(tempfile.mkdtemp(prefix="ss-overhead-"))
+
+    def timed(n: int) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n * 1e3
+
+    def plain() -> float:
+        return timed(steps)
+
+    def captured(i: int) -> float:
+        if config.startswith("torch-"):
+            acts = [torch.profiler.ProfilerActivity.CUDA]
+            if config == "torch-cpu-cuda":
+                acts.insert(0, torch.profiler.ProfilerActivity.CPU)
+            prof = torch.profiler.profile(activities=acts)
+            prof.start()
+            step()  # warm-up step inside the capture
+            ms = timed(steps)
+            prof.stop()
+            prof.export_chrome_trace(str(tmp / f"t{i}.json"))
+            return ms
+        backend = {"stepscope": "auto", "stepscope-kernels": "auto",
+                   "stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch"}[config]
+        api = "none" if config == "stepscope-kernels" else "filtered"
+        with stepscope.record(tmp / f"r{i}", steps=f"2-{steps + 1}", backend=backend,
+                              gpu_api=api, hooks=False, overwrite=True) as r:
+            for _ in range(2):  # boundaries 0 and 1; the GPU capture starts at 1
+                step()
+                r.step()
+            torch.cuda.synchronize()
+            r.step()  # boundary 2: the window opens
+            t0 = time.perf_counter()
+            for j in range(steps):
+                step()
+                if j < steps - 1:
+                    r.step()
+            torch.cuda.synchronize()
+            ms = (time.perf_counter() - t0) / steps * 1e3
+            r.step()  # the window closes (GPU records decoded, outside the timing)
+        return ms
+
+    a: list[float] = []
+    b: list[float] = []
+    for i in range(rounds):
+        if i % 2 == 0:
+            a.append(plain())
+            b.append(captured(i))
+        else:
+            b.append(captured(i))
+            a.append(plain())
+    out = {"workload": workload, "config": config, "plain_ms": a, "captured_ms": b,
+           "plain_median_ms": statistics.median(a), "captured_median_ms": statistics.median(b),
+           "ratio": statistics.median(b) / statistics.median(a)}
+    if not config.startswith("torch-"):
+        runs = sorted(tmp.glob("r*/manifest.json"))
+        if runs:
+            m = json.loads(runs[-1].read_text())
+            ranks = m.get("settings", {}).get("ranks", {})
+            out["gpu"] = {k: (v or {}).get("gpu") for k, v in ranks.items()}
+            out["diagnostics"] = [d.get("message") for d in m.get("diagnostics", [])]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="overhead.json")
+    ap.add_argument("--workloads", nargs="+", default=["gpt", "launch"])
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--target-ms", type=float, default=25.0)
+    ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        res = run_one(args.one[0], args.one[1], args.rounds, args.steps, args.target_ms)
+        print("RESULT " + json.dumps(res))
+        return
+    results = []
+    for w in args.workloads:
+        for c in args.configs:
+            cmd = [sys.executable, __file__, "--one", w, c, "--rounds", str(args.rounds),
+                   "--steps", str(args.steps), "--target-ms", str(args.target_ms)]
+            t0 = time.time()
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if line is None:
+                res = {"workload": w, "config": c, "error": (proc.stderr.strip().splitlines() or ["?"])[-3:]}
+            else:
+                res = json.loads(line[7:])
+            res["process_s"] = round(time.time() - t0, 1)
+            results.append(res)
+            r = res.get("ratio")
+            print(f"{w:7s} {c:18s} " + (f"plain {res['plain_median_ms']:8.3f} ms  captured "
+                                        f"{res['captured_median_ms']:8.3f} ms  ratio {r:.3f}"
+                                        if r else f"error {res.get('error')}"), flush=True)
+            Path(args.out).write_text(json.dumps({"results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

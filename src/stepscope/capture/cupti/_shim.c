@@ -1,0 +1,223 @@
+/*
+ * stepscope CUPTI buffer shim: the two activity-buffer callbacks CUPTI calls, written in C so
+ * that they never need the Python GIL.
+ *
+ * Why: CUPTI calls the buffer-completed callback from its own thread while holding an internal
+ * lock. A Python callback would have to take the GIL there, while a Python thread holding the GIL
+ * may be inside a CUDA call waiting for that same lock: a deadlock. These callbacks only move
+ * buffers between three lists under a pthread mutex; Python takes completed buffers with
+ * ss_take() (through ctypes, which releases the GIL during the call), decodes them and hands
+ * them back with ss_release().
+ *
+ * Memory is bounded: when the buffers handed out reach `max_bytes`, ss_buffer_requested returns
+ * no buffer and CUPTI drops records (it counts them; cuptiActivityGetNumDroppedRecords).
+ *
+ * Also here: ss_walk, the record walk (kind + offset of every record of a buffer) given the
+ * record size of each activity kind, so that decoding can be vectorised in numpy.
+ *
+ * Built as a plain shared library (no Python.h), loaded with ctypes.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SS_ALIGN 8
+#define SS_MAX_KIND 64
+
+typedef struct ss_node {
+    uint8_t *data;
+    size_t valid;
+    struct ss_node *next;
+} ss_node;
+
+static pthread_mutex_t ss_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t ss_buf_size = 8u << 20;
+static size_t ss_max_bytes = (size_t)1 << 30;
+static size_t ss_allocated = 0;    /* bytes of buffers that exist (handed out, completed, free) */
+static ss_node *ss_free_head = NULL; /* nodes whose data is a free buffer */
+static ss_node *ss_done_head = NULL; /* completed buffers, FIFO */
+static ss_node *ss_done_tail = NULL;
+static ss_node *ss_spare = NULL;   /* empty nodes kept for reuse */
+static uint64_t ss_n_requested = 0, ss_n_completed = 0, ss_n_refused = 0, ss_n_empty = 0;
+static uint64_t ss_done_bytes = 0, ss_peak_done_bytes = 0;
+
+static ss_node *node_get(void) {
+    ss_node *n = ss_spare;
+    if (n) { ss_spare = n->next; return n; }
+    return (ss_node *)malloc(sizeof(ss_node));
+}
+
+static void node_put(ss_node *n) { n->data = NULL; n->next = ss_spare; ss_spare = n; }
+
+/* Set the buffer size and the memory cap. Only while no buffer exists (before enabling). */
+int ss_configure(size_t buf_size, size_t max_bytes) {
+    int rc = 0;
+    pthread_mutex_lock(&ss_lock);
+    if (ss_allocated != 0 && buf_size != ss_buf_size) {
+        rc = -1;
+    } else {
+        if (buf_size >= 4096) ss_buf_size = (buf_size + SS_ALIGN - 1) & ~(size_t)(SS_ALIGN - 1);
+        if (max_bytes >= ss_buf_size) ss_max_bytes = max_bytes;
+    }
+    pthread_mutex_unlock(&ss_lock);
+    return rc;
+}
+
+void ss_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    uint8_t *data = NULL;
+    pthread_mutex_lock(&ss_lock);
+    ss_n_requested++;
+    if (ss_free_head) {
+        ss_node *n = ss_free_head;
+        ss_free_head = n->next;
+        data = n->data;
+        node_put(n);
+    } else if (ss_allocated + ss_buf_size <= ss_max_bytes) {
+        void *p = NULL;
+        if (posix_memalign(&p, SS_ALIGN, ss_buf_size) == 0) {
+            data = (uint8_t *)p;
+            ss_allocated += ss_buf_size;
+        }
+    }
+    if (!data) ss_n_refused++;
+    pthread_mutex_unlock(&ss_lock);
+    *buffer = data;
+    *size = data ? ss_buf_size : 0;
+    *max_records = 0;
+}
+
+void ss_buffer_completed(void *context, uint32_t stream_id, uint8_t *buffer, size_t size,
+                         size_t valid) {
+    (void)context; (void)stream_id; (void)size;
+    if (!buffer) return;
+    pthread_mutex_lock(&ss_lock);
+    ss_node *n = node_get();
+    if (!n) { /* out of memory for 24 bytes: give the buffer up rather than crash */
+        ss_n_empty++;
+        pthread_mutex_unlock(&ss_lock);
+        return;
+    }
+    n->data = buffer;
+    n->next = NULL;
+    if (valid == 0) {
+        ss_n_empty++;
+        n->valid = 0;
+        n->next = ss_free_head;
+        ss_free_head = n;
+    } else {
+        ss_n_completed++;
+        n->valid = valid;
+        if (ss_done_tail) ss_done_tail->next = n; else ss_done_head = n;
+        ss_done_tail = n;
+        ss_done_bytes += valid;
+        if (ss_done_bytes > ss_peak_done_bytes) ss_peak_done_bytes = ss_done_bytes;
+    }
+    pthread_mutex_unlock(&ss_lock);
+}
+
+/* Move up to `cap` completed buffers (oldest first) to the caller. Returns how many. */
+int ss_take(uint8_t **buffers, size_t *valid, int cap) {
+    int k = 0;
+    pthread_mutex_lock(&ss_lock);
+    while (k < cap && ss_done_head) {
+        ss_node *n = ss_done_head;
+        ss_done_head = n->next;
+        if (!ss_done_head) ss_done_tail = NULL;
+        buffers[k] = n->data;
+        valid[k] = n->valid;
+        ss_done_bytes -= n->valid;
+        node_put(n);
+        k++;
+    }
+    pthread_mutex_unlock(&ss_lock);
+    return k;
+}
+
+/* Give a buffer taken with ss_take back for reuse. */
+void ss_release(uint8_t *buffer) {
+    if (!buffer) return;
+    pthread_mutex_lock(&ss_lock);
+    ss_node *n = node_get();
+    if (n) {
+        n->data = buffer;
+        n->valid = 0;
+        n->next = ss_free_head;
+        ss_free_head = n;
+    } else {
+        free(buffer);
+        ss_allocated -= ss_buf_size;
+    }
+    pthread_mutex_unlock(&ss_lock);
+}
+
+/* Free the buffers on the free list (call after activities are disabled and flushed). */
+void ss_trim(void) {
+    pthread_mutex_lock(&ss_lock);
+    while (ss_free_head) {
+        ss_node *n = ss_free_head;
+        ss_free_head = n->next;
+        free(n->data);
+        ss_allocated -= ss_buf_size;
+        node_put(n);
+    }
+    pthread_mutex_unlock(&ss_lock);
+}
+
+/* requested, completed, refused, empty, allocated bytes, pending bytes, peak pending, buf size */
+void ss_stats(uint64_t *out) {
+    pthread_mutex_lock(&ss_lock);
+    out[0] = ss_n_requested; out[1] = ss_n_completed; out[2] = ss_n_refused; out[3] = ss_n_empty;
+    out[4] = ss_allocated; out[5] = ss_done_bytes; out[6] = ss_peak_done_bytes; out[7] = ss_buf_size;
+    pthread_mutex_unlock(&ss_lock);
+}
+
+/*
+ * Walk the records of one buffer: `sizes[kind]` is the record size of each activity kind (0 for
+ * a kind whose layout is unknown). Writes each record's kind and offset; returns the number of
+ * records and sets *stop to the offset where the walk ended (== valid when it reached the end;
+ * less when it met an unknown kind, a record overrunning the buffer, or `cap`).
+ */
+size_t ss_walk(const uint8_t *buf, size_t valid, const uint32_t *sizes, uint32_t *kinds,
+               uint64_t *offsets, size_t cap, size_t *stop) {
+    size_t off = 0, n = 0;
+    while (off + 4 <= valid && n < cap) {
+        uint32_t kind;
+        memcpy(&kind, buf + off, 4);
+        if (kind >= SS_MAX_KIND || sizes[kind] == 0 || off + sizes[kind] > valid) break;
+        kinds[n] = kind;
+        offsets[n] = off;
+        n++;
+        off += sizes[kind];
+    }
+    *stop = off;
+    return n;
+}
+
+typedef int (*ss_next_fn)(uint8_t *buffer, size_t valid, void **record);
+
+/*
+ * Check the size table against CUPTI's own iterator (cuptiActivityGetNextRecord) on one buffer.
+ * Returns -1 when every record starts where the table says, else the index of the first record
+ * where they disagree (its kind in *bad_kind and CUPTI's stride in *bad_stride).
+ */
+long ss_check_walk(ss_next_fn next, uint8_t *buf, size_t valid, const uint32_t *sizes,
+                   uint32_t *bad_kind, uint64_t *bad_stride) {
+    void *rec = NULL, *prev = NULL;
+    uint32_t prev_kind = 0;
+    long i = 0;
+    while (next(buf, valid, &rec) == 0 && rec) {
+        if (prev) {
+            uint64_t stride = (uint64_t)((uint8_t *)rec - (uint8_t *)prev);
+            if (prev_kind >= SS_MAX_KIND || sizes[prev_kind] != stride) {
+                *bad_kind = prev_kind;
+                *bad_stride = stride;
+                return i - 1;
+            }
+        }
+        memcpy(&prev_kind, rec, 4);
+        prev = rec;
+        i++;
+    }
+    return -1;
+}

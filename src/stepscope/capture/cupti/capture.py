@@ -1,0 +1,373 @@
+"""GPU capture through CUPTI's Activity API: libcupti via ctypes, buffers via the C shim.
+
+``CuptiCapture.start()`` registers the shim's buffer callbacks and enables the activity kinds;
+``flush()`` takes the completed buffers (no GIL was needed to fill them), walks and decodes them
+(``decode``) and hands the buffers back; ``stop()`` disables, force-flushes and decodes the rest.
+
+Which runtime/driver calls are recorded: only those that matter to the analysis (launches,
+graph launches, synchronisation, copies, memsets, allocations), enabled one callback id at a time
+(``cuptiActivityEnableRuntimeApi``), so the ~8 bookkeeping calls per PyTorch launch
+(cudaGetDevice…) cost nothing. A driver call nested in a runtime call on the same thread (the
+runtime's own cuLaunchKernel) is dropped at decode, keeping the runtime call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stepscope.apis import classify_api
+from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.decode import DecodeContext, Decoder
+from stepscope.capture.cupti.native import Unavailable, find_libcupti, load_libcupti, load_shim
+from stepscope.schema import ApiKind
+from stepscope.store.manifest import Diagnostic
+
+FLUSH_FORCED = 1
+_KEEP_API = {ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH, ApiKind.SYNC, ApiKind.MEMCPY, ApiKind.MEMSET,
+             ApiKind.ALLOC, ApiKind.FREE}
+_MAX_CBID = 1024
+_VERSION = re.compile(r"_v\d+$")
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    api: str = "filtered"  # "none" | "filtered" (calls that matter) | "all"
+    driver: bool = True  # driver-API calls too (JAX, CuPy and Triton launch through the driver)
+    memcpy: bool = True
+    memset: bool = True
+    sync: bool = True
+    nvtx: bool = True
+    overhead: bool = True
+    buffer_mb: int = 8
+    max_mb: int = 1024
+
+    def kinds(self) -> list[int]:
+        ks = [L.CONCURRENT_KERNEL]
+        ks += [L.MEMCPY, L.MEMCPY2] if self.memcpy else []
+        ks += [L.MEMSET] if self.memset else []
+        ks += [L.SYNCHRONIZATION] if self.sync else []
+        ks += [L.MARKER] if self.nvtx else []
+        ks += [L.OVERHEAD] if self.overhead else []
+        if self.api == "all":
+            ks += [L.RUNTIME] + ([L.DRIVER] if self.driver else [])
+        return ks
+
+
+def _demangler() -> Any:
+    try:
+        cxx = ctypes.CDLL("libstdc++.so.6")
+        libc = ctypes.CDLL(None)
+        fn = cxx.__cxa_demangle
+    except (OSError, AttributeError):
+        return lambda s: s
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+
+    def demangle(name: str) -> str:
+        if not name.startswith("_Z"):
+            return name
+        status = ctypes.c_int(0)
+        ptr = fn(name.encode(), None, None, ctypes.byref(status))
+        if not ptr or status.value != 0:
+            return name
+        try:
+            return ctypes.string_at(ptr).decode("utf-8", "replace")
+        finally:
+            libc.free(ptr)
+
+    return demangle
+
+
+def torch_profiler_active() -> bool:
+    torch = sys.modules.get("torch")
+    fn = getattr(getattr(torch, "autograd", None), "_profiler_enabled", None)
+    try:
+        return bool(fn()) if callable(fn) else False
+    except Exception:
+        return False
+
+
+class CuptiCapture:
+    """One process's CUPTI activity capture. Not re-entrant: the bootstrap serialises calls."""
+
+    backend = "cupti"
+
+    def __init__(self, settings: GpuSettings | None = None, *, libcupti: str | None = None) -> None:
+        self.settings = settings or GpuSettings()
+        path = libcupti or find_libcupti()
+        if not path:
+            raise Unavailable("libcupti not found (install the nvidia-cuda-cupti wheel, or set "
+                              "STEPSCOPE_CUPTI_LIB)")
+        self.path = path
+        self.lib = load_libcupti(path)
+        self.shim = load_shim()
+        v = ctypes.c_uint32(0)
+        self._check(self.lib.cuptiGetVersion(ctypes.byref(v)), "cuptiGetVersion")
+        self.version = int(v.value)
+        chosen = L.layouts_for(self.version)
+        if chosen is None:
+            raise Unavailable(f"CUPTI API version {self.version} has no known record layout "
+                              "(supported: CUDA 12.x, 13.x)")
+        self.layout_name, self.layouts = chosen
+        self._sizes = (ctypes.c_uint32 * 64)(*L.size_table(self.layouts))
+        self.decoder = Decoder(self.layouts, DecodeContext(
+            strings=self._string, api_name=self._callback_name, demangle=_demangler(),
+            pid=os.getpid()))
+        self._enabled: list[int] = []
+        self._api_off: list[tuple[int, int]] = []
+        self._api_kept = 0
+        self._diags: list[Diagnostic] = []
+        self._checked = False
+        self._layout_ok = True
+        self.clock_offset_ns = 0
+        self.buffers = 0
+        self.bytes = 0
+        self.decode_s = 0.0
+        self.running = False
+        # STEPSCOPE_CUPTI_DUMP=DIR: keep the raw buffers and the strings they point to (used to
+        # record the CI fixtures of the decoder; see tests/capture/cupti)
+        self._dump = os.environ.get("STEPSCOPE_CUPTI_DUMP") or None
+        self._dumped_strings: dict[int, str] = {}
+        self._dumped_api: dict[str, str] = {}
+
+    # -- ctypes helpers -----------------------------------------------------------------------
+    def _error(self, rc: int) -> str:
+        s = ctypes.c_char_p()
+        if self.lib.cuptiGetResultString(rc, ctypes.byref(s)) == 0 and s.value:
+            return s.value.decode(errors="replace")
+        return f"CUPTI error {rc}"
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise Unavailable(f"{what} failed: {self._error(rc)}")
+
+    def _string(self, ptr: int) -> str | None:
+        try:
+            text = ctypes.string_at(ptr).decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return None
+        if self._dump:
+            self._dumped_strings[ptr] = text
+        return text
+
+    def _callback_name(self, domain: int, cbid: int) -> str | None:
+        s = ctypes.c_char_p()
+        if self.lib.cuptiGetCallbackName(domain, cbid, ctypes.byref(s)) != 0 or not s.value:
+            return None
+        text = s.value.decode(errors="replace")
+        if self._dump:
+            self._dumped_api[f"{domain}:{cbid}"] = text
+        return text
+
+    def _dump_buffer(self, ptr: int, valid: int) -> None:
+        if not self._dump:
+            return
+        d = Path(self._dump)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"buffer-{self.buffers:04d}.bin").write_bytes(ctypes.string_at(ptr, valid))
+
+    def _dump_meta(self) -> None:
+        if not self._dump:
+            return
+        meta = {"cupti_api_version": self.version, "layout": self.layout_name,
+                "strings": {str(k): v for k, v in self._dumped_strings.items()},
+                "api_names": self._dumped_api, "settings": asdict(self.settings)}
+        Path(self._dump, "meta.json").write_text(json.dumps(meta, indent=1))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        if torch_profiler_active():
+            raise Unavailable("torch.profiler is running in this process and owns CUPTI "
+                              "(one CUPTI client per process): use --backend torch")
+        s = self.settings
+        self.shim.ss_configure(s.buffer_mb << 20, s.max_mb << 20)
+        req = ctypes.cast(self.shim.ss_buffer_requested, ctypes.c_void_p)
+        done = ctypes.cast(self.shim.ss_buffer_completed, ctypes.c_void_p)
+        self._check(self.lib.cuptiActivityRegisterCallbacks(req, done),
+                    "cuptiActivityRegisterCallbacks")
+        for kind in s.kinds():
+            rc = self.lib.cuptiActivityEnable(kind)
+            if rc == 0:
+                self._enabled.append(kind)
+            elif kind == L.CONCURRENT_KERNEL:
+                self.stop()
+                raise Unavailable(f"cannot enable CUPTI kernel records: {self._error(rc)}")
+            else:
+                self._diag("cupti_kind_unavailable",
+                           f"CUPTI {L.KIND_NAMES.get(kind, kind)} records unavailable: {self._error(rc)}")
+        if s.api == "filtered":
+            self._enable_api(L.DOMAIN_RUNTIME_API)
+            if s.driver:
+                self._enable_api(L.DOMAIN_DRIVER_API)
+        ts = ctypes.c_uint64(0)
+        before = time.time_ns()
+        if self.lib.cuptiGetTimestamp(ctypes.byref(ts)) == 0:
+            after = time.time_ns()
+            off = int(ts.value) - (before + after) // 2
+            self.clock_offset_ns = off if abs(off) > 1_000_000 else 0
+        self.running = True
+
+    def _enable_api(self, domain: int) -> None:
+        """The whole domain on, then every call that does not matter off (the order CUPTI wants:
+        enabling the kind after the per-call switches would override them)."""
+        kind = L.RUNTIME if domain == L.DOMAIN_RUNTIME_API else L.DRIVER
+        rc = self.lib.cuptiActivityEnable(kind)
+        if rc != 0:
+            self._diag("cupti_api_unavailable", f"CUPTI {L.KIND_NAMES[kind]} API records "
+                       f"unavailable: {self._error(rc)}")
+            return
+        self._enabled.append(kind)
+        fn = getattr(self.lib, "cuptiActivityEnableRuntimeApi" if domain == L.DOMAIN_RUNTIME_API
+                     else "cuptiActivityEnableDriverApi", None)
+        if fn is None:  # older CUPTI: every call of the domain is recorded
+            return
+        failed = 0
+        for cbid in range(1, _MAX_CBID):
+            name = self._callback_name(domain, cbid)
+            if not name:
+                continue
+            if classify_api(_VERSION.sub("", name)) in _KEEP_API:
+                self._api_kept += 1
+            elif fn(cbid, 0) == 0:
+                self._api_off.append((domain, cbid))
+            else:
+                failed += 1
+        if failed:
+            self._diag("cupti_api_filter", f"{failed} {L.KIND_NAMES[kind]} calls could not be "
+                       "switched off: their records are kept")
+
+    def _disable(self) -> None:
+        for kind in self._enabled:
+            self.lib.cuptiActivityDisable(kind)
+        self._enabled.clear()
+        for domain, cbid in self._api_off:  # back to CUPTI's default for the next client
+            fn = (self.lib.cuptiActivityEnableRuntimeApi if domain == L.DOMAIN_RUNTIME_API
+                  else self.lib.cuptiActivityEnableDriverApi)
+            fn(cbid, 1)
+        self._api_off.clear()
+
+    def flush(self, forced: bool = False) -> dict[str, dict[str, Any]]:
+        """Decode what CUPTI has completed (all of it when ``forced``)."""
+        self.lib.cuptiActivityFlushAll(FLUSH_FORCED if forced else 0)
+        return self._drain()
+
+    def stop(self) -> dict[str, dict[str, Any]]:
+        if not self.running and not self._enabled:
+            return {}
+        self.running = False
+        self._disable()
+        self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+        out = self._drain()
+        self.shim.ss_trim()
+        self._dump_meta()
+        return out
+
+    # -- buffers ------------------------------------------------------------------------------
+    def _drain(self) -> dict[str, dict[str, Any]]:
+        t0 = time.perf_counter()
+        bufs = (ctypes.c_void_p * 64)()
+        valid = (ctypes.c_size_t * 64)()
+        while True:
+            n = self.shim.ss_take(bufs, valid, 64)
+            if n <= 0:
+                break
+            for i in range(n):
+                try:
+                    self._decode_buffer(int(bufs[i] or 0), int(valid[i]))
+                finally:
+                    self.shim.ss_release(bufs[i])
+        tables = self.decoder.tables() if self._layout_ok else {}
+        if self.clock_offset_ns:
+            for cols in tables.values():
+                cols["ts_ns"] = np.asarray(cols["ts_ns"], dtype=np.int64) - self.clock_offset_ns
+        self.decode_s += time.perf_counter() - t0
+        return tables
+
+    def _decode_buffer(self, ptr: int, valid: int) -> None:
+        if not ptr or not valid or not self._layout_ok:
+            return
+        self.buffers += 1
+        self.bytes += valid
+        self._dump_buffer(ptr, valid)
+        if not self._checked:
+            self._checked = True
+            self._verify_layout(ptr, valid)
+            if not self._layout_ok:
+                return
+        cap = valid // 16 + 1
+        kinds = np.empty(cap, dtype=np.uint32)
+        offs = np.empty(cap, dtype=np.uint64)
+        stop = ctypes.c_size_t(0)
+        n = self.shim.ss_walk(ptr, valid, self._sizes,
+                              kinds.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)),
+                              offs.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), cap,
+                              ctypes.byref(stop))
+        if stop.value != valid:
+            self._diag("cupti_walk_stopped", f"a CUPTI buffer had an unknown record at byte "
+                       f"{stop.value} of {valid}: the rest of that buffer was skipped")
+        buf = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(valid,))
+        self.decoder.add(buf, kinds[:n], offs[:n])
+
+    def _verify_layout(self, ptr: int, valid: int) -> None:
+        nxt = ctypes.cast(self.lib.cuptiActivityGetNextRecord, ctypes.c_void_p)
+        kind, stride = ctypes.c_uint32(0), ctypes.c_uint64(0)
+        bad = self.shim.ss_check_walk(nxt, ptr, valid, self._sizes, ctypes.byref(kind),
+                                      ctypes.byref(stride))
+        if bad >= 0:
+            self._layout_ok = False
+            self._diag("cupti_layout_mismatch",
+                       f"CUPTI {self.version} records of kind {kind.value} are {stride.value} bytes, "
+                       f"not the {self._sizes[kind.value]} this stepscope knows: GPU records dropped",
+                       level="error")
+
+    # -- reporting ----------------------------------------------------------------------------
+    def _diag(self, code: str, message: str, level: str = "warning") -> None:
+        if not any(d.code == code for d in self._diags):
+            self._diags.append(Diagnostic(level, code, message))
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        out = list(self._diags)
+        dropped = self.dropped_records()
+        stats = self.stats()
+        if dropped or stats["buffers_refused"]:
+            out.append(Diagnostic("warning", "cupti_records_dropped",
+                                  f"CUPTI dropped {dropped} records ({stats['buffers_refused']} buffer "
+                                  f"requests refused at the {self.settings.max_mb} MB cap): "
+                                  "shorten the window or raise the cap"))
+        if self.decoder.unknown_kinds:
+            out.append(Diagnostic("info", "cupti_unknown_kinds",
+                                  f"CUPTI record kinds not decoded: {sorted(self.decoder.unknown_kinds)}"))
+        return tuple(out)
+
+    def dropped_records(self) -> int:
+        n = ctypes.c_size_t(0)
+        if self.lib.cuptiActivityGetNumDroppedRecords(None, 0, ctypes.byref(n)) != 0:
+            return 0
+        return int(n.value)
+
+    def stats(self) -> dict[str, int]:
+        out = (ctypes.c_uint64 * 8)()
+        self.shim.ss_stats(out)
+        keys = ("buffers_requested", "buffers_completed", "buffers_refused", "buffers_empty",
+                "allocated_bytes", "pending_bytes", "peak_pending_bytes", "buffer_bytes")
+        return dict(zip(keys, (int(x) for x in out)))
+
+    def settings_for_manifest(self) -> dict[str, Any]:
+        return {"backend": self.backend, "libcupti": self.path, "cupti_api_version": self.version,
+                "record_layout": self.layout_name, "settings": asdict(self.settings),
+                "api_calls_kept": self._api_kept, "api_calls_off": len(self._api_off),
+                "records": self.decoder.records, "buffers": self.buffers, "valid_bytes": self.bytes,
+                "decode_s": round(self.decode_s, 4), "clock_offset_ns": self.clock_offset_ns,
+                "cupti_overhead_ns": dict(self.decoder.cupti_overhead_ns), **self.stats()}

@@ -1,0 +1,165 @@
+"""Find, build and load the C buffer shim (``_shim.c``) and libcupti, through ctypes.
+
+The shim is compiled when the package is installed (an optional setuptools extension) and, when
+that did not happen (a source checkout, a machine that had no compiler at install time), once on
+first use with the system C compiler into the user cache (``$XDG_CACHE_HOME/stepscope``), keyed
+by the source's hash. It needs no Python headers: a plain shared library.
+
+libcupti is taken, in order: already mapped into this process (a framework loaded it: using the
+same copy matters, a second CUPTI in one process would fight the first), ``STEPSCOPE_CUPTI_LIB``,
+the ``nvidia-cuda-cupti`` wheels on ``sys.path``, ``$CUDA_HOME/extras/CUPTI/lib64``, the loader's
+search path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from stepscope.errors import CaptureError
+
+HERE = Path(__file__).resolve().parent
+SHIM_SOURCE = HERE / "_shim.c"
+_WHEEL_GLOBS = ("nvidia/cu13/lib/libcupti.so*", "nvidia/cuda_cupti/lib/libcupti.so*",
+                "nvidia/cu12/lib/libcupti.so*")
+
+
+class Unavailable(CaptureError):
+    """GPU capture cannot run here; the message says why (shown to the user)."""
+
+
+def mapped_libcupti(maps: Path = Path("/proc/self/maps")) -> str | None:
+    try:
+        text = maps.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        path = line.split(None, 5)[-1] if line.count(" ") >= 5 else ""
+        if "/libcupti.so" in path:
+            return path.strip()
+    return None
+
+
+def find_libcupti(environ: Mapping[str, str] | None = None,
+                  paths: Sequence[str] | None = None) -> str | None:
+    env = os.environ if environ is None else environ
+    got = mapped_libcupti()
+    if got:
+        return got
+    explicit = env.get("STEPSCOPE_CUPTI_LIB")
+    if explicit:
+        return explicit if Path(explicit).is_file() else None
+    for base in (sys.path if paths is None else paths):
+        for pattern in _WHEEL_GLOBS:
+            hits = sorted(glob.glob(os.path.join(base or ".", pattern)))
+            if hits:
+                return hits[-1]
+    for root in (env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            hits = sorted(glob.glob(os.path.join(root, "extras/CUPTI/lib64/libcupti.so*")))
+            if hits:
+                return hits[-1]
+    return ctypes.util.find_library("cupti")
+
+
+def _prebuilt() -> Path | None:
+    hits = sorted(HERE.glob("_ss_cupti*.so"))
+    return hits[0] if hits else None
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "stepscope"
+
+
+def build_shim(dest_dir: Path | None = None, compiler: str | None = None) -> Path:
+    """Compile the shim into the cache (idempotent). Raises Unavailable without a compiler."""
+    src = SHIM_SOURCE.read_bytes()
+    digest = hashlib.sha256(src).hexdigest()[:16]
+    out_dir = dest_dir or cache_dir()
+    target = out_dir / f"libss_cupti-{digest}.so"
+    if target.is_file():
+        return target
+    cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise Unavailable("the CUPTI buffer shim is not built and no C compiler was found "
+                          "(install stepscope with a compiler present, or set CC)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".{target.name}.{os.getpid()}.tmp"
+    cmd = [cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SHIM_SOURCE), "-lpthread"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise Unavailable(f"could not build the CUPTI buffer shim with {cc}: {exc}") from None
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or ["?"])[0]
+        raise Unavailable(f"could not build the CUPTI buffer shim with {cc}: {first}")
+    os.replace(tmp, target)
+    return target
+
+
+def load_shim(path: Path | None = None) -> ctypes.CDLL:
+    """The shim with its signatures set (built on demand)."""
+    lib_path = path or _prebuilt() or build_shim()
+    lib = ctypes.CDLL(str(lib_path))
+    vp, sz, u32p, u64p = ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint32), \
+        ctypes.POINTER(ctypes.c_uint64)
+    lib.ss_configure.argtypes = [sz, sz]
+    lib.ss_configure.restype = ctypes.c_int
+    lib.ss_take.argtypes = [ctypes.POINTER(vp), ctypes.POINTER(sz), ctypes.c_int]
+    lib.ss_take.restype = ctypes.c_int
+    lib.ss_release.argtypes = [vp]
+    lib.ss_release.restype = None
+    lib.ss_trim.argtypes = []
+    lib.ss_trim.restype = None
+    lib.ss_stats.argtypes = [u64p]
+    lib.ss_stats.restype = None
+    lib.ss_walk.argtypes = [vp, sz, u32p, u32p, u64p, sz, ctypes.POINTER(sz)]
+    lib.ss_walk.restype = sz
+    lib.ss_check_walk.argtypes = [vp, vp, sz, u32p, u32p, u64p]
+    lib.ss_check_walk.restype = ctypes.c_long
+    lib.ss_buffer_requested.argtypes = [ctypes.POINTER(vp), ctypes.POINTER(sz), ctypes.POINTER(sz)]
+    lib.ss_buffer_requested.restype = None
+    lib.ss_buffer_completed.argtypes = [vp, ctypes.c_uint32, vp, sz, sz]
+    lib.ss_buffer_completed.restype = None
+    return lib
+
+
+def load_libcupti(path: str) -> ctypes.CDLL:
+    """libcupti with the signatures used here."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise Unavailable(f"cannot load libcupti ({path}): {exc}") from None
+    i, u8, u32, vp, sz = ctypes.c_int, ctypes.c_uint8, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t
+    sigs: dict[str, list[object]] = {
+        "cuptiGetVersion": [ctypes.POINTER(u32)],
+        "cuptiActivityRegisterCallbacks": [vp, vp],
+        "cuptiActivityEnable": [i],
+        "cuptiActivityDisable": [i],
+        "cuptiActivityFlushAll": [u32],
+        "cuptiActivityGetNumDroppedRecords": [vp, u32, ctypes.POINTER(sz)],
+        "cuptiGetResultString": [i, ctypes.POINTER(ctypes.c_char_p)],
+        "cuptiGetCallbackName": [i, u32, ctypes.POINTER(ctypes.c_char_p)],
+        "cuptiActivityEnableRuntimeApi": [u32, u8],
+        "cuptiActivityEnableDriverApi": [u32, u8],
+        "cuptiGetTimestamp": [ctypes.POINTER(ctypes.c_uint64)],
+    }
+    for name, args in sigs.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            if name.startswith("cuptiActivityEnable") and name.endswith("Api"):
+                continue  # older CUPTI: the whole-domain switch is used instead
+            raise Unavailable(f"{path} lacks {name} (CUPTI too old)")
+        fn.argtypes = args
+        fn.restype = i
+    return lib
