@@ -8,6 +8,7 @@ integer Unix nanoseconds. ``kineto_reader`` decodes the file (fast, in chunks),
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from stepscope.errors import TraceFormatError
 from stepscope.importers.kineto_build import (
     IGNORED_CATEGORIES,
     TABLE_CATEGORIES,
+    NeedFlows,
     TableBuilder,
     vendor,
 )
@@ -54,17 +56,9 @@ def parse_kineto(path: str | Path, *, default_rank: int,
     loaded = load_bytes(p)
     try:
         try:
-            reader = EventReader(loaded.data, name, chunk_bytes=chunk_bytes)
-            builder = TableBuilder(name)
-            for index, events in reader.chunks():
-                builder.add(index, events, reader.skipped)
-                del events
-        except SplitFailed:  # start over with one whole-document decode
-            reader = EventReader(loaded.data, name)
-            builder = TableBuilder(name)
-            for index, events in reader.whole():
-                builder.add(index, events, reader.skipped)
-                del events
+            reader, builder = _read(loaded.data, name, chunk_bytes, flows=False)
+        except NeedFlows:  # an old trace: start over, decoding the flows too
+            reader, builder = _read(loaded.data, name, chunk_bytes, flows=True)
     finally:
         loaded.close()
     doc = reader.meta
@@ -103,6 +97,24 @@ def parse_kineto(path: str | Path, *, default_rank: int,
         tables={k: _conformed(k, cols, rank) for k, cols in tables.items()},
         rank=info, diagnostics=tuple(diags), clock_offset_ns=base,
         tool=_tool(doc, vend), details=details)
+
+
+def _read(data: bytes | bytearray | mmap.mmap, name: str, chunk_bytes: int,
+          flows: bool) -> tuple[EventReader, TableBuilder]:
+    """Decode and build, in chunks (else, when the file cannot be split, whole)."""
+    try:
+        reader = EventReader(data, name, chunk_bytes=chunk_bytes, flows=flows)
+        builder = TableBuilder(name, flows=flows)
+        for index, events in reader.chunks():
+            builder.add(index, events, reader.skipped)
+            del events
+    except SplitFailed:  # start over with one whole-document decode
+        reader = EventReader(data, name, flows=flows)
+        builder = TableBuilder(name, flows=flows)
+        for index, events in reader.whole():
+            builder.add(index, events, reader.skipped)
+            del events
+    return reader, builder
 
 
 def _conformed(table: str, cols: dict[str, Any], rank: int) -> pa.Table:

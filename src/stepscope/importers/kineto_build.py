@@ -9,6 +9,7 @@ key after the events.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from operator import attrgetter
@@ -22,6 +23,7 @@ import pyarrow.compute as pc
 from stepscope.importers import kineto_tables as kt
 from stepscope.importers.kineto_columns import Drops, Timed, timed
 from stepscope.importers.kineto_events import DeviceProps, Event
+from stepscope.importers.kineto_fast import Decoders
 from stepscope.schema import AnnotationSource, ApiDomain, CpuOpKind
 
 API_CATEGORIES: dict[str, ApiDomain] = {
@@ -45,10 +47,56 @@ IGNORED_CATEGORIES = frozenset({
 })
 _PH, _PID = attrgetter("ph"), attrgetter("pid")
 
+_CODES: dict[type, int] = {}  # fast-decode class -> its code in bucket()
+_CATS: list[str] = []  # code -> category
+
+
+@functools.cache
+def decoders(flows: bool = False) -> Decoders:
+    """The fast decode (kineto_fast): one Struct per category, with what its table uses.
+    ``ac2g`` flows are only needed for GPU events without a correlation id (old traces):
+    decoded with ``flows``, else only counted (:class:`NeedFlows`)."""
+    d = Decoders(
+        full=(*GPU_CATEGORIES, "user_annotation", *API_CATEGORIES),
+        ops=tuple(c for c, k in CPU_OP_CATEGORIES.items() if k is CpuOpKind.FRAMEWORK),
+        python=tuple(c for c, k in CPU_OP_CATEGORIES.items() if k is CpuOpKind.PYTHON),
+        memory=("cpu_instant_event",), flows=("ac2g",) if flows else (),
+        skipped=tuple(sorted(IGNORED_CATEGORIES - ({"ac2g"} if flows else set()))))
+    for cat, cls in d.classes.items():
+        _CODES[cls] = len(_CATS)
+        _CATS.append(cat)
+    return d
+
+
+class NeedFlows(Exception):
+    """GPU events without a correlation id: read the file again, with the flows."""
+
 
 def bucket(events: list[Event]) -> dict[str, list[Event]]:
     """Events by category (``""`` for none: metadata and global instants), in
-    file order. Consumers pick the phases they need (:func:`phase`)."""
+    file order. Consumers pick the phases they need (:func:`phase`).
+
+    Events from the fast decode are grouped by their class (a stable sort of
+    class codes, no Python loop); a chunk holding generic :class:`Event` objects
+    (the decode's fallback) is grouped event by event."""
+    n = len(events)
+    try:
+        codes = np.fromiter(map(_CODES.__getitem__, map(type, events)), np.int16, n)
+    except KeyError:
+        return _bucket_by_cat(events)
+    counts = np.bincount(codes, minlength=len(_CATS))
+    order = np.argsort(codes, kind="stable").tolist()
+    get = events.__getitem__
+    out: dict[str, list[Event]] = {}
+    start = 0
+    for code in np.flatnonzero(counts).tolist():
+        end = start + int(counts[code])
+        out[_CATS[code]] = list(map(get, order[start:end]))
+        start = end
+    return out
+
+
+def _bucket_by_cat(events: list[Event]) -> dict[str, list[Event]]:
     out: defaultdict[str | None, list[Event]] = defaultdict(list)
     for e in events:
         out[e.cat].append(e)
@@ -68,18 +116,21 @@ def phase(events: list[Event] | None, *phases: str) -> list[Event]:
     return [e for e in events if e.ph in phases]
 
 
-def fill_correlation_from_flows(buckets: dict[str, list[Event]]) -> None:
+def fill_correlation_from_flows(buckets: dict[str, list[Event]], flows: bool) -> None:
     """Old traces: a GPU event without ``args.correlation`` gets the id of the
     ``ac2g`` flow that ends on it (same pid, tid and ts; Kineto writes the flow
-    next to the event, so both are in the same chunk)."""
+    next to the event, so both are in the same chunk). Raises :class:`NeedFlows`
+    when there is one and the flows were not decoded."""
     missing = [e for cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in buckets.get(cat, ())
                if e.args.correlation is None]
     if not missing:
         return
-    flows = {(e.pid, e.tid, e.ts): e.id for e in phase(buckets.get("ac2g"), "f")
-             if e.id is not None}
+    if not flows:
+        raise NeedFlows
+    ids = {(e.pid, e.tid, e.ts): e.id for e in phase(buckets.get("ac2g"), "f")
+           if e.id is not None}
     for e in missing:
-        fid = flows.get((e.pid, e.tid, e.ts))
+        fid = ids.get((e.pid, e.tid, e.ts))
         if fid is None:
             continue
         e.args = msgspec.structs.replace(e.args, correlation=fid)
@@ -88,7 +139,8 @@ def fill_correlation_from_flows(buckets: dict[str, list[Event]]) -> None:
 class TableBuilder:
     """Columns of one file's tables, fed chunk by chunk."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, flows: bool = False) -> None:
+        self.flows = flows  # the events were decoded with their flows (decoders(flows=True))
         self.drops = Drops(path)
         self.parts: defaultdict[str, list[kt.Columns]] = defaultdict(list)
         self.user: list[Timed] = []
@@ -106,7 +158,7 @@ class TableBuilder:
         self.events += len(events)
         buckets = bucket(events)
         self.categories.update({k: len(v) for k, v in buckets.items()})
-        fill_correlation_from_flows(buckets)
+        fill_correlation_from_flows(buckets, self.flows)
 
         def x(cat: str) -> Timed:
             return timed(phase(buckets.get(cat), "X"), 0, self.drops)
@@ -116,13 +168,14 @@ class TableBuilder:
                 t = x(cat)
                 if t.events:
                     self.parts[table].append(build(t))
-        api = kt.api_calls([(x(c), d) for c, d in API_CATEGORIES.items() if c in buckets])
-        ops = kt.cpu_ops([(x(c), k) for c, k in CPU_OP_CATEGORIES.items() if c in buckets])
+        self.parts["api_calls"] += kt.api_calls(
+            [(x(c), d) for c, d in API_CATEGORIES.items() if c in buckets])
+        self.parts["cpu_ops"] += kt.cpu_ops(
+            [(x(c), k) for c, k in CPU_OP_CATEGORIES.items() if c in buckets])
         mem = [e for e in phase(buckets.get("cpu_instant_event"), "i", "I") if e.name == "[memory]"]
         memory = kt.memory_events(timed(mem, 0, self.drops, instant=True)) if mem else None
-        for table, cols in (("api_calls", api), ("cpu_ops", ops), ("memory_events", memory)):
-            if cols is not None:
-                self.parts[table].append(cols)
+        if memory is not None:
+            self.parts["memory_events"].append(memory)
         for cat, keep in (("user_annotation", self.user), ("gpu_user_annotation", self.gpu_user)):
             if cat in buckets:
                 keep.append(x(cat))
@@ -134,7 +187,7 @@ class TableBuilder:
 
     def finish(self, base_ns: int, devices: Sequence[DeviceProps] | None) -> dict[str, kt.Columns]:
         """All tables (times shifted by ``base_ns`` onto the Unix clock)."""
-        out = {name: kt.concat(chunks) for name, chunks in self.parts.items()}
+        out = {name: kt.concat(chunks) for name, chunks in self.parts.items() if chunks}
         self.parts.clear()
         for table, column, first in (("api_calls", "domain", ApiDomain.RUNTIME.value),
                                      ("cpu_ops", "kind", CpuOpKind.FRAMEWORK.value)):

@@ -156,8 +156,6 @@ class RawDoc(msgspec.Struct):
     record_shapes: msgspec.Raw = msgspec.Raw()
 
 
-DOC = msgspec.json.Decoder(TraceDoc)
 RAW_DOC = msgspec.json.Decoder(RawDoc)
 EVENT = msgspec.json.Decoder(Event)
-EVENTS = msgspec.json.Decoder(list[Event])
 RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])

@@ -29,15 +29,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from stepscope.errors import TraceFormatError
+from stepscope.importers.kineto_build import decoders
 from stepscope.importers.kineto_events import (
-    DOC,
     EVENT,
-    EVENTS,
     META_TYPES,
     RAW_DOC,
     RAW_EVENTS,
@@ -136,7 +135,8 @@ def load_bytes(path: Path) -> Loaded:
             size = os.fstat(fh.fileno()).st_size
             if size == 0:
                 raise TraceFormatError(name, "empty file, not a trace")
-            return Loaded(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), size, False)
+            # copy-on-write: the reader brackets each chunk in place (EventReader._bracketed)
+            return Loaded(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY), size, False)
     except PermissionError:
         raise TraceFormatError(name, "permission denied (cannot read the file)") from None
     except OSError as exc:
@@ -151,8 +151,9 @@ class EventReader:
     """
 
     def __init__(self, data: bytes | bytearray | mmap.mmap, path: str, *,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+                 chunk_bytes: int = CHUNK_BYTES, flows: bool = False) -> None:
         self.data = data
+        self.fast = decoders(flows)
         self.path = path
         self.chunk_bytes = chunk_bytes
         self.meta = TraceDoc()
@@ -175,7 +176,7 @@ class EventReader:
     def whole(self) -> Iterator[tuple[int, list[Event]]]:
         try:
             with gc_paused():
-                doc = DOC.decode(self.data)
+                doc = cast(TraceDoc, self.fast.doc.decode(self.data))
         except msgspec.ValidationError:
             doc = self._lenient(self.data, 0)
         except msgspec.DecodeError as exc:
@@ -183,7 +184,7 @@ class EventReader:
         if doc.traceEvents is None:
             raise TraceFormatError(self.path, "not a trace: a JSON object without 'traceEvents'")
         events, doc.traceEvents = doc.traceEvents, None
-        self.meta = doc
+        self.meta = _merge(doc, TraceDoc())
         self._finish()
         yield 0, events
 
@@ -198,12 +199,15 @@ class EventReader:
             raise SplitFailed from None
         view = memoryview(data)
         pos, index, end = m.end(), 0, len(data)
+        before = m.start() + m.group(0).rindex(b"[")  # the array's '['
         while True:
             cut = _BOUNDARY.search(data, pos + self.chunk_bytes) \
                 if end - pos > 2 * self.chunk_bytes else None
             if cut is None:  # the last chunk: rebuild a document from it and the trailing keys
+                del view
                 try:
-                    tail = self._decode_doc(b"".join((b'{"traceEvents":[', view[pos:])), index)
+                    tail = self._decode_doc(b"".join((b'{"traceEvents":[', memoryview(data)[pos:])),
+                                            index)
                 except TraceFormatError:
                     raise SplitFailed from None  # the whole-document decode says what is wrong
                 events = tail.traceEvents or []
@@ -211,13 +215,30 @@ class EventReader:
                 self.meta = _merge(head, tail)
                 yield index, events
                 return
-            events = self._decode_events(b"".join((b"[", view[pos:cut.start() + 1], b"]")), index)
+            after = data.find(b",", cut.start() + 1, cut.start(1))  # the comma after the chunk
+            events = self._bracketed(view, before, pos, cut.start() + 1, after, index)
             n = len(events) + self._dropped_in_last
             yield index, events
             del events  # before the next chunk is decoded
             index += n
-            pos = cut.start(1)
+            before, pos = after, cut.start(1)
             self._release(pos)
+
+    def _bracketed(self, view: memoryview, before: int, start: int, stop: int, after: int,
+                   index: int) -> list[Event]:
+        """Decode the events in ``view[start:stop]`` as a JSON array. In a writable buffer
+        the bytes at ``before`` (whitespace, the array's '[' or the comma ending the previous
+        chunk) and ``after`` (the comma after the chunk) become the brackets while it is
+        decoded, which saves copying the chunk (~3% of an import); else it is copied."""
+        data = self.data
+        if view.readonly or isinstance(data, bytes):
+            return self._decode_events(b"".join((b"[", view[start:stop], b"]")), index)
+        was = data[before], data[after]
+        data[before], data[after] = 0x5B, 0x5D  # '[' ... ']'
+        try:
+            return self._decode_events(view[before:after + 1], index)
+        finally:
+            data[before], data[after] = was
 
     def _release(self, upto: int) -> None:
         """Let the kernel drop the pages of a memory-mapped file already decoded
@@ -228,15 +249,16 @@ class EventReader:
                 self.data.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
                 self._released = end
 
-    def _decode_events(self, buf: bytes, index: int) -> list[Event]:
+    def _decode_events(self, buf: bytes | memoryview, index: int) -> list[Event]:
         self._dropped_in_last = 0
         try:
             with gc_paused():
-                return EVENTS.decode(buf)
+                return cast(list[Event], self.fast.events.decode(buf))
         except msgspec.ValidationError:
             pass
         except msgspec.DecodeError:
             raise SplitFailed from None
+        buf = bytes(buf)  # the raw events below must not refer to the (restored) buffer
         try:
             with gc_paused():
                 raws = RAW_EVENTS.decode(buf)
@@ -249,7 +271,7 @@ class EventReader:
     def _decode_doc(self, buf: bytes, index: int) -> TraceDoc:
         try:
             with gc_paused():
-                return DOC.decode(buf)
+                return cast(TraceDoc, self.fast.doc.decode(buf))
         except msgspec.ValidationError:
             return self._lenient(buf, index)
         except msgspec.DecodeError:
@@ -286,23 +308,31 @@ class EventReader:
         return TraceDoc(traceEvents=events, **meta)
 
     def _events_from_raw(self, raws: list[msgspec.Raw], index: int) -> list[Event]:
-        """Typed events from raw ones: a slice at a time, one at a time (dropping
-        the bad ones) only in the slices where that fails."""
+        """Typed events from raw ones: a slice at a time, one at a time only in
+        the slices where that fails (:meth:`_one_by_one`)."""
         out: list[Event] = []
         step = _LENIENT_SLICE
         for start in range(0, len(raws), step):
             part = raws[start:start + step]
             try:
                 with gc_paused():
-                    out.extend(EVENTS.decode(b"".join((b"[", b",".join(part), b"]"))))
+                    out.extend(self.fast.events.decode(b"".join((b"[", b",".join(part), b"]"))))
             except (msgspec.ValidationError, msgspec.DecodeError):
                 out.extend(self._one_by_one(part, index + start))
         return out
 
     def _one_by_one(self, raws: list[msgspec.Raw], index: int) -> list[Event]:
+        """Each event as its category's fast Struct, else as a generic ``Event``
+        (no or an unknown category, an unknown phase); an event that fits neither
+        is dropped."""
         out: list[Event] = []
         with gc_paused():
             for i, item in enumerate(raws):
+                try:
+                    out.append(self.fast.event.decode(item))
+                    continue
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    pass
                 try:
                     out.append(EVENT.decode(item))
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:

@@ -219,10 +219,9 @@ def sync(t: Timed) -> Columns:
     return cols
 
 
-def api_calls(parts: Sequence[tuple[Timed, ApiDomain]]) -> Columns | None:
+def api_calls(parts: Sequence[tuple[Timed, ApiDomain]]) -> list[Columns]:
+    """One set of columns per part (concatenated, and sorted by time, at the end)."""
     parts = [(t, d) for t, d in parts if t.events]
-    if not parts:
-        return None
     chunks: list[Columns] = []
     for t, domain in parts:
         a = args_of(t.events)
@@ -234,10 +233,11 @@ def api_calls(parts: Sequence[tuple[Timed, ApiDomain]]) -> Columns | None:
                     kind=per_name(names, lambda s: classify_api(s).value),
                     cbid=ints(a, "cbid", I32))
         chunks.append(cols)
-    return concat(chunks)
+    return chunks
 
 
-def cpu_ops(parts: Sequence[tuple[Timed, CpuOpKind]]) -> Columns | None:
+def cpu_ops(parts: Sequence[tuple[Timed, CpuOpKind]]) -> list[Columns]:
+    """One set of columns per part (concatenated, and sorted by time, at the end)."""
     chunks: list[Columns] = []
     for t, kind in parts:
         if not t.events:
@@ -251,7 +251,7 @@ def cpu_ops(parts: Sequence[tuple[Timed, CpuOpKind]]) -> Columns | None:
         cols.update(external_id=ext, name=names_of(t.events),
                     kind=repeat(kind.value, len(t.events)), sequence=seq)
         chunks.append(cols)
-    return concat(chunks) if chunks else None
+    return chunks
 
 
 def take(cols: Columns, order: npt.NDArray[np.int64]) -> Columns:

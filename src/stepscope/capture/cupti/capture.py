@@ -42,7 +42,10 @@ _VERSION = re.compile(r"_v\d+$")
 @dataclass(frozen=True)
 class GpuSettings:
     api: str = "filtered"  # "none" | "filtered" (calls that matter) | "all"
-    driver: bool = True  # driver-API calls too (JAX, CuPy and Triton launch through the driver)
+    # driver-API calls too: JAX, CuPy and Triton launch through the driver. None = only when the
+    # process has not imported torch (torch launches through the runtime, whose nested driver
+    # calls would only double the records; measured in docs/benchmarks.md)
+    driver: bool | None = None
     memcpy: bool = True
     memset: bool = True
     sync: bool = True
@@ -50,6 +53,9 @@ class GpuSettings:
     overhead: bool = True
     buffer_mb: int = 8
     max_mb: int = 1024
+
+    def use_driver(self) -> bool:
+        return ("torch" not in sys.modules) if self.driver is None else self.driver
 
     def kinds(self) -> list[int]:
         ks = [L.CONCURRENT_KERNEL]
@@ -59,7 +65,7 @@ class GpuSettings:
         ks += [L.MARKER] if self.nvtx else []
         ks += [L.OVERHEAD] if self.overhead else []
         if self.api == "all":
-            ks += [L.RUNTIME] + ([L.DRIVER] if self.driver else [])
+            ks += [L.RUNTIME] + ([L.DRIVER] if self.use_driver() else [])
         return ks
 
 
@@ -127,6 +133,7 @@ class CuptiCapture:
         self._enabled: list[int] = []
         self._api_off: list[tuple[int, int]] = []
         self._api_kept = 0
+        self._api_off_total = 0
         self._diags: list[Diagnostic] = []
         self._checked = False
         self._layout_ok = True
@@ -208,7 +215,7 @@ class CuptiCapture:
                            f"CUPTI {L.KIND_NAMES.get(kind, kind)} records unavailable: {self._error(rc)}")
         if s.api == "filtered":
             self._enable_api(L.DOMAIN_RUNTIME_API)
-            if s.driver:
+            if s.use_driver():
                 self._enable_api(L.DOMAIN_DRIVER_API)
         ts = ctypes.c_uint64(0)
         before = time.time_ns()
@@ -241,6 +248,7 @@ class CuptiCapture:
                 self._api_kept += 1
             elif fn(cbid, 0) == 0:
                 self._api_off.append((domain, cbid))
+                self._api_off_total += 1
             else:
                 failed += 1
         if failed:
@@ -367,7 +375,8 @@ class CuptiCapture:
     def settings_for_manifest(self) -> dict[str, Any]:
         return {"backend": self.backend, "libcupti": self.path, "cupti_api_version": self.version,
                 "record_layout": self.layout_name, "settings": asdict(self.settings),
-                "api_calls_kept": self._api_kept, "api_calls_off": len(self._api_off),
+                "api_calls_kept": self._api_kept, "api_calls_off": self._api_off_total,
+                "driver_api": self.settings.use_driver(),
                 "records": self.decoder.records, "buffers": self.buffers, "valid_bytes": self.bytes,
                 "decode_s": round(self.decode_s, 4), "clock_offset_ns": self.clock_offset_ns,
                 "cupti_overhead_ns": dict(self.decoder.cupti_overhead_ns), **self.stats()}

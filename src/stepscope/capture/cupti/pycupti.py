@@ -71,7 +71,7 @@ class PyCuptiCapture:
         if self.settings.api == "filtered":
             for domain, kind, fn in ((L.DOMAIN_RUNTIME_API, L.RUNTIME, "activity_enable_runtime_api"),
                                      (L.DOMAIN_DRIVER_API, L.DRIVER, "activity_enable_driver_api")):
-                if domain == L.DOMAIN_DRIVER_API and not self.settings.driver:
+                if domain == L.DOMAIN_DRIVER_API and not self.settings.use_driver():
                     continue
                 c.activity_enable(kind)
                 self._enabled.append(kind)
