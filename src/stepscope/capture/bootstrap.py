@@ -238,6 +238,7 @@ class Session:
         self.ended = "running"
         self.finished = False
         self._timers: list[threading.Timer] = []
+        self._closed = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def begin(self) -> Session:
@@ -341,6 +342,19 @@ class Session:
         self.open_ns = now
         self._last_flush = now
         self._cpu_open = threads_cpu_s()
+        t = threading.Thread(target=self._flusher, name="stepscope-flush", daemon=True)
+        t.start()
+
+    def _flusher(self) -> None:
+        """Flush every ``flush_every_s`` while the window is open, whether or not steps come
+        (timed windows, long or stuck steps): bounded memory, and a crash keeps what was written."""
+        period = max(self.config.flush_every_s, 0.1)
+        while not self._closed.wait(period / 2):
+            with self._lock:
+                if self.finished or self.close_ns is not None:
+                    return
+                if self._due():
+                    self._flush_or_keep()
 
     # -- GPU ---------------------------------------------------------------------------------
     def _prepare_gpu(self) -> None:
@@ -453,6 +467,7 @@ class Session:
             cpu = threads_cpu_s()
             now = self._clock()
             self.close_ns = now
+            self._closed.set()
             self._measure(cpu, now)
             gpu = self._gpu_data(final=True)
             data = self._stop_host()
@@ -497,6 +512,7 @@ class Session:
                 return
             for t in self._timers:
                 t.cancel()
+            self._closed.set()
             if ended is not None:
                 self.ended = ended
             elif self.ended == "running":

@@ -351,9 +351,9 @@ class CuptiCapture:
         stats = self.stats()
         if dropped or stats["buffers_refused"]:
             out.append(Diagnostic("warning", "cupti_records_dropped",
-                                  f"CUPTI dropped {dropped} records ({stats['buffers_refused']} buffer "
-                                  f"requests refused at the {self.settings.max_mb} MB cap): "
-                                  "shorten the window or raise the cap"))
+                                  f"CUPTI dropped {dropped} records: buffer memory reached its "
+                                  f"{self.settings.max_mb} MB cap ({stats['buffers_refused']} "
+                                  "buffer requests refused); shorten the window"))
         if self.decoder.unknown_kinds:
             out.append(Diagnostic("info", "cupti_unknown_kinds",
                                   f"CUPTI record kinds not decoded: {sorted(self.decoder.unknown_kinds)}"))
