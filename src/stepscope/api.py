@@ -19,7 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from stepscope.capture.bootstrap import CaptureConfig, Session, mark_step, pop, push
+from stepscope.capture.bootstrap import CaptureConfig, Session
+from stepscope.capture.process import mark_step, pop, push
 from stepscope.capture.schedule import make_schedule
 from stepscope.errors import CaptureError
 

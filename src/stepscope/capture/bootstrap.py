@@ -14,35 +14,29 @@ The launcher (or ``stepscope.record``) hands a ``CaptureConfig`` over (as JSON i
   Ctrl-C (KeyboardInterrupt takes the exception path) and SIGTERM (a handler that flushes, restores
   the default action and re-sends the signal, so the exit status is unchanged).
 
-Process-global state: the active sessions list (``_ACTIVE``) is the one module-level mutable
-value. It is inherent: ``stepscope.step()`` must find the capture that the injected bootstrap
-started in this process, without the user passing anything around.
+The process-wide part (active sessions, exit/signal hooks, the sitecustomize entry point) is in
+``capture.process``; the GPU backend's lifecycle in ``capture.gpu``.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import signal
 import socket
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
 from typing import Any, Protocol
 
-from stepscope.capture.gpu import GpuLike, make_gpu
+from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, count_rows, threads_cpu_s
+from stepscope.capture.gpu import GpuLike, GpuSlot, clip_gpu, make_gpu
 from stepscope.capture.schedule import Action, Schedule
-from stepscope.errors import CaptureError
 from stepscope.store.manifest import Diagnostic
 
 ENV_VAR = "STEPSCOPE_CAPTURE"
-TIMED_TABLES = ("samples", "stacks", "input_waits", "steps")
 
 
 @dataclass(frozen=True)
@@ -93,99 +87,6 @@ def default_host(config: CaptureConfig, rank: int, clock: Callable[[], int]) -> 
     return HostCapture(settings, rank=rank, clock=clock)
 
 
-Tables = dict[str, dict[str, list[Any]]]
-
-
-def clip(tables: Mapping[str, Mapping[str, list[Any]]], lo: int, hi: int | None) -> Tables:
-    """Keep rows whose time (the midpoint for ranges) lies in ``[lo, hi]``."""
-    out: Tables = {}
-    for name, cols in tables.items():
-        ts = cols.get("ts_ns")
-        if name not in TIMED_TABLES or ts is None:
-            out[name] = {k: list(v) for k, v in cols.items()}
-            continue
-        durs = cols.get("dur_ns") or [0] * len(ts)
-        keep = [i for i, (t, d) in enumerate(zip(ts, durs))
-                if t is not None and lo <= t + (d or 0) // 2 and (hi is None or t + (d or 0) // 2 <= hi)]
-        out[name] = {k: [v[i] for i in keep] for k, v in cols.items()}
-    return out
-
-
-def clip_gpu(tables: Mapping[str, Any], lo: int, hi: int | None) -> dict[str, Any]:
-    """``clip`` for the GPU backend's tables (numpy or list columns, or Arrow tables): drops
-    what the warm-up step before the window recorded."""
-    import numpy as np
-
-    out: dict[str, Any] = {}
-    for name, cols in tables.items():
-        if hasattr(cols, "num_rows"):
-            if "ts_ns" not in cols.column_names or not cols.num_rows:
-                out[name] = cols
-                continue
-            ts = np.asarray(cols.column("ts_ns").fill_null(0), dtype=np.int64)
-            dur = (np.asarray(cols.column("dur_ns").fill_null(0), dtype=np.int64)
-                   if "dur_ns" in cols.column_names else np.zeros_like(ts))
-        elif "ts_ns" in cols and len(cols["ts_ns"]):
-            ts = np.asarray(cols["ts_ns"], dtype=np.int64)
-            dur = np.asarray(cols.get("dur_ns", np.zeros_like(ts)), dtype=np.int64)
-        else:
-            out[name] = cols
-            continue
-        mid = ts + dur // 2
-        keep = (mid >= lo) & (True if hi is None else mid <= hi)
-        if keep.all():
-            out[name] = cols
-        elif hasattr(cols, "num_rows"):
-            import pyarrow as pa
-
-            out[name] = cols.filter(pa.array(keep))
-        else:
-            idx = np.flatnonzero(keep)
-            out[name] = {k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()])
-                         for k, v in cols.items()}
-    return out
-
-
-def concat(chunks: list[Tables]) -> Tables:
-    """Concatenate drained column dicts table by table (missing columns become None)."""
-    merged: Tables = {}
-    for c in chunks:
-        for name, cols in c.items():
-            dest = merged.setdefault(name, {})
-            n_before = len(next(iter(dest.values()), []))
-            for k, v in cols.items():
-                dest.setdefault(k, [None] * n_before).extend(v)
-            n_after = n_before + len(next(iter(cols.values()), []))
-            for v in dest.values():
-                v.extend([None] * (n_after - len(v)))
-    return merged
-
-
-def _rows(tables: Mapping[str, Any]) -> int:
-    return sum(int(c.num_rows) if hasattr(c, "num_rows") else len(next(iter(c.values()), []))
-               for c in tables.values())
-
-
-def threads_cpu_s(match: str = "stepscope") -> float | None:
-    """CPU time (user+system) of this process's threads whose name contains ``match`` (Linux)."""
-    try:
-        tick = os.sysconf("SC_CLK_TCK")
-    except (ValueError, OSError, AttributeError):
-        return None
-    total, found = 0, False
-    for t in threading.enumerate():
-        if match not in t.name.lower() or t.native_id is None:
-            continue
-        try:
-            stat = Path(f"/proc/self/task/{t.native_id}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-        found = True
-    return total / tick if found else None
-
-
 class Session:
     """One process's capture (see the module doc). Thread-safe via one re-entrant lock."""
 
@@ -216,12 +117,7 @@ class Session:
         self._rank = rank or 0
         self._lock = threading.RLock()
         self.host: HostLike | None = None
-        self._gpu_factory = gpu_factory or make_gpu
-        self.gpu: GpuLike | None = None
-        self._gpu_ready: threading.Event | None = None
-        self._gpu_made: list[Any] = []  # [GpuLike | None] or [exception], set by _prepare_gpu
-        self._gpu_tried = False
-        self._gpu_status: dict[str, Any] = {"backend": config.gpu, "state": "not started"}
+        self.gpu = GpuSlot(config.gpu, config.gpu_api, gpu_factory or make_gpu)
         self._running = False
         self.boundaries = 0
         self.open_ns: int | None = None
@@ -244,7 +140,7 @@ class Session:
     def begin(self) -> Session:
         with self._lock:
             self._write_meta()
-            self._prepare_gpu()
+            self.gpu.prepare()
             if self.schedule.timed:
                 delay = self.schedule.delay_s or 0.0
                 duration = self.schedule.duration_s or 0.0
@@ -356,74 +252,15 @@ class Session:
                 if self._due():
                     self._flush_or_keep()
 
-    # -- GPU ---------------------------------------------------------------------------------
-    def _prepare_gpu(self) -> None:
-        """Make the GPU backend (imports, libraries, the shim) off the training thread, so that
-        opening the window costs only the CUPTI switches."""
-        if self.config.gpu == "none":
-            return
-        ready = threading.Event()
-
-        def make() -> None:
-            try:
-                self._gpu_made.append(self._gpu_factory(self.config.gpu, self.config.gpu_api))
-            except BaseException as exc:
-                self._gpu_made.append(exc)
-            finally:
-                ready.set()
-
-        self._gpu_ready = ready
-        threading.Thread(target=make, name="stepscope-gpu-prepare", daemon=True).start()
-
     def _start_gpu(self) -> None:
-        if self._gpu_tried:
-            return
-        self._gpu_tried = True
-        try:
-            if self._gpu_ready is not None:
-                self._gpu_ready.wait(120)
-                made = self._gpu_made[0] if self._gpu_made else None
-                if isinstance(made, BaseException):
-                    raise made
-                gpu = made
-            else:
-                gpu = self._gpu_factory(self.config.gpu, self.config.gpu_api)
-            if gpu is None:
-                self._gpu_status = {"backend": "none", "state": "off"}
-                return
-            gpu.start()
-        except Exception as exc:  # never break the program: say why and go on host-only
-            msg = str(exc) if isinstance(exc, CaptureError) else repr(exc)
-            self._gpu_status = {"backend": self.config.gpu, "state": "unavailable", "reason": msg}
-            self._diags.append(Diagnostic("warning", "gpu_not_captured",
-                                          f"GPU activity not captured ({self.config.gpu}): {msg}; "
-                                          "host-side data only"))
-            return
-        self.gpu = gpu
-        self._gpu_status = {"backend": gpu.backend, "state": "running"}
+        diag = self.gpu.start()
+        if diag is not None:
+            self._diags.append(diag)
 
     def _gpu_data(self, final: bool) -> Tables:
-        gpu = self.gpu
-        if gpu is None:
-            return {}
-        try:
-            data = gpu.stop() if final else gpu.flush()
-        except Exception as exc:
-            self._diags.append(Diagnostic("error", "gpu_capture_failed",
-                                          f"GPU capture failed: {exc!r}"))
-            data = {}
-        if final:
-            self.gpu = None
-            self._gpu_status = {"state": "stopped", **self._gpu_settings(gpu)}
-            self._diags.extend(gpu.diagnostics)
+        data, diags = self.gpu.data(final)
+        self._diags.extend(diags)
         return data
-
-    @staticmethod
-    def _gpu_settings(gpu: GpuLike) -> dict[str, Any]:
-        try:
-            return gpu.settings_for_manifest()
-        except Exception as exc:
-            return {"backend": gpu.backend, "settings_error": repr(exc)}
 
     def _open_timed(self) -> None:
         with self._lock:
@@ -442,7 +279,7 @@ class Session:
             self._write(clip_gpu(self._gpu_data(final=False), self.open_ns, self.close_ns))
 
     def _write(self, data: Tables) -> None:
-        n = _rows(data)
+        n = count_rows(data)
         if not n:
             return
         if self.rows + n > self.config.max_rows:
@@ -551,7 +388,7 @@ class Session:
                                     "schedule": self.schedule.to_dict(),
                                     "window_start_ns": self.open_ns, "window_end_ns": self.close_ns,
                                     "step_boundaries_seen": self.boundaries,
-                                    "gpu": dict(self._gpu_status)}
+                                    "gpu": self.gpu.status}
         diags = list(self._diags)
         if self.host is not None:
             try:
@@ -567,69 +404,5 @@ class Session:
             pass
 
 
-# -- process integration ---------------------------------------------------------------------
-
-_ACTIVE: list[Session] = []  # see the module doc: the one process-global value
-
-
-def active() -> Session | None:
-    return _ACTIVE[-1] if _ACTIVE else None
-
-
-def push(session: Session) -> None:
-    _ACTIVE.append(session)
-
-
-def pop(session: Session) -> None:
-    if session in _ACTIVE:
-        _ACTIVE.remove(session)
-
-
-def mark_step() -> None:
-    """``stepscope.step()``: a step boundary for the active capture; a no-op without one."""
-    s = active()
-    if s is not None:
-        s.step()
-
-
-def install_process_hooks(session: Session) -> None:
-    """atexit, sys.excepthook (chained) and SIGTERM (flush, then die by the signal as before)."""
-    atexit.register(session.finish)
-    previous = sys.excepthook
-
-    def excepthook(et: type[BaseException], ev: BaseException, tb: TracebackType | None) -> None:
-        try:
-            session.finish(f"exception: {et.__name__}")
-        finally:
-            previous(et, ev, tb)
-
-    sys.excepthook = excepthook
-
-    if threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-                def on_term(signum: int, frame: FrameType | None) -> None:
-                    try:
-                        session.finish(f"signal: {signal.Signals(signum).name}")
-                    finally:
-                        signal.signal(signum, signal.SIG_DFL)
-                        os.kill(os.getpid(), signum)
-
-                signal.signal(signal.SIGTERM, on_term)
-        except (ValueError, OSError):
-            pass
-
-
-def start_from_env(text: str, argv: tuple[str, ...] = ()) -> Session | None:
-    """Entry point of the injected ``sitecustomize``."""
-    if "--multiprocessing-fork" in argv:
-        return None  # a spawned multiprocessing worker: its parent is the one captured
-    config = CaptureConfig.from_json(text)
-    session = Session(config, argv=argv)
-    push(session)
-    install_process_hooks(session)
-    return session.begin()
-
-
-__all__ = ["CaptureConfig", "concat", "ENV_VAR", "HostLike", "Session", "active", "clip", "install_process_hooks",
-           "mark_step", "pop", "push", "start_from_env", "threads_cpu_s"]
+__all__ = ["CaptureConfig", "ENV_VAR", "HostLike", "Session", "clip", "clip_gpu", "concat",
+           "threads_cpu_s"]

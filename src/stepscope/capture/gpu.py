@@ -8,9 +8,11 @@ when GPU capture cannot start, the reason becomes a diagnostic and host capture 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from stepscope.errors import CaptureError
 from stepscope.store.manifest import Diagnostic
 
 BACKENDS = ("auto", "cupti", "cupti-python", "torch", "none")
@@ -48,3 +50,124 @@ def make_gpu(backend: str, api: str = "filtered") -> GpuLike | None:
 
 
 GpuFactory = Callable[[str, str], "GpuLike | None"]
+
+
+class GpuSlot:
+    """One process's GPU backend through the session: made off the training thread
+    (``prepare``: imports, libraries, the shim), started (``start``), drained (``data``)."""
+
+    def __init__(self, backend: str, api: str, factory: GpuFactory) -> None:
+        self.backend, self.api, self._factory = backend, api, factory
+        self.gpu: GpuLike | None = None
+        self._ready: threading.Event | None = None
+        self._made: list[Any] = []  # [GpuLike | None] or [exception]
+        self._tried = False
+        self._status: dict[str, Any] = {"backend": backend, "state": "not started"}
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return dict(self._status)
+
+    def prepare(self) -> None:
+        if self.backend == "none":
+            return
+        ready = threading.Event()
+
+        def make() -> None:
+            try:
+                self._made.append(self._factory(self.backend, self.api))
+            except BaseException as exc:
+                self._made.append(exc)
+            finally:
+                ready.set()
+
+        self._ready = ready
+        threading.Thread(target=make, name="stepscope-gpu-prepare", daemon=True).start()
+
+    def start(self) -> Diagnostic | None:
+        """Start once; a backend that cannot run gives a diagnostic (the host capture goes on)."""
+        if self._tried:
+            return None
+        self._tried = True
+        if self.backend == "none":
+            self._status = {"backend": "none", "state": "off"}
+            return None
+        try:
+            if self._ready is not None:
+                self._ready.wait(120)
+                made = self._made[0] if self._made else None
+                if isinstance(made, BaseException):
+                    raise made
+                gpu = made
+            else:
+                gpu = self._factory(self.backend, self.api)
+            if gpu is None:
+                self._status = {"backend": "none", "state": "off"}
+                return None
+            gpu.start()
+        except Exception as exc:  # never break the program: say why and go on host-only
+            msg = str(exc) if isinstance(exc, CaptureError) else repr(exc)
+            self._status = {"backend": self.backend, "state": "unavailable", "reason": msg}
+            return Diagnostic("warning", "gpu_not_captured",
+                              f"GPU activity not captured ({self.backend}): {msg}; host-side data only")
+        self.gpu = gpu
+        self._status = {"backend": gpu.backend, "state": "running"}
+        return None
+
+    def data(self, final: bool) -> tuple[dict[str, Any], list[Diagnostic]]:
+        """What the backend has recorded so far (``final``: stop it and take the rest)."""
+        gpu = self.gpu
+        if gpu is None:
+            return {}, []
+        diags: list[Diagnostic] = []
+        try:
+            data = gpu.stop() if final else gpu.flush()
+        except Exception as exc:
+            diags.append(Diagnostic("error", "gpu_capture_failed", f"GPU capture failed: {exc!r}"))
+            data = {}
+        if final:
+            self.gpu = None
+            try:
+                settings = gpu.settings_for_manifest()
+            except Exception as exc:
+                settings = {"backend": gpu.backend, "settings_error": repr(exc)}
+            self._status = {"state": "stopped", **settings}
+            diags.extend(gpu.diagnostics)
+        return data, diags
+
+
+
+
+def clip_gpu(tables: Mapping[str, Any], lo: int, hi: int | None) -> dict[str, Any]:
+    """Keep the rows whose midpoint lies in ``[lo, hi]`` (numpy or list columns, or Arrow
+    tables): drops what the warm-up step before the window recorded."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for name, cols in tables.items():
+        if hasattr(cols, "num_rows"):
+            if "ts_ns" not in cols.column_names or not cols.num_rows:
+                out[name] = cols
+                continue
+            ts = np.asarray(cols.column("ts_ns").fill_null(0), dtype=np.int64)
+            dur = (np.asarray(cols.column("dur_ns").fill_null(0), dtype=np.int64)
+                   if "dur_ns" in cols.column_names else np.zeros_like(ts))
+        elif "ts_ns" in cols and len(cols["ts_ns"]):
+            ts = np.asarray(cols["ts_ns"], dtype=np.int64)
+            dur = np.asarray(cols.get("dur_ns", np.zeros_like(ts)), dtype=np.int64)
+        else:
+            out[name] = cols
+            continue
+        mid = ts + dur // 2
+        keep = (mid >= lo) & (True if hi is None else mid <= hi)
+        if keep.all():
+            out[name] = cols
+        elif hasattr(cols, "num_rows"):
+            import pyarrow as pa
+
+            out[name] = cols.filter(pa.array(keep))
+        else:
+            idx = np.flatnonzero(keep)
+            out[name] = {k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()])
+                         for k, v in cols.items()}
+    return out

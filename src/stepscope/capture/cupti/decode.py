@@ -11,7 +11,7 @@ Kernel names arrive mangled and are demangled once per distinct name.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -15,8 +15,13 @@ from typing import Any
 
 from stepscope.apis import classify_api
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.capture import _KEEP_API, _MAX_CBID, GpuSettings, _demangler, \
-    torch_profiler_active
+from stepscope.capture.cupti.capture import (
+    _KEEP_API,
+    _MAX_CBID,
+    GpuSettings,
+    _demangler,
+    torch_profiler_active,
+)
 from stepscope.capture.cupti.native import Unavailable
 from stepscope.schema import ApiDomain
 from stepscope.store.manifest import Diagnostic

@@ -56,7 +56,7 @@ def _start() -> None:
 
         cfg = json.loads(text)
         _load_stepscope(str(cfg.get("pkg_root", "")))
-        from stepscope.capture.bootstrap import start_from_env
+        from stepscope.capture.process import start_from_env
 
         start_from_env(text, tuple(getattr(sys, "argv", ()) or ()))
     except BaseException as exc:  # never break the program

@@ -1,0 +1,111 @@
+"""The C buffer shim: callbacks, bounded memory, the record walk and its check (CPU only)."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.capture.cupti.records import api, kernel
+
+from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.decode import walk_py
+from stepscope.capture.cupti.native import Unavailable, build_shim, load_shim
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                                reason="no C compiler")
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    # a private copy: the shim keeps process-wide state
+    path = build_shim(tmp_path_factory.mktemp("shim"))
+    return load_shim(path)
+
+
+def request(shim: ctypes.CDLL) -> tuple[int, int]:
+    buf, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+    shim.ss_buffer_requested(ctypes.byref(buf), ctypes.byref(size), ctypes.byref(maxrec))
+    return int(buf.value or 0), int(size.value)
+
+
+def stats(shim: ctypes.CDLL) -> list[int]:
+    out = (ctypes.c_uint64 * 8)()
+    shim.ss_stats(out)
+    return list(out)
+
+
+def test_buffers_flow_and_memory_is_capped(shim: ctypes.CDLL) -> None:
+    assert shim.ss_configure(8192, 16384) == 0
+    b1, s1 = request(shim)
+    b2, _ = request(shim)
+    b3, s3 = request(shim)
+    assert b1 and b2 and s1 == 8192
+    assert b3 == 0 and s3 == 0  # the cap: CUPTI will drop records rather than grow memory
+    assert stats(shim)[2] == 1  # refused
+    payload = kernel(1, 2, name=1, corr=3)
+    ctypes.memmove(b1, payload, len(payload))
+    shim.ss_buffer_completed(None, 0, b1, 8192, len(payload))
+    shim.ss_buffer_completed(None, 0, b2, 8192, 0)  # empty: straight back to the free list
+    bufs, valid = (ctypes.c_void_p * 4)(), (ctypes.c_size_t * 4)()
+    assert shim.ss_take(bufs, valid, 4) == 1
+    assert bufs[0] == b1 and valid[0] == len(payload)
+    assert ctypes.string_at(bufs[0], valid[0]) == payload
+    assert shim.ss_take(bufs, valid, 4) == 0
+    shim.ss_release(bufs[0])
+    again, _ = request(shim)
+    assert again in (b1, b2)  # reused, not allocated
+    shim.ss_release(again)
+    shim.ss_trim()
+    assert stats(shim)[4] == 0  # every buffer freed
+
+
+def test_walk_matches_the_python_walk(shim: ctypes.CDLL) -> None:
+    data = b"".join([kernel(1, 2, name=1, corr=1), api(L.RUNTIME, 1, 2, cbid=211, corr=1)] * 50)
+    data += (54).to_bytes(4, "little") + bytes(12)  # an unknown kind ends the walk
+    raw = ctypes.create_string_buffer(data, len(data))
+    sizes = (ctypes.c_uint32 * 64)(*L.size_table(L.LAYOUTS_13))
+    kinds = np.empty(200, dtype=np.uint32)
+    offs = np.empty(200, dtype=np.uint64)
+    stop = ctypes.c_size_t()
+    n = shim.ss_walk(ctypes.addressof(raw), len(data), sizes,
+                     kinds.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)),
+                     offs.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), 200, ctypes.byref(stop))
+    pk, po, pstop = walk_py(np.frombuffer(data, dtype=np.uint8), L.size_table(L.LAYOUTS_13))
+    assert n == 100 and list(kinds[:n]) == list(pk) and list(offs[:n]) == list(po)
+    assert stop.value == pstop == len(data) - 16
+
+
+NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p))
+
+
+def test_check_walk_finds_a_wrong_size(shim: ctypes.CDLL) -> None:
+    k, a = kernel(1, 2, name=1, corr=1), api(L.RUNTIME, 1, 2, cbid=211, corr=1)
+    data = k + a + k
+    raw = ctypes.create_string_buffer(data, len(data))
+    base = ctypes.addressof(raw)
+    starts = [0, len(k), len(k) + len(a)]
+
+    @NEXT
+    def next_record(buf: int, valid: int, rec: ctypes.Array[ctypes.c_void_p]) -> int:
+        cur = rec[0]
+        i = 0 if not cur else starts.index(cur - base) + 1
+        if i >= len(starts):
+            return 3  # CUPTI_ERROR_MAX_LIMIT_REACHED
+        rec[0] = base + starts[i]
+        return 0
+
+    fn = ctypes.cast(next_record, ctypes.c_void_p)
+    good = (ctypes.c_uint32 * 64)(*L.size_table(L.LAYOUTS_13))
+    kind, stride = ctypes.c_uint32(), ctypes.c_uint64()
+    assert shim.ss_check_walk(fn, base, len(data), good, ctypes.byref(kind), ctypes.byref(stride)) == -1
+    wrong = (ctypes.c_uint32 * 64)(*L.size_table(L.LAYOUTS_12))  # 208-byte kernels
+    assert shim.ss_check_walk(fn, base, len(data), wrong, ctypes.byref(kind), ctypes.byref(stride)) == 0
+    assert kind.value == L.CONCURRENT_KERNEL and stride.value == 216
+
+
+def test_build_without_a_compiler_says_so(tmp_path: Path) -> None:
+    with pytest.raises(Unavailable, match="could not build"):
+        build_shim(tmp_path, compiler=str(tmp_path / "no-such-cc"))
