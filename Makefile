@@ -26,4 +26,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/import_vs_hta.py --help
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info stepscope-demo
+	rm -rf $(VENV) build dist src/*.egg-info stepscope-demo src/stepscope/capture/cupti/*.so
