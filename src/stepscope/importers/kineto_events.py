@@ -1,11 +1,13 @@
 """The typed msgspec Structs a Kineto (PyTorch profiler) Chrome trace decodes into.
 
-Speed comes from decoding only what the importer needs: every event is decoded
-into a small typed ``Event`` and its ``args`` into an ``Args`` holding only the
-keys some table uses (everything else, e.g. ``Input Dims``, is skipped by the
-decoder without allocating). The Structs are created with ``gc=False`` and
+Speed comes from decoding only what the importer needs. Events are first decoded
+per category (``kineto_fast``: each category's Struct holds only what its table
+uses); an event that does not fit there (no or an unknown category, an odd phase)
+is decoded into the generic ``Event`` here, with its ``args`` in an ``Args`` that
+holds every key some table uses (everything else, e.g. ``Input Dims``, is skipped
+by the decoder without allocating). The Structs are created with ``gc=False`` and
 ``kineto_reader`` pauses the collector during the decode: object allocation, not
-JSON syntax, is the cost (see ARCHITECTURE.md, "parsing a Kineto trace in Python").
+JSON syntax, is the cost (docs/benchmarks.md, "Importer speed").
 
 Fields whose JSON type varies between real traces are unions: AMD traces carry
 ``"stream": "0x0"`` on HIP runtime calls, Triton ``cpu_op`` events carry
