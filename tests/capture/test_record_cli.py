@@ -108,3 +108,30 @@ def test_record_rejects_bad_options(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["record"]) == 2
     err = capsys.readouterr().err
     assert "--steps" in err and "no command" in err
+
+
+@needs_host
+@pytest.mark.parametrize("backend", ["none", "auto"])
+def test_gpu_backend_choice_without_a_gpu(tmp_path: Path, backend: str) -> None:
+    """No GPU here: 'none' starts nothing; the default says why it captured no GPU activity and
+    the host-side run is complete all the same (the program's output untouched)."""
+    pytest.importorskip("torch")
+    r = record(tmp_path, opts=("--steps", "3-8", "--backend", backend, "--gpu-api", "all"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "done 32\n"
+    run = Run(tmp_path / "run")
+    gpu = run.manifest.settings["ranks"]["rank0"]["gpu"]
+    assert run.manifest.settings["backend"] == backend and run.manifest.settings["gpu_api"] == "all"
+    assert run.table("steps").num_rows == 6
+    if backend == "none":
+        assert gpu["state"] == "off"
+    else:
+        assert gpu["state"] == "unavailable" and gpu["reason"]
+        msgs = [d.message for d in run.manifest.diagnostics if d.code == "gpu_not_captured"]
+        assert any(gpu["reason"] in m for m in msgs)
+    assert run.manifest.source.tool.endswith("record (host)")
+
+
+def test_backend_option_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["record", "--backend", "nvprof", "--", "x.py"]) == 2
+    assert "invalid choice: 'nvprof'" in capsys.readouterr().err

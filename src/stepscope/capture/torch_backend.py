@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from typing import Any
 
 from stepscope.capture.cupti.native import Unavailable
@@ -38,8 +39,10 @@ class TorchCapture:
         acts = [prof.ProfilerActivity.CUDA]
         if self.cpu_ops:
             acts.insert(0, prof.ProfilerActivity.CPU)
-        self._prof = prof.profile(activities=acts, record_shapes=False, with_stack=False)
-        self._prof.start()
+        with warnings.catch_warnings():  # the program's stderr stays the program's
+            warnings.simplefilter("ignore")
+            self._prof = prof.profile(activities=acts, record_shapes=False, with_stack=False)
+            self._prof.start()
 
     def flush(self, forced: bool = False) -> dict[str, Any]:
         return {}
@@ -50,7 +53,9 @@ class TorchCapture:
         from stepscope.importers.kineto import parse_kineto
 
         prof, self._prof = self._prof, None
-        prof.stop()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prof.stop()
         t0 = time.perf_counter()
         fd, path = tempfile.mkstemp(prefix="stepscope-kineto-", suffix=".json")
         os.close(fd)
