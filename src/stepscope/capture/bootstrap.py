@@ -53,6 +53,7 @@ class CaptureConfig:
     pkg_root: str = ""  # folder holding the stepscope package (for the injected sitecustomize)
     gpu: str = "auto"  # GPU backend: auto | cupti | cupti-python | torch | none (capture.gpu)
     gpu_api: str = "filtered"  # runtime/driver calls: none | filtered | all
+    nvtx_step: str = ""  # --nvtx NAME: the NVTX ranges named NAME are the steps
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -83,7 +84,8 @@ def default_host(config: CaptureConfig, rank: int, clock: Callable[[], int]) -> 
 
     settings = HostSettings(sample_hz=config.sample_hz,
                             stack_hz=config.stack_hz if config.stacks else 0.0,
-                            nvml=config.nvml, hooks=config.hooks)
+                            nvml=config.nvml, hooks=config.hooks or bool(config.nvtx_step),
+                            nvtx_step=config.nvtx_step)
     return HostCapture(settings, rank=rank, clock=clock)
 
 

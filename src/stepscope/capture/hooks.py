@@ -50,6 +50,8 @@ KERAS_MODULES = ("keras.src.callbacks.callback_list", "keras.src.callbacks", "tf
 # step marker sources, as ``on_step_marker`` receives them and the manifest names them
 TORCH_STEP = "torch.optim.Optimizer.step"
 JAX_STEP = "jax.profiler.StepTraceAnnotation"
+NVTX_STEP = "nvtx range"
+NVTX_MODULES = ("torch.cuda.nvtx", "nvtx")
 KERAS_STEP = "keras.callbacks.CallbackList.on_train_batch_end"
 
 
@@ -164,13 +166,14 @@ class TorchHooks:
 
     def __init__(self, *, clock: Callable[[], int], on_wait: OnWait, on_iterator: OnIterator,
                  on_optimizer_step: OnOptimizerStep, on_error: Callable[[str, str], None],
-                 on_step_marker: OnStepMarker | None = None) -> None:
+                 on_step_marker: OnStepMarker | None = None, nvtx_step: str = "") -> None:
         self._clock = clock
         self._on_wait = on_wait
         self._on_iterator = on_iterator
         self._on_step = on_optimizer_step
         self._on_error = on_error
         self._on_marker = on_step_marker
+        self._nvtx_step = nvtx_step
         self._finder: PostImportFinder | None = None
         self._patches: list[_Patch] = []
         self._handles: list[Any] = []
@@ -184,6 +187,8 @@ class TorchHooks:
         if self._on_marker is not None:  # listed in ``installed`` only once imported
             callbacks.update({m: self._guarded(self._patch_jax) for m in JAX_MODULES})
             callbacks.update({m: self._guarded(self._patch_keras) for m in KERAS_MODULES})
+            if self._nvtx_step:
+                callbacks.update({m: self._guarded(self._patch_nvtx) for m in NVTX_MODULES})
         self._finder = PostImportFinder(callbacks)
         sys.meta_path.insert(0, self._finder)
         for name, callback in callbacks.items():
@@ -340,3 +345,59 @@ class TorchHooks:
         patch.apply(on_train_batch_end)
         self._patches.append(patch)
         self.installed[module.__name__] = f"patched {cls.__module__}.{cls.__qualname__}"
+
+    # -- NVTX ranges as steps (--nvtx NAME) ----------------------------------------------------
+    def _is_step_range(self, message: object) -> bool:
+        """``NAME`` itself, or ``NAME`` followed by a space, ``#``, ``:`` or a digit."""
+        name = self._nvtx_step
+        if not isinstance(message, str) or not message.startswith(name):
+            return False
+        rest = message[len(name):]
+        return not rest or rest[0] in " #:" or rest[0].isdigit()
+
+    def _patch_nvtx(self, module: ModuleType) -> None:
+        """``torch.cuda.nvtx.range_push/range_start`` (``range()`` calls ``range_push``) and the
+        ``nvtx`` package's ``push_range/start_range`` and ``annotate``: a step boundary when a
+        range named NAME opens."""
+        on_marker = self._on_marker
+        assert on_marker is not None
+        patched: list[str] = []
+        for fn_name in ("range_push", "range_start", "push_range", "start_range"):
+            original = getattr(module, fn_name, None)
+            if not callable(original) or getattr(original, "__stepscope__", False):
+                continue
+            patch = _Patch(module, fn_name, original)  # type: ignore[arg-type]  # a module's attribute
+
+            def wrapper(*args: Any, _orig: Any = original, _patch: _Patch = patch, **kwargs: Any) -> Any:
+                if _patch.active:
+                    msg = args[0] if args else kwargs.get("msg", kwargs.get("message"))
+                    if self._is_step_range(msg):
+                        on_marker(NVTX_STEP)
+                return _orig(*args, **kwargs)
+
+            wrapper.__stepscope__ = True  # type: ignore[attr-defined]
+            functools.update_wrapper(wrapper, original)
+            patch.apply(wrapper)
+            self._patches.append(patch)
+            patched.append(fn_name)
+        cls = getattr(module, "annotate", None)
+        if isinstance(cls, type) and callable(getattr(cls, "__enter__", None)) and not self._patched(cls):
+            enter_patch = _Patch.of(cls, "__enter__")
+            original_enter = enter_patch.original
+
+            @functools.wraps(original_enter)
+            def __enter__(obj: Any) -> Any:
+                if enter_patch.active:
+                    attrs = getattr(obj, "attributes", None)
+                    msg = getattr(attrs, "message", None)
+                    msg = getattr(msg, "string", msg)
+                    if self._is_step_range(msg):
+                        on_marker(NVTX_STEP)
+                return original_enter(obj)
+
+            enter_patch.apply(__enter__)
+            self._patches.append(enter_patch)
+            patched.append("annotate")
+        self.installed[module.__name__] = (f"patched {', '.join(patched)}" if patched
+                                           else "not patched: no NVTX range functions")
+

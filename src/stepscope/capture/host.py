@@ -61,6 +61,7 @@ class HostSettings:
     nvml: bool = True  # sample GPUs via nvidia-ml-py when importable and NVML works
     hooks: bool = True  # DataLoader/optimizer (PyTorch), StepTraceAnnotation (JAX), Keras batches
     max_rows: int = 250_000  # per table between drains; beyond it the oldest rows are dropped
+    nvtx_step: str = ""  # --nvtx NAME: NVTX ranges named NAME are the steps (no other hook counts)
 
 
 class _Buffer:
@@ -91,7 +92,8 @@ class HostCapture:
         self._running = False
         self._hooks = TorchHooks(clock=clock, on_wait=self._on_wait, on_iterator=self._on_iterator,
                                  on_optimizer_step=self._on_optimizer_step, on_error=self._diag,
-                                 on_step_marker=self._on_step_marker)
+                                 on_step_marker=self._on_step_marker,
+                                 nvtx_step=settings.nvtx_step)
         # threads whose stacks are sampled: ident -> native id
         self._sampled: dict[int, int] = {}
         self._seen_threads: set[tuple[int, int]] = set()
@@ -101,7 +103,8 @@ class HostCapture:
         self._next_boundary = 0
         self._last_boundary: tuple[int, StepSource] | None = None
         self._manual = False
-        self._hook: str | None = None  # the step hook in use: the first one that fired
+        # the step hook in use: the first one that fired (NVTX ranges when asked for)
+        self._hook: str | None = hooks_module.NVTX_STEP if settings.nvtx_step else None
         self._pacing: Callable[[], Any] | None = None
         # DataLoaders
         self._loaders: list[dict[str, Any]] = []

@@ -49,6 +49,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sample-hz", type=float, default=10.0, metavar="N",
                    help="process/system sampling rate (default 10)")
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks")
+    p.add_argument("--nvtx", metavar="NAME", default="",
+                   help="the NVTX ranges named NAME (torch.cuda.nvtx, the nvtx package) are the "
+                        "steps: --steps counts them, no other step hook does")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="GPU capture: cupti (default; CUPTI through a small C shim), cupti-python "
                         "(NVIDIA's package, optional extra), torch (torch.profiler), none")
@@ -81,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         raise CaptureError(f"{out.parent}: cannot create the staging folder ({exc.strerror})") from None
     config = CaptureConfig(staging=str(staging.resolve()), schedule=schedule,
                            sample_hz=args.sample_hz, stacks=not args.no_stacks,
-                           pkg_root=str(PKG_ROOT), gpu=args.backend, gpu_api=args.gpu_api)
+                           pkg_root=str(PKG_ROOT), gpu=args.backend, gpu_api=args.gpu_api,
+                           nvtx_step=args.nvtx)
     try:
         result = launch(cmd, child_env(config))
     except StepscopeError:
@@ -105,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
                      extra_diagnostics=diags, version=__version__,
                      settings={"window": schedule.describe(), "sample_hz": args.sample_hz,
                                "stacks": not args.no_stacks, "wall_s": round(result.wall_s, 3),
-                               "backend": args.backend, "gpu_api": args.gpu_api})
+                               "backend": args.backend, "gpu_api": args.gpu_api,
+                               "nvtx_step": args.nvtx or None})
     except (StepscopeError, OSError, ValueError) as exc:
         say(f"stepscope: error: the run could not be written: {exc}")
         return _exit_like(code)
