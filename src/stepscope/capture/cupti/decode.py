@@ -11,8 +11,9 @@ Kernel names arrive mangled and are demangled once per distinct name.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,19 @@ def _col(rows: U8, fld: L.Field) -> npt.NDArray[Any]:
 
 def _i64(a: npt.NDArray[Any]) -> I64:
     return a.astype(np.int64)
+
+
+def _complete(rows: U8, f: dict[str, L.Field]) -> tuple[U8, I64, I64]:
+    """The records that have both timestamps (CUPTI leaves 0 where it could not take one), with
+    their start and end."""
+    start, end = _i64(_col(rows, f["start"])), _i64(_col(rows, f["end"]))
+    ok = (start > 0) & (end >= start)
+    return rows[ok], start[ok], end[ok]
+
+
+def _enum(table: Mapping[int, Enum], values: npt.NDArray[Any]) -> list[str]:
+    """Schema enum values of CUPTI enum codes (unknown codes map like code 0)."""
+    return [table.get(c, table[0]).value for c in values.tolist()]
 
 
 def _nullable(a: npt.NDArray[Any], null: int = 0) -> list[int | None]:
@@ -226,9 +240,7 @@ class Decoder:
 
     def _kernels(self, rows: U8) -> Columns:
         f = self.layouts[L.CONCURRENT_KERNEL].fields
-        start, end = _i64(_col(rows, f["start"])), _i64(_col(rows, f["end"]))
-        ok = (start > 0) & (end >= start)
-        rows, start, end = rows[ok], start[ok], end[ok]
+        rows, start, end = _complete(rows, f)
         dev, ctx = _col(rows, f["device"]), _col(rows, f["context"])
         for c, d in zip(ctx.tolist(), dev.tolist()):
             self._context_device.setdefault(c, d)
@@ -251,9 +263,7 @@ class Decoder:
         if rows is None:
             return None
         f = self.layouts[kind].fields
-        start, end = _i64(_col(rows, f["start"])), _i64(_col(rows, f["end"]))
-        ok = (start > 0) & (end >= start)
-        rows, start, end = rows[ok], start[ok], end[ok]
+        rows, start, end = _complete(rows, f)
         if not len(rows):
             return None
         n = len(rows)
@@ -261,33 +271,28 @@ class Decoder:
             "ts_ns": start.tolist(), "dur_ns": (end - start).tolist(),
             "device": _col(rows, f["device"]).tolist(), "stream": _col(rows, f["stream"]).tolist(),
             "correlation": _col(rows, f["correlation"]).tolist(),
-            "kind": [L.COPY_KINDS.get(c, L.COPY_KINDS[0]).value for c in _col(rows, f["copy_kind"]).tolist()],
+            "kind": _enum(L.COPY_KINDS, _col(rows, f["copy_kind"])),
             "bytes": _col(rows, f["bytes"]).astype(np.int64).tolist(),
-            "src_kind": [L.MEMORY_KINDS.get(c, L.MEMORY_KINDS[0]).value for c in _col(rows, f["src_kind"]).tolist()],
-            "dst_kind": [L.MEMORY_KINDS.get(c, L.MEMORY_KINDS[0]).value for c in _col(rows, f["dst_kind"]).tolist()],
+            "src_kind": _enum(L.MEMORY_KINDS, _col(rows, f["src_kind"])),
+            "dst_kind": _enum(L.MEMORY_KINDS, _col(rows, f["dst_kind"])),
             "dst_device": (_col(rows, f["dst_device"]).tolist() if "dst_device" in f else [None] * n),
         }
 
     def _memset(self, rows: U8) -> Columns:
         f = self.layouts[L.MEMSET].fields
-        start, end = _i64(_col(rows, f["start"])), _i64(_col(rows, f["end"]))
-        ok = (start > 0) & (end >= start)
-        rows, start, end = rows[ok], start[ok], end[ok]
+        rows, start, end = _complete(rows, f)
         return {
             "ts_ns": start, "dur_ns": end - start, "device": _i64(_col(rows, f["device"])),
             "stream": _i64(_col(rows, f["stream"])), "correlation": _i64(_col(rows, f["correlation"])),
             "bytes": _col(rows, f["bytes"]).astype(np.int64),
-            "dst_kind": [L.MEMORY_KINDS.get(c, L.MEMORY_KINDS[0]).value
-                         for c in _col(rows, f["memory_kind"]).tolist()],
+            "dst_kind": _enum(L.MEMORY_KINDS, _col(rows, f["memory_kind"])),
         }
 
     def _api_calls(self, rows: U8 | None, kind: int) -> Columns | None:
         if rows is None:
             return None
         f = self.layouts[kind].fields
-        start, end = _i64(_col(rows, f["start"])), _i64(_col(rows, f["end"]))
-        ok = (start > 0) & (end >= start)
-        rows, start, end = rows[ok], start[ok], end[ok]
+        rows, start, end = _complete(rows, f)
         if not len(rows):
             return None
         domain = L.DOMAIN_RUNTIME_API if kind == L.RUNTIME else L.DOMAIN_DRIVER_API
@@ -304,9 +309,7 @@ class Decoder:
 
     def _sync(self, rows: U8) -> Columns:
         f = self.layouts[L.SYNCHRONIZATION].fields
-        start, end = _i64(_col(rows, f["start"])), _i64(_col(rows, f["end"]))
-        ok = (start > 0) & (end >= start)
-        rows, start, end = rows[ok], start[ok], end[ok]
+        rows, start, end = _complete(rows, f)
         stream = _col(rows, f["stream"])
         event = _col(rows, f["event"])
         return {
