@@ -142,7 +142,8 @@ class Session:
     def begin(self) -> Session:
         with self._lock:
             self._write_meta()
-            self.gpu.prepare()
+            if not self.schedule.timed and self.schedule.first <= 1:
+                self.gpu.prepare()  # no step to wait for (else: at boundary 0, see _on_boundary)
             if self.schedule.timed:
                 delay = self.schedule.delay_s or 0.0
                 duration = self.schedule.duration_s or 0.0
@@ -217,6 +218,10 @@ class Session:
                 return
             elapsed = 0.0 if self.open_ns is None else (now - self.open_ns) / 1e9
             action = self.schedule.action(k, elapsed)
+            if k == 0:
+                # the GPU backend is made off this thread from the first boundary on: by then the
+                # framework is imported and its libcupti loaded, which the backend must share
+                self.gpu.prepare()
             if self.open_ns is None and k + 1 == self.schedule.first:
                 self._start_gpu()  # one warm-up step: its start cost stays out of the window
             if action is Action.CAPTURE and self.open_ns is None:

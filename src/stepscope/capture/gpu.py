@@ -69,7 +69,8 @@ class GpuSlot:
         return dict(self._status)
 
     def prepare(self) -> None:
-        if self.backend == "none":
+        """Make the backend on a background thread (idempotent)."""
+        if self.backend == "none" or self._ready is not None or self._tried:
             return
         ready = threading.Event()
 

@@ -317,7 +317,7 @@ class Decoder:
             "device": self._device_of(_col(rows, f["context"])),
             "stream": [None if s == 0xFFFFFFFF else s for s in stream.tolist()],
             "correlation": _i64(_col(rows, f["correlation"])),
-            "kind": [L.SYNC_KINDS.get(t, L.SYNC_KINDS[0]).value for t in _col(rows, f["type"]).tolist()],
+            "kind": _enum(L.SYNC_KINDS, _col(rows, f["type"])),
             "event_id": [None if e == 0xFFFFFFFF else e for e in event.tolist()],
         }
 
