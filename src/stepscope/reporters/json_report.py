@@ -79,6 +79,14 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     return d
 
 
+def capture_info(m: Any) -> dict[str, Any]:
+    """What a recorded run says about its own capture, per rank: the GPU backend's state and
+    settings, and the overhead figures each process measured (see docs/record.md)."""
+    ranks = (m.settings or {}).get("ranks") or {}
+    return {"gpu": {k: (v or {}).get("gpu") for k, v in ranks.items()},
+            "overhead": jsonable(m.overhead)}
+
+
 def report_dict(report: Report) -> dict[str, Any]:
     a = report.analysis
     m = report.manifest
@@ -126,6 +134,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             "devices": [d for ra in a.ranks for d in ra.devices],
             "diagnostics": [dataclasses.asdict(d) for d in m.diagnostics],
             "step_detection": {str(ra.rank): ra.steps.detail for ra in a.ranks},
+            "capture": capture_info(m) if m.source.kind == "capture" else None,
         },
         "summary": summary,
         "steps": steps,

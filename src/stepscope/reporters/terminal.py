@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -78,7 +79,24 @@ def _header(report: Report, s: RunSummary) -> Text:
     for name, major, minor, sms in sorted(devs, key=str):
         cc = f"CC {major}.{minor}, " if major is not None else ""
         t.append(f"\n{name} ({cc}{sms} SMs)")
+    if m.source.kind == "capture":
+        t.append("\n" + _capture_line(m.settings or {}, m.overhead or {}), style="dim")
     return t
+
+
+def _capture_line(settings: dict[str, Any], overhead: dict[str, Any]) -> str:
+    """GPU backend per rank and the rough in-window step-time ratio each process measured."""
+    ranks = settings.get("ranks") or {}
+    backends = sorted({str((v or {}).get("gpu", {}).get("backend") or "?") + " "
+                       + str((v or {}).get("gpu", {}).get("state") or "?") for v in ranks.values()})
+    ratios = [o.get("step_time_ratio_in_window_vs_before") for o in overhead.values()
+              if isinstance(o, dict)]
+    nums = [r for r in ratios if isinstance(r, (int, float))]
+    line = "capture: GPU " + (", ".join(backends) or "none")
+    if nums:
+        line += (f"; steps in the window took x{max(nums):.2f} the steps before it "
+                 "(rough: those were warm-up steps)")
+    return line
 
 
 def _overview(s: RunSummary) -> Text:
