@@ -135,3 +135,25 @@ def test_gpu_backend_choice_without_a_gpu(tmp_path: Path, backend: str) -> None:
 def test_backend_option_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["record", "--backend", "nvprof", "--", "x.py"]) == 2
     assert "invalid choice: 'nvprof'" in capsys.readouterr().err
+
+
+@needs_host
+def test_torch_backend_records_the_profilers_events(tmp_path: Path) -> None:
+    """--backend torch on CPU torch: torch.profiler runs in the window and its trace comes back
+    through the Kineto importer (CPU ops here; kernels too on a GPU)."""
+    pytest.importorskip("torch")
+    r = record(tmp_path, opts=("--steps", "3-8", "--backend", "torch"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "done 32\n"
+    assert "UserWarning" not in r.stderr  # the profiler's warnings stay out of the program's stderr
+    run = Run(tmp_path / "run")
+    gpu = run.manifest.settings["ranks"]["rank0"]["gpu"]
+    assert gpu["state"] == "stopped" and gpu["backend"] == "torch" and gpu["events"] > 0
+    ops = run.table("cpu_ops")
+    assert ops.num_rows > 0 and any(n.startswith("aten::") for n in ops.column("name").to_pylist())
+    steps = run.table("steps")
+    lo, hi = min(steps.column("ts_ns").to_pylist()), max(
+        t + d for t, d in zip(steps.column("ts_ns").to_pylist(), steps.column("dur_ns").to_pylist()))
+    mids = [t + d // 2 for t, d in zip(ops.column("ts_ns").to_pylist(), ops.column("dur_ns").to_pylist())]
+    assert all(lo <= m <= hi for m in mids)  # clipped to the window, on the host clock
+    assert run.manifest.source.tool.endswith("record (host + torch)")

@@ -36,8 +36,9 @@ class TorchCapture:
         if torch is None:
             raise Unavailable("--backend torch: the program has not imported torch")
         prof = torch.profiler
-        acts = [prof.ProfilerActivity.CUDA]
-        if self.cpu_ops:
+        cuda = bool(getattr(torch, "cuda", None) and torch.cuda.is_available())
+        acts = [prof.ProfilerActivity.CUDA] if cuda else []
+        if self.cpu_ops or not cuda:
             acts.insert(0, prof.ProfilerActivity.CPU)
         with warnings.catch_warnings():  # the program's stderr stays the program's
             warnings.simplefilter("ignore")
