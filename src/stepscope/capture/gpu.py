@@ -95,10 +95,13 @@ class GpuSlot:
             return None
         try:
             if self._ready is not None:
-                self._ready.wait(120)
+                if not self._ready.wait(120):
+                    raise CaptureError("the GPU backend was still loading after 120 s")
                 made = self._made[0] if self._made else None
-                if isinstance(made, BaseException):
+                if isinstance(made, Exception):
                     raise made
+                if isinstance(made, BaseException):  # never re-raise SystemExit & co. in the program
+                    raise CaptureError(f"the GPU backend could not be made: {made!r}")
                 gpu = made
             else:
                 gpu = self._factory(self.backend, self.api)
