@@ -259,10 +259,9 @@ class CuptiCapture:
         for kind in self._enabled:
             self.lib.cuptiActivityDisable(kind)
         self._enabled.clear()
-        for domain, cbid in self._api_off:  # back to CUPTI's default for the next client
-            fn = (self.lib.cuptiActivityEnableRuntimeApi if domain == L.DOMAIN_RUNTIME_API
-                  else self.lib.cuptiActivityEnableDriverApi)
-            fn(cbid, 1)
+        # The per-call switches stay off: switching a call back on with the domain's kind disabled
+        # would ask CUPTI to record that call on its own, after the window. Whoever enables the
+        # domain's kind next (this capture again, or another client) overrides them all.
         self._api_off.clear()
 
     def flush(self, forced: bool = False) -> dict[str, dict[str, Any]]:

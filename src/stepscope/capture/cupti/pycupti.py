@@ -106,12 +106,7 @@ class PyCuptiCapture:
     def stop(self) -> dict[str, Any]:
         for kind in self._enabled:
             self.c.activity_disable(kind)
-        for domain, cbid in self._api:
-            fn = "activity_enable_runtime_api" if domain == L.DOMAIN_RUNTIME_API else \
-                "activity_enable_driver_api"
-            getattr(self.c, fn)(cbid, 1)
         self._enabled.clear()
-        self._api.clear()
         self.c.activity_flush_all(1)
         return self._tables()
 
