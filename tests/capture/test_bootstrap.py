@@ -196,3 +196,21 @@ def test_injected_bootstrap_writes_a_partition_and_keeps_output(tmp_path: Path) 
     assert len(parts) == 1
     assert parts[0].meta.ended == "exit"
     assert json.loads((parts[0].path / "meta.json").read_text())["pid"] == parts[0].meta.pid
+
+
+@pytest.mark.parametrize(("call", "code", "ended"), [("sys.exit(3)", 3, "exit status 3"),
+                                                     ("sys.exit('bye')", 1, "exit status 1"),
+                                                     ("sys.exit(0)", 0, "exit")])
+def test_exit_status_of_a_process_is_noted(tmp_path: Path, call: str, code: int, ended: str) -> None:
+    """A rank that calls sys.exit(3) must not look like a clean exit in its partition."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    cfg = CaptureConfig(staging=str(staging), schedule=make_schedule("0-2"), pkg_root=SRC)
+    env = child_env(cfg, {**os.environ, "PYTHONPATH": SRC})
+    r = _python(f"import stepscope, sys\nfor i in range(5): stepscope.step()\n{call}\n", env, tmp_path)
+    assert r.returncode == code
+    assert r.stderr == ("bye\n" if "bye" in call else "")
+    if any(staging.glob("bootstrap-error-*")):
+        pytest.skip("capture/host.py (HostCapture) is not in the tree yet")
+    (part,) = read_partitions(staging)
+    assert part.meta.ended == ended

@@ -99,6 +99,9 @@ def test_torchrun_one_rank_failing(tmp_path: Path) -> None:
     run = Run(tmp_path / "run")
     assert run.manifest.partial
     assert any(d.code == "partial_run" and "status 1" in d.message for d in run.manifest.diagnostics)
+    # the failing rank is named with its own status (its sys.exit(3) was noted)
+    assert any(d.code == "process_ended" and d.message.startswith("rank 1 ")
+               and d.message.endswith("ended by exit status 3") for d in run.manifest.diagnostics)
     _check_two_ranks(run)  # both ranks' windows were flushed before rank 1 exited
 
 

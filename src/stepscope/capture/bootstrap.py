@@ -134,6 +134,7 @@ class Session:
         self._diags: list[Diagnostic] = []
         self.rows = 0
         self.ended = "running"
+        self.exit_status: int | None = None  # a non-zero sys.exit() status (capture.process)
         self.finished = False
         self._timers: list[threading.Timer] = []
         self._closed = threading.Event()
@@ -360,7 +361,7 @@ class Session:
             if ended is not None:
                 self.ended = ended
             elif self.ended == "running":
-                self.ended = "exit"
+                self.ended = "exit" if not self.exit_status else f"exit status {self.exit_status}"
             if self.close_ns is None and self.open_ns is not None:
                 self._close()
             elif self.open_ns is None:

@@ -10,11 +10,13 @@ started in this process, without the user passing anything around.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import sys
 import threading
 from types import FrameType, TracebackType
+from typing import Any, NoReturn
 
 from stepscope.capture.bootstrap import CaptureConfig, Session
 
@@ -43,9 +45,20 @@ def mark_step() -> None:
 
 
 def install_process_hooks(session: Session) -> None:
-    """atexit, sys.excepthook (chained) and SIGTERM (flush, then die by the signal as before)."""
+    """atexit, sys.excepthook (chained), SIGTERM (flush, then die by the signal as before), and
+    ``sys.exit`` (wrapped: a non-zero status called on the main thread is noted, so that a rank
+    that exits 3 is not recorded as a clean exit; ``raise SystemExit(3)`` is not seen)."""
     atexit.register(session.finish)
     previous = sys.excepthook
+    original_exit = sys.exit
+
+    @functools.wraps(original_exit)
+    def exit(status: Any = None, /) -> NoReturn:  # noqa: A001 - sys.exit's own name
+        if status not in (None, 0) and threading.current_thread() is threading.main_thread():
+            session.exit_status = status if isinstance(status, int) else 1
+        original_exit(status)
+
+    sys.exit = exit
 
     def excepthook(et: type[BaseException], ev: BaseException, tb: TracebackType | None) -> None:
         try:
