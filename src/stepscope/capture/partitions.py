@@ -132,13 +132,45 @@ class StagingPartition:
 
 @dataclass(frozen=True)
 class Partition:
+    """A process's staging folder. Tables are read one at a time (``table``), so that merging a
+    long capture holds one table of one process in memory, not the whole run; ``tables`` holds
+    tables given directly (tests)."""
+
     path: Path
     meta: PartitionMeta
-    tables: dict[str, pa.Table]
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    files: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+
+    def names(self) -> list[str]:
+        return [n for n in TABLE_NAMES if n in self.tables or n in self.files]
 
     def rows(self, table: str) -> int:
         t = self.tables.get(table)
-        return 0 if t is None else int(t.num_rows)
+        if t is not None:
+            return int(t.num_rows)
+        total = 0
+        for f in self.files.get(table, ()):
+            try:
+                total += pq.ParquetFile(f).metadata.num_rows
+            except (OSError, pa.ArrowInvalid):
+                continue
+        return total
+
+    def table(self, name: str) -> pa.Table | None:
+        if name in self.tables:
+            return self.tables[name]
+        parts = []
+        for f in self.files.get(name, ()):
+            try:
+                parts.append(pq.read_table(f))
+            except (OSError, pa.ArrowInvalid):
+                continue  # a chunk cut short by a kill: the others still count
+        if not parts:
+            return None
+        t = pa.concat_tables(parts)
+        if name in ("threads", "processes"):  # noted again by every drain: keep one of each
+            t = pa.Table.from_pylist(_unique(t.to_pylist()), schema=t.schema)
+        return t
 
 
 def read_partition(path: Path) -> Partition:
@@ -155,21 +187,8 @@ def read_partition(path: Path) -> Partition:
                                     "a captured process left no readable meta.json "
                                     "(killed before it could flush?)", file=path.name),),
         )
-    tables: dict[str, pa.Table] = {}
-    for name in TABLE_NAMES:
-        files = sorted(path.glob(f"{name}.*.parquet"))
-        parts = []
-        for f in files:
-            try:
-                parts.append(pq.read_table(f))
-            except (OSError, pa.ArrowInvalid):
-                continue
-        if parts:
-            t = pa.concat_tables(parts)
-            if name in ("threads", "processes"):  # noted again by every drain: keep one of each
-                t = pa.Table.from_pylist(_unique(t.to_pylist()), schema=t.schema)
-            tables[name] = t
-    return Partition(path=path, meta=meta, tables=tables)
+    files = {name: tuple(sorted(path.glob(f"{name}.*.parquet"))) for name in TABLE_NAMES}
+    return Partition(path=path, meta=meta, files={k: v for k, v in files.items() if v})
 
 
 def read_partitions(staging: Path) -> list[Partition]:
@@ -259,8 +278,11 @@ def merge(
     overhead: dict[str, Any] = {}
     with RunWriter(out, overwrite=overwrite) as w:
         for rank, p in ranked:
-            for name, table in p.tables.items():
-                w.write(name, rank, table)
+            for name in p.names():
+                table = p.table(name)
+                if table is not None:
+                    w.write(name, rank, table)
+                del table
             m = p.meta
             ranks.append(RankInfo(rank=rank, host=m.host or socket.gethostname(), pid=m.pid,
                                   world_size=m.world_size))
