@@ -128,6 +128,7 @@ class Session:
         self._last_flush = 0
         self._pre: deque[Tables] = deque(maxlen=max(2, int(10.0 / max(config.flush_every_s, 0.1)) + 2))
         self._before: list[int] = [0, 0]  # sum of step ns, count (steps before the window)
+        self._warmup_boundary: int | None = None
         self._inside: list[int] = [0, 0]
         self._cpu_open: float | None = None
         self._overhead: dict[str, Any] = {}
@@ -209,7 +210,9 @@ class Session:
             now = self._clock()
             k = self.boundaries
             self.boundaries += 1
-            if self._last_boundary is not None:
+            # the warm-up step (GPU backend starting) is neither a before- nor an in-window step
+            warmup = self._warmup_boundary is not None and k == self._warmup_boundary + 1
+            if self._last_boundary is not None and not warmup:
                 acc = self._inside if self.open_ns is not None and self.close_ns is None else self._before
                 if self.close_ns is None:
                     acc[0] += now - self._last_boundary
@@ -225,6 +228,7 @@ class Session:
                 self.gpu.prepare()
             if self.open_ns is None and k + 1 == self.schedule.first:
                 self._start_gpu()  # one warm-up step: its start cost stays out of the window
+                self._warmup_boundary = k
             if action is Action.CAPTURE and self.open_ns is None:
                 self._open(now)
             elif action is Action.DONE:
