@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.capture.test_bootstrap import FakeClock, FakeHost, run_steps
 
-from stepscope.capture.bootstrap import CaptureConfig, Session, clip_gpu
+from stepscope.capture.bootstrap import CaptureConfig, Session, clip
 from stepscope.capture.cupti.native import Unavailable
 from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import make_schedule
@@ -112,13 +112,13 @@ def test_window_never_reached_stops_a_started_gpu(tmp_path: Path) -> None:
     assert log[0].startswith("start@") and log[-1].startswith("stop@")
 
 
-def test_clip_gpu_handles_numpy_lists_and_arrow() -> None:
+def test_clip_handles_numpy_lists_and_arrow() -> None:
     import numpy as np
     import pyarrow as pa
 
     cols = {"ts_ns": np.array([0, 100, 200]), "dur_ns": np.array([10, 10, 10]), "name": ["a", "b", "c"]}
-    out = clip_gpu({"kernels": cols, "devices": {"device": [0]}}, 50, 150)
+    out = clip({"kernels": cols, "devices": {"device": [0]}}, 50, 150)
     assert list(out["kernels"]["ts_ns"]) == [100] and out["kernels"]["name"] == ["b"]
     assert out["devices"] == {"device": [0]}
     tab = pa.table({"ts_ns": [0, 100, 200], "dur_ns": [10, 10, 10]})
-    assert clip_gpu({"kernels": tab}, 50, None)["kernels"].column("ts_ns").to_pylist() == [100, 200]
+    assert clip({"kernels": tab}, 50, None)["kernels"].column("ts_ns").to_pylist() == [100, 200]

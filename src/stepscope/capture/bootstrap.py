@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, count_rows, threads_cpu_s
-from stepscope.capture.gpu import GpuLike, GpuSlot, clip_gpu, make_gpu
+from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
 from stepscope.capture.schedule import Action, Schedule
 from stepscope.store.manifest import Diagnostic
 
@@ -288,7 +288,7 @@ class Session:
             self._pre.append(data)  # bounded: only the last ~10 s are kept
         else:
             self._write(clip(data, self.open_ns, self.close_ns))
-            self._write(clip_gpu(self._gpu_data(final=False), self.open_ns, self.close_ns))
+            self._write(clip(self._gpu_data(final=False), self.open_ns, self.close_ns))
 
     def _write(self, data: Tables) -> None:
         n = count_rows(data)
@@ -322,7 +322,7 @@ class Session:
             data = self._stop_host()
             if self.open_ns is not None:
                 self._write(clip(data, self.open_ns, now))
-                self._write(clip_gpu(gpu, self.open_ns, now))
+                self._write(clip(gpu, self.open_ns, now))
             self._write_meta()
 
     def _measure(self, cpu_close: float | None, now: int) -> None:
@@ -416,5 +416,5 @@ class Session:
             pass
 
 
-__all__ = ["CaptureConfig", "ENV_VAR", "HostLike", "Session", "clip", "clip_gpu", "concat",
+__all__ = ["CaptureConfig", "ENV_VAR", "HostLike", "Session", "clip", "concat",
            "threads_cpu_s"]

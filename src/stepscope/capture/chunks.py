@@ -9,23 +9,61 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
 TIMED_TABLES = ("samples", "stacks", "input_waits", "steps")
 Tables = dict[str, dict[str, list[Any]]]
 
 
-def clip(tables: Mapping[str, Mapping[str, list[Any]]], lo: int, hi: int | None) -> Tables:
-    """Keep rows whose time (the midpoint for ranges) lies in ``[lo, hi]``."""
-    out: Tables = {}
+def clip(tables: Mapping[str, Any], lo: int, hi: int | None) -> dict[str, Any]:
+    """Keep the rows whose time (the midpoint for ranges) lies in ``[lo, hi]``, in every table
+    with a ``ts_ns`` column: host tables (column lists; a row without a time is dropped, a
+    missing duration counts as 0) and the GPU backend's (numpy or list columns, or Arrow tables:
+    drops what the warm-up step before the window recorded). Tables without times (threads,
+    processes) pass whole."""
+    out: dict[str, Any] = {}
     for name, cols in tables.items():
-        ts = cols.get("ts_ns")
-        if name not in TIMED_TABLES or ts is None:
-            out[name] = {k: list(v) for k, v in cols.items()}
-            continue
-        durs = cols.get("dur_ns") or [0] * len(ts)
-        keep = [i for i, (t, d) in enumerate(zip(ts, durs))
-                if t is not None and lo <= t + (d or 0) // 2 and (hi is None or t + (d or 0) // 2 <= hi)]
-        out[name] = {k: [v[i] for i in keep] for k, v in cols.items()}
+        keep = _in_window(cols, lo, hi)
+        if keep is None or keep.all():
+            out[name] = cols
+        elif isinstance(cols, pa.Table):
+            out[name] = cols.filter(pa.array(keep))
+        else:
+            idx = np.flatnonzero(keep)
+            out[name] = {k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()])
+                         for k, v in cols.items()}
     return out
+
+
+def _in_window(cols: Any, lo: int, hi: int | None) -> npt.NDArray[np.bool_] | None:
+    """Which rows of one table fall in the window; None for a table without times."""
+    if isinstance(cols, pa.Table):
+        if "ts_ns" not in cols.column_names or not cols.num_rows:
+            return None
+        ts = np.asarray(cols.column("ts_ns").fill_null(0), dtype=np.int64)
+        dur = (np.asarray(cols.column("dur_ns").fill_null(0), dtype=np.int64)
+               if "dur_ns" in cols.column_names else np.zeros_like(ts))
+        valid = np.ones(len(ts), dtype=bool)
+    else:
+        raw = cols.get("ts_ns")
+        if raw is None or not len(raw):
+            return None
+        n = len(raw)
+        if isinstance(raw, np.ndarray):
+            ts, valid = raw.astype(np.int64), np.ones(n, dtype=bool)
+        else:
+            valid = np.fromiter((t is not None for t in raw), bool, n)
+            ts = np.fromiter((t or 0 for t in raw), np.int64, n)
+        d = cols.get("dur_ns")
+        dur = (np.zeros(n, dtype=np.int64) if d is None else d.astype(np.int64)
+               if isinstance(d, np.ndarray) else np.fromiter((x or 0 for x in d), np.int64, n))
+    mid = ts + dur // 2
+    keep: npt.NDArray[np.bool_] = valid & (mid >= lo)
+    if hi is not None:
+        keep &= mid <= hi
+    return keep
 
 
 def concat(chunks: list[Tables]) -> Tables:

@@ -9,7 +9,7 @@ when GPU capture cannot start, the reason becomes a diagnostic and host capture 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from stepscope.errors import CaptureError
@@ -141,37 +141,3 @@ class GpuSlot:
 
 
 
-
-def clip_gpu(tables: Mapping[str, Any], lo: int, hi: int | None) -> dict[str, Any]:
-    """Keep the rows whose midpoint lies in ``[lo, hi]`` (numpy or list columns, or Arrow
-    tables): drops what the warm-up step before the window recorded."""
-    import numpy as np
-
-    out: dict[str, Any] = {}
-    for name, cols in tables.items():
-        if hasattr(cols, "num_rows"):
-            if "ts_ns" not in cols.column_names or not cols.num_rows:
-                out[name] = cols
-                continue
-            ts = np.asarray(cols.column("ts_ns").fill_null(0), dtype=np.int64)
-            dur = (np.asarray(cols.column("dur_ns").fill_null(0), dtype=np.int64)
-                   if "dur_ns" in cols.column_names else np.zeros_like(ts))
-        elif "ts_ns" in cols and len(cols["ts_ns"]):
-            ts = np.asarray(cols["ts_ns"], dtype=np.int64)
-            dur = np.asarray(cols.get("dur_ns", np.zeros_like(ts)), dtype=np.int64)
-        else:
-            out[name] = cols
-            continue
-        mid = ts + dur // 2
-        keep = (mid >= lo) & (True if hi is None else mid <= hi)
-        if keep.all():
-            out[name] = cols
-        elif hasattr(cols, "num_rows"):
-            import pyarrow as pa
-
-            out[name] = cols.filter(pa.array(keep))
-        else:
-            idx = np.flatnonzero(keep)
-            out[name] = {k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()])
-                         for k, v in cols.items()}
-    return out

@@ -20,7 +20,6 @@ from typing import Any, NoReturn
 
 from stepscope.capture.bootstrap import CaptureConfig, Session
 
-
 _ACTIVE: list[Session] = []  # see the module doc: the one process-global value
 
 
