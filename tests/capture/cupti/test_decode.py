@@ -162,3 +162,15 @@ def test_unknown_kinds_are_counted_not_decoded() -> None:
     kinds, offs, _ = walk_py(buf, L.size_table(L.LAYOUTS_13))
     dec.add(buf, kinds, offs)
     assert set(dec.tables()) == {"kernels"} and dec.unknown_kinds == {L.RUNTIME: 1}
+
+
+@pytest.mark.parametrize(("raw", "base", "kept"), [
+    ("cudaLaunchKernel_v7000", "cudaLaunchKernel", True), ("cuLaunchKernel", "cuLaunchKernel", True),
+    ("cudaDeviceSynchronize_v3020", "cudaDeviceSynchronize", True),
+    ("cudaMemcpyAsync_v3020", "cudaMemcpyAsync", True), ("cudaMalloc_v3020", "cudaMalloc", True),
+    ("cudaGetDevice_v3020", "cudaGetDevice", False), ("cudaGetLastError_v3020", "cudaGetLastError", False),
+    ("cuKernelGetName", "cuKernelGetName", False)])
+def test_which_api_calls_are_kept(raw: str, base: str, kept: bool) -> None:
+    from stepscope.capture.cupti.decode import api_base_name, wanted_call
+
+    assert api_base_name(raw) == base and wanted_call(raw) is kept

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -25,18 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.apis import classify_api
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.decode import DecodeContext, Decoder
+from stepscope.capture.cupti.decode import DecodeContext, Decoder, wanted_call
 from stepscope.capture.cupti.native import Unavailable, find_libcupti, load_libcupti, load_shim
-from stepscope.schema import ApiKind
 from stepscope.store.manifest import Diagnostic
 
 FLUSH_FORCED = 1
-_KEEP_API = {ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH, ApiKind.SYNC, ApiKind.MEMCPY, ApiKind.MEMSET,
-             ApiKind.ALLOC, ApiKind.FREE}
 _MAX_CBID = 1024
-_VERSION = re.compile(r"_v\d+$")
 
 
 @dataclass(frozen=True)
@@ -244,7 +238,7 @@ class CuptiCapture:
             name = self._callback_name(domain, cbid)
             if not name:
                 continue
-            if classify_api(_VERSION.sub("", name)) in _KEEP_API:
+            if wanted_call(name):
                 self._api_kept += 1
             elif fn(cbid, 0) == 0:
                 self._api_off.append((domain, cbid))

@@ -22,12 +22,26 @@ import numpy.typing as npt
 from stepscope.apis import classify_api
 from stepscope.capture.cupti import layouts as L
 from stepscope.importers.kineto_columns import nest
-from stepscope.schema import AnnotationSource, ApiDomain
+from stepscope.schema import AnnotationSource, ApiDomain, ApiKind
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
 Columns = dict[str, Any]
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
+# runtime/driver calls whose records the analysis uses (launches, syncs, copies, allocations)
+KEEP_API = frozenset({ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH, ApiKind.SYNC, ApiKind.MEMCPY,
+                      ApiKind.MEMSET, ApiKind.ALLOC, ApiKind.FREE})
+
+
+def api_base_name(raw: str) -> str:
+    """A CUPTI callback name without its version suffix: ``cudaLaunchKernel_v7000`` ->
+    ``cudaLaunchKernel``."""
+    return _VERSION_SUFFIX.sub("", raw)
+
+
+def wanted_call(raw: str) -> bool:
+    """Whether the records of this runtime/driver call are kept (``--gpu-api filtered``)."""
+    return classify_api(api_base_name(raw)) in KEEP_API
 
 
 def walk_py(buf: bytes | memoryview | U8, sizes: list[int]) -> tuple[npt.NDArray[np.uint32],
@@ -182,7 +196,7 @@ class Decoder:
             key = (domain, int(c))
             if key not in self._api:
                 raw = self.ctx.api_name(domain, int(c))
-                self._api[key] = _VERSION_SUFFIX.sub("", raw) if raw else f"cbid_{c}"
+                self._api[key] = api_base_name(raw) if raw else f"cbid_{c}"
             names.append(self._api[key])
         return [names[i] for i in inverse.reshape(-1).tolist()]
 

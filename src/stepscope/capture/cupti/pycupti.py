@@ -16,12 +16,12 @@ from typing import Any
 from stepscope.apis import classify_api
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.capture import (
-    _KEEP_API,
     _MAX_CBID,
     GpuSettings,
     _demangler,
     torch_profiler_active,
 )
+from stepscope.capture.cupti.decode import api_base_name, wanted_call
 from stepscope.capture.cupti.native import Unavailable
 from stepscope.schema import ApiDomain
 from stepscope.store.manifest import Diagnostic
@@ -82,7 +82,7 @@ class PyCuptiCapture:
                 self._enabled.append(kind)
                 for cbid in range(1, _MAX_CBID):
                     name = self._name(domain, cbid)
-                    if name and classify_api(name) not in _KEEP_API:
+                    if name and not wanted_call(name):
                         try:
                             getattr(c, fn)(cbid, 0)
                             self._api.append((domain, cbid))
@@ -96,7 +96,7 @@ class PyCuptiCapture:
                 raw = self.c.get_callback_name(domain, cbid)
             except Exception:
                 raw = None
-            self._names[key] = str(raw).split("_v")[0] if raw else ""
+            self._names[key] = api_base_name(str(raw)) if raw else ""
         return self._names[key] or None
 
     def flush(self, forced: bool = False) -> dict[str, Any]:
