@@ -239,18 +239,9 @@ def test_dark_scheme(browser: Any, reports: dict[str, Path]) -> None:
 def test_captured_run_shows_its_capture_overhead(browser: Any, tmp_path: Path) -> None:
     """A run made by `stepscope record` carries what each process measured of itself
     (manifest.overhead["rank0"]): the overview card shows it, not just 'measured'."""
-    from stepscope.capture.bootstrap import CaptureConfig, Session
-    from stepscope.capture.partitions import merge
-    from stepscope.capture.schedule import make_schedule
-    from tests.capture.test_bootstrap import FakeClock, FakeHost, run_steps
+    from tests.capture.test_bootstrap import captured_run
 
-    clock = FakeClock()
-    cfg = CaptureConfig(staging=str(tmp_path / "staging"), schedule=make_schedule("3-8"), gpu="none")
-    s = Session(cfg, clock=clock, environ={}, host_factory=lambda c, r, clk: FakeHost(clk))
-    s.begin()
-    run_steps(s, clock, 12)
-    s.finish()
-    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+    run = captured_run(tmp_path)
     r = load(browser, _report(run, tmp_path / "captured.html"))
     assert r.errors() == []
     card = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()

@@ -96,6 +96,17 @@ def run_steps(s: Session, clock: FakeClock, n: int, step_ms: int = 10) -> None:
         clock.t += step_ms * 1_000_000
 
 
+def captured_run(tmp_path: Path, steps: str = "3-8", n: int = 12) -> Run:
+    """A run as `stepscope record` writes it (no GPU backend, the fake host): for report tests."""
+    clock = FakeClock()
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), schedule=make_schedule(steps), gpu="none")
+    s = Session(cfg, clock=clock, environ={}, host_factory=lambda c, r, clk: FakeHost(clk))
+    s.begin()
+    run_steps(s, clock, n)
+    s.finish()
+    return Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+
+
 def test_step_window_keeps_only_the_window(tmp_path: Path) -> None:
     s, clock, hosts = session(tmp_path, "2-4")
     s.begin()
