@@ -17,11 +17,6 @@ import pytest
 
 from stepscope.capture.hooks import PostImportFinder
 from stepscope.capture.host import HOST_TABLES, HostCapture, HostSettings
-from stepscope.capture.samplers import (
-    NvmlSampler,
-    parse_cpulist,
-    parse_visible_devices,
-)
 from stepscope.capture.stacks import StackSampler
 from stepscope.schema import spec
 
@@ -198,34 +193,6 @@ def test_fake_nvml_gives_gpu_metrics(tmp_path: Path) -> None:
     assert "gpm_unavailable" in {d.code for d in cap.diagnostics}
 
 
-def test_nvml_respects_cuda_visible_devices_and_unsupported_metrics() -> None:
-    fake = FakeNvml(power_unsupported=True)
-    clock = iter(x * 0.2 for x in range(100))
-    nv = NvmlSampler(fake, env={"CUDA_VISIBLE_DEVICES": "GPU-00000001"}, monotonic=lambda: next(clock))
-    assert nv.open() is None
-    assert [i for i, _ in nv.handles] == [0]  # physical GPU 1 is the process's GPU 0
-    rows = nv.sample(123)
-    names = {name for ts, dev, name, v, unit in rows}
-    assert {dev for _, dev, *_r in rows} == {0}
-    assert "gpu.power_w" not in names and "gpu.gpm.sm_active_pct" in names
-    assert "Not Supported" in nv.unavailable["gpu0.gpu.power_w"]
-    nv.sample(124)
-    assert len(fake.calls) == 0  # GPM gives PCIe: no blocking PcieThroughput calls
-    nv.close()
-
-
-def test_gpm_needs_samples_100ms_apart() -> None:
-    t = [0.0]
-    nv = NvmlSampler(FakeNvml(), env={"CUDA_VISIBLE_DEVICES": "1"}, monotonic=lambda: t[0])
-    assert nv.open() is None
-    t[0] = 0.05
-    assert not [r for r in nv.sample(1) if "gpm" in r[2]]
-    t[0] = 0.11
-    assert [r for r in nv.sample(2) if "gpm" in r[2]]
-    t[0] = 0.15
-    assert not [r for r in nv.sample(3) if "gpm" in r[2]]
-
-
 def test_nvml_failure_is_a_diagnostic() -> None:
     cap = HostCapture(HostSettings(sample_hz=50, stack_hz=0, hooks=False),
                       nvml_module=FakeNvml(fail_init=True))
@@ -239,14 +206,6 @@ def test_nvml_failure_is_a_diagnostic() -> None:
 
 def nv_absent(data: dict[str, dict[str, list[Any]]]) -> bool:
     return not [m for m in data["samples"]["metric"] if m.startswith("gpu.")]
-
-
-def test_visible_devices_and_cpulist_parsing() -> None:
-    assert parse_visible_devices(None) is None
-    assert parse_visible_devices("") == []
-    assert parse_visible_devices("2, 0,bad,1") == ["2", "0"]
-    assert parse_visible_devices("GPU-abc,MIG-x") == ["GPU-abc", "MIG-x"]
-    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
 
 
 def test_post_import_finder_calls_back_after_exec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,7 +45,10 @@ from typing import Any
 
 from stepscope.capture import hooks as hooks_module
 from stepscope.capture.hooks import TORCH_STEP, TorchHooks
-from stepscope.capture.samplers import NvmlSampler, PsutilSampler, Row, numa_node_cpus
+from stepscope.capture.samplers import Row
+from stepscope.capture.samplers.numa import numa_node_cpus
+from stepscope.capture.samplers.nvml import NvmlSampler
+from stepscope.capture.samplers.system import PsutilSampler
 from stepscope.capture.stacks import StackSampler
 from stepscope.schema import InputWaitSource, StepSource, spec
 from stepscope.store.manifest import Diagnostic
