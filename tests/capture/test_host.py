@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
 import sys
@@ -15,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from stepscope.capture.hooks import PostImportFinder
 from stepscope.capture.host import HOST_TABLES, HostCapture, HostSettings
 from stepscope.capture.stacks import StackSampler
 from stepscope.schema import spec
@@ -206,22 +204,6 @@ def test_nvml_failure_is_a_diagnostic() -> None:
 
 def nv_absent(data: dict[str, dict[str, list[Any]]]) -> bool:
     return not [m for m in data["samples"]["metric"] if m.startswith("gpu.")]
-
-
-def test_post_import_finder_calls_back_after_exec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "ss_watched_mod.py").write_text("VALUE = 42\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    seen: list[Any] = []
-    finder = PostImportFinder({"ss_watched_mod": lambda m: seen.append(m.VALUE)})
-    sys.meta_path.insert(0, finder)
-    try:
-        mod = importlib.import_module("ss_watched_mod")
-    finally:
-        sys.meta_path.remove(finder)
-        sys.modules.pop("ss_watched_mod", None)
-    assert seen == [42]
-    assert type(mod.__loader__).__name__ == "SourceFileLoader"  # the real loader is put back
-    assert mod.__spec__ is not None and mod.__spec__.loader is mod.__loader__
 
 
 def test_stacks_overhead_is_small() -> None:

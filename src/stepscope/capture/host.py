@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from stepscope.capture import hooks as hooks_module
-from stepscope.capture.hooks import TORCH_STEP, TorchHooks
+from stepscope.capture.hooks.install import WRAPPER_FILES, TorchHooks
+from stepscope.capture.hooks.nvtx_steps import NVTX_STEP
+from stepscope.capture.hooks.optimizer import TORCH_STEP
 from stepscope.capture.samplers import Row
 from stepscope.capture.samplers.numa import numa_node_cpus
 from stepscope.capture.samplers.nvml import NvmlSampler
@@ -107,7 +108,7 @@ class HostCapture:
         self._last_boundary: tuple[int, StepSource] | None = None
         self._manual = False
         # the step hook in use: the first one that fired (NVTX ranges when asked for)
-        self._hook: str | None = hooks_module.NVTX_STEP if settings.nvtx_step else None
+        self._hook: str | None = NVTX_STEP if settings.nvtx_step else None
         self._pacing: Callable[[], Any] | None = None
         # DataLoaders
         self._loaders: list[dict[str, Any]] = []
@@ -414,7 +415,7 @@ class HostCapture:
     def _stacks_loop(self, stop: threading.Event) -> None:
         status: dict[str, Any] = {"ran": True, "hz": self.settings.stack_hz}
         self._status["stacks"] = status
-        sampler = StackSampler(skip_files=(hooks_module.__file__ or "",))
+        sampler = StackSampler(skip_files=WRAPPER_FILES)
 
         def tick() -> None:
             ts = self._clock()

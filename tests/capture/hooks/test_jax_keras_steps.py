@@ -30,7 +30,9 @@ from typing import Any
 
 import pytest
 
-from stepscope.capture.hooks import JAX_STEP, KERAS_STEP, TorchHooks
+from stepscope.capture.hooks.install import TorchHooks
+from stepscope.capture.hooks.jax_steps import JAX_STEP
+from stepscope.capture.hooks.keras_steps import KERAS_STEP
 from stepscope.capture.host import HostCapture, HostSettings
 
 FAKE_JAX_PROFILER = '''

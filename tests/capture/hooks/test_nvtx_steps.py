@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from stepscope.capture.hooks import NVTX_STEP, TorchHooks
+from stepscope.capture.hooks.install import TorchHooks
+from stepscope.capture.hooks.nvtx_steps import NVTX_STEP
 from stepscope.capture.host import HostCapture, HostSettings
 
 
