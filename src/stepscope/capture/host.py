@@ -1,9 +1,11 @@
 """Host-side capture inside the profiled process: samplers, stack sampler, DataLoader/step hooks.
 
 ``HostCapture`` owns two daemon threads (metrics at ``sample_hz``, Python stacks at ``stack_hz``;
-separate so a slow NVML call does not shift the stack ticks) and the PyTorch hooks of
-``capture.hooks``. Everything it sees goes into bounded per-table buffers of row tuples that
-``drain()`` hands to the writer as column dicts (the ``schema`` columns of each table).
+separate so a slow NVML call does not shift the stack ticks; ``capture.periodic``) and the
+framework hooks of ``capture.hooks``. Everything it sees goes into bounded per-table buffers of
+row tuples (``capture.buffers``) that ``drain()`` hands to the writer as column dicts (the
+``schema`` columns of each table). What the DataLoader hooks see is kept by
+``capture.loader_records``; the samplers are in ``capture.samplers``.
 
 Step boundaries
 ---------------
@@ -37,21 +39,23 @@ import sys
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from stepscope.capture.buffers import TableBuffers
 from stepscope.capture.hooks.install import WRAPPER_FILES, TorchHooks
 from stepscope.capture.hooks.nvtx_steps import NVTX_STEP
 from stepscope.capture.hooks.optimizer import TORCH_STEP
+from stepscope.capture.loader_records import LoaderRecords
+from stepscope.capture.periodic import run_periodic
 from stepscope.capture.samplers import Row
 from stepscope.capture.samplers.numa import numa_node_cpus
 from stepscope.capture.samplers.nvml import NvmlSampler
 from stepscope.capture.samplers.system import PsutilSampler
 from stepscope.capture.stacks import StackSampler
-from stepscope.schema import InputWaitSource, StepSource, spec
+from stepscope.schema import StepSource
 from stepscope.store.manifest import Diagnostic
 
 HOST_TABLES = ("samples", "stacks", "input_waits", "steps", "threads", "processes")
@@ -66,12 +70,6 @@ class HostSettings:
     hooks: bool = True  # DataLoader/optimizer (PyTorch), StepTraceAnnotation (JAX), Keras batches
     max_rows: int = 250_000  # per table between drains; beyond it the oldest rows are dropped
     nvtx_step: str = ""  # --nvtx NAME: NVTX ranges named NAME are the steps (no other hook counts)
-
-
-class _Buffer:
-    def __init__(self, cap: int) -> None:
-        self.rows: deque[tuple[Any, ...]] = deque(maxlen=max(1, cap))
-        self.dropped = 0
 
 
 class HostCapture:
@@ -89,12 +87,16 @@ class HostCapture:
         self._env: Mapping[str, str] = os.environ if env is None else env
         self._sys_root = sys_root
         self._lock = threading.RLock()  # re-entrant: stop()/drain() may run in a signal handler
-        self._buffers = {t: _Buffer(settings.max_rows) for t in HOST_TABLES}
+        self._buffers = TableBuffers(HOST_TABLES, settings.max_rows)
         self._diags: dict[str, Diagnostic] = {}
         self._stop_event = threading.Event()
         self._threads: list[threading.Thread] = []
         self._running = False
-        self._hooks = TorchHooks(clock=clock, on_wait=self._on_wait, on_iterator=self._on_iterator,
+        self._loaders = LoaderRecords(
+            push=self._buffers.push, note_thread=lambda: self._note_thread(threading.current_thread()),
+            note_process=self._note_process, diag=self._diag)
+        self._hooks = TorchHooks(clock=clock, on_wait=self._loaders.on_wait,
+                                 on_iterator=self._loaders.on_iterator,
                                  on_optimizer_step=self._on_optimizer_step, on_error=self._diag,
                                  on_step_marker=self._on_step_marker,
                                  nvtx_step=settings.nvtx_step)
@@ -110,11 +112,6 @@ class HostCapture:
         # the step hook in use: the first one that fired (NVTX ranges when asked for)
         self._hook: str | None = NVTX_STEP if settings.nvtx_step else None
         self._pacing: Callable[[], Any] | None = None
-        # DataLoaders
-        self._loaders: list[dict[str, Any]] = []
-        self._loader_records: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
-        self._iter_records: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
-        self._iter_workers: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
         # sampler state, for the manifest
         self._status: dict[str, Any] = {"metrics": {}, "stacks": {}}
         self._nvml: NvmlSampler | None = None
@@ -222,40 +219,10 @@ class HostCapture:
                 self._diag("step_listener_error", f"a step listener failed at step {k}: "
                            f"{type(e).__name__}: {e}")
 
-    # -- DataLoader --------------------------------------------------------------------------
-    def _on_wait(self, it: Any, t0: int, t1: int) -> None:
-        try:
-            tid = self._note_thread(threading.current_thread())
-            self._push("input_waits", (t0, max(0, t1 - t0), os.getpid(), tid,
-                                       InputWaitSource.DATALOADER.value, "DataLoader.__next__"))
-            record = self._iter_records.get(it)
-            if record is not None:
-                record["batches"] += 1
-        except Exception as e:  # never raise out of the user's __next__
-            self._diag("input_wait_hook_error", f"DataLoader wait not recorded: {e!r}")
-
-    def _on_iterator(self, loader: Any, it: Any) -> None:
-        try:
-            record = self._loader_records.get(loader)
-            if record is None:
-                record = _loader_settings(loader, it)
-                self._loader_records[loader] = record
-                with self._lock:
-                    self._loaders.append(record)
-            record["iterators"] += 1
-            self._iter_records[it] = record
-            pids = tuple(int(w.pid) for w in getattr(it, "_workers", ()) if w.pid is not None)
-            if pids:
-                self._iter_workers[it] = pids
-                for i, pid in enumerate(pids):
-                    self._note_process(pid, f"DataLoader worker {i}")
-        except Exception as e:
-            self._diag("dataloader_settings_error", f"could not read DataLoader settings: {e}")
-
     def _worker_pids(self) -> frozenset[int] | None:
         if not self.settings.hooks:
             return None  # fall back to all child processes
-        return frozenset(p for pids in list(self._iter_workers.values()) for p in pids)
+        return self._loaders.worker_pids()
 
     # -- threads/processes/buffers -----------------------------------------------------------
     def _note_thread(self, thread: threading.Thread) -> int:
@@ -277,35 +244,10 @@ class HostCapture:
                 self._push("processes", (pid, name, socket.gethostname()))
 
     def _push(self, table: str, row: tuple[Any, ...]) -> None:
-        with self._lock:
-            buf = self._buffers[table]
-            if len(buf.rows) == buf.rows.maxlen:
-                buf.dropped += 1
-            buf.rows.append(row)
-
-    def _push_many(self, table: str, rows: list[Any]) -> None:
-        with self._lock:
-            buf = self._buffers[table]
-            assert buf.rows.maxlen is not None
-            over = len(buf.rows) + len(rows) - buf.rows.maxlen
-            if over > 0:
-                buf.dropped += min(over, len(buf.rows) + len(rows))
-            buf.rows.extend(rows)
+        self._buffers.push(table, row)
 
     def drain(self) -> dict[str, dict[str, list[Any]]]:
-        with self._lock:
-            taken = {}
-            for table, buf in self._buffers.items():
-                taken[table], buf.rows = buf.rows, deque(maxlen=buf.rows.maxlen)
-        out: dict[str, dict[str, list[Any]]] = {}
-        for table, rows in taken.items():
-            names = spec(table).column_names
-            cols: dict[str, list[Any]] = {n: [] for n in names}
-            cols["rank"] = [self.rank] * len(rows)
-            for name, values in zip(names[1:], zip(*rows) if rows else [()] * (len(names) - 1)):
-                cols[name] = list(values)
-            out[table] = cols
-        return out
+        return self._buffers.drain(self.rank)
 
     def _diag(self, code: str, message: str, level: str = "warning") -> None:
         with self._lock:
@@ -317,40 +259,9 @@ class HostCapture:
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         with self._lock:
             out = list(self._diags.values())
-            for table, buf in self._buffers.items():
-                if buf.dropped:
-                    out.append(Diagnostic(
-                        level="warning", code="host_buffer_full",
-                        message=f"{table}: more than {buf.rows.maxlen} rows between drains; "
-                                f"the oldest {buf.dropped} were dropped (drain more often or raise "
-                                "HostSettings.max_rows)", count=buf.dropped))
-        return tuple(out)
+        return (*out, *self._buffers.diagnostics())
 
     # -- sampler threads ---------------------------------------------------------------------
-    def _periodic(self, stop: threading.Event, hz: float, tick: Callable[[], None],
-                  status: dict[str, Any]) -> None:
-        """Fixed rate with drift correction: tick k is due at t0 + k/hz; missed ticks are skipped."""
-        period = 1.0 / hz
-        due = time.monotonic() + period
-        ticks = skipped = 0
-        cpu = 0.0
-        while not stop.wait(max(0.0, due - time.monotonic())):
-            c0 = time.thread_time()
-            try:
-                tick()
-            except Exception as e:
-                self._diag("sampler_error", f"{threading.current_thread().name}: "
-                           f"{type(e).__name__}: {e}")
-            cpu += time.thread_time() - c0
-            ticks += 1
-            due += period
-            late = time.monotonic() - due
-            if late > 0:
-                missed = int(late / period) + 1
-                skipped += missed
-                due += missed * period
-            status.update(ticks=ticks, skipped_ticks=skipped, cpu_s=round(cpu, 6))
-
     def _metrics_loop(self, stop: threading.Event) -> None:
         status: dict[str, Any] = {"ran": True, "hz": self.settings.sample_hz}
         self._status["metrics"] = status
@@ -375,10 +286,10 @@ class HostCapture:
             rows: list[Row] = []
             for sample in samplers:
                 rows.extend(sample(ts))
-            self._push_many("samples", rows)
+            self._buffers.push_many("samples", rows)
 
         try:
-            self._periodic(stop, self.settings.sample_hz, tick, status)
+            run_periodic(stop, self.settings.sample_hz, tick, status, self._sampler_error)
         finally:
             if nvml is not None:
                 nvml.close()
@@ -421,15 +332,17 @@ class HostCapture:
             ts = self._clock()
             pid = os.getpid()
             rows = [(ts, pid, tid, frames) for tid, frames in sampler.sample(dict(self._sampled))]
-            self._push_many("stacks", rows)
+            self._buffers.push_many("stacks", rows)
 
-        self._periodic(stop, self.settings.stack_hz, tick, status)
+        run_periodic(stop, self.settings.stack_hz, tick, status, self._sampler_error)
+
+    def _sampler_error(self, e: Exception) -> None:
+        self._diag("sampler_error", f"{threading.current_thread().name}: {type(e).__name__}: {e}")
 
     # -- manifest ----------------------------------------------------------------------------
     def settings_for_manifest(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        with self._lock:
-            loaders = [dict(r) for r in self._loaders]
+        loaders = self._loaders.settings()
         if loaders:
             out["dataloader"] = max(loaders, key=lambda r: r["batches"])
             out["dataloaders"] = loaders
@@ -465,31 +378,13 @@ class HostCapture:
         return out
 
 
-def _loader_settings(loader: Any, it: Any) -> dict[str, Any]:
-    def get(obj: Any, name: str) -> Any:
-        v = getattr(obj, name, None)
-        return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
-
-    return {
-        "num_workers": get(loader, "num_workers"),
-        "pin_memory": get(loader, "pin_memory"),
-        "pin_memory_effective": get(it, "_pin_memory"),
-        "prefetch_factor": get(loader, "prefetch_factor"),
-        "persistent_workers": get(loader, "persistent_workers"),
-        "batch_size": get(loader, "batch_size"),
-        "drop_last": get(loader, "drop_last"),
-        "dataset": type(getattr(loader, "dataset", None)).__name__,
-        "loader_class": type(loader).__name__,
-        "iterators": 0,
-        "batches": 0,
-    }
-
-
 def _reset_in_child(ref: Callable[[], HostCapture | None]) -> None:
     """The lock may have been held by a sampler thread at fork time: the child gets a fresh one."""
     cap = ref()
     if cap is not None:
         cap._lock = threading.RLock()
+        cap._buffers.after_fork()
+        cap._loaders.after_fork()
         cap._threads = []
 
 
