@@ -212,7 +212,9 @@ def test_injected_bootstrap_writes_a_partition_and_keeps_output(tmp_path: Path) 
 
 @pytest.mark.parametrize(("call", "code", "ended"), [("sys.exit(3)", 3, "exit status 3"),
                                                      ("sys.exit('bye')", 1, "exit status 1"),
-                                                     ("sys.exit(0)", 0, "exit")])
+                                                     ("sys.exit(0)", 0, "exit"),
+                                                     ("exit(4)", 4, "exit status 4"),
+                                                     ("quit(5)", 5, "exit status 5")])
 def test_exit_status_of_a_process_is_noted(tmp_path: Path, call: str, code: int, ended: str) -> None:
     """A rank that calls sys.exit(3) must not look like a clean exit in its partition."""
     staging = tmp_path / "staging"

@@ -49,6 +49,36 @@ def test_exit_code_passes_through(tmp_path: Path, code: str, status: int) -> Non
         assert b"ValueError: boom" in r.stderr  # the program's traceback is untouched
 
 
+@pytest.mark.parametrize("code,ended", [
+    ("raise SystemExit(3)", "exit status 3"),  # never reaches sys.exit: only the launcher sees it
+    ("import os; os._exit(4)", "exit status 4"),  # no atexit: the partition says "running"
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "signal: SIGKILL"),
+])
+def test_the_launchers_status_of_its_child_names_the_rank(tmp_path: Path, code: str,
+                                                           ended: str) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(f"import stepscope\nfor i in range(5): stepscope.step()\n{code}\n")
+    r = record(tmp_path, str(script), opts=("--quiet", "--steps", "0-2"))
+    status = -9 if "SIGKILL" in ended else int(ended.split()[-1])  # the launcher dies by it too
+    assert r.returncode == status, r.stderr
+    run = Run(tmp_path / "run")
+    assert run.manifest.partial
+    (rank,) = run.manifest.ranks
+    assert [d.message for d in run.manifest.diagnostics if d.code == "process_ended"] == [
+        f"rank 0 (pid {rank.pid}) ended by {ended}"]
+
+
+def test_a_clean_exit_of_the_child_is_not_a_process_ended(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text("import stepscope, sys\nfor i in range(5): stepscope.step()\n"
+                      "try:\n    sys.exit(3)\nexcept SystemExit:\n    pass\n")
+    r = record(tmp_path, str(script), opts=("--quiet", "--steps", "0-2"))
+    assert r.returncode == 0, r.stderr
+    run = Run(tmp_path / "run")
+    assert not run.manifest.partial  # the caught sys.exit(3) was noted; the launcher knows better
+    assert not [d for d in run.manifest.diagnostics if d.code == "process_ended"]
+
+
 def test_output_is_byte_identical(tmp_path: Path) -> None:
     code = ("import sys; sys.stdout.buffer.write(b'a\\x00b\\r\\n\\xff'); "
             "sys.stderr.buffer.write(b'e\\xfe'); data = sys.stdin.buffer.read(); "

@@ -37,6 +37,7 @@ class LaunchResult:
     returncode: int  # Popen semantics: negative = ended by that signal
     wall_s: float
     forwarded: tuple[str, ...] = ()  # signals the launcher forwarded
+    pid: int | None = None  # the command's process: ``merge`` gives its partition ``returncode``
 
 
 def build_command(argv: Sequence[str], python: str = sys.executable) -> list[str]:
@@ -139,7 +140,8 @@ def launch(cmd: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
             _give_terminal(tty, os.getpgrp())
         for s, h in previous.items():
             signal.signal(s, h)
-    return LaunchResult(returncode=code, wall_s=time.perf_counter() - t0, forwarded=tuple(forwarded))
+    return LaunchResult(returncode=code, wall_s=time.perf_counter() - t0, forwarded=tuple(forwarded),
+                        pid=child.pid)
 
 
 def _on_main_thread() -> bool:

@@ -16,12 +16,22 @@ previous chunks readable.
 - when some partition has steps, partitions without any step (spawned data-loader workers,
   helper interpreters) are not kept as ranks; a diagnostic says so;
 - the others get the free ranks in the order the processes started.
+
+How each process ended (``PartitionMeta.ended``) is what its bootstrap saw: ``exit``, ``exit
+status N`` (a non-zero ``sys.exit``/``exit()`` on the main thread, ``capture.process``),
+``exception: <Type>``, ``signal: <NAME>`` (SIGTERM), or ``running`` when it never got to say
+(``os._exit``, SIGKILL, ``exec``). A process cannot see the status of ``raise SystemExit(N)``
+(no hook runs with it), but its parent can: for the process ``stepscope record`` launched
+itself (``launched_pid``), the launcher's return code replaces a partition's ``exit``,
+``exit status N``, ``running`` or ``unknown`` (see ``settle_launched``). Processes further down
+(``torchrun`` workers, ``subprocess`` children) keep what they saw themselves.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -191,6 +201,38 @@ def read_partition(path: Path) -> Partition:
     return Partition(path=path, meta=meta, files={k: v for k, v in files.items() if v})
 
 
+def ended_by(returncode: int) -> str:
+    """``PartitionMeta.ended`` for a Popen return code (negative: ended by that signal)."""
+    if returncode == 0:
+        return "exit"
+    if returncode > 0:
+        return f"exit status {returncode}"
+    try:
+        return f"signal: {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"signal: {-returncode}"
+
+
+def settle_launched(parts: Sequence[Partition], pid: int, returncode: int,
+                    host: str) -> list[Partition]:
+    """``parts`` with the launcher's ``returncode`` as the ending of its direct child ``pid``.
+
+    The child's own note cannot be trusted where it says ``exit`` (``raise SystemExit(N)`` is
+    not seen in-process), ``exit status N`` (a ``sys.exit(N)`` that was caught), ``running``
+    (``os._exit``, SIGKILL) or ``unknown`` (no meta); an exception or a signal it saw stays, as
+    it says more. When the child ``exec``-ed, its pid has several partitions: the last one
+    started is the image that ended."""
+    own = [p for p in parts if p.meta.pid == pid and p.meta.host in (host, "")]
+    if not own:
+        return list(parts)
+    last = max(own, key=lambda p: p.meta.start_ns)
+    ended = last.meta.ended
+    if not (ended in ("exit", "running", "unknown") or ended.startswith("exit status")):
+        return list(parts)
+    settled = replace(last, meta=replace(last.meta, ended=ended_by(returncode)))
+    return [settled if p is last else p for p in parts]
+
+
 def read_partitions(staging: Path) -> list[Partition]:
     folders = sorted(p for p in staging.iterdir() if p.is_dir() and p.name.startswith("p"))
     parts = [read_partition(p) for p in folders]
@@ -248,16 +290,22 @@ def merge(
     *,
     command: Sequence[str],
     returncode: int | None,
+    launched_pid: int | None = None,
     overwrite: bool = False,
     extra_diagnostics: Sequence[Diagnostic] = (),
     settings: Mapping[str, Any] | None = None,
     version: str = "",
 ) -> Path:
-    """Merge every staging partition into the run ``out`` (written atomically)."""
+    """Merge every staging partition into the run ``out`` (written atomically).
+
+    ``returncode`` is the command's; ``launched_pid`` its process, whose partition (if it has
+    one) takes that status as its ending (``settle_launched``)."""
     try:
         parts = read_partitions(staging)
     except OSError as exc:
         raise CaptureError(f"{staging}: cannot read the capture staging folder ({exc})") from None
+    if launched_pid is not None and returncode is not None:
+        parts = settle_launched(parts, launched_pid, returncode, socket.gethostname())
     ranked, diags = assign_ranks(parts)
     backends = gpu_backends([p for _, p in ranked])
     diags = [*([] if backends else [NO_GPU_CAPTURE]), *extra_diagnostics, *diags]
@@ -328,4 +376,4 @@ def _dedupe(diags: Sequence[Diagnostic]) -> list[Diagnostic]:
 
 
 __all__ = ["META_NAME", "NO_GPU_CAPTURE", "Partition", "PartitionMeta", "StagingPartition",
-           "assign_ranks", "env_rank", "merge", "read_partitions"]
+           "assign_ranks", "ended_by", "env_rank", "merge", "read_partitions", "settle_launched"]

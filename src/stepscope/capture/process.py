@@ -10,6 +10,7 @@ started in this process, without the user passing anything around.
 from __future__ import annotations
 
 import atexit
+import builtins
 import functools
 import os
 import signal
@@ -45,19 +46,11 @@ def mark_step() -> None:
 
 def install_process_hooks(session: Session) -> None:
     """atexit, sys.excepthook (chained), SIGTERM (flush, then die by the signal as before), and
-    ``sys.exit`` (wrapped: a non-zero status called on the main thread is noted, so that a rank
-    that exits 3 is not recorded as a clean exit; ``raise SystemExit(3)`` is not seen)."""
+    the exit calls (``_wrap_exits``: a non-zero status is noted, so that a rank that exits 3 is
+    not recorded as a clean exit)."""
     atexit.register(session.finish)
     previous = sys.excepthook
-    original_exit = sys.exit
-
-    @functools.wraps(original_exit)
-    def exit(status: Any = None, /) -> NoReturn:  # noqa: A001 - sys.exit's own name
-        if status not in (None, 0) and threading.current_thread() is threading.main_thread():
-            session.exit_status = status if isinstance(status, int) else 1
-        original_exit(status)
-
-    sys.exit = exit
+    _wrap_exits(session)
 
     def excepthook(et: type[BaseException], ev: BaseException, tb: TracebackType | None) -> None:
         try:
@@ -80,6 +73,44 @@ def install_process_hooks(session: Session) -> None:
                 signal.signal(signal.SIGTERM, on_term)
         except (ValueError, OSError):
             pass
+
+
+def _wrap_exits(session: Session) -> None:
+    """Note the status of ``sys.exit(N)`` and of the site builtins ``exit(N)``/``quit(N)``
+    called on the main thread (where ending the program is what they do) as
+    ``session.exit_status``.
+
+    Limits: the exit status of a process is not visible from inside it. ``raise SystemExit(N)``
+    calls nothing that can be wrapped, ``atexit`` handlers and ``threading``/``sys`` hooks do not
+    receive it, and catching it at the top level would mean running the program's ``__main__``
+    ourselves. So a bare ``raise SystemExit(N)`` (or ``os._exit(N)``) is seen only by the parent:
+    ``stepscope record`` gives its own child's partition the status it waited for
+    (``partitions.settle_launched``); ranks started by another launcher (``torchrun`` workers)
+    keep ``exit``. A ``sys.exit(N)`` that the program catches is noted all the same (again, the
+    launcher's status corrects it for its own child)."""
+
+    def note(status: Any) -> None:
+        if status not in (None, 0) and threading.current_thread() is threading.main_thread():
+            session.exit_status = status if isinstance(status, int) else 1
+
+    original_exit = sys.exit
+
+    @functools.wraps(original_exit)
+    def exit(status: Any = None, /) -> NoReturn:  # noqa: A001 - sys.exit's own name
+        note(status)
+        original_exit(status)
+
+    sys.exit = exit
+    quitter = type(getattr(builtins, "exit", None))  # site's Quitter: raises SystemExit itself
+    original_call = quitter.__dict__.get("__call__") if quitter.__module__ == "_sitebuiltins" else None
+    if original_call is not None:
+
+        @functools.wraps(original_call)
+        def __call__(self: Any, code: Any = None) -> Any:
+            note(code)
+            return original_call(self, code)
+
+        quitter.__call__ = __call__  # type: ignore[method-assign]
 
 
 def start_from_env(text: str, argv: tuple[str, ...] = ()) -> Session | None:

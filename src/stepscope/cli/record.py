@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         if result.forwarded:
             diags.append(Diagnostic("info", "signals_forwarded",
                                     f"forwarded to the program: {', '.join(result.forwarded)}"))
-        path = merge(staging, out, command=cmd, returncode=code, overwrite=args.force,
+        path = merge(staging, out, command=cmd, returncode=code, launched_pid=result.pid,
+                     overwrite=args.force,
                      extra_diagnostics=diags, version=__version__,
                      settings={"window": schedule.describe(), "sample_hz": args.sample_hz,
                                "stacks": not args.no_stacks, "wall_s": round(result.wall_s, 3),
@@ -146,6 +147,7 @@ def _exit_like(returncode: int) -> int:
     if sig in RERAISE:
         sys.stdout.flush()
         sys.stderr.flush()
-        signal.signal(sig, signal.SIG_DFL)
+        if sig != signal.SIGKILL:  # SIGKILL has no handler to reset (signal() raises)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     return 128 + sig
