@@ -18,7 +18,13 @@ from builder import TraceBuilder
 from stepscope.cli.main import main
 from stepscope.report import build_report
 from stepscope.reporters.html import render_html, script_json
-from stepscope.reporters.timeline_columns import ESC, lane_overlaps, lanes, nesting_depth, row_groups
+from stepscope.reporters.timeline_columns import (
+    ESC,
+    lane_overlaps,
+    lanes,
+    nesting_depth,
+    row_groups,
+)
 from stepscope.reporters.timeline_counters import decimate
 from stepscope.reporters.timeline_data import K, build_timeline
 from stepscope.store.manifest import Manifest, RankInfo, SourceInfo

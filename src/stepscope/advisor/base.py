@@ -17,7 +17,6 @@ from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.summary import RunSummary
 from stepscope.store.run import Run
 
-
 T = TypeVar("T")
 
 

@@ -21,8 +21,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.analysis.kernel_names import MATMUL, classify_names
 from stepscope.analysis.busy import issued_ns
+from stepscope.analysis.kernel_names import MATMUL, classify_names
 from stepscope.analysis.occupancy import DeviceLimits, occupancy_arrays
 from stepscope.store.run import Run
 

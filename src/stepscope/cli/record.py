@@ -123,10 +123,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(path: Path, code: int) -> None:
+    from rich.console import Console
+
     from stepscope.report import build_report
     from stepscope.reporters.terminal import WIDTH, print_report
     from stepscope.store.run import Run
-    from rich.console import Console
 
     state = "" if code == 0 else " (partial: the program did not exit cleanly)"
     print(f"stepscope: wrote run {path}{state}", file=sys.stderr)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Hashable
 from functools import cached_property
 from pathlib import Path
-from collections.abc import Callable, Hashable
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 from stepscope.errors import QueryError, RunError
 from stepscope.schema import TABLE_NAMES, empty_table, spec
 from stepscope.store.manifest import Manifest, read_manifest
-
 
 T = TypeVar("T")
 

@@ -47,7 +47,6 @@ import numpy as np
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity
 from stepscope.advisor.speedups import (
-    largest_per_key,
     CUSTOM,
     LIBRARY,
     MIN_KERNEL_NS,
@@ -57,6 +56,7 @@ from stepscope.advisor.speedups import (
     by_name,
     device_rows,
     kernel_owner,
+    largest_per_key,
     per_name,
     per_step_ms,
     scaling_for,

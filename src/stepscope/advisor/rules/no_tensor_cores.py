@@ -33,7 +33,6 @@ import numpy.typing as npt
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix
 from stepscope.advisor.speedups import (
-    largest,
     KernelSaving,
     Ratio,
     Scaling,
@@ -41,6 +40,7 @@ from stepscope.advisor.speedups import (
     SteadyKernels,
     by_name,
     device_rows,
+    largest,
     op_names,
     per_name,
     per_step_ms,

@@ -31,7 +31,6 @@ import pyarrow.compute as pc
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
 from stepscope.advisor.speedups import (
-    largest_per_key,
     CUSTOM,
     MIN_KERNEL_NS,
     KernelSaving,
@@ -41,6 +40,7 @@ from stepscope.advisor.speedups import (
     column_objects,
     device_rows,
     kernel_owner,
+    largest_per_key,
     per_name,
     per_step_ms,
     scaling_for,

@@ -34,13 +34,13 @@ import numpy as np
 
 from stepscope.advisor.base import Confidence, Context, Finding, Fix
 from stepscope.advisor.speedups import (
-    largest,
     KernelSaving,
     Ratio,
     Scaling,
     SteadyKernels,
     by_name,
     device_rows,
+    largest,
     op_names,
     per_name,
     per_step_ms,
