@@ -8,6 +8,10 @@ Configurations (each in its own process: one CUPTI client per process):
   stepscope            stepscope.record(), default backend (CUPTI through the C shim, filtered
                        runtime/driver calls, host samplers and stack sampler on)
   stepscope-kernels    the same with --gpu-api none (no runtime/driver call records)
+  stepscope-host       host capture only (--backend none): step hooks, psutil/NVML samplers,
+                       stack sampler
+  stepscope-gpu        GPU capture only (default backend and API calls; samplers off:
+                       sample_hz=0, no stacks)
   stepscope-cuptipy    stepscope.record(backend="cupti-python")
   stepscope-torch      stepscope.record(backend="torch")
   torch-cpu-cuda       torch.profiler, activities CPU+CUDA
@@ -20,6 +24,7 @@ device is synchronised at block edges only. Ratio = median(captured block mean) 
 block mean).
 
     python benchmarks/overhead.py --out overhead.json [--workloads gpt launch] [--configs ...]
+        [--rounds R] [--steps M] [--processes P]
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CONFIGS = ("stepscope", "stepscope-kernels", "stepscope-cuptipy", "stepscope-torch",
-           "torch-cpu-cuda", "torch-cuda")
+CONFIGS = ("stepscope", "stepscope-kernels", "stepscope-host", "stepscope-gpu",
+           "stepscope-cuptipy", "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
 
 def gpt_step(target_ms: float) -> Callable[[], None]:
@@ -154,11 +159,13 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
             prof.stop()
             prof.export_chrome_trace(str(tmp / f"t{i}.json"))
             return ms
-        backend = {"stepscope": "auto", "stepscope-kernels": "auto",
-                   "stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch"}[config]
+        backend = {"stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch",
+                   "stepscope-host": "none"}.get(config, "auto")
         api = "none" if config == "stepscope-kernels" else "filtered"
+        host = config != "stepscope-gpu"
         with stepscope.record(tmp / f"r{i}", steps=f"2-{steps + 1}", backend=backend,
-                              gpu_api=api, hooks=False, overwrite=True) as r:
+                              gpu_api=api, hooks=False, overwrite=True,
+                              sample_hz=10.0 if host else 0.0, stacks=host) as r:
             for _ in range(2):  # boundaries 0 and 1; the GPU capture starts at 1
                 step()
                 r.step()
@@ -203,6 +210,8 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="processes per configuration (order of configurations alternating)")
     ap.add_argument("--target-ms", type=float, default=25.0)
     ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -212,24 +221,38 @@ def main() -> None:
         return
     results = []
     for w in args.workloads:
+        for p in range(args.processes):
+            order = args.configs if p % 2 == 0 else list(reversed(args.configs))
+            for c in order:
+                cmd = [sys.executable, __file__, "--one", w, c, "--rounds", str(args.rounds),
+                       "--steps", str(args.steps), "--target-ms", str(args.target_ms)]
+                t0 = time.time()
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+                line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+                if line is None:
+                    res = {"workload": w, "config": c,
+                           "error": (proc.stderr.strip().splitlines() or ["?"])[-3:]}
+                else:
+                    res = json.loads(line[7:])
+                res["process"] = p
+                res["process_s"] = round(time.time() - t0, 1)
+                results.append(res)
+                r = res.get("ratio")
+                print(f"{w:7s} {c:18s} p{p} " + (
+                    f"plain {res['plain_median_ms']:8.3f} ms  captured "
+                    f"{res['captured_median_ms']:8.3f} ms  ratio {r:.3f}"
+                    if r else f"error {res.get('error')}"), flush=True)
+                Path(args.out).write_text(json.dumps({"results": results}, indent=1))
+    summary = {}
+    for w in args.workloads:
         for c in args.configs:
-            cmd = [sys.executable, __file__, "--one", w, c, "--rounds", str(args.rounds),
-                   "--steps", str(args.steps), "--target-ms", str(args.target_ms)]
-            t0 = time.time()
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
-            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-            if line is None:
-                res = {"workload": w, "config": c, "error": (proc.stderr.strip().splitlines() or ["?"])[-3:]}
-            else:
-                res = json.loads(line[7:])
-            res["process_s"] = round(time.time() - t0, 1)
-            results.append(res)
-            r = res.get("ratio")
-            print(f"{w:7s} {c:18s} " + (f"plain {res['plain_median_ms']:8.3f} ms  captured "
-                                        f"{res['captured_median_ms']:8.3f} ms  ratio {r:.3f}"
-                                        if r else f"error {res.get('error')}"), flush=True)
-            Path(args.out).write_text(json.dumps({"results": results}, indent=1))
-
+            rs = [r["ratio"] for r in results if r["workload"] == w and r["config"] == c and "ratio" in r]
+            if rs:
+                summary[f"{w}/{c}"] = {"median_of_process_ratios": round(statistics.median(rs), 4),
+                                       "process_ratios": [round(x, 4) for x in rs]}
+                print(f"{w:7s} {c:18s} median ratio over {len(rs)} processes "
+                      f"{statistics.median(rs):.3f}  {[round(x, 3) for x in rs]}", flush=True)
+    Path(args.out).write_text(json.dumps({"summary": summary, "results": results}, indent=1))
 
 if __name__ == "__main__":
     main()

@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=30)
     ap.add_argument("--long-s", type=float, default=600.0)
     ap.add_argument("--out", default="/tmp/stepscope-stress")
+    ap.add_argument("--max-rows", type=int, default=100_000_000, help="row cap of the long capture")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,7 +133,7 @@ def main() -> None:
     t1 = time.time()
     long_path = out / "long"
     with stepscope.record(long_path, delay=0.0, duration=args.long_s, overwrite=True,
-                          max_rows=50_000_000):
+                          max_rows=args.max_rows):
         while time.time() - t1 < args.long_s + 2:
             train_step()
     result["phase2"] = {"capture_s": args.long_s, "wall_s": round(time.time() - t1, 1),

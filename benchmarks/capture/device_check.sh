@@ -11,13 +11,14 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 $py -c "import torch; print('torch', torch.__version__)"
 $py -c "from stepscope.capture.cupti.native import build_shim, find_libcupti; print('shim', build_shim()); print('libcupti', find_libcupti())"
 rec() { local name=$1; shift; local t0=$(date +%s%N); "$@"; local rc=$?; echo "$name rc=$rc wall=$(( ($(date +%s%N) - t0) / 1000000 )) ms"; }
-rec torch_cupti env STEPSCOPE_CUPTI_DUMP="$OUT/dump_torch" $py -m stepscope record --quiet -o "$OUT/torch_cupti" --steps 20-30 -- $py benchmarks/capture/gpu_train.py --steps 60 --nvtx
+rec torch_cupti $py -m stepscope record --quiet -o "$OUT/torch_cupti" --steps 20-30 -- $py benchmarks/capture/gpu_train.py --steps 60 --nvtx
 rec torch_all_api $py -m stepscope record --quiet -o "$OUT/torch_all_api" --gpu-api all --steps 20-30 -- $py benchmarks/capture/gpu_train.py --steps 60
 rec torch_torchbk $py -m stepscope record --quiet -o "$OUT/torch_torchbk" --backend torch --steps 20-30 -- $py benchmarks/capture/gpu_train.py --steps 60
 rec torch_pycupti $py -m stepscope record --quiet -o "$OUT/torch_pycupti" --backend cupti-python --steps 20-30 -- $py benchmarks/capture/gpu_train.py --steps 60
+rec torch_nvtx_steps $py -m stepscope record --quiet -o "$OUT/torch_nvtx_steps" --nvtx forward --steps 5-9 -- $py benchmarks/capture/gpu_train.py --steps 30 --nvtx
 rec jax $py -m stepscope record --quiet -o "$OUT/jax" --delay 9 --duration 2 -- $py benchmarks/capture/jax_train.py --seconds 13
-rec cupy env STEPSCOPE_CUPTI_DUMP="$OUT/dump_cupy" $py -m stepscope record --quiet -o "$OUT/cupy" --delay 2 --duration 2 -- $py benchmarks/capture/cupy_loop.py --seconds 5
-for r in torch_cupti torch_all_api torch_torchbk torch_pycupti jax cupy; do
+rec cupy $py -m stepscope record --quiet -o "$OUT/cupy" --delay 2 --duration 2 -- $py benchmarks/capture/cupy_loop.py --seconds 5
+for r in torch_cupti torch_all_api torch_torchbk torch_pycupti torch_nvtx_steps jax cupy; do
   [ -d "$OUT/$r" ] && $py benchmarks/capture/inspect_run.py "$OUT/$r" > "$OUT/$r.inspect.json" 2>&1
 done
 $py -m stepscope report "$OUT/torch_cupti" > "$OUT/torch_cupti.report.txt" 2>&1

@@ -47,6 +47,7 @@ def show(path: str) -> dict[str, object]:
     m = run.manifest
     out["source"] = m.source.tool
     out["gpu"] = {k: v.get("gpu") for k, v in (m.settings.get("ranks") or {}).items()}
+    out["overhead"] = getattr(m, "overhead", None)
     out["diagnostics"] = [f"{d.level} {d.code}: {d.message}" for d in m.diagnostics]
     return out
 
