@@ -8,6 +8,8 @@ Configurations (each in its own process: one CUPTI client per process):
   stepscope            stepscope.record(), default backend (CUPTI through the C shim, filtered
                        runtime/driver calls, host samplers and stack sampler on)
   stepscope-kernels    the same with --gpu-api none (no runtime/driver call records)
+  stepscope-nodriver   the default with no driver-API records in this torch process
+                       (STEPSCOPE_TORCH_DRIVER_CALLS=""; by default cuLaunchKernel/Ex are kept)
   stepscope-host       host capture only (--backend none): step hooks, psutil/NVML samplers,
                        stack sampler
   stepscope-gpu        GPU capture only (default backend and API calls; samplers off:
@@ -41,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CONFIGS = ("stepscope", "stepscope-kernels", "stepscope-host", "stepscope-gpu",
+CONFIGS = ("stepscope", "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-gpu",
            "stepscope-cuptipy", "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
 
@@ -130,6 +132,8 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
 
     import stepscope
 
+    if config == "stepscope-nodriver":
+        os.environ["STEPSCOPE_TORCH_DRIVER_CALLS"] = ""
     step = gpt_step(target_ms) if workload == "gpt" else launch_step()
     for _ in range(5):
         step()

@@ -14,6 +14,8 @@ Modes, run interleaved R times:
   inject     NVTX_INJECTION64_PATH=libcupti python WORKLOAD (no stepscope)
   idle       stepscope record --steps 1000000-1000001 -- python WORKLOAD (window never opens)
   window     stepscope record --delay 0 --duration 600 -- python WORKLOAD (captured throughout)
+  idle-nogpu, idle-nosamplers, idle-nohooks   idle with --backend none / without samplers /
+             with the step hooks off (--nvtx naming a range that never occurs)
 
     python benchmarks/capture/nvtx_cost.py --out nvtx_cost.json [--reps 2] [--workloads torch jax]
 """
@@ -32,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("plain", "inject", "idle", "window")
+# more modes (--modes): what the idle cost is made of
+EXTRA = {"idle-nogpu": ["--backend", "none"], "idle-nosamplers": ["--no-stacks", "--sample-hz", "0.1"],
+         "idle-nohooks": ["--nvtx", "no-such-range"]}
 
 
 def child_torch(seconds: float) -> dict[str, Any]:
@@ -103,7 +108,8 @@ def run_case(workload: str, mode: str, seconds: float, lib: str, tmp: Path) -> d
     elif mode == "plain":
         cmd = child
     else:
-        window = ["--steps", "1000000-1000001"] if mode == "idle" else ["--delay", "0", "--duration", "600"]
+        window = (["--delay", "0", "--duration", "600"] if mode == "window"
+                  else ["--steps", "1000000-1000001", *EXTRA.get(mode, [])])
         cmd = [sys.executable, "-m", "stepscope", "record", "--quiet", "--force", "-o",
                str(tmp / f"{workload}-{mode}"), *window, "--", *child]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -118,6 +124,7 @@ def main() -> None:
     ap.add_argument("--out", default="nvtx_cost.json")
     ap.add_argument("--workloads", nargs="+", default=["torch", "jax"])
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=[*MODES, *EXTRA])
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -134,7 +141,7 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for w in args.workloads:
         for rep in range(args.reps):
-            order = MODES if rep % 2 == 0 else tuple(reversed(MODES))
+            order = args.modes if rep % 2 == 0 else list(reversed(args.modes))
             for m in order:
                 res = {"workload": w, "mode": m, "rep": rep,
                        **run_case(w, m, args.seconds, lib, tmp)}
@@ -143,7 +150,7 @@ def main() -> None:
     summary: dict[str, dict[str, float]] = {}
     for w in args.workloads:
         key = "ns_per_pair" if w == "torch" else "steps_per_s"
-        for m in MODES:
+        for m in args.modes:
             vals = [r[key] for r in results if r["workload"] == w and r["mode"] == m and key in r]
             if vals:
                 summary.setdefault(w, {})[m] = statistics.median(vals)

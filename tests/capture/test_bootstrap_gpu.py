@@ -112,6 +112,39 @@ def test_window_never_reached_stops_a_started_gpu(tmp_path: Path) -> None:
     assert log[0].startswith("start@") and log[-1].startswith("stop@")
 
 
+def test_timed_window_starts_the_gpu_ahead_and_keeps_only_the_window(tmp_path: Path) -> None:
+    """CUPTI needs a moment to start recording: for --delay/--duration the backend starts
+    gpu_lead_s before the window opens, and what it recorded before the window is clipped away."""
+    import threading
+    import time
+
+    started: list[int] = []
+
+    class TimedGpu(FakeGpu):
+        def start(self) -> None:
+            started.append(time.time_ns())
+
+        def stop(self) -> dict[str, Any]:
+            t0 = started[0]  # one kernel as the backend started (before the window), one now
+            now = time.time_ns()
+            return {"kernels": {"ts_ns": [t0, now - 1_000_000], "dur_ns": [1000, 1000],
+                                "name": ["early", "inside"]}}
+
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), gpu_lead_s=0.3,
+                        schedule=make_schedule(delay_s=0.4, duration_s=0.3))
+    s = Session(cfg, environ={}, gpu_factory=lambda b, a: TimedGpu(FakeClock(), []),
+                host_factory=lambda c, r, clk: FakeHost(clk))
+    t_begin = time.time_ns()
+    s.begin()
+    done = threading.Event()
+    done.wait(0.9)
+    s.finish()
+    assert len(started) == 1
+    assert 0.05e9 <= started[0] - t_begin <= 0.3e9  # 0.4 - 0.3 s after the start, not at 0.4 s
+    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+    assert run.table("kernels").column("name").to_pylist() == ["inside"]
+
+
 def test_clip_handles_numpy_lists_and_arrow() -> None:
     import numpy as np
     import pyarrow as pa

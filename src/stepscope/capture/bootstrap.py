@@ -50,6 +50,10 @@ class CaptureConfig:
     hooks: bool = True
     max_rows: int = 2_000_000
     flush_every_s: float = 5.0
+    # timed windows: the GPU backend starts this long before the window opens (CUPTI takes
+    # ~0.3-0.5 s to start recording; measured on the H100, docs/record.md), records before the
+    # window are clipped away
+    gpu_lead_s: float = 1.0
     pkg_root: str = ""  # folder holding the stepscope package (for the injected sitecustomize)
     gpu: str = "auto"  # GPU backend: auto | cupti | cupti-python | torch | none (capture.gpu)
     gpu_api: str = "filtered"  # runtime/driver calls: none | filtered | all
@@ -149,6 +153,9 @@ class Session:
             if self.schedule.timed:
                 delay = self.schedule.delay_s or 0.0
                 duration = self.schedule.duration_s or 0.0
+                lead = min(delay, self.config.gpu_lead_s)
+                if lead > 0:
+                    self._timer(delay - lead, self._start_gpu_early)
                 self._timer(delay, self._open_timed)
                 self._timer(delay + duration, self._close)
             else:
@@ -273,6 +280,12 @@ class Session:
         data, diags = self.gpu.data(final)
         self._diags.extend(diags)
         return data
+
+    def _start_gpu_early(self) -> None:
+        with self._lock:
+            if self.finished or self.close_ns is not None or self.open_ns is not None:
+                return
+            self._start_gpu()
 
     def _open_timed(self) -> None:
         with self._lock:

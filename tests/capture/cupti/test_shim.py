@@ -99,13 +99,31 @@ def test_check_walk_finds_a_wrong_size(shim: ctypes.CDLL) -> None:
 
     fn = ctypes.cast(next_record, ctypes.c_void_p)
     good = (ctypes.c_uint32 * 64)(*L.size_table(L.LAYOUTS_13))
-    kind, stride = ctypes.c_uint32(), ctypes.c_uint64()
-    assert shim.ss_check_walk(fn, base, len(data), good, ctypes.byref(kind), ctypes.byref(stride)) == -1
+    kind, stride, learnt = ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint32()
+    args = (ctypes.byref(kind), ctypes.byref(stride), ctypes.byref(learnt))
+    assert shim.ss_check_walk(fn, base, len(data), good, *args) == -1 and learnt.value == 0
     wrong = (ctypes.c_uint32 * 64)(*L.size_table(L.LAYOUTS_12))  # 208-byte kernels
-    assert shim.ss_check_walk(fn, base, len(data), wrong, ctypes.byref(kind), ctypes.byref(stride)) == 0
+    assert shim.ss_check_walk(fn, base, len(data), wrong, *args) == 0
     assert kind.value == L.CONCURRENT_KERNEL and stride.value == 216
+    no_runtime = (ctypes.c_uint32 * 64)(*L.size_table(L.LAYOUTS_13))
+    no_runtime[L.RUNTIME] = no_runtime[L.CONCURRENT_KERNEL] = 0  # kinds it does not know: learnt
+    assert shim.ss_check_walk(fn, base, len(data), no_runtime, *args) == -1
+    assert learnt.value == 2 and no_runtime[L.RUNTIME] == len(a) and no_runtime[L.CONCURRENT_KERNEL] == len(k)
 
 
 def test_build_without_a_compiler_says_so(tmp_path: Path) -> None:
     with pytest.raises(Unavailable, match="could not build"):
         build_shim(tmp_path, compiler=str(tmp_path / "no-such-cc"))
+
+
+def test_a_prebuilt_library_of_another_abi_is_not_used(tmp_path: Path) -> None:
+    from stepscope.capture.cupti import native
+
+    built = build_shim(tmp_path / "ok")
+    assert native._abi(built) == native.SHIM_ABI
+    old = tmp_path / "old.c"  # a library without ss_abi_version, as shims before it were
+    old.write_text("int ss_take(void) { return 0; }\n")
+    lib = tmp_path / "old.so"
+    import subprocess
+    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(lib), str(old)], check=True)
+    assert native._abi(lib) is None

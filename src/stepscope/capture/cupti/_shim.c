@@ -194,21 +194,32 @@ size_t ss_walk(const uint8_t *buf, size_t valid, const uint32_t *sizes, uint32_t
     return n;
 }
 
+/* Bumped whenever a function's signature changes: a stale prebuilt library is then rebuilt. */
+int ss_abi_version(void) { return 2; }
+
 typedef int (*ss_next_fn)(uint8_t *buffer, size_t valid, void **record);
 
 /*
  * Check the size table against CUPTI's own iterator (cuptiActivityGetNextRecord) on one buffer.
- * Returns -1 when every record starts where the table says, else the index of the first record
- * where they disagree (its kind in *bad_kind and CUPTI's stride in *bad_stride).
+ * A kind the table does not know (size 0) is learnt from CUPTI's stride (the last record of the
+ * buffer: from where the valid bytes end), so that its records can be stepped over; *learnt
+ * counts the kinds learnt. Returns -1 when every record of a known kind starts where the table
+ * says, else the index of the first record where they disagree (its kind in *bad_kind and
+ * CUPTI's stride in *bad_stride).
  */
-long ss_check_walk(ss_next_fn next, uint8_t *buf, size_t valid, const uint32_t *sizes,
-                   uint32_t *bad_kind, uint64_t *bad_stride) {
+long ss_check_walk(ss_next_fn next, uint8_t *buf, size_t valid, uint32_t *sizes,
+                   uint32_t *bad_kind, uint64_t *bad_stride, uint32_t *learnt) {
     void *rec = NULL, *prev = NULL;
     uint32_t prev_kind = 0;
     long i = 0;
+    *learnt = 0;
     while (next(buf, valid, &rec) == 0 && rec) {
         if (prev) {
             uint64_t stride = (uint64_t)((uint8_t *)rec - (uint8_t *)prev);
+            if (prev_kind < SS_MAX_KIND && sizes[prev_kind] == 0 && stride > 0 && stride < (1u << 20)) {
+                sizes[prev_kind] = (uint32_t)stride;
+                (*learnt)++;
+            }
             if (prev_kind >= SS_MAX_KIND || sizes[prev_kind] != stride) {
                 *bad_kind = prev_kind;
                 *bad_stride = stride;
@@ -218,6 +229,13 @@ long ss_check_walk(ss_next_fn next, uint8_t *buf, size_t valid, const uint32_t *
         memcpy(&prev_kind, rec, 4);
         prev = rec;
         i++;
+    }
+    if (prev && prev_kind < SS_MAX_KIND && sizes[prev_kind] == 0) {
+        uint64_t rest = (uint64_t)(buf + valid - (uint8_t *)prev);
+        if (rest > 0 && rest < (1u << 20)) {
+            sizes[prev_kind] = (uint32_t)rest;
+            (*learnt)++;
+        }
     }
     return -1;
 }

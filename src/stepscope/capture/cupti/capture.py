@@ -18,14 +18,15 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.decode import DecodeContext, Decoder, wanted_call
+from stepscope.capture.cupti.decode import DecodeContext, Decoder, api_base_name, wanted_call
 from stepscope.capture.cupti.native import Unavailable, find_libcupti, load_libcupti, load_shim
 from stepscope.store.manifest import Diagnostic
 
@@ -33,13 +34,29 @@ FLUSH_FORCED = 1
 _MAX_CBID = 1024
 
 
+# Driver calls kept in a torch process: the launches that do not come from torch's runtime calls
+# (cuBLASLt's GEMMs launch with cuLaunchKernelEx, Triton's kernels with cuLaunchKernel).
+TORCH_DRIVER_CALLS = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel"})
+
+
+def _torch_driver_calls() -> frozenset[str]:
+    """``STEPSCOPE_TORCH_DRIVER_CALLS`` (comma-separated; empty = none) overrides the default: the
+    knob the overhead benchmark turns."""
+    raw = os.environ.get("STEPSCOPE_TORCH_DRIVER_CALLS")
+    if raw is None:
+        return TORCH_DRIVER_CALLS
+    return frozenset(x.strip() for x in raw.split(",") if x.strip())
+
+
 @dataclass(frozen=True)
 class GpuSettings:
     api: str = "filtered"  # "none" | "filtered" (calls that matter) | "all"
-    # driver-API calls too: JAX, CuPy and Triton launch through the driver. None = only when the
-    # process has not imported torch (torch launches through the runtime, whose nested driver
-    # calls would only double the records; measured in docs/benchmarks.md)
+    # driver-API calls: JAX, CuPy, cuBLASLt and Triton launch through the driver. None = the ones
+    # that matter, except in a process that imported torch: there only ``torch_driver_calls`` (each
+    # of torch's runtime launches would also add a nested driver record, dropped at decode but paid
+    # for at capture; measured in docs/benchmarks.md). True/False: every one that matters / none.
     driver: bool | None = None
+    torch_driver_calls: frozenset[str] = field(default_factory=_torch_driver_calls)
     memcpy: bool = True
     memset: bool = True
     sync: bool = True
@@ -49,7 +66,22 @@ class GpuSettings:
     max_mb: int = 1024
 
     def use_driver(self) -> bool:
-        return ("torch" not in sys.modules) if self.driver is None else self.driver
+        if self.driver is None:
+            return "torch" not in sys.modules or bool(self.torch_driver_calls)
+        return self.driver
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["torch_driver_calls"] = sorted(self.torch_driver_calls)
+        return d
+
+    def keep_call(self, domain: int, raw: str) -> bool:
+        """Whether the records of this runtime/driver call are kept (``--gpu-api filtered``)."""
+        if not wanted_call(raw):
+            return False
+        if domain == L.DOMAIN_DRIVER_API and self.driver is None and "torch" in sys.modules:
+            return api_base_name(raw) in self.torch_driver_calls
+        return True
 
     def kinds(self) -> list[int]:
         ks = [L.CONCURRENT_KERNEL]
@@ -126,7 +158,10 @@ class CuptiCapture:
             pid=os.getpid()))
         self._enabled: list[int] = []
         self._api_off: list[tuple[int, int]] = []
+        self._plans: dict[int, list[int]] = {}
+        self._kept: dict[int, int] = {}
         self._api_kept = 0
+        self._requested_at_start = 0
         self._api_off_total = 0
         self._diags: list[Diagnostic] = []
         self._checked = False
@@ -141,6 +176,10 @@ class CuptiCapture:
         self._dump = os.environ.get("STEPSCOPE_CUPTI_DUMP") or None
         self._dumped_strings: dict[int, str] = {}
         self._dumped_api: dict[str, str] = {}
+        if self.settings.api == "filtered":  # look the call names up now, off the training thread
+            self._plan(L.DOMAIN_RUNTIME_API)
+            if self.settings.use_driver():
+                self._plan(L.DOMAIN_DRIVER_API)
 
     # -- ctypes helpers -----------------------------------------------------------------------
     def _error(self, rc: int) -> str:
@@ -183,7 +222,8 @@ class CuptiCapture:
             return
         meta = {"cupti_api_version": self.version, "layout": self.layout_name,
                 "strings": {str(k): v for k, v in self._dumped_strings.items()},
-                "api_names": self._dumped_api, "settings": asdict(self.settings)}
+                "api_names": self._dumped_api, "settings": self.settings.as_dict()}
+        Path(self._dump).mkdir(parents=True, exist_ok=True)
         Path(self._dump, "meta.json").write_text(json.dumps(meta, indent=1))
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -195,6 +235,7 @@ class CuptiCapture:
         self.shim.ss_configure(s.buffer_mb << 20, s.max_mb << 20)
         req = ctypes.cast(self.shim.ss_buffer_requested, ctypes.c_void_p)
         done = ctypes.cast(self.shim.ss_buffer_completed, ctypes.c_void_p)
+        self._requested_at_start = self.stats()["buffers_requested"]
         self._check(self.lib.cuptiActivityRegisterCallbacks(req, done),
                     "cuptiActivityRegisterCallbacks")
         for kind in s.kinds():
@@ -234,13 +275,10 @@ class CuptiCapture:
         if fn is None:  # older CUPTI: every call of the domain is recorded
             return
         failed = 0
-        for cbid in range(1, _MAX_CBID):
-            name = self._callback_name(domain, cbid)
-            if not name:
-                continue
-            if wanted_call(name):
-                self._api_kept += 1
-            elif fn(cbid, 0) == 0:
+        plan = self._plan(domain)
+        self._api_kept += self._kept[domain]
+        for cbid in plan:
+            if fn(cbid, 0) == 0:
                 self._api_off.append((domain, cbid))
                 self._api_off_total += 1
             else:
@@ -248,6 +286,23 @@ class CuptiCapture:
         if failed:
             self._diag("cupti_api_filter", f"{failed} {L.KIND_NAMES[kind]} calls could not be "
                        "switched off: their records are kept")
+
+    def _plan(self, domain: int) -> list[int]:
+        """The calls of a domain to switch off (their names looked up once, when the backend is
+        made off the training thread, so that starting is quick: calls made while the switches
+        are being set have no records)."""
+        if domain not in self._plans:
+            off, kept = [], 0
+            for cbid in range(1, _MAX_CBID):
+                name = self._callback_name(domain, cbid)
+                if not name:
+                    continue
+                if self.settings.keep_call(domain, name):
+                    kept += 1
+                else:
+                    off.append(cbid)
+            self._plans[domain], self._kept[domain] = off, kept
+        return self._plans[domain]
 
     def _disable(self) -> None:
         for kind in self._enabled:
@@ -268,11 +323,33 @@ class CuptiCapture:
             return {}
         self.running = False
         self._disable()
-        self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+        self._final_flush()
         out = self._drain()
+        if self.decoder.records == 0 and self.stats()["buffers_requested"] == self._requested_at_start:
+            self._diag("cupti_nothing_recorded", "CUPTI recorded nothing while it ran: the program "
+                       "did no GPU work then, or CUPTI was still starting (over a second on a "
+                       "machine's first run): use a longer window")
         self.shim.ss_trim()
         self._dump_meta()
         return out
+
+    def _final_flush(self, wait_s: float = 1.0) -> None:
+        """Forced flushes until every buffer CUPTI asked for has come back (CUPTI may hand a
+        buffer back on its own thread after the flush returns), or ``wait_s`` has passed."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            rc = self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+            if rc != 0:
+                self._diag("cupti_flush_failed", f"cuptiActivityFlushAll failed: {self._error(rc)}")
+            st = self.stats()
+            out = (st["buffers_requested"] - st["buffers_refused"] - st["buffers_completed"]
+                   - st["buffers_empty"])
+            if out <= 0 or time.monotonic() >= deadline:
+                if out > 0:
+                    self._diag("cupti_buffers_outstanding", f"{out} CUPTI buffer(s) were not handed "
+                               "back at the end of the capture: their records are missing")
+                return
+            time.sleep(0.01)
 
     # -- buffers ------------------------------------------------------------------------------
     def _drain(self) -> dict[str, dict[str, Any]]:
@@ -306,6 +383,19 @@ class CuptiCapture:
             self._verify_layout(ptr, valid)
             if not self._layout_ok:
                 return
+        kinds, offs, stop = self._walk(ptr, valid)
+        if stop != valid and self._unknown_at(ptr, stop):
+            self._verify_layout(ptr, valid)  # learns the size of a kind first seen here
+            if not self._layout_ok:
+                return
+            kinds, offs, stop = self._walk(ptr, valid)
+        if stop != valid:
+            self._diag("cupti_walk_stopped", f"a CUPTI buffer had an unknown record at byte "
+                       f"{stop} of {valid}: the rest of that buffer was skipped")
+        buf = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(valid,))
+        self.decoder.add(buf, kinds, offs)
+
+    def _walk(self, ptr: int, valid: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint64], int]:
         cap = valid // 16 + 1
         kinds = np.empty(cap, dtype=np.uint32)
         offs = np.empty(cap, dtype=np.uint64)
@@ -314,17 +404,18 @@ class CuptiCapture:
                               kinds.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)),
                               offs.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), cap,
                               ctypes.byref(stop))
-        if stop.value != valid:
-            self._diag("cupti_walk_stopped", f"a CUPTI buffer had an unknown record at byte "
-                       f"{stop.value} of {valid}: the rest of that buffer was skipped")
-        buf = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(valid,))
-        self.decoder.add(buf, kinds[:n], offs[:n])
+        return kinds[:n], offs[:n], int(stop.value)
+
+    def _unknown_at(self, ptr: int, off: int) -> bool:
+        kind = ctypes.c_uint32.from_address(ptr + off).value
+        return kind < len(self._sizes) and self._sizes[kind] == 0
 
     def _verify_layout(self, ptr: int, valid: int) -> None:
         nxt = ctypes.cast(self.lib.cuptiActivityGetNextRecord, ctypes.c_void_p)
-        kind, stride = ctypes.c_uint32(0), ctypes.c_uint64(0)
+        # kinds it does not know are learnt (their records skipped; the decoder counts them)
+        kind, stride, learnt = ctypes.c_uint32(0), ctypes.c_uint64(0), ctypes.c_uint32(0)
         bad = self.shim.ss_check_walk(nxt, ptr, valid, self._sizes, ctypes.byref(kind),
-                                      ctypes.byref(stride))
+                                      ctypes.byref(stride), ctypes.byref(learnt))
         if bad >= 0:
             self._layout_ok = False
             self._diag("cupti_layout_mismatch",
@@ -367,7 +458,7 @@ class CuptiCapture:
 
     def settings_for_manifest(self) -> dict[str, Any]:
         return {"backend": self.backend, "libcupti": self.path, "cupti_api_version": self.version,
-                "record_layout": self.layout_name, "settings": asdict(self.settings),
+                "record_layout": self.layout_name, "settings": self.settings.as_dict(),
                 "api_calls_kept": self._api_kept, "api_calls_off": self._api_off_total,
                 "driver_api": self.settings.use_driver(),
                 "records": self.decoder.records, "buffers": self.buffers, "valid_bytes": self.bytes,

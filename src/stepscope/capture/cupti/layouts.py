@@ -27,11 +27,12 @@ MARKER_DATA = 13
 OVERHEAD = 17
 SYNCHRONIZATION = 38
 EXTERNAL_CORRELATION = 39
+CUDA_EVENT = 36  # written by CUDA 12.x CUPTI along with sync records; not decoded
 
 KIND_NAMES = {MEMCPY: "memcpy", MEMSET: "memset", DRIVER: "driver", RUNTIME: "runtime",
               CONCURRENT_KERNEL: "concurrent_kernel", MARKER: "marker", MARKER_DATA: "marker_data",
               OVERHEAD: "overhead", SYNCHRONIZATION: "synchronization",
-              EXTERNAL_CORRELATION: "external_correlation"}
+              EXTERNAL_CORRELATION: "external_correlation", CUDA_EVENT: "cuda_event"}
 
 # CUpti_ActivityMemcpyKind -> schema CopyKind (array copies count with their host/device side)
 COPY_KINDS = {0: CopyKind.UNKNOWN, 1: CopyKind.HTOD, 2: CopyKind.DTOH, 3: CopyKind.HTOD,

@@ -70,9 +70,25 @@ def find_libcupti(environ: Mapping[str, str] | None = None,
     return ctypes.util.find_library("cupti")
 
 
+SHIM_ABI = 2  # ss_abi_version() of _shim.c
+
+
+def _abi(path: Path) -> int | None:
+    try:
+        fn = ctypes.CDLL(str(path)).ss_abi_version
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    return int(fn())
+
+
 def _prebuilt() -> Path | None:
-    hits = sorted(HERE.glob("_ss_cupti*.so"))
-    return hits[0] if hits else None
+    """The extension built at install time, if it is of this source's ABI (a stale in-place
+    build of an older checkout is not used: the source is built into the cache instead)."""
+    for hit in sorted(HERE.glob("_ss_cupti*.so")):
+        if _abi(hit) == SHIM_ABI:
+            return hit
+    return None
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -125,7 +141,7 @@ def load_shim(path: Path | None = None) -> ctypes.CDLL:
     lib.ss_stats.restype = None
     lib.ss_walk.argtypes = [vp, sz, u32p, u32p, u64p, sz, ctypes.POINTER(sz)]
     lib.ss_walk.restype = sz
-    lib.ss_check_walk.argtypes = [vp, vp, sz, u32p, u32p, u64p]
+    lib.ss_check_walk.argtypes = [vp, vp, sz, u32p, u32p, u64p, u32p]
     lib.ss_check_walk.restype = ctypes.c_long
     lib.ss_buffer_requested.argtypes = [ctypes.POINTER(vp), ctypes.POINTER(sz), ctypes.POINTER(sz)]
     lib.ss_buffer_requested.restype = None

@@ -21,7 +21,7 @@ from stepscope.capture.cupti.capture import (
     _demangler,
     torch_profiler_active,
 )
-from stepscope.capture.cupti.decode import api_base_name, wanted_call
+from stepscope.capture.cupti.decode import api_base_name
 from stepscope.capture.cupti.native import Unavailable
 from stepscope.schema import ApiDomain
 from stepscope.store.manifest import Diagnostic
@@ -82,7 +82,7 @@ class PyCuptiCapture:
                 self._enabled.append(kind)
                 for cbid in range(1, _MAX_CBID):
                     name = self._name(domain, cbid)
-                    if name and not wanted_call(name):
+                    if name and not self.settings.keep_call(domain, name):
                         try:
                             getattr(c, fn)(cbid, 0)
                             self._api.append((domain, cbid))
