@@ -34,6 +34,7 @@ from typing import Any, cast
 import msgspec
 
 from stepscope.errors import TraceFormatError
+from stepscope.importers import kineto_native
 from stepscope.importers.kineto_build import decoders
 from stepscope.importers.kineto_events import (
     EVENT,
@@ -43,6 +44,7 @@ from stepscope.importers.kineto_events import (
     Event,
     TraceDoc,
 )
+from stepscope.importers.kineto_native import Scanned
 from stepscope.store.manifest import Diagnostic
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -144,16 +146,20 @@ def load_bytes(path: Path) -> Loaded:
 
 
 class EventReader:
-    """Yields ``(index of the first event, events)`` chunks of one trace file.
+    """Yields ``(index of the first event, events)`` chunks of one trace file: decoded events,
+    or (``native``, a chunked read without flows) the compiled scanner's columns
+    (:class:`kineto_native.Scanned`) for the chunks it can read.
 
     ``meta`` (the top-level keys) and ``diagnostics`` are complete once the
     iteration has finished.
     """
 
     def __init__(self, data: bytes | bytearray | mmap.mmap, path: str, *,
-                 chunk_bytes: int = CHUNK_BYTES, flows: bool = False) -> None:
+                 chunk_bytes: int = CHUNK_BYTES, flows: bool = False,
+                 native: bool | None = None) -> None:
         self.data = data
         self.fast = decoders(flows)
+        self.native = not flows and kineto_native.enabled(native)
         self.path = path
         self.chunk_bytes = chunk_bytes
         self.meta = TraceDoc()
@@ -164,7 +170,7 @@ class EventReader:
         self._released = 0
         self.skipped: list[int] = []  # file indices of events the lenient decode dropped
 
-    def chunks(self) -> Iterator[tuple[int, list[Event]]]:
+    def chunks(self) -> Iterator[tuple[int, list[Event] | Scanned]]:
         """Chunked decode for large files (raises :class:`SplitFailed` when the
         file cannot be split), one whole-document decode for small ones."""
         if len(self.data) < 2 * self.chunk_bytes:
@@ -188,7 +194,7 @@ class EventReader:
         self._finish()
         yield 0, events
 
-    def _split(self) -> Iterator[tuple[int, list[Event]]]:
+    def _split(self) -> Iterator[tuple[int, list[Event] | Scanned]]:
         data = self.data
         m = _EVENTS_KEY.search(data)
         if m is None:
@@ -205,6 +211,11 @@ class EventReader:
                 if end - pos > 2 * self.chunk_bytes else None
             if cut is None:  # the last chunk: rebuild a document from it and the trailing keys
                 del view
+                last = self._scan_last(pos) if self.native else None
+                if last is not None:
+                    self.meta = _merge(head, last[1])
+                    yield index, last[0]
+                    return
                 try:
                     tail = self._decode_doc(b"".join((b'{"traceEvents":[', memoryview(data)[pos:])),
                                             index)
@@ -216,13 +227,39 @@ class EventReader:
                 yield index, events
                 return
             after = data.find(b",", cut.start() + 1, cut.start(1))  # the comma after the chunk
-            events = self._bracketed(view, before, pos, cut.start() + 1, after, index)
-            n = len(events) + self._dropped_in_last
-            yield index, events
-            del events  # before the next chunk is decoded
+            cols = kineto_native.scan(data, pos, cut.start() + 1, tail=False,
+                                      decoder=self.fast.events) if self.native else None
+            if cols is not None:
+                n = cols.events
+                yield index, cols
+                del cols
+            else:
+                events = self._bracketed(view, before, pos, cut.start() + 1, after, index)
+                n = len(events) + self._dropped_in_last
+                yield index, events
+                del events  # before the next chunk is decoded
             index += n
             before, pos = after, cut.start(1)
             self._release(pos)
+
+    def _scan_last(self, pos: int) -> tuple[Scanned, TraceDoc] | None:
+        """The last chunk through the scanner: its events up to the array's ']', then the
+        keys after it as a document of their own. None (decode it with msgspec, which also
+        reports what is wrong) when either part is not plain."""
+        scanned = kineto_native.scan(self.data, pos, len(self.data), tail=True,
+                                     decoder=self.fast.events)
+        if scanned is None:
+            return None
+        rest = memoryview(self.data)[scanned.end:]
+        try:
+            with gc_paused():
+                tail = cast(TraceDoc, self.fast.doc.decode(b"".join((b'{"traceEvents":[]', rest))))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        finally:
+            del rest
+        tail.traceEvents = None
+        return scanned, tail
 
     def _bracketed(self, view: memoryview, before: int, start: int, stop: int, after: int,
                    index: int) -> list[Event]:
