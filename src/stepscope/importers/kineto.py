@@ -59,10 +59,15 @@ def parse_kineto(path: str | Path, *, default_rank: int,
     name = str(p)
     loaded = load_bytes(p)
     try:
+        read = None
         try:
-            reader, builder = _read(loaded.data, name, chunk_bytes, flows=False, native=native)
-        except NeedFlows:  # an old trace: start over, decoding the flows too
-            reader, builder = _read(loaded.data, name, chunk_bytes, flows=True, native=native)
+            read = _read(loaded.data, name, chunk_bytes, flows=False, native=native)
+        except NeedFlows:  # an old trace: start over (below), decoding the flows too
+            pass
+        # Outside the except clause: the first attempt's traceback (whose frames still hold
+        # views of a mapped file, which would then not close) is gone by now.
+        reader, builder = read or _read(loaded.data, name, chunk_bytes, flows=True,
+                                        native=native)
     finally:
         loaded.close()
     doc = reader.meta
@@ -115,12 +120,14 @@ def _read(data: bytes | bytearray | mmap.mmap, name: str, chunk_bytes: int,
             else:
                 builder.add(index, events, reader.skipped)
             del events
-    except SplitFailed:  # start over with one whole-document decode
-        reader = EventReader(data, name, flows=flows)
-        builder = TableBuilder(name, flows=flows)
-        for index, events in reader.whole():
-            builder.add(index, events, reader.skipped)
-            del events
+        return reader, builder
+    except SplitFailed:  # start over (below, outside this clause) with one whole decode
+        pass
+    reader = EventReader(data, name, flows=flows)
+    builder = TableBuilder(name, flows=flows)
+    for index, events in reader.whole():
+        builder.add(index, events, reader.skipped)
+        del events
     return reader, builder
 
 
