@@ -70,9 +70,12 @@ typedef struct {
 static uchar PLAIN[256];
 static uchar IS_PHASE[256];
 
+static uchar IS_WS[256];
+
 static inline void ws(Scan *s) {
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
-        s->p++;
+    const uchar *p = s->p, *end = s->end;
+    while (p < end && IS_WS[*p]) p++;
+    s->p = p;
 }
 
 static int hexval(uchar c) {
@@ -444,15 +447,33 @@ static int init_keys(void) {
 
 /* An integer field (int | str | None in msgspec): int64 or null, else state 2. */
 static int int_field(Scan *s, int64_t *v, uchar *st, int depth) {
-    if (s->p < s->end && *s->p == 'n') { *st = 0; return literal(s, "null", 4); }
-    if (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
-        Num n;
+    const uchar *p = s->p, *end = s->end;
+    if (p < end && *p == 'n') { *st = 0; return literal(s, "null", 4); }
+    int neg = p < end && *p == '-';
+    p += neg;
+    if (p >= end || !is_digit(*p)) {
+        if (neg) return -1;
+        *st = 2;
+        return value(s, depth);
+    }
+    uint64_t m = 0;
+    int nd = 0;
+    if (*p == '0') {
+        p++;
+    } else {
+        while (p < end && is_digit(*p) && nd < 18) { m = m * 10 + (uint64_t)(*p - '0'); nd++; p++; }
+    }
+    if (p < end && (is_digit(*p) || *p == '.' || *p == 'e' || *p == 'E')) {
+        Num n; /* long, fractional or malformed: the full reader decides */
         if (number(s, &n, 0)) return -1;
         if (n.is_int && n.fits) { *v = n.iv; *st = 1; } else { *st = 2; }
         return 0;
     }
-    *st = 2;
-    return value(s, depth);
+    /* at most 18 digits: fits in int64 either sign */
+    *v = neg ? -(int64_t)m : (int64_t)m;
+    *st = 1;
+    s->p = p;
+    return 0;
 }
 
 /* A float field (float in msgspec): a finite double, else state 2. */
@@ -754,12 +775,26 @@ static int32_t intern_span(Scan *s, Strings *t, const uchar *p, Py_ssize_t n, in
 
 enum { B_CAT, B_PH, B_POS, B_NAME, B_INT, B_IST, B_FLT, B_XYZ, B_XST, B_SYNC, B_OBJ, N_BUF };
 
+/* Bytes per row of each column buffer (B_OBJ is appended to on its own). */
+static const Py_ssize_t ROW_BYTES[B_OBJ] = {1, 1, 4, 4, 8 * N_INT, N_INT, 8 * 3, 8 * 6, 2, 4};
+
 typedef struct {
     Buf b[N_BUF];
     Strings str;
     int64_t counts[MAX_CATS];
-    Py_ssize_t rows, events;
+    Py_ssize_t rows, cap;
 } Out;
+
+/* Room for ``rows`` rows in every column buffer. */
+static int reserve(Out *o, Py_ssize_t rows) {
+    if (rows <= o->cap) return 0;
+    Py_ssize_t cap = o->cap ? 2 * o->cap : 1024;
+    while (cap < rows) cap *= 2;
+    for (int i = 0; i < B_OBJ; i++)
+        if (grow(&o->b[i], (cap - o->rows) * ROW_BYTES[i])) return -1;
+    o->cap = cap;
+    return 0;
+}
 
 /* Which integer args each kind type-checks (msgspec validates every field of its Struct). */
 static int ints_ok(const Ev *e, int kind) {
@@ -796,24 +831,31 @@ static int commit(Scan *s, Out *o, const Ev *e, int kind, uchar cat, int32_t pos
     if (kind == K_FULL && e->sync_st == 1)
         sync = intern_span(s, &o->str, e->sync, e->synclen, e->sync_esc);
     if (name < 0 || (kind == K_FULL && e->sync_st == 1 && sync < 0)) return -2;
-    uchar ph = (uchar)e->ph;
-    double f[3] = {e->ts, e->dur, e->occ};
-    int64_t ints[N_INT];
-    uchar ist[N_INT];
-    memcpy(ints, e->ints, sizeof ints);
-    memcpy(ist, e->ist, sizeof ist);
-    for (int i = 0; i < N_INT; i++)
-        if (!ist[i]) ints[i] = 0;
-    int64_t xyz[6] = {0};
-    for (int i = 0; i < 2; i++)
-        if (e->xst[i] == 1) memcpy(&xyz[3 * i], &e->xyz[3 * i], 3 * sizeof(int64_t));
-    if (put(&o->b[B_CAT], &cat, 1) || put(&o->b[B_PH], &ph, 1) || put(&o->b[B_POS], &pos, 4) ||
-        put(&o->b[B_NAME], &name, 4) || put(&o->b[B_INT], ints, sizeof ints) ||
-        put(&o->b[B_IST], ist, sizeof ist) || put(&o->b[B_FLT], f, sizeof f) ||
-        put(&o->b[B_XYZ], xyz, sizeof xyz) || put(&o->b[B_XST], e->xst, 2) ||
-        put(&o->b[B_SYNC], &sync, 4))
-        return -2;
+    if (reserve(o, o->rows + 1)) return -2;
+    Py_ssize_t r = o->rows;
+    ((uchar *)o->b[B_CAT].p)[r] = cat;
+    ((uchar *)o->b[B_PH].p)[r] = (uchar)e->ph;
+    ((int32_t *)o->b[B_POS].p)[r] = pos;
+    ((int32_t *)o->b[B_NAME].p)[r] = name;
+    ((int32_t *)o->b[B_SYNC].p)[r] = sync;
+    int64_t *ints = (int64_t *)o->b[B_INT].p + r * N_INT;
+    uchar *ist = (uchar *)o->b[B_IST].p + r * N_INT;
+    for (int i = 0; i < N_INT; i++) {
+        ist[i] = e->ist[i];
+        ints[i] = e->ist[i] == 1 ? e->ints[i] : 0;
+    }
+    double *f = (double *)o->b[B_FLT].p + r * 3;
+    f[0] = e->ts;
+    f[1] = e->dur;
+    f[2] = e->occ;
+    int64_t *xyz = (int64_t *)o->b[B_XYZ].p + r * 6;
+    uchar *xst = (uchar *)o->b[B_XST].p + r * 2;
+    for (int i = 0; i < 2; i++) {
+        xst[i] = e->xst[i];
+        for (int j = 0; j < 3; j++) xyz[3 * i + j] = e->xst[i] == 1 ? e->xyz[3 * i + j] : 0;
+    }
     o->rows++;
+    for (int i = 0; i < B_OBJ; i++) o->b[i].len += ROW_BYTES[i];
     return 0;
 }
 
@@ -858,6 +900,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     s.p = base + start;
     s.end = base + stop;
+    if (reserve(&o, (stop - start) / 256 + 16)) goto nomem; /* Kineto events: ~200-2000 bytes */
     int32_t pos = 0;
     Ev e;
     int last = -1; /* the previous event's category: runs of one category are common */
@@ -945,6 +988,7 @@ static struct PyModuleDef MODULE = {
 
 PyMODINIT_FUNC PyInit__ss_kineto(void) {
     for (int c = 0x20; c < 0x80; c++) PLAIN[c] = c != '"' && c != '\\';
+    IS_WS[' '] = IS_WS['\n'] = IS_WS['\r'] = IS_WS['\t'] = 1;
     if (init_keys()) {
         PyErr_SetString(PyExc_RuntimeError, "_ss_kineto: key table too small");
         return NULL;

@@ -69,7 +69,8 @@ INT_COLUMNS = ("pid", "tid", "external_id", "sequence", "queued", "device", "str
                "wait_event", "total_reserved", "total_allocated", "mem_bytes", "device_id",
                "device_type", "addr")
 COLUMN = {name: i for i, name in enumerate(INT_COLUMNS)}
-_NEED_CORRELATION = np.array([CODES[c] for c in ("kernel", "gpu_memcpy", "gpu_memset")])
+_NEED_CORRELATION = np.isin(np.arange(len(CATEGORIES)),
+                            [CODES[c] for c in ("kernel", "gpu_memcpy", "gpu_memset")])
 
 
 def enabled(native: bool | None = None) -> bool:
@@ -132,7 +133,7 @@ def scan(data: Any, start: int, stop: int, *, tail: bool,
      text, end) = got
     cat_a = _array(cat, np.uint8)
     ist_a = _array(ist, np.uint8, len(INT_COLUMNS)).astype(bool)
-    need = np.isin(cat_a, _NEED_CORRELATION)
+    need = _NEED_CORRELATION[cat_a]
     if need.any() and not ist_a[need, COLUMN["correlation"]].all():
         return None  # GPU events without a correlation id: the flows are needed (NeedFlows)
     spans = _array(objs, np.int64, 3)

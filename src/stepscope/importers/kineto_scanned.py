@@ -78,7 +78,9 @@ def _text(sc: Scanned, i: int) -> str:
 
 def phase(sc: Scanned, rows: Rows, *phases: int) -> Rows:
     ph = sc.ph[rows]
-    keep = np.isin(ph, phases)
+    keep = ph == phases[0]
+    for other in phases[1:]:
+        keep |= ph == other
     return rows if keep.all() else rows[keep]
 
 
@@ -235,7 +237,8 @@ def memory_rows(sc: Scanned, rows: Rows) -> Rows:
     if not len(rows):
         return rows
     is_memory = pc.equal(sc.strings, pa.scalar("[memory]", pa.string()))
-    return rows[np.isin(sc.name[rows], np.flatnonzero(is_memory.to_numpy(zero_copy_only=False)))]
+    ids = np.flatnonzero(is_memory.to_numpy(zero_copy_only=False))  # at most one: interned
+    return rows[sc.name[rows] == ids[0]] if len(ids) else rows[:0]
 
 
 def memory_events(sc: Scanned, rows: Rows, ts: npt.NDArray[np.int64]) -> kt.Columns | None:
