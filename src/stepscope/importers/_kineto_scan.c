@@ -226,6 +226,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         catp[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(cats, i), &catl[i]);
         if (!catp[i]) goto done;
     }
+    if (stop - start > INT32_MAX) goto fallback; /* string offsets and positions are int32 */
     s.p = base + start;
     s.end = base + stop;
     if (reserve(&o, (stop - start) / 256 + 16)) goto nomem; /* Kineto events: ~200-2000 bytes */

@@ -60,6 +60,7 @@ _KINDS: dict[str, int] = {
     **{c: SKIP for c in sorted(IGNORED_CATEGORIES)},
 }
 CATEGORIES: tuple[str, ...] = tuple(_KINDS)
+COLUMN_CATEGORIES = frozenset(c for c, k in _KINDS.items() if k not in (SKIP, OBJECT))
 CODES: dict[str, int] = {c: i for i, c in enumerate(CATEGORIES)}
 _KIND_BYTES = bytes(_KINDS.values())
 

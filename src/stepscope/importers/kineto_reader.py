@@ -258,6 +258,8 @@ class EventReader:
             return None
         finally:
             del rest
+        if tail.traceEvents:  # a second 'traceEvents' key after the array: msgspec decides
+            return None
         tail.traceEvents = None
         return scanned, tail
 

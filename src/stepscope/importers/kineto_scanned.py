@@ -37,7 +37,7 @@ from stepscope.importers.kineto_columns import (
     us_to_ns,
 )
 from stepscope.importers.kineto_columns import timed as columns_timed
-from stepscope.importers.kineto_native import OBJECT_CATEGORIES, Scanned
+from stepscope.importers.kineto_native import COLUMN_CATEGORIES, Scanned
 from stepscope.schema import ApiDomain, CopyKind, CpuOpKind, DeviceType, SyncKind
 
 Rows = npt.NDArray[np.intp]
@@ -276,7 +276,7 @@ def add_chunk(b: TableBuilder, index: int, sc: Scanned, skipped: Sequence[int] =
     drops.set_chunk(index, (), skipped)
     b.events += sc.events
     b.categories.update(sc.counts)
-    rows = {c: sc.rows(c) for c in sc.counts if c not in OBJECT_CATEGORIES}
+    rows = {c: sc.rows(c) for c in sc.counts if c in COLUMN_CATEGORIES}
 
     def x(cat: str) -> tuple[Rows, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         return timed(sc, phase(sc, rows[cat], _X), cat, drops)
