@@ -145,7 +145,7 @@ def scan(data: Any, start: int, stop: int, *, tail: bool,
         try:
             decoded = decoder.decode(b"".join((b"[", b",".join(
                 [view[s:e] for s, e in spans[:, :2].tolist()]), b"]")))
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
             return None
         finally:
             del view

@@ -53,6 +53,8 @@ _LENIENT_SLICE = 1000  # events decoded together when some event somewhere is ma
 CHUNK_BYTES = 4 << 20  # measured: 2-4 MB chunks decode as fast as one whole decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 _BOUNDARY = re.compile(rb'\}\s*,\s*(\{)\s*"[A-Za-z_]')
+# msgspec raises UnicodeDecodeError, not DecodeError, for a string it decodes that is not UTF-8
+_BAD_JSON = (msgspec.DecodeError, UnicodeDecodeError)
 
 
 class SplitFailed(Exception):
@@ -185,7 +187,7 @@ class EventReader:
                 doc = cast(TraceDoc, self.fast.doc.decode(self.data))
         except msgspec.ValidationError:
             doc = self._lenient(self.data, 0)
-        except msgspec.DecodeError as exc:
+        except _BAD_JSON as exc:
             raise TraceFormatError(self.path, f"invalid JSON ({one_line(exc)})") from None
         if doc.traceEvents is None:
             raise TraceFormatError(self.path, "not a trace: a JSON object without 'traceEvents'")
@@ -254,7 +256,7 @@ class EventReader:
         try:
             with gc_paused():
                 tail = cast(TraceDoc, self.fast.doc.decode(b"".join((b'{"traceEvents":[]', rest))))
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, *_BAD_JSON):
             return None
         finally:
             del rest
@@ -295,13 +297,13 @@ class EventReader:
                 return cast(list[Event], self.fast.events.decode(buf))
         except msgspec.ValidationError:
             pass
-        except msgspec.DecodeError:
+        except _BAD_JSON:
             raise SplitFailed from None
         buf = bytes(buf)  # the raw events below must not refer to the (restored) buffer
         try:
             with gc_paused():
                 raws = RAW_EVENTS.decode(buf)
-        except msgspec.DecodeError:
+        except _BAD_JSON:
             raise SplitFailed from None
         out = self._events_from_raw(raws, index)
         self._dropped_in_last = len(raws) - len(out)
@@ -313,7 +315,7 @@ class EventReader:
                 return cast(TraceDoc, self.fast.doc.decode(buf))
         except msgspec.ValidationError:
             return self._lenient(buf, index)
-        except msgspec.DecodeError:
+        except _BAD_JSON:
             raise SplitFailed from None
 
     def _lenient(self, buf: bytes | bytearray | mmap.mmap, index: int) -> TraceDoc:
@@ -331,7 +333,7 @@ class EventReader:
             if "traceEvents" in msg:
                 raise TraceFormatError(path, f"'traceEvents' is not a list ({msg})") from None
             raise TraceFormatError(path, f"not a trace ({msg})") from None
-        except msgspec.DecodeError as exc:
+        except _BAD_JSON as exc:
             raise TraceFormatError(path, f"invalid JSON ({one_line(exc)})") from None
         meta: dict[str, Any] = {}
         for key, typ in META_TYPES.items():
@@ -356,7 +358,7 @@ class EventReader:
             try:
                 with gc_paused():
                     out.extend(self.fast.events.decode(b"".join((b"[", b",".join(part), b"]"))))
-            except (msgspec.ValidationError, msgspec.DecodeError):
+            except (msgspec.ValidationError, *_BAD_JSON):
                 out.extend(self._one_by_one(part, index + start))
         return out
 
@@ -370,11 +372,11 @@ class EventReader:
                 try:
                     out.append(self.fast.event.decode(item))
                     continue
-                except (msgspec.ValidationError, msgspec.DecodeError):
+                except (msgspec.ValidationError, *_BAD_JSON):
                     pass
                 try:
                     out.append(EVENT.decode(item))
-                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                except (msgspec.ValidationError, *_BAD_JSON) as exc:
                     self.skipped.append(index + i)
                     if not self._bad:
                         self._first_bad = f"event {index + i}: {one_line(exc)}".replace("`$.", "`")
