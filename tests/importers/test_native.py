@@ -317,3 +317,39 @@ def _never() -> Any:
             raise AssertionError("no object events expected")
     return Never()
 
+
+
+MUTATIONS = [  # (a key as Kineto writes it, values put in front of the real one)
+    (b'"dur": ', [b"-1", b'"5"', b"null", b"1.5e3"]),
+    (b'"ts": ', [b"1e3", b"-0.0", b"0.1", b"9007199254740993"]),
+    (b'"pid": ', [b'"Spans"', b"1.5", b"-3", b"null"]),
+    (b'"External id": ', [b'"0x10"', b"18446744073709551615", b"[1]", b"null"]),
+    (b'"correlation": ', [b"null", b'"c"', b"9223372036854775807"]),
+    (b'"device": ', [b"null", b"4294967296", b"-1"]),
+    (b'"grid": ', [b"[1, 2]", b"[-5, 1, 1]", b"[4294967296, 1, 1]", b'"g"', b"{}"]),
+    (b'"est. achieved occupancy %": ', [b'"7"', b"null", b"1e39", b"3"]),
+    (b'"name": ', [b'"a\\u00e9\\"b"', b"7", b'"\\ud83d\\ude00"']),
+]
+
+
+def test_random_field_changes_give_the_same_tables(tmp_path: Path,
+                                                  counted: dict[str, int]) -> None:
+    """Fields of real events changed at random (to values each path must treat alike)."""
+    import random
+
+    with gzip.open(DATA / "cnn_fp32_sync.pt.trace.json.gz") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if "cat" in e][:400]
+    base = ('{"schemaVersion": 1, "traceEvents": [\n' + ",\n".join(map(json.dumps, events))
+            + '\n], "baseTimeNanoseconds": 1700000000000000000}').encode()
+    rnd = random.Random(11)
+    for i in range(25):
+        data = bytearray(base)
+        for key, values in rnd.sample(MUTATIONS, 3):
+            hits = [j for j in range(len(data)) if data.startswith(key, j)]
+            for j in sorted(rnd.sample(hits, min(2, len(hits))), reverse=True):
+                at = j + len(key)
+                data[at:at] = rnd.choice(values) + b', "z": '
+        path = tmp_path / f"m{i}.json"
+        path.write_bytes(bytes(data))
+        same(path, 3_000)
+    assert counted["native"] > 2 * counted["fallback"] > 0, counted
