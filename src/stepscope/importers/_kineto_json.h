@@ -31,6 +31,7 @@ static int grow(Buf *b, Py_ssize_t extra) {
 }
 
 static int put(Buf *b, const void *src, Py_ssize_t n) {
+    if (n <= 0) return 0; /* b->p may still be NULL: no memcpy to it */
     if (grow(b, n)) return -1;
     memcpy(b->p + b->len, src, (size_t)n);
     b->len += n;
