@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(wildcard src/stepscope/importers/_kineto_*)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
@@ -26,4 +26,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/import_vs_hta.py --help
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info stepscope-demo src/stepscope/capture/cupti/*.so
+	rm -rf $(VENV) build dist src/*.egg-info stepscope-demo src/stepscope/capture/cupti/*.so src/stepscope/importers/*.so

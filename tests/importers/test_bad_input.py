@@ -76,6 +76,18 @@ def test_invalid_json(tmp_path: Path) -> None:
           "invalid JSON")
 
 
+def test_a_name_that_is_not_utf8(tmp_path: Path) -> None:
+    # msgspec raises UnicodeDecodeError (not DecodeError) for it: plain, gzip and chunked alike
+    raw = json.dumps({"traceEvents": [event(f"op{i}", ts=float(i)) for i in range(200)]}).encode()
+    bad = raw.replace(b'"op120"', b'"op\xff120"')
+    for name, blob in (("bad.json", bad), ("bad.json.gz", gzip.compress(bad))):
+        fails(tmp_path, write(tmp_path, name, blob), "invalid JSON")
+    path = write(tmp_path, "chunked.json", bad)
+    for native in (True, False):
+        with pytest.raises(TraceFormatError, match="invalid JSON"):
+            parse_kineto(path, default_rank=0, chunk_bytes=2000, native=native)
+
+
 def test_json_that_is_not_a_trace(tmp_path: Path) -> None:
     fails(tmp_path, write(tmp_path, "numbers.json", [1, 2, 3]), "JSON array")
     fails(tmp_path, write(tmp_path, "config.json", {"lr": 0.1, "epochs": 3}), "traceEvents")

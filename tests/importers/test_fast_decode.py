@@ -117,3 +117,20 @@ def test_every_imported_category_has_a_fast_struct() -> None:
     assert set(classes) == kineto_build.TABLE_CATEGORIES | kineto_build.IGNORED_CATEGORIES
     assert isinstance(kineto_build.bucket([]), dict)
     assert pa.__version__  # the decoders build without touching Arrow
+
+
+def test_without_the_compiled_scanner_msgspec_reads_every_chunk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No extension (a machine without a compiler): the same tables, all through msgspec."""
+    from stepscope.importers import kineto_native
+
+    path = DATA / "gpt_bf16_adamw.pt.trace.json.gz"
+    expected = parse_kineto(path, default_rank=0, chunk_bytes=64_000, native=False)
+    monkeypatch.setattr(kineto_native, "EXTENSION", None)
+    assert not kineto_native.enabled() and not kineto_native.enabled(True)
+
+    def no_scan(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the scanner must not run")
+
+    monkeypatch.setattr(kineto_native, "scan", no_scan)
+    tables_equal(parse_kineto(path, default_rank=0, chunk_bytes=64_000), expected)

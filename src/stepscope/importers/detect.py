@@ -82,7 +82,7 @@ def detect(path: str | Path) -> str:
     if complete:  # small enough to check the JSON itself
         try:
             msgspec.json.decode(head)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise TraceFormatError(name, f"invalid JSON ({exc})") from None
     has_events = b'"traceEvents"' in head
     if _JAX.search(head) and not _KINETO.search(head):

@@ -26,7 +26,9 @@ from stepscope.importers.kineto_build import (
 )
 from stepscope.importers.kineto_columns import arrow
 from stepscope.importers.kineto_events import TraceDoc
+from stepscope.importers.kineto_native import Scanned
 from stepscope.importers.kineto_reader import CHUNK_BYTES, EventReader, SplitFailed, load_bytes
+from stepscope.importers.kineto_scanned import add_chunk
 from stepscope.store.manifest import Diagnostic, RankInfo
 from stepscope.store.writer import conform
 
@@ -44,10 +46,12 @@ class KinetoFile:
 
 
 def parse_kineto(path: str | Path, *, default_rank: int,
-                 chunk_bytes: int = CHUNK_BYTES) -> KinetoFile:
+                 chunk_bytes: int = CHUNK_BYTES, native: bool | None = None) -> KinetoFile:
     """Read one Kineto trace (``.json`` or gzip, by content).
 
-    ``default_rank`` is used when the file has no ``distributedInfo.rank``.
+    ``default_rank`` is used when the file has no ``distributedInfo.rank``. ``native``:
+    use the compiled scanner for the chunks it can read (default: when it is built and
+    ``STEPSCOPE_KINETO_NATIVE`` is not ``0``; the tables are the same either way).
     Raises ``TraceFormatError`` when the file cannot be used at all; events that
     cannot be used are dropped and reported in ``diagnostics``.
     """
@@ -55,10 +59,15 @@ def parse_kineto(path: str | Path, *, default_rank: int,
     name = str(p)
     loaded = load_bytes(p)
     try:
+        read = None
         try:
-            reader, builder = _read(loaded.data, name, chunk_bytes, flows=False)
-        except NeedFlows:  # an old trace: start over, decoding the flows too
-            reader, builder = _read(loaded.data, name, chunk_bytes, flows=True)
+            read = _read(loaded.data, name, chunk_bytes, flows=False, native=native)
+        except NeedFlows:  # an old trace: start over (below), decoding the flows too
+            pass
+        # Outside the except clause: the first attempt's traceback (whose frames still hold
+        # views of a mapped file, which would then not close) is gone by now.
+        reader, builder = read or _read(loaded.data, name, chunk_bytes, flows=True,
+                                        native=native)
     finally:
         loaded.close()
     doc = reader.meta
@@ -100,20 +109,25 @@ def parse_kineto(path: str | Path, *, default_rank: int,
 
 
 def _read(data: bytes | bytearray | mmap.mmap, name: str, chunk_bytes: int,
-          flows: bool) -> tuple[EventReader, TableBuilder]:
+          flows: bool, native: bool | None) -> tuple[EventReader, TableBuilder]:
     """Decode and build, in chunks (else, when the file cannot be split, whole)."""
     try:
-        reader = EventReader(data, name, chunk_bytes=chunk_bytes, flows=flows)
+        reader = EventReader(data, name, chunk_bytes=chunk_bytes, flows=flows, native=native)
         builder = TableBuilder(name, flows=flows)
         for index, events in reader.chunks():
-            builder.add(index, events, reader.skipped)
+            if isinstance(events, Scanned):
+                add_chunk(builder, index, events, reader.skipped)
+            else:
+                builder.add(index, events, reader.skipped)
             del events
-    except SplitFailed:  # start over with one whole-document decode
-        reader = EventReader(data, name, flows=flows)
-        builder = TableBuilder(name, flows=flows)
-        for index, events in reader.whole():
-            builder.add(index, events, reader.skipped)
-            del events
+        return reader, builder
+    except SplitFailed:  # start over (below, outside this clause) with one whole decode
+        pass
+    reader = EventReader(data, name, flows=flows)
+    builder = TableBuilder(name, flows=flows)
+    for index, events in reader.whole():
+        builder.add(index, events, reader.skipped)
+        del events
     return reader, builder
 
 

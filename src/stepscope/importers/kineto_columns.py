@@ -129,29 +129,46 @@ class Drops:
     path: str
     counts: dict[str, int] = field(default_factory=dict)
     first: dict[str, str] = field(default_factory=dict)  # code -> "<why> ...; first: ..."
-    _chunk: tuple[int, Sequence[Event], Sequence[int]] = (0, (), ())
+    _chunk: tuple[int, Sequence[Event], Sequence[int], Sequence[int] | None] = (0, (), (), None)
 
-    def set_chunk(self, index: int, events: Sequence[Event], skipped: Sequence[int] = ()) -> None:
+    def set_chunk(self, index: int, events: Sequence[Event], skipped: Sequence[int] = (),
+                  positions: Sequence[int] | None = None) -> None:
         """The chunk being processed, the file index of its first event and the
-        (sorted) file indices of events the decoder already skipped."""
-        self._chunk = (index, events, skipped)
+        (sorted) file indices of events the decoder already skipped. ``positions``:
+        where in the chunk each of ``events`` is, when they are not all of it."""
+        self._chunk = (index, events, skipped, positions)
 
     def add(self, code: str, events: Sequence[Event], mask: npt.NDArray[np.bool_],
             why: str) -> None:
         n = int(np.count_nonzero(mask))
         if not n:
             return
-        self.counts[code] = self.counts.get(code, 0) + n
+        where = None
         if code not in self.first:
             ev = events[int(np.argmax(mask))]
-            start, chunk, skipped = self._chunk
-            where = next((start + i for i, e in enumerate(chunk) if e is ev), None)
-            for s in skipped:  # positions after skipped events move up in the file
-                if where is not None and start <= s <= where:
-                    where += 1
+            _, chunk, _, positions = self._chunk
+            i = next((i for i, e in enumerate(chunk) if e is ev), None)
+            where = None if i is None else positions[i] if positions is not None else i
+            self.add_at(code, n, where, ev.cat, ev.name, ev.ts, ev.dur, why)
+        else:
+            self.counts[code] += n
+
+    def add_at(self, code: str, n: int, where: int | None, cat: str | None, name: str,
+               ts: float, dur: float, why: str) -> None:
+        """``n`` events dropped; the first is at ``where`` in the current chunk."""
+        if not n:
+            return
+        self.counts[code] = self.counts.get(code, 0) + n
+        if code not in self.first:
+            start, _, skipped, _ = self._chunk
+            if where is not None:
+                where += start
+                for s in skipped:  # positions after skipped events move up in the file
+                    if start <= s <= where:
+                        where += 1
             at = "" if where is None else f"event {where} "
-            self.first[code] = (f"{why} were dropped; first: {at}(cat {ev.cat!r}, "
-                                f"name {ev.name[:80]!r}, ts {ev.ts}, dur {ev.dur})")
+            self.first[code] = (f"{why} were dropped; first: {at}(cat {cat!r}, "
+                                f"name {name[:80]!r}, ts {ts}, dur {dur})")
 
     def diagnostics(self) -> list[Diagnostic]:
         return [Diagnostic("warning", code, f"{n} event(s) {self.first[code]}", self.path, n)

@@ -34,6 +34,7 @@ from typing import Any, cast
 import msgspec
 
 from stepscope.errors import TraceFormatError
+from stepscope.importers import kineto_native
 from stepscope.importers.kineto_build import decoders
 from stepscope.importers.kineto_events import (
     EVENT,
@@ -43,6 +44,7 @@ from stepscope.importers.kineto_events import (
     Event,
     TraceDoc,
 )
+from stepscope.importers.kineto_native import Scanned
 from stepscope.store.manifest import Diagnostic
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -51,6 +53,8 @@ _LENIENT_SLICE = 1000  # events decoded together when some event somewhere is ma
 CHUNK_BYTES = 4 << 20  # measured: 2-4 MB chunks decode as fast as one whole decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 _BOUNDARY = re.compile(rb'\}\s*,\s*(\{)\s*"[A-Za-z_]')
+# msgspec raises UnicodeDecodeError, not DecodeError, for a string it decodes that is not UTF-8
+_BAD_JSON = (msgspec.DecodeError, UnicodeDecodeError)
 
 
 class SplitFailed(Exception):
@@ -144,16 +148,20 @@ def load_bytes(path: Path) -> Loaded:
 
 
 class EventReader:
-    """Yields ``(index of the first event, events)`` chunks of one trace file.
+    """Yields ``(index of the first event, events)`` chunks of one trace file: decoded events,
+    or (``native``, a chunked read without flows) the compiled scanner's columns
+    (:class:`kineto_native.Scanned`) for the chunks it can read.
 
     ``meta`` (the top-level keys) and ``diagnostics`` are complete once the
     iteration has finished.
     """
 
     def __init__(self, data: bytes | bytearray | mmap.mmap, path: str, *,
-                 chunk_bytes: int = CHUNK_BYTES, flows: bool = False) -> None:
+                 chunk_bytes: int = CHUNK_BYTES, flows: bool = False,
+                 native: bool | None = None) -> None:
         self.data = data
         self.fast = decoders(flows)
+        self.native = not flows and kineto_native.enabled(native)
         self.path = path
         self.chunk_bytes = chunk_bytes
         self.meta = TraceDoc()
@@ -164,7 +172,7 @@ class EventReader:
         self._released = 0
         self.skipped: list[int] = []  # file indices of events the lenient decode dropped
 
-    def chunks(self) -> Iterator[tuple[int, list[Event]]]:
+    def chunks(self) -> Iterator[tuple[int, list[Event] | Scanned]]:
         """Chunked decode for large files (raises :class:`SplitFailed` when the
         file cannot be split), one whole-document decode for small ones."""
         if len(self.data) < 2 * self.chunk_bytes:
@@ -179,7 +187,7 @@ class EventReader:
                 doc = cast(TraceDoc, self.fast.doc.decode(self.data))
         except msgspec.ValidationError:
             doc = self._lenient(self.data, 0)
-        except msgspec.DecodeError as exc:
+        except _BAD_JSON as exc:
             raise TraceFormatError(self.path, f"invalid JSON ({one_line(exc)})") from None
         if doc.traceEvents is None:
             raise TraceFormatError(self.path, "not a trace: a JSON object without 'traceEvents'")
@@ -188,7 +196,7 @@ class EventReader:
         self._finish()
         yield 0, events
 
-    def _split(self) -> Iterator[tuple[int, list[Event]]]:
+    def _split(self) -> Iterator[tuple[int, list[Event] | Scanned]]:
         data = self.data
         m = _EVENTS_KEY.search(data)
         if m is None:
@@ -205,6 +213,11 @@ class EventReader:
                 if end - pos > 2 * self.chunk_bytes else None
             if cut is None:  # the last chunk: rebuild a document from it and the trailing keys
                 del view
+                last = self._scan_last(pos) if self.native else None
+                if last is not None:
+                    self.meta = _merge(head, last[1])
+                    yield index, last[0]
+                    return
                 try:
                     tail = self._decode_doc(b"".join((b'{"traceEvents":[', memoryview(data)[pos:])),
                                             index)
@@ -216,13 +229,41 @@ class EventReader:
                 yield index, events
                 return
             after = data.find(b",", cut.start() + 1, cut.start(1))  # the comma after the chunk
-            events = self._bracketed(view, before, pos, cut.start() + 1, after, index)
-            n = len(events) + self._dropped_in_last
-            yield index, events
-            del events  # before the next chunk is decoded
+            cols = kineto_native.scan(data, pos, cut.start() + 1, tail=False,
+                                      decoder=self.fast.events) if self.native else None
+            if cols is not None:
+                n = cols.events
+                yield index, cols
+                del cols
+            else:
+                events = self._bracketed(view, before, pos, cut.start() + 1, after, index)
+                n = len(events) + self._dropped_in_last
+                yield index, events
+                del events  # before the next chunk is decoded
             index += n
             before, pos = after, cut.start(1)
             self._release(pos)
+
+    def _scan_last(self, pos: int) -> tuple[Scanned, TraceDoc] | None:
+        """The last chunk through the scanner: its events up to the array's ']', then the
+        keys after it as a document of their own. None (decode it with msgspec, which also
+        reports what is wrong) when either part is not plain."""
+        scanned = kineto_native.scan(self.data, pos, len(self.data), tail=True,
+                                     decoder=self.fast.events)
+        if scanned is None:
+            return None
+        rest = memoryview(self.data)[scanned.end:]
+        try:
+            with gc_paused():
+                tail = cast(TraceDoc, self.fast.doc.decode(b"".join((b'{"traceEvents":[]', rest))))
+        except (msgspec.ValidationError, *_BAD_JSON):
+            return None
+        finally:
+            del rest
+        if tail.traceEvents:  # a second 'traceEvents' key after the array: msgspec decides
+            return None
+        tail.traceEvents = None
+        return scanned, tail
 
     def _bracketed(self, view: memoryview, before: int, start: int, stop: int, after: int,
                    index: int) -> list[Event]:
@@ -256,13 +297,13 @@ class EventReader:
                 return cast(list[Event], self.fast.events.decode(buf))
         except msgspec.ValidationError:
             pass
-        except msgspec.DecodeError:
+        except _BAD_JSON:
             raise SplitFailed from None
         buf = bytes(buf)  # the raw events below must not refer to the (restored) buffer
         try:
             with gc_paused():
                 raws = RAW_EVENTS.decode(buf)
-        except msgspec.DecodeError:
+        except _BAD_JSON:
             raise SplitFailed from None
         out = self._events_from_raw(raws, index)
         self._dropped_in_last = len(raws) - len(out)
@@ -274,7 +315,7 @@ class EventReader:
                 return cast(TraceDoc, self.fast.doc.decode(buf))
         except msgspec.ValidationError:
             return self._lenient(buf, index)
-        except msgspec.DecodeError:
+        except _BAD_JSON:
             raise SplitFailed from None
 
     def _lenient(self, buf: bytes | bytearray | mmap.mmap, index: int) -> TraceDoc:
@@ -292,7 +333,7 @@ class EventReader:
             if "traceEvents" in msg:
                 raise TraceFormatError(path, f"'traceEvents' is not a list ({msg})") from None
             raise TraceFormatError(path, f"not a trace ({msg})") from None
-        except msgspec.DecodeError as exc:
+        except _BAD_JSON as exc:
             raise TraceFormatError(path, f"invalid JSON ({one_line(exc)})") from None
         meta: dict[str, Any] = {}
         for key, typ in META_TYPES.items():
@@ -317,7 +358,7 @@ class EventReader:
             try:
                 with gc_paused():
                     out.extend(self.fast.events.decode(b"".join((b"[", b",".join(part), b"]"))))
-            except (msgspec.ValidationError, msgspec.DecodeError):
+            except (msgspec.ValidationError, *_BAD_JSON):
                 out.extend(self._one_by_one(part, index + start))
         return out
 
@@ -331,11 +372,11 @@ class EventReader:
                 try:
                     out.append(self.fast.event.decode(item))
                     continue
-                except (msgspec.ValidationError, msgspec.DecodeError):
+                except (msgspec.ValidationError, *_BAD_JSON):
                     pass
                 try:
                     out.append(EVENT.decode(item))
-                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                except (msgspec.ValidationError, *_BAD_JSON) as exc:
                     self.skipped.append(index + i)
                     if not self._bad:
                         self._first_bad = f"event {index + i}: {one_line(exc)}".replace("`$.", "`")
