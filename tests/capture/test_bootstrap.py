@@ -125,6 +125,21 @@ def test_step_window_keeps_only_the_window(tmp_path: Path) -> None:
     assert o["step_time_ratio_in_window_vs_before"] == pytest.approx(1.0)
 
 
+def test_overhead_ratio_compares_medians_of_the_last_steps_before_the_window(tmp_path: Path) -> None:
+    s, clock, _ = session(tmp_path, "20-24")
+    s.begin()
+    run_steps(s, clock, 5, step_ms=200)  # slow first steps (loader start, first CUDA calls)
+    run_steps(s, clock, 14, step_ms=10)  # steady state before the window
+    run_steps(s, clock, 8, step_ms=11)  # the window: 10% slower
+    s.finish()
+    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+    o = run.manifest.overhead["rank0"]
+    assert o["median_step_ms_before_window"] == pytest.approx(10.0)
+    assert o["median_step_ms_in_window"] == pytest.approx(11.0)
+    assert o["step_time_ratio_in_window_vs_before"] == pytest.approx(1.1)
+    assert o["mean_step_ms_before_window"] > 50  # the mean would have said the window was faster
+
+
 def test_default_window_closes_after_ten_seconds(tmp_path: Path) -> None:
     s, clock, _ = session(tmp_path)
     s.begin()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import threading
 import time
 from collections import deque
@@ -37,6 +38,9 @@ from stepscope.capture.schedule import Action, Schedule
 from stepscope.store.manifest import Diagnostic
 
 ENV_VAR = "STEPSCOPE_CAPTURE"
+
+
+RATIO_STEPS_BEFORE = 10  # steps before the window that the overhead ratio compares with
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,9 @@ class Session:
         self._last_flush = 0
         self._pre: deque[Tables] = deque(maxlen=max(2, int(10.0 / max(config.flush_every_s, 0.1)) + 2))
         self._before: list[int] = [0, 0]  # sum of step ns, count (steps before the window)
+        # the last steps before the window and the window's steps, for the median-based ratio
+        self._before_last: deque[int] = deque(maxlen=RATIO_STEPS_BEFORE)
+        self._inside_steps: deque[int] = deque(maxlen=100_000)
         self._warmup_boundary: int | None = None
         self._inside: list[int] = [0, 0]
         self._cpu_open: float | None = None
@@ -224,6 +231,8 @@ class Session:
                 if self.close_ns is None:
                     acc[0] += now - self._last_boundary
                     acc[1] += 1
+                    (self._before_last if acc is self._before else self._inside_steps).append(
+                        now - self._last_boundary)
             self._last_boundary = now
             if self.schedule.timed or self.close_ns is not None:
                 return
@@ -354,12 +363,17 @@ class Session:
         if self._inside[1]:
             o["mean_step_ms_in_window"] = round(self._inside[0] / self._inside[1] / 1e6, 6)
             o["steps_in_window"] = self._inside[1]
-        if self._before[1] and self._inside[1] and self._before[0]:
-            o["step_time_ratio_in_window_vs_before"] = round(
-                (self._inside[0] / self._inside[1]) / (self._before[0] / self._before[1]), 6)
-            o["step_time_ratio_note"] = (
-                "steps before the window are warm-up steps (host hooks active, samplers running): "
-                "a rough indicator of capture cost, not a benchmark")
+        if self._before_last and self._inside_steps:
+            before = statistics.median(self._before_last)
+            inside = statistics.median(self._inside_steps)
+            o["median_step_ms_before_window"] = round(before / 1e6, 6)
+            o["median_step_ms_in_window"] = round(inside / 1e6, 6)
+            if before > 0:
+                o["step_time_ratio_in_window_vs_before"] = round(inside / before, 6)
+                o["step_time_ratio_note"] = (
+                    f"median step in the window / median of the last {RATIO_STEPS_BEFORE} steps "
+                    "before it (those run with the host hooks and samplers on, and may still be "
+                    "warming up): a rough indicator of capture cost, not a benchmark")
         o["sampler_threads_cpu_note"] = (
             "CPU time of threads named 'stepscope*' during the window, as a share of one core")
         self._overhead = o
