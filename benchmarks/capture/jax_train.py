@@ -9,30 +9,39 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+Params = list[jax.Array]
+
+
+def make_train(width: int = 2048, batch: int = 1024, layers: int = 6) -> tuple[Any, Params, jax.Array]:
+    """A jitted bf16 MLP training step, its weights and a batch."""
+    key = jax.random.PRNGKey(0)
+    ws = [jax.random.normal(jax.random.fold_in(key, i), (width, width), jnp.bfloat16) * 0.02
+          for i in range(layers)]
+    x = jax.random.normal(key, (batch, width), jnp.bfloat16)
+
+    def loss(ws: Params, x: jax.Array) -> jax.Array:
+        for w in ws:
+            x = jax.nn.gelu(x @ w)
+        return jnp.mean(x.astype(jnp.float32) ** 2)
+
+    @jax.jit
+    def step(ws: Params, x: jax.Array) -> tuple[Params, jax.Array]:
+        val, grads = jax.value_and_grad(loss)(ws, x)
+        return [w - 1e-3 * g for w, g in zip(ws, grads)], val
+
+    return step, ws, x
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0)
     args = ap.parse_args()
-    key = jax.random.PRNGKey(0)
-    ws = [jax.random.normal(jax.random.fold_in(key, i), (2048, 2048), jnp.bfloat16) * 0.02
-          for i in range(6)]
-    x = jax.random.normal(key, (1024, 2048), jnp.bfloat16)
-
-    def loss(ws: list[jax.Array], x: jax.Array) -> jax.Array:
-        for w in ws:
-            x = jax.nn.gelu(x @ w)
-        return jnp.mean(x.astype(jnp.float32) ** 2)
-
-    @jax.jit
-    def step(ws: list[jax.Array], x: jax.Array) -> tuple[list[jax.Array], jax.Array]:
-        val, grads = jax.value_and_grad(loss)(ws, x)
-        return [w - 1e-3 * g for w, g in zip(ws, grads)], val
-
+    step, ws, x = make_train()
     t0 = time.time()
     n = 0
     while time.time() - t0 < args.seconds:

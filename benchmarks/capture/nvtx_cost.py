@@ -60,22 +60,9 @@ def child_torch(seconds: float) -> dict[str, Any]:
 
 def child_jax(seconds: float) -> dict[str, Any]:
     import jax
-    import jax.numpy as jnp
+    from jax_train import make_train  # this folder is on sys.path when run as a script
 
-    key = jax.random.PRNGKey(0)
-    ws = [jax.random.normal(jax.random.fold_in(key, i), (1024, 1024), jnp.bfloat16) * 0.02
-          for i in range(6)]
-    x = jax.random.normal(key, (256, 1024), jnp.bfloat16)
-
-    def loss(ws: list[jax.Array], x: jax.Array) -> jax.Array:
-        for w in ws:
-            x = jax.nn.gelu(x @ w)
-        return jnp.mean(x.astype(jnp.float32) ** 2)
-
-    @jax.jit
-    def step(ws: list[jax.Array], x: jax.Array) -> tuple[list[jax.Array], jax.Array]:
-        val, grads = jax.value_and_grad(loss)(ws, x)
-        return [w - 1e-3 * g for w, g in zip(ws, grads)], val
+    step, ws, x = make_train(width=1024, batch=256)
 
     i = 0
 

@@ -164,6 +164,17 @@ static int xyz_field(Scan *s, int64_t *v, uchar *st, int depth) {
     return 0;
 }
 
+/* An object key without escapes and its colon; -1 for anything else. */
+static int object_key(Scan *s, const uchar **k, Py_ssize_t *kl) {
+    int esc;
+    if (s->p >= s->end || *s->p != '"' || string(s, k, kl, &esc) || esc) return -1;
+    ws(s);
+    if (s->p >= s->end || *s->p != ':') return -1;
+    s->p++;
+    ws(s);
+    return 0;
+}
+
 static int args_object(Scan *s, Ev *e, int depth) {
     s->p++;
     ws(s);
@@ -171,13 +182,7 @@ static int args_object(Scan *s, Ev *e, int depth) {
     for (;;) {
         const uchar *k;
         Py_ssize_t kl;
-        int esc;
-        if (s->p >= s->end || *s->p != '"' || string(s, &k, &kl, &esc)) return -1;
-        if (esc) return -1;
-        ws(s);
-        if (s->p >= s->end || *s->p != ':') return -1;
-        s->p++;
-        ws(s);
+        if (object_key(s, &k, &kl)) return -1;
         int which = arg_key(k, kl);
         if (which >= 0) {
             uint64_t bit = 1ULL << which;
@@ -258,19 +263,13 @@ static int event(Scan *s, Ev *e) {
     for (;;) {
         const uchar *k;
         Py_ssize_t kl;
-        int esc;
-        if (s->p >= s->end || *s->p != '"' || string(s, &k, &kl, &esc)) return -1;
-        if (esc) return -1;
-        ws(s);
-        if (s->p >= s->end || *s->p != ':') return -1;
-        s->p++;
-        ws(s);
+        if (object_key(s, &k, &kl)) return -1;
         int which = top_key(k, kl);
         if (which >= 0) {
             if (e->seen & (1u << which)) return -1;
             e->seen |= 1u << which;
         }
-        int rc = 0, st = 0;
+        int rc = 0, st = 0, esc = 0;
         const uchar *sv;
         Py_ssize_t sl;
         switch (which) {

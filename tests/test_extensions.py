@@ -1,0 +1,24 @@
+"""The compiled parts are optional for users (a fallback runs without them), so their tests skip
+when they are not built; CI sets STEPSCOPE_REQUIRE_EXTENSIONS=1 so that a build that silently
+failed turns the suite red instead."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+EXTENSIONS = ("stepscope.importers._ss_kineto", "stepscope.capture.cupti._ss_cupti")
+
+
+@pytest.mark.skipif(not os.environ.get("STEPSCOPE_REQUIRE_EXTENSIONS"),
+                    reason="STEPSCOPE_REQUIRE_EXTENSIONS is not set")
+@pytest.mark.parametrize("name", EXTENSIONS)
+def test_extension_is_built(name: str) -> None:
+    if name.endswith("_ss_cupti"):  # a plain shared library (no module init), loaded by ctypes
+        from stepscope.capture.cupti import native
+
+        assert native._prebuilt() is not None, "the CUPTI shim extension was not built"
+    else:
+        importlib.import_module(name)
