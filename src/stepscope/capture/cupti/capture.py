@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,7 @@ _MAX_CBID = 1024
 # Driver calls kept in a torch process: the launches that do not come from torch's runtime calls
 # (cuBLASLt's GEMMs launch with cuLaunchKernelEx, Triton's kernels with cuLaunchKernel).
 TORCH_DRIVER_CALLS = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel"})
+_PER_THREAD_STREAM = re.compile(r"_pt(sz|ds)$")  # cuLaunchKernel_ptsz: the per-thread-stream twin
 
 
 def _torch_driver_calls() -> frozenset[str]:
@@ -80,7 +82,7 @@ class GpuSettings:
         if not wanted_call(raw):
             return False
         if domain == L.DOMAIN_DRIVER_API and self.driver is None and "torch" in sys.modules:
-            return api_base_name(raw) in self.torch_driver_calls
+            return _PER_THREAD_STREAM.sub("", api_base_name(raw)) in self.torch_driver_calls
         return True
 
     def kinds(self) -> list[int]:

@@ -1,0 +1,44 @@
+"""Which runtime/driver calls the CUPTI backends record (GpuSettings.keep_call / use_driver)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.capture import TORCH_DRIVER_CALLS, GpuSettings
+
+RT, DRV = L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API
+
+
+def test_without_torch_every_call_that_matters_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    s = GpuSettings()
+    assert s.use_driver()
+    assert s.keep_call(DRV, "cuLaunchKernel") and s.keep_call(DRV, "cuStreamSynchronize")
+    assert s.keep_call(RT, "cudaLaunchKernel_v7000")
+    assert not s.keep_call(RT, "cudaGetDevice_v3020") and not s.keep_call(DRV, "cuCtxGetCurrent")
+
+
+def test_with_torch_only_the_launches_the_runtime_does_not_make(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.delenv("STEPSCOPE_TORCH_DRIVER_CALLS", raising=False)
+    s = GpuSettings()
+    assert s.torch_driver_calls == TORCH_DRIVER_CALLS and s.use_driver()
+    assert s.keep_call(DRV, "cuLaunchKernelEx") and s.keep_call(DRV, "cuLaunchKernel_ptsz")
+    assert not s.keep_call(DRV, "cuStreamSynchronize")  # torch syncs through the runtime
+    assert s.keep_call(RT, "cudaStreamSynchronize_v3020")
+    assert GpuSettings(driver=True).keep_call(DRV, "cuStreamSynchronize")  # explicit: all that matter
+    assert not GpuSettings(driver=False).use_driver()
+
+
+def test_the_benchmark_knob_can_switch_driver_records_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.setenv("STEPSCOPE_TORCH_DRIVER_CALLS", "")
+    assert not GpuSettings().use_driver()
+    monkeypatch.setenv("STEPSCOPE_TORCH_DRIVER_CALLS", "cuLaunchKernelEx")
+    s = GpuSettings()
+    assert s.keep_call(DRV, "cuLaunchKernelEx") and not s.keep_call(DRV, "cuLaunchKernel")
+    assert s.as_dict()["torch_driver_calls"] == ["cuLaunchKernelEx"]
