@@ -134,3 +134,21 @@ def test_without_the_compiled_scanner_msgspec_reads_every_chunk(
 
     monkeypatch.setattr(kineto_native, "scan", no_scan)
     tables_equal(parse_kineto(path, default_rank=0, chunk_bytes=64_000), expected)
+
+
+def test_a_map_still_viewed_is_left_to_close_itself(tmp_path: Path) -> None:
+    """A live capture's stack sampler can hold a frame of the reader (and so a view of the map)
+    for a moment after the import: closing then must not fail the import (BufferError)."""
+    import mmap
+
+    from stepscope.importers.kineto_reader import Loaded
+
+    f = tmp_path / "t.json"
+    f.write_bytes(b'{"traceEvents": []}')
+    with f.open("rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    view = memoryview(mm)[:4]
+    Loaded(mm, 19, False).close()  # no BufferError
+    assert bytes(view) == b'{"tr'
+    view.release()
+    mm.close()

@@ -83,7 +83,13 @@ class Loaded:
 
     def close(self) -> None:
         if isinstance(self.data, mmap.mmap):
-            self.data.close()
+            try:
+                self.data.close()
+            except BufferError:
+                # a view of the map is still referenced somewhere (in a live capture: a frame the
+                # stack sampler holds for a moment keeps the reader's locals alive); the map is
+                # unmapped when the last view goes
+                pass
 
 
 def one_line(exc: BaseException) -> str:
