@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import statistics
 import threading
 import time
 from collections import deque
@@ -35,12 +34,10 @@ from typing import Any, Protocol
 from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, count_rows, threads_cpu_s
 from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
 from stepscope.capture.schedule import Action, Schedule
+from stepscope.capture.step_times import StepTimes
 from stepscope.store.manifest import Diagnostic
 
 ENV_VAR = "STEPSCOPE_CAPTURE"
-
-
-RATIO_STEPS_BEFORE = 10  # steps before the window that the overhead ratio compares with
 
 
 @dataclass(frozen=True)
@@ -135,12 +132,8 @@ class Session:
         self._last_boundary: int | None = None
         self._last_flush = 0
         self._pre: deque[Tables] = deque(maxlen=max(2, int(10.0 / max(config.flush_every_s, 0.1)) + 2))
-        self._before: list[int] = [0, 0]  # sum of step ns, count (steps before the window)
-        # the last steps before the window and the window's steps, for the median-based ratio
-        self._before_last: deque[int] = deque(maxlen=RATIO_STEPS_BEFORE)
-        self._inside_steps: deque[int] = deque(maxlen=100_000)
+        self._step_times = StepTimes()
         self._warmup_boundary: int | None = None
-        self._inside: list[int] = [0, 0]
         self._cpu_open: float | None = None
         self._overhead: dict[str, Any] = {}
         self._diags: list[Diagnostic] = []
@@ -227,12 +220,8 @@ class Session:
             # the warm-up step (GPU backend starting) is neither a before- nor an in-window step
             warmup = self._warmup_boundary is not None and k == self._warmup_boundary + 1
             if self._last_boundary is not None and not warmup:
-                acc = self._inside if self.open_ns is not None and self.close_ns is None else self._before
                 if self.close_ns is None:
-                    acc[0] += now - self._last_boundary
-                    acc[1] += 1
-                    (self._before_last if acc is self._before else self._inside_steps).append(
-                        now - self._last_boundary)
+                    self._step_times.add(now - self._last_boundary, inside=self.open_ns is not None)
             self._last_boundary = now
             if self.schedule.timed or self.close_ns is not None:
                 return
@@ -348,35 +337,10 @@ class Session:
             self._write_meta()
 
     def _measure(self, cpu_close: float | None, now: int) -> None:
-        o: dict[str, Any] = {}
-        if self.open_ns is not None:
-            wall = (now - self.open_ns) / 1e9
-            o["window_wall_s"] = round(wall, 6)
-            if cpu_close is not None and self._cpu_open is not None and wall >= 1.0:
-                # /proc counts in clock ticks (10 ms): shorter windows would be noise
-                cpu = cpu_close - self._cpu_open
-                o["sampler_threads_cpu_s"] = round(cpu, 6)
-                o["sampler_threads_cpu_share"] = round(cpu / wall, 6)
-        if self._before[1]:
-            o["mean_step_ms_before_window"] = round(self._before[0] / self._before[1] / 1e6, 6)
-            o["steps_before_window"] = self._before[1]
-        if self._inside[1]:
-            o["mean_step_ms_in_window"] = round(self._inside[0] / self._inside[1] / 1e6, 6)
-            o["steps_in_window"] = self._inside[1]
-        if self._before_last and self._inside_steps:
-            before = statistics.median(self._before_last)
-            inside = statistics.median(self._inside_steps)
-            o["median_step_ms_before_window"] = round(before / 1e6, 6)
-            o["median_step_ms_in_window"] = round(inside / 1e6, 6)
-            if before > 0:
-                o["step_time_ratio_in_window_vs_before"] = round(inside / before, 6)
-                o["step_time_ratio_note"] = (
-                    f"median step in the window / median of the last {RATIO_STEPS_BEFORE} steps "
-                    "before it (those run with the host hooks and samplers on, and may still be "
-                    "warming up): a rough indicator of capture cost, not a benchmark")
-        o["sampler_threads_cpu_note"] = (
-            "CPU time of threads named 'stepscope*' during the window, as a share of one core")
-        self._overhead = o
+        wall = None if self.open_ns is None else (now - self.open_ns) / 1e9
+        cpu = (cpu_close - self._cpu_open if cpu_close is not None and self._cpu_open is not None
+               else None)
+        self._overhead = self._step_times.report(wall, cpu)
 
     # -- end of process ----------------------------------------------------------------------
     def finish(self, ended: str | None = None) -> None:

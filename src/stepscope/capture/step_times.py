@@ -1,0 +1,54 @@
+"""Step times before and inside the capture window, and the overhead figures the manifest keeps
+(``manifest.overhead["rank<N>"]``, described in docs/record.md)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from typing import Any
+
+RATIO_STEPS_BEFORE = 10  # steps before the window that the overhead ratio compares with
+
+
+class StepTimes:
+    """Durations of the steps before the window (sum, count and the last few) and inside it.
+    Not thread-safe: the session calls it under its lock."""
+
+    def __init__(self) -> None:
+        self._sum = {False: 0, True: 0}
+        self._count = {False: 0, True: 0}
+        self._before_last: deque[int] = deque(maxlen=RATIO_STEPS_BEFORE)
+        self._inside: deque[int] = deque(maxlen=100_000)
+
+    def add(self, dur_ns: int, inside: bool) -> None:
+        self._sum[inside] += dur_ns
+        self._count[inside] += 1
+        (self._inside if inside else self._before_last).append(dur_ns)
+
+    def report(self, window_wall_s: float | None, sampler_cpu_s: float | None) -> dict[str, Any]:
+        """The overhead figures: window wall time, sampler threads' CPU (windows of 1 s or more:
+        /proc counts 10 ms ticks), mean and median step times and their ratio."""
+        o: dict[str, Any] = {}
+        if window_wall_s is not None:
+            o["window_wall_s"] = round(window_wall_s, 6)
+            if sampler_cpu_s is not None and window_wall_s >= 1.0:
+                o["sampler_threads_cpu_s"] = round(sampler_cpu_s, 6)
+                o["sampler_threads_cpu_share"] = round(sampler_cpu_s / window_wall_s, 6)
+        for inside, where in ((False, "before"), (True, "in")):
+            if self._count[inside]:
+                o[f"mean_step_ms_{where}_window"] = round(self._sum[inside] / self._count[inside] / 1e6, 6)
+                o[f"steps_{where}_window"] = self._count[inside]
+        if self._before_last and self._inside:
+            before = statistics.median(self._before_last)
+            inside_ms = statistics.median(self._inside)
+            o["median_step_ms_before_window"] = round(before / 1e6, 6)
+            o["median_step_ms_in_window"] = round(inside_ms / 1e6, 6)
+            if before > 0:
+                o["step_time_ratio_in_window_vs_before"] = round(inside_ms / before, 6)
+                o["step_time_ratio_note"] = (
+                    f"median step in the window / median of the last {RATIO_STEPS_BEFORE} steps "
+                    "before it (those run with the host hooks and samplers on, and may still be "
+                    "warming up): a rough indicator of capture cost, not a benchmark")
+        o["sampler_threads_cpu_note"] = (
+            "CPU time of threads named 'stepscope*' during the window, as a share of one core")
+        return o
