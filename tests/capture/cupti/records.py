@@ -6,6 +6,7 @@ write a record exactly where libcupti would, so the decoder is tested on the rea
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -36,3 +37,22 @@ def kernel(start: int, end: int, *, name: int, corr: int, stream: int = 7, devic
 
 def api(kind: int, start: int, end: int, *, cbid: int, corr: int, tid: int = 11, pid: int = 99) -> bytes:
     return record(kind, start=start, end=end, cbid=cbid, correlation=corr, tid=tid, pid=pid)
+
+
+NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p))
+
+
+def replay_iterator(base: int, starts: list[int]) -> Any:
+    """A stand-in for ``cuptiActivityGetNextRecord`` over a buffer at ``base`` whose records start
+    at the offsets ``starts`` (libcupti's walk, replayed). Keep the result referenced while used."""
+    index = {off: i for i, off in enumerate(starts)}
+
+    @NEXT
+    def next_record(_buf: int, _valid: int, rec: ctypes.Array[ctypes.c_void_p]) -> int:
+        i = 0 if not rec[0] else index[rec[0] - base] + 1
+        if i >= len(starts):
+            return 3  # CUPTI_ERROR_MAX_LIMIT_REACHED, as libcupti ends a buffer
+        rec[0] = base + starts[i]
+        return 0
+
+    return next_record

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.capture.cupti.records import replay_iterator
 
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.capture import _demangler
@@ -30,7 +31,6 @@ from stepscope.capture.cupti.decode import DecodeContext, Decoder, walk_py
 from stepscope.capture.cupti.native import build_shim, load_shim
 
 DATA = Path(__file__).parents[2] / "data" / "cupti"
-NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p))
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                               reason="no C compiler")
 
@@ -172,17 +172,11 @@ def test_cuda12_layout_with_an_unknown_kind_learnt_from_libcupti(
     base = ctypes.addressof(raw)
     starts = walk[:, 0].tolist()
 
-    @NEXT
-    def next_record(_buf: int, _valid: int, rec: ctypes.Array[ctypes.c_void_p]) -> int:
-        i = 0 if not rec[0] else starts.index(rec[0] - base) + 1
-        if i >= len(starts):
-            return 3  # CUPTI_ERROR_MAX_LIMIT_REACHED, as libcupti ends a buffer
-        rec[0] = base + starts[i]
-        return 0
+    replay = replay_iterator(base, starts)
 
     sizes = (ctypes.c_uint32 * 64)(*r.sizes())
     kind, stride, learnt = ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint32()
-    bad = shim.ss_check_walk(ctypes.cast(next_record, ctypes.c_void_p), base, len(buf), sizes,
+    bad = shim.ss_check_walk(ctypes.cast(replay, ctypes.c_void_p), base, len(buf), sizes,
                              ctypes.byref(kind), ctypes.byref(stride), ctypes.byref(learnt))
     assert bad == -1 and learnt.value == 1 and sizes[L.CUDA_EVENT] == 56
     kinds, offs, stop = walk_py(buf, list(sizes))

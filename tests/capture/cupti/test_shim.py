@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.capture.cupti.records import api, kernel
+from tests.capture.cupti.records import api, kernel, replay_iterator
 
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.decode import walk_py
@@ -78,9 +78,6 @@ def test_walk_matches_the_python_walk(shim: ctypes.CDLL) -> None:
     assert stop.value == pstop == len(data) - 16
 
 
-NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p))
-
-
 def test_check_walk_finds_a_wrong_size(shim: ctypes.CDLL) -> None:
     k, a = kernel(1, 2, name=1, corr=1), api(L.RUNTIME, 1, 2, cbid=211, corr=1)
     data = k + a + k
@@ -88,16 +85,8 @@ def test_check_walk_finds_a_wrong_size(shim: ctypes.CDLL) -> None:
     base = ctypes.addressof(raw)
     starts = [0, len(k), len(k) + len(a)]
 
-    @NEXT
-    def next_record(buf: int, valid: int, rec: ctypes.Array[ctypes.c_void_p]) -> int:
-        cur = rec[0]
-        i = 0 if not cur else starts.index(cur - base) + 1
-        if i >= len(starts):
-            return 3  # CUPTI_ERROR_MAX_LIMIT_REACHED
-        rec[0] = base + starts[i]
-        return 0
-
-    fn = ctypes.cast(next_record, ctypes.c_void_p)
+    replay = replay_iterator(base, starts)
+    fn = ctypes.cast(replay, ctypes.c_void_p)
     good = (ctypes.c_uint32 * 64)(*L.size_table(L.LAYOUTS_13))
     kind, stride, learnt = ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint32()
     args = (ctypes.byref(kind), ctypes.byref(stride), ctypes.byref(learnt))
