@@ -273,13 +273,19 @@ class Decoder:
             "graph_id": _nullable(_col(rows, f["graph_id"])),
         }
 
-    def _memcpy(self, rows: U8 | None, kind: int) -> Columns | None:
+    def _timed(self, rows: U8 | None, kind: int) -> tuple[dict[str, L.Field], U8, I64, I64] | None:
+        """The field table and the complete records of ``kind`` (None when there are none)."""
         if rows is None:
             return None
         f = self.layouts[kind].fields
         rows, start, end = _complete(rows, f)
-        if not len(rows):
+        return (f, rows, start, end) if len(rows) else None
+
+    def _memcpy(self, rows: U8 | None, kind: int) -> Columns | None:
+        timed = self._timed(rows, kind)
+        if timed is None:
             return None
+        f, rows, start, end = timed
         n = len(rows)
         return {
             "ts_ns": start.tolist(), "dur_ns": (end - start).tolist(),
@@ -303,12 +309,10 @@ class Decoder:
         }
 
     def _api_calls(self, rows: U8 | None, kind: int) -> Columns | None:
-        if rows is None:
+        timed = self._timed(rows, kind)
+        if timed is None:
             return None
-        f = self.layouts[kind].fields
-        rows, start, end = _complete(rows, f)
-        if not len(rows):
-            return None
+        f, rows, start, end = timed
         domain = L.DOMAIN_RUNTIME_API if kind == L.RUNTIME else L.DOMAIN_DRIVER_API
         names = self._api_names(domain, _col(rows, f["cbid"]))
         kinds = {n: classify_api(n).value for n in set(names)}
