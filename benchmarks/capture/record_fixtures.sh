@@ -17,15 +17,14 @@ STEPSCOPE_CUPTI_DUMP=$D/jax $py -m stepscope record --quiet -o "$D/run_jax" --de
   -- $py benchmarks/capture/jax_train.py --seconds 8
 progs="torch cupy jax"
 if [ -n "${CUPTI12:-}" ]; then  # CUPTI12=/path/libcupti.so.12: the CuPy loop through a CUDA 12 CUPTI
-  export_lib="STEPSCOPE_CUPTI_LIB=$CUPTI12"
-  env $export_lib STEPSCOPE_CUPTI_DUMP=$D/cupti12 $py -m stepscope record --quiet -o "$D/run_cupti12" \
+  env STEPSCOPE_CUPTI_LIB="$CUPTI12" STEPSCOPE_CUPTI_DUMP=$D/cupti12 $py -m stepscope record --quiet -o "$D/run_cupti12" \
     --delay 2 --duration 1 -- $py benchmarks/capture/cupy_loop.py --seconds 3
   $py benchmarks/capture/inspect_run.py "$D/run_cupti12" > "$OUT/cupti12.inspect.json" 2>&1
   progs="$progs cupti12"
 fi
 for p in $progs; do
-  lib=""; [ "$p" = cupti12 ] && lib="STEPSCOPE_CUPTI_LIB=$CUPTI12"
-  env $lib $py benchmarks/capture/pack_dump.py "$D/$p" "$OUT/cupti-$p.npz" --max-bytes 300000 \
+  lib=""; [ "$p" = cupti12 ] && lib="$CUPTI12"  # the walk is libcupti's that recorded it
+  env ${lib:+STEPSCOPE_CUPTI_LIB=$lib} $py benchmarks/capture/pack_dump.py "$D/$p" "$OUT/cupti-$p.npz" --max-bytes 300000 \
     --facts "{\"program\": \"$p\", \"run_rows\": $($py -c "
 import json, sys
 from stepscope.store.run import Run
