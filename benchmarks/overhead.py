@@ -6,12 +6,16 @@ Workloads (CUDA):
 
 Configurations (each in its own process: one CUPTI client per process):
   stepscope            stepscope.record(), default backend (CUPTI through the C shim, filtered
-                       runtime/driver calls, host samplers and stack sampler on)
+                       runtime/driver calls, psutil/NVML samplers in their own process, stack
+                       sampler on)
+  stepscope-thread     the same with the psutil/NVML samplers in a thread of the profiled process
+                       (STEPSCOPE_SAMPLER_PROCESS=0: how it was before 2026-11-22 09:30 UTC)
   stepscope-kernels    the same with --gpu-api none (no runtime/driver call records)
   stepscope-nodriver   the default with no driver-API records in this torch process
                        (STEPSCOPE_TORCH_DRIVER_CALLS=""; by default cuLaunchKernel/Ex are kept)
   stepscope-host       host capture only (--backend none): step hooks, psutil/NVML samplers,
                        stack sampler
+  stepscope-host-thread  the same, samplers in a thread (STEPSCOPE_SAMPLER_PROCESS=0)
   stepscope-gpu        GPU capture only (default backend and API calls; samplers off:
                        sample_hz=0, no stacks)
   stepscope-cuptipy    stepscope.record(backend="cupti-python")
@@ -22,8 +26,11 @@ Configurations (each in its own process: one CUPTI client per process):
 In each process: R rounds; each round times one block of M uncaptured steps and one block of M
 captured steps, the order alternating (ABBA). Capture starts before and stops after the timed
 block (a warm-up step is run inside the capture first, as torch.profiler's schedule does); the
-device is synchronised at block edges only. Ratio = median(captured block mean) / median(plain
-block mean).
+device is synchronised at block edges only. Two figures per process: ``ratio`` =
+median(captured block means) / median(plain block means), and ``paired_ratio`` = median over
+rounds of (captured block mean / the plain block mean of the same round): the paired figure is
+the headline, as the host's speed drifts by up to ±20% over seconds on the GPU machines used
+(docs/benchmarks.md), which adjacent blocks share.
 
     python benchmarks/overhead.py --out overhead.json [--workloads gpt launch] [--configs ...]
         [--rounds R] [--steps M] [--processes P]
@@ -43,8 +50,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CONFIGS = ("stepscope", "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-gpu",
-           "stepscope-cuptipy", "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
+CONFIGS = ("stepscope", "stepscope-thread", "stepscope-kernels", "stepscope-nodriver",
+           "stepscope-host", "stepscope-host-thread", "stepscope-gpu", "stepscope-cuptipy",
+           "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
 
 def gpt_step(target_ms: float) -> Callable[[], None]:
@@ -134,6 +142,8 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
 
     if config == "stepscope-nodriver":
         os.environ["STEPSCOPE_TORCH_DRIVER_CALLS"] = ""
+    if config.endswith("-thread"):
+        os.environ["STEPSCOPE_SAMPLER_PROCESS"] = "0"
     step = gpt_step(target_ms) if workload == "gpt" else launch_step()
     for _ in range(5):
         step()
@@ -164,7 +174,7 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
             prof.export_chrome_trace(str(tmp / f"t{i}.json"))
             return ms
         backend = {"stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch",
-                   "stepscope-host": "none"}.get(config, "auto")
+                   "stepscope-host": "none", "stepscope-host-thread": "none"}.get(config, "auto")
         api = "none" if config == "stepscope-kernels" else "filtered"
         host = config != "stepscope-gpu"
         with stepscope.record(tmp / f"r{i}", steps=f"2-{steps + 1}", backend=backend,
@@ -196,7 +206,8 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
             a.append(plain())
     out = {"workload": workload, "config": config, "plain_ms": a, "captured_ms": b,
            "plain_median_ms": statistics.median(a), "captured_median_ms": statistics.median(b),
-           "ratio": statistics.median(b) / statistics.median(a)}
+           "ratio": statistics.median(b) / statistics.median(a),
+           "paired_ratio": statistics.median(y / x for x, y in zip(a, b))}
     if not config.startswith("torch-"):
         runs = sorted(tmp.glob("r*/manifest.json"))
         if runs:
@@ -212,8 +223,8 @@ def main() -> None:
     ap.add_argument("--out", default="overhead.json")
     ap.add_argument("--workloads", nargs="+", default=["gpt", "launch"])
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--processes", type=int, default=1,
                     help="processes per configuration (order of configurations alternating)")
     ap.add_argument("--target-ms", type=float, default=25.0)
@@ -242,20 +253,29 @@ def main() -> None:
                 res["process_s"] = round(time.time() - t0, 1)
                 results.append(res)
                 r = res.get("ratio")
-                print(f"{w:7s} {c:18s} p{p} " + (
+                print(f"{w:7s} {c:21s} p{p} " + (
                     f"plain {res['plain_median_ms']:8.3f} ms  captured "
-                    f"{res['captured_median_ms']:8.3f} ms  ratio {r:.3f}"
+                    f"{res['captured_median_ms']:8.3f} ms  ratio {r:.3f}  paired "
+                    f"{res['paired_ratio']:.3f}"
                     if r else f"error {res.get('error')}"), flush=True)
                 Path(args.out).write_text(json.dumps({"results": results}, indent=1))
     summary = {}
     for w in args.workloads:
         for c in args.configs:
-            rs = [r["ratio"] for r in results if r["workload"] == w and r["config"] == c and "ratio" in r]
-            if rs:
-                summary[f"{w}/{c}"] = {"median_of_process_ratios": round(statistics.median(rs), 4),
-                                       "process_ratios": [round(x, 4) for x in rs]}
-                print(f"{w:7s} {c:18s} median ratio over {len(rs)} processes "
-                      f"{statistics.median(rs):.3f}  {[round(x, 3) for x in rs]}", flush=True)
+            done = [r for r in results if r["workload"] == w and r["config"] == c and "ratio" in r]
+            if done:
+                rs = [r["ratio"] for r in done]
+                ps = [r["paired_ratio"] for r in done]
+                pooled = [y / x for r in done for x, y in zip(r["plain_ms"], r["captured_ms"])]
+                summary[f"{w}/{c}"] = {
+                    "median_of_process_paired_ratios": round(statistics.median(ps), 4),
+                    "pooled_paired_ratio": round(statistics.median(pooled), 4),
+                    "median_of_process_ratios": round(statistics.median(rs), 4),
+                    "process_paired_ratios": [round(x, 4) for x in ps],
+                    "process_ratios": [round(x, 4) for x in rs]}
+                print(f"{w:7s} {c:21s} over {len(done)} processes: paired {statistics.median(ps):.3f} "
+                      f"{[round(x, 3) for x in ps]}  pooled paired {statistics.median(pooled):.3f}  "
+                      f"ratio {statistics.median(rs):.3f}", flush=True)
     Path(args.out).write_text(json.dumps({"summary": summary, "results": results}, indent=1))
 
 if __name__ == "__main__":

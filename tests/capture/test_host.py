@@ -41,9 +41,10 @@ def test_drain_has_every_table_with_schema_columns() -> None:
     assert cap.settings_for_manifest()["samplers"]["metrics"] == {"ran": False, "why": "sample_hz = 0"}
 
 
-def test_psutil_samples_at_roughly_sample_hz() -> None:
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_psutil_samples_at_roughly_sample_hz(process: bool) -> None:
     pytest.importorskip("psutil")
-    cap = HostCapture(HostSettings(sample_hz=20, stack_hz=0, **QUIET))
+    cap = HostCapture(HostSettings(sample_hz=20, stack_hz=0, sampler_process=process, **QUIET))
     cap.start()
     cap.start()  # idempotent
     time.sleep(1.0)
@@ -51,7 +52,10 @@ def test_psutil_samples_at_roughly_sample_hz() -> None:
     cap.stop()
     data = cap.drain()
     m = _metrics(data)
-    assert 12 <= m["cpu.util_pct"] <= 22
+    # the sampler process starts a Python interpreter first (~0.1-0.3 s)
+    assert (6 if process else 12) <= m["cpu.util_pct"] <= 22
+    assert cap.settings_for_manifest()["samplers"]["metrics"]["where"] == (
+        "process" if process else "thread")
     for name in ("process.rss_bytes", "process.cpu_pct", "cpu.core0.util_pct"):
         assert m[name] == m["cpu.util_pct"]
     assert m["disk.read_bytes_per_s"] in (0, m["cpu.util_pct"])  # absent in some containers only
@@ -187,7 +191,7 @@ def test_fake_nvml_gives_gpu_metrics(tmp_path: Path) -> None:
     assert settings["cpu_affinity_within_gpu_numa_node"]["0"] == (set(aff) <= {0, 1})
     metrics = settings["samplers"]["metrics"]
     assert metrics["nvml"] == "ok" and metrics["gpm"] == {"0": False, "1": True}
-    assert metrics["gpus"] == {0: "Fake GPU 0", 1: "Fake GPU 1"}
+    assert metrics["gpus"] == {"0": "Fake GPU 0", "1": "Fake GPU 1"}
     assert "gpm_unavailable" in {d.code for d in cap.diagnostics}
 
 
@@ -214,3 +218,24 @@ def test_stacks_overhead_is_small() -> None:
     status = cap.settings_for_manifest()["samplers"]["stacks"]
     assert status["ticks"] >= 30
     assert status["cpu_s"] / status["ticks"] < 0.002  # < 2 ms a tick even on a slow CI box
+
+
+def test_sampling_falls_back_to_a_thread_when_no_process_can_start(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("psutil")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    cap = HostCapture(HostSettings(sample_hz=20, stack_hz=0, **QUIET))
+    cap.start()
+    time.sleep(0.3)
+    cap.stop()
+    assert _metrics(cap.drain())["cpu.util_pct"] >= 3
+    assert cap.settings_for_manifest()["samplers"]["metrics"]["where"] == "thread"
+    (d,) = [d for d in cap.diagnostics if d.code == "sampler_process_failed"]
+    assert d.level == "info" and "no-python" in d.message
+
+
+def test_sampler_process_is_the_default_and_the_environment_can_turn_it_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert HostSettings().sampler_process
+    monkeypatch.setenv("STEPSCOPE_SAMPLER_PROCESS", "0")
+    assert not HostSettings().sampler_process

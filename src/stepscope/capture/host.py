@@ -1,8 +1,10 @@
 """Host-side capture inside the profiled process: samplers, stack sampler, DataLoader/step hooks.
 
-``HostCapture`` owns two daemon threads (metrics at ``sample_hz``, Python stacks at ``stack_hz``;
-separate so a slow NVML call does not shift the stack ticks; ``capture.periodic``) and the
-framework hooks of ``capture.hooks``. Everything it sees goes into bounded per-table buffers of
+``HostCapture`` owns the metric samplers (psutil and NVML at ``sample_hz``: by default in a
+process of their own, ``samplers.remote``, so that they never take the GIL from the training
+thread; in a daemon thread when that process cannot start or ``sampler_process`` is off), a
+daemon thread sampling Python stacks at ``stack_hz`` (``capture.periodic``) and the framework
+hooks of ``capture.hooks``. Everything it sees goes into bounded per-table buffers of
 row tuples (``capture.buffers``) that ``drain()`` hands to the writer as column dicts (the
 ``schema`` columns of each table). What the DataLoader hooks see is kept by
 ``capture.loader_records``; the samplers are in ``capture.samplers``.
@@ -40,7 +42,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -50,16 +52,21 @@ from stepscope.capture.hooks.nvtx_steps import NVTX_STEP
 from stepscope.capture.hooks.optimizer import TORCH_STEP
 from stepscope.capture.loader_records import LoaderRecords
 from stepscope.capture.periodic import run_periodic
-from stepscope.capture.samplers import Row
+from stepscope.capture.samplers.metrics import open_samplers
 from stepscope.capture.samplers.numa import numa_node_cpus
-from stepscope.capture.samplers.nvml import NvmlSampler
-from stepscope.capture.samplers.system import PsutilSampler
+from stepscope.capture.samplers.remote import SamplerProcess
 from stepscope.capture.stacks import StackSampler
 from stepscope.schema import StepSource
 from stepscope.store.manifest import Diagnostic
 
 HOST_TABLES = ("samples", "stacks", "input_waits", "steps", "threads", "processes")
 _JOIN_TIMEOUT_S = 2.0
+
+
+def _sampler_process_default() -> bool:
+    """``STEPSCOPE_SAMPLER_PROCESS=0`` samples in a thread of the profiled process instead (the
+    knob the overhead benchmark turns)."""
+    return os.environ.get("STEPSCOPE_SAMPLER_PROCESS", "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ class HostSettings:
     hooks: bool = True  # DataLoader/optimizer (PyTorch), StepTraceAnnotation (JAX), Keras batches
     max_rows: int = 250_000  # per table between drains; beyond it the oldest rows are dropped
     nvtx_step: str = ""  # --nvtx NAME: NVTX ranges named NAME are the steps (no other hook counts)
+    # psutil/NVML in a separate process (see the module doc); False: in a thread of this one
+    sampler_process: bool = field(default_factory=_sampler_process_default)
 
 
 class HostCapture:
@@ -96,7 +105,7 @@ class HostCapture:
             push=self._buffers.push, note_thread=lambda: self._note_thread(threading.current_thread()),
             note_process=self._note_process, diag=self._diag)
         self._hooks = TorchHooks(clock=clock, on_wait=self._loaders.on_wait,
-                                 on_iterator=self._loaders.on_iterator,
+                                 on_iterator=self._on_iterator,
                                  on_optimizer_step=self._on_optimizer_step, on_error=self._diag,
                                  on_step_marker=self._on_step_marker,
                                  nvtx_step=settings.nvtx_step)
@@ -114,8 +123,9 @@ class HostCapture:
         self._pacing: Callable[[], Any] | None = None
         # sampler state, for the manifest
         self._status: dict[str, Any] = {"metrics": {}, "stacks": {}}
-        self._nvml: NvmlSampler | None = None
+        self._nvml_info: dict[str, Any] = {}  # OpenSamplers.nvml_info() of wherever NVML ran
         self._psutil_unavailable: dict[str, str] = {}
+        self._remote: SamplerProcess | None = None
         if hasattr(os, "register_at_fork"):  # a forked child (DataLoader worker) has no samplers
             ref = weakref.ref(self)
             os.register_at_fork(after_in_child=lambda: _reset_in_child(ref))
@@ -134,13 +144,41 @@ class HostCapture:
                 self._hooks.install()
             stop = self._stop_event
             if self.settings.sample_hz > 0:
-                self._spawn("stepscope-host-sampler", lambda: self._metrics_loop(stop))
+                if not self._start_remote():
+                    self._spawn("stepscope-host-sampler", lambda: self._metrics_loop(stop))
             else:
                 self._status["metrics"] = {"ran": False, "why": "sample_hz = 0"}
             if self.settings.stack_hz > 0:
                 self._spawn("stepscope-stack-sampler", lambda: self._stacks_loop(stop))
             else:
                 self._status["stacks"] = {"ran": False, "why": "stack_hz = 0"}
+
+    def _start_remote(self) -> bool:
+        """The samplers' own process; False: sample in a thread here instead."""
+        injected = self._nvml_module is not None or self._import is not importlib.import_module
+        if not self.settings.sampler_process or injected:  # tests' fakes live in this process
+            return False
+        remote = SamplerProcess(hz=self.settings.sample_hz, nvml=self.settings.nvml,
+                                follow_children=not self.settings.hooks, env=self._env,
+                                sys_root=self._sys_root,
+                                push=lambda rows: self._buffers.push_many("samples", rows),
+                                diag=lambda level, code, msg: self._diag(code, msg, level))
+        try:
+            remote.start()
+        except OSError as e:
+            self._diag("sampler_process_failed", f"the sampler process could not start ({e}): "
+                       "sampling in a thread of the profiled process instead", level="info")
+            return False
+        self._remote = remote
+        self._status["metrics"] = {"ran": True, "hz": self.settings.sample_hz,
+                                   "where": "process", "process": remote.pid}
+        return True
+
+    def _on_iterator(self, loader: Any, it: Any) -> None:
+        self._loaders.on_iterator(loader, it)
+        remote = self._remote
+        if remote is not None and self.settings.hooks:
+            remote.set_workers(self._loaders.worker_pids())
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -155,6 +193,12 @@ class HostCapture:
             self._stop_event.set()
             self._hooks.uninstall()
             threads, self._threads = self._threads, []
+            remote = self._remote
+        if remote is not None:
+            remote.stop(_JOIN_TIMEOUT_S)
+            self._status["metrics"].update(remote.status)
+            self._nvml_info = remote.nvml_info
+            self._psutil_unavailable = remote.psutil_unavailable
         current = threading.current_thread()
         for thread in threads:
             if thread is not current:
@@ -247,6 +291,8 @@ class HostCapture:
         self._buffers.push(table, row)
 
     def drain(self) -> dict[str, dict[str, list[Any]]]:
+        if self._remote is not None:
+            self._remote.pump()
         return self._buffers.drain(self.rank)
 
     def _diag(self, code: str, message: str, level: str = "warning") -> None:
@@ -263,65 +309,26 @@ class HostCapture:
 
     # -- sampler threads ---------------------------------------------------------------------
     def _metrics_loop(self, stop: threading.Event) -> None:
-        status: dict[str, Any] = {"ran": True, "hz": self.settings.sample_hz}
+        """The fallback: psutil and NVML in a thread of the profiled process."""
+        status: dict[str, Any] = {"ran": True, "hz": self.settings.sample_hz, "where": "thread"}
         self._status["metrics"] = status
-        samplers: list[Callable[[int], list[Row]]] = []
-        try:
-            psutil_mod = self._import("psutil")
-            ps = PsutilSampler(psutil_mod, worker_pids=self._worker_pids)
-            ps.prime()
-            self._psutil_unavailable = ps.unavailable
-            samplers.append(ps.sample)
-            status["psutil"] = "ok"
-        except Exception as e:
-            status["psutil"] = f"missing: {type(e).__name__}: {e}"
-            self._diag("psutil_missing", f"psutil missing ({e}): no CPU, memory, disk or network "
-                       "samples; pip install psutil")
-        nvml = self._open_nvml(status)
-        if nvml is not None:
-            samplers.append(nvml.sample)
+        opened = open_samplers(pid=os.getpid(), nvml=self.settings.nvml,
+                               worker_pids=self._worker_pids, import_module=self._import,
+                               nvml_module=self._nvml_module, env=self._env,
+                               sys_root=self._sys_root,
+                               diag=lambda level, code, msg: self._diag(code, msg, level))
+        status.update(opened.status)
+        self._psutil_unavailable = opened.psutil_unavailable
+        self._nvml_info = opened.nvml_info()
 
         def tick() -> None:
-            ts = self._clock()
-            rows: list[Row] = []
-            for sample in samplers:
-                rows.extend(sample(ts))
-            self._buffers.push_many("samples", rows)
+            self._buffers.push_many("samples", opened.sample(self._clock()))
 
         try:
             run_periodic(stop, self.settings.sample_hz, tick, status, self._sampler_error)
         finally:
-            if nvml is not None:
-                nvml.close()
-
-    def _open_nvml(self, status: dict[str, Any]) -> NvmlSampler | None:
-        if not self.settings.nvml:
-            status["nvml"] = "off (HostSettings.nvml = False)"
-            return None
-        module = self._nvml_module
-        if module is None:
-            try:
-                module = self._import("pynvml")
-            except Exception as e:
-                status["nvml"] = f"missing: {e}"
-                self._diag("nvml_missing", f"NVML not available: nvidia-ml-py not importable ({e}); "
-                           "no GPU samples; pip install 'stepscope[gpu]'", level="info")
-                return None
-        nvml = NvmlSampler(module, env=self._env, sys_root=self._sys_root)
-        why = nvml.open()
-        if why is not None:
-            nvml.close()
-            status["nvml"] = why
-            self._diag("nvml_unavailable", f"{why}; no GPU samples", level="info")
-            return None
-        status["nvml"] = "ok"
-        self._nvml = nvml
-        no_gpm = [i for i, ok in nvml.gpm.items() if not ok]
-        if no_gpm:
-            self._diag("gpm_unavailable", f"GPU {', '.join(map(str, no_gpm))}: no GPM metrics "
-                       "(SM activity, tensor activity, DRAM bandwidth); gpu.util_pct only says "
-                       "'a kernel was running'", level="info")
-        return nvml
+            self._nvml_info = opened.nvml_info()
+            opened.close()
 
     def _stacks_loop(self, stop: threading.Event) -> None:
         status: dict[str, Any] = {"ran": True, "hz": self.settings.stack_hz}
@@ -350,21 +357,22 @@ class HostCapture:
         if hasattr(os, "sched_getaffinity"):
             affinity = sorted(os.sched_getaffinity(0))
             out["cpu_affinity"] = affinity
-        nvml = self._nvml
-        if nvml is not None and nvml.numa_nodes:
-            out["gpu_numa_node"] = {str(i): n for i, n in nvml.numa_nodes.items()}
+        nvml = self._nvml_info  # GPU indices are str keys when they came through JSON
+        numa: dict[str, int | None] = {str(i): n for i, n in nvml.get("numa_nodes", {}).items()}
+        if numa:
+            out["gpu_numa_node"] = numa
             on_node: dict[str, bool] = {}
-            for i, node in nvml.numa_nodes.items():
+            for i, node in numa.items():
                 cpus = numa_node_cpus(node, self._sys_root) if node is not None else None
                 if cpus and affinity is not None:
-                    on_node[str(i)] = set(affinity) <= set(cpus)
+                    on_node[i] = set(affinity) <= set(cpus)
             if on_node:
                 out["cpu_affinity_within_gpu_numa_node"] = on_node
         metrics = dict(self._status["metrics"])
-        if nvml is not None:
-            metrics["gpus"] = dict(nvml.names)
-            metrics["gpm"] = {str(i): ok for i, ok in nvml.gpm.items()}
-            metrics["unavailable"] = dict(nvml.unavailable)
+        if nvml:
+            metrics["gpus"] = {str(i): name for i, name in nvml["names"].items()}
+            metrics["gpm"] = {str(i): ok for i, ok in nvml["gpm"].items()}
+            metrics["unavailable"] = dict(nvml["unavailable"])
         if self._psutil_unavailable:
             metrics.setdefault("unavailable", {}).update(self._psutil_unavailable)
         out["samplers"] = {

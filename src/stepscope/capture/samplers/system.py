@@ -3,8 +3,8 @@
 =============================  =======  =====================================================
 ``cpu.util_pct``               %        system-wide CPU busy, mean over logical CPUs
 ``cpu.core<N>.util_pct``       %        logical CPU N busy
-``process.cpu_pct``            %        this process, % of one core (can exceed 100)
-``process.rss_bytes``          B        this process's resident set
+``process.cpu_pct``            %        the profiled process, % of one core (can exceed 100)
+``process.rss_bytes``          B        the profiled process's resident set
 ``dataloader.workers_cpu_pct`` %        DataLoader worker processes, summed, % of one core
 ``dataloader.workers``         count    live DataLoader worker processes
 ``disk.read_bytes_per_s``      B/s      system-wide (``psutil.disk_io_counters``)
@@ -36,10 +36,12 @@ class PsutilSampler:
         psutil_module: Any,
         *,
         worker_pids: Callable[[], frozenset[int] | None],
+        pid: int | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ps = psutil_module
-        self._proc = psutil_module.Process(os.getpid())
+        # the profiled process: this one, or the one a separate sampler process watches
+        self._proc = psutil_module.Process(os.getpid() if pid is None else pid)
         self._worker_pids = worker_pids  # None: unknown, use all children (refreshed at 1 Hz)
         self._mono = monotonic
         self._last_t = 0.0
@@ -111,7 +113,9 @@ class PsutilSampler:
         pids = self._worker_pids()
         if pids is None:  # hooks off: all child processes, listed at most once a second
             if now - self._children_t >= 1.0:
-                self._children = frozenset(c.pid for c in self._proc.children(recursive=False))
+                me = os.getpid()  # a sampler process is a child of the process it watches
+                self._children = frozenset(c.pid for c in self._proc.children(recursive=False)
+                                           if c.pid != me)
                 self._children_t = now
             pids = self._children
         total = 0.0
