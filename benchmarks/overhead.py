@@ -55,7 +55,7 @@ CONFIGS = ("stepscope", "stepscope-thread", "stepscope-kernels", "stepscope-nodr
            "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
 
-def gpt_step(target_ms: float) -> Callable[[], None]:
+def gpt_step(target_ms: float, batch: int = 0) -> tuple[Callable[[], None], int]:
     import torch
     import torch.nn.functional as F
 
@@ -107,7 +107,7 @@ def gpt_step(target_ms: float) -> Callable[[], None]:
 
         return step
 
-    for batch in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32):  # the smallest batch reaching the target
+    for batch in ((batch,) if batch else (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)):  # smallest reaching
         fn = make(batch)
         for _ in range(3):
             fn()
@@ -120,7 +120,7 @@ def gpt_step(target_ms: float) -> Callable[[], None]:
         if ms >= target_ms:
             break
     print(f"gpt: batch {batch}, {ms:.1f} ms/step", file=sys.stderr)
-    return fn
+    return fn, batch
 
 
 def launch_step(kernels: int = 2000) -> Callable[[], None]:
@@ -135,7 +135,20 @@ def launch_step(kernels: int = 2000) -> Callable[[], None]:
     return step
 
 
-def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: float) -> dict[str, Any]:
+def settle() -> None:
+    """Before every timed block: what the previous block left behind (freed tables, a thread
+    finishing, the sampler process exiting) is done before the clock starts, for both kinds."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
+    time.sleep(0.1)
+
+
+def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: float,
+            batch: int = 0) -> dict[str, Any]:
     import torch
 
     import stepscope
@@ -144,14 +157,17 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
         os.environ["STEPSCOPE_TORCH_DRIVER_CALLS"] = ""
     if config.endswith("-thread"):
         os.environ["STEPSCOPE_SAMPLER_PROCESS"] = "0"
-    step = gpt_step(target_ms) if workload == "gpt" else launch_step()
+    if workload == "gpt":
+        step, batch = gpt_step(target_ms, batch)
+    else:
+        step, batch = launch_step(), 0
     for _ in range(5):
         step()
     torch.cuda.synchronize()
     tmp = Path(tempfile.mkdtemp(prefix="ss-overhead-"))
 
     def timed(n: int) -> float:
-        torch.cuda.synchronize()
+        settle()
         t0 = time.perf_counter()
         for _ in range(n):
             step()
@@ -167,6 +183,7 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
             if config == "torch-cpu-cuda":
                 acts.insert(0, torch.profiler.ProfilerActivity.CPU)
             prof = torch.profiler.profile(activities=acts)
+            settle()
             prof.start()
             step()  # warm-up step inside the capture
             ms = timed(steps)
@@ -183,7 +200,7 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
             for _ in range(2):  # boundaries 0 and 1; the GPU capture starts at 1
                 step()
                 r.step()
-            torch.cuda.synchronize()
+            settle()
             r.step()  # boundary 2: the window opens
             t0 = time.perf_counter()
             for j in range(steps):
@@ -204,7 +221,13 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
         else:
             b.append(captured(i))
             a.append(plain())
-    out = {"workload": workload, "config": config, "plain_ms": a, "captured_ms": b,
+    # plain blocks right after a captured one (odd rounds) vs after a plain one: a difference
+    # would be work a capture leaves behind
+    after_capture = [x for i, x in enumerate(a) if i % 2 == 1]
+    after_plain = [x for i, x in enumerate(a) if i % 2 == 0 and i > 0]
+    out = {"workload": workload, "config": config, "batch": batch, "plain_ms": a, "captured_ms": b,
+           "plain_after_capture_median_ms": statistics.median(after_capture) if after_capture else None,
+           "plain_after_plain_median_ms": statistics.median(after_plain) if after_plain else None,
            "plain_median_ms": statistics.median(a), "captured_median_ms": statistics.median(b),
            "ratio": statistics.median(b) / statistics.median(a),
            "paired_ratio": statistics.median(y / x for x, y in zip(a, b))}
@@ -228,10 +251,13 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=1,
                     help="processes per configuration (order of configurations alternating)")
     ap.add_argument("--target-ms", type=float, default=25.0)
+    ap.add_argument("--gpt-batch", type=int, default=0,
+                    help="GPT batch size (0: the smallest reaching --target-ms, searched per process)")
     ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        res = run_one(args.one[0], args.one[1], args.rounds, args.steps, args.target_ms)
+        res = run_one(args.one[0], args.one[1], args.rounds, args.steps, args.target_ms,
+                      args.gpt_batch)
         print("RESULT " + json.dumps(res))
         return
     results = []
@@ -240,7 +266,8 @@ def main() -> None:
             order = args.configs if p % 2 == 0 else list(reversed(args.configs))
             for c in order:
                 cmd = [sys.executable, __file__, "--one", w, c, "--rounds", str(args.rounds),
-                       "--steps", str(args.steps), "--target-ms", str(args.target_ms)]
+                       "--steps", str(args.steps), "--target-ms", str(args.target_ms),
+                       "--gpt-batch", str(args.gpt_batch)]
                 t0 = time.time()
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
