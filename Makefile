@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench clean
 
-$(STAMP): pyproject.toml $(wildcard src/stepscope/importers/_kineto_*)
+$(STAMP): pyproject.toml $(wildcard src/stepscope/importers/_kineto_*) src/stepscope/capture/cupti/_shim.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

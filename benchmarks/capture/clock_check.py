@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.capture import CuptiCapture, GpuSettings
+from stepscope.capture.cupti.capture import CuptiCapture
+from stepscope.capture.cupti.settings import GpuSettings
 
 
 def main() -> None:
@@ -40,7 +41,7 @@ def main() -> None:
     t_start = time.perf_counter()
     cap.start()
     print(f"start() took {(time.perf_counter() - t_start) * 1e3:.1f} ms")
-    print("api calls kept / switched off:", cap._api_kept, len(cap._api_off))
+    print("api calls kept / switched off:", cap._api_kept, cap._api_off_total)
     rt = cap.lib.cuptiActivityEnableRuntimeApi
     name = cap._callback_name(L.DOMAIN_RUNTIME_API, 211)
     rc = rt(211, 1)

@@ -5,10 +5,13 @@ The launcher (or ``stepscope.record``) hands a ``CaptureConfig`` over (as JSON i
 
 - runs ``HostCapture`` and counts step boundaries (its step listener: optimizer hooks or
   ``stepscope.step()``), asking ``Schedule.action`` at each boundary whether the window is open;
-- outside the window, host data is drained and dropped (bounded memory); inside it, it is written
-  to this process's staging partition every ``flush_every_s`` and when the window closes, so a
-  process killed later (even by ``os._exit`` or SIGKILL, which cannot be hooked) keeps what was
-  flushed;
+- outside the window, host data is drained and dropped (bounded memory); inside it, a flush
+  thread writes it to this process's staging partition every ``flush_every_s``, with the GPU
+  backend's records (kept raw by the ``cupti`` backend, decoded at merge), and the rest is written
+  when the window closes, so a process killed later (even by ``os._exit`` or SIGKILL, which cannot
+  be hooked) keeps what was flushed. The training thread never does that I/O: a flush takes the
+  host data under the session lock (a swap) and writes outside it, and closing the window waits
+  for a flush under way;
 - caps the rows it writes (``max_rows``) and says so in a diagnostic;
 - flushes on normal exit (``atexit``), on an uncaught exception (``sys.excepthook``, chained),
   Ctrl-C (KeyboardInterrupt takes the exception path) and SIGTERM (a handler that flushes, restores
@@ -28,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -119,12 +123,13 @@ class Session:
         self._meta = PartitionMeta(pid=self.pid, start_ns=self.start_ns, ppid=os.getppid(),
                                    host=socket.gethostname(), env_rank=rank, world_size=world,
                                    argv=argv)
-        self.partition = StagingPartition(Path(config.staging), self.pid, self.start_ns)
+        self.partition = StagingPartition.for_process(Path(config.staging), self.pid, self.start_ns)
         self._host_factory = host_factory
         self._rank = rank or 0
         self._lock = threading.RLock()
         self.host: HostLike | None = None
-        self.gpu = GpuSlot(config.gpu, config.gpu_api, gpu_factory or make_gpu)
+        self.gpu = GpuSlot(config.gpu, config.gpu_api,
+                           gpu_factory or partial(make_gpu, spill_dir=self.partition.path))
         self._running = False
         self.boundaries = 0
         self.open_ns: int | None = None
@@ -138,6 +143,9 @@ class Session:
         self._overhead: dict[str, Any] = {}
         self._diags: list[Diagnostic] = []
         self.rows = 0
+        self._raw_counted = 0  # GPU records kept raw, counted into ``rows``
+        self._io_busy = False  # a flush is writing (outside the lock); see _flush_window
+        self._io_idle = threading.Condition(self._lock)
         self.ended = "running"
         self.exit_status: int | None = None  # a non-zero sys.exit() status (capture.process)
         self.finished = False
@@ -240,8 +248,8 @@ class Session:
                 if self.open_ns is None:  # window passed without opening (cannot happen by design)
                     self.open_ns = now
                 self._close()
-            elif self._due():
-                self._flush_or_keep()
+            elif self.open_ns is None and self._due():
+                self._keep_pre()  # in the window the flush thread writes; here nothing is written
 
     def _due(self) -> bool:
         return self._clock() - self._last_flush >= self.config.flush_every_s * 1e9
@@ -255,6 +263,7 @@ class Session:
         self.open_ns = now
         self._last_flush = now
         self._cpu_open = threads_cpu_s()
+        self._write_meta()  # the window's start, for a process killed before it closes
         t = threading.Thread(target=self._flusher, name="stepscope-flush", daemon=True)
         t.start()
 
@@ -262,12 +271,56 @@ class Session:
         """Flush every ``flush_every_s`` while the window is open, whether or not steps come
         (timed windows, long or stuck steps): bounded memory, and a crash keeps what was written."""
         period = max(self.config.flush_every_s, 0.1)
-        while not self._closed.wait(period / 2):
+        while not self._closed.wait(period):
+            if not self._flush_window():
+                return
+
+    def _flush_window(self) -> bool:
+        """One flush of the open window, on the flush thread. The host data is taken under the
+        lock (a swap of buffers); writing it and moving the GPU backend's records happen outside
+        it, so the training thread's step boundaries never wait on that I/O (``_close`` waits for
+        a flush under way). Returns False once the window is closed (or the row cap closed it)."""
+        with self._lock:
+            if self.finished or self.close_ns is not None or self.open_ns is None or self._io_busy:
+                return False
+            self._io_busy = True
+            self._last_flush = self._clock()
+            data = self._drain()
+            lo = self.open_ns
+        full = False
+        try:
+            full = not self._write(clip(data, lo, None))
+            if not full:
+                full = not self._write(clip(self._gpu_data(final=False), lo, None))
+            full = full or not self._count_raw()
+        finally:
             with self._lock:
-                if self.finished or self.close_ns is not None:
-                    return
-                if self._due():
-                    self._flush_or_keep()
+                self._io_busy = False
+                self._io_idle.notify_all()
+        if full:
+            self._close()
+        return not full
+
+    def _wait_io(self, timeout_s: float = 60.0) -> None:
+        """Wait (holding the lock, which waiting releases) for a flush under way to end."""
+        deadline = time.monotonic() + timeout_s
+        while self._io_busy:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._diags.append(Diagnostic("warning", "flush_stuck", "a flush of the window "
+                                              f"was still writing after {timeout_s:g} s"))
+                return
+            self._io_idle.wait(left)
+
+    def _count_raw(self) -> bool:
+        """Count the GPU records the backend has kept raw into the row cap; False when over it."""
+        n = self.gpu.raw_records()
+        self.rows += n - self._raw_counted
+        self._raw_counted = n
+        if self.rows <= self.config.max_rows:
+            return True
+        self._row_cap_reached()
+        return False
 
     def _start_gpu(self) -> None:
         diag = self.gpu.start()
@@ -292,33 +345,31 @@ class Session:
             self._start_host()
             self._open(self._clock())
 
-    def _flush_or_keep(self) -> None:
+    def _keep_pre(self) -> None:
+        """Before the window: drain the host data and keep only the last ~10 s (bounded)."""
         self._last_flush = self._clock()
-        data = self._drain()
-        if self.open_ns is None:
-            self._pre.append(data)  # bounded: only the last ~10 s are kept
-        else:
-            self._write(clip(data, self.open_ns, self.close_ns))
-            self._write(clip(self._gpu_data(final=False), self.open_ns, self.close_ns))
+        self._pre.append(self._drain())
 
-    def _write(self, data: Tables) -> None:
+    def _write(self, data: Tables) -> bool:
+        """Write one chunk; False (nothing written) when it would pass the row cap."""
         n = count_rows(data)
         if not n:
-            return
+            return True
         if self.rows + n > self.config.max_rows:
-            self._diags.append(Diagnostic(
-                "warning", "row_cap",
-                f"stopped capturing after {self.rows} rows (cap {self.config.max_rows}): "
-                "use a shorter window (--steps A-B)"))
-            if self.close_ns is None:
-                self.close_ns = self._clock()
-                self._gpu_data(final=True)
-                self._stop_host()
-            return
+            self._row_cap_reached()
+            return False
         try:
             self.rows += self.partition.write_chunk(data)
         except Exception as exc:
             self._diags.append(Diagnostic("error", "flush_failed", f"writing the partition failed: {exc!r}"))
+        return True
+
+    def _row_cap_reached(self) -> None:
+        if not any(d.code == "row_cap" for d in self._diags):
+            self._diags.append(Diagnostic(
+                "warning", "row_cap",
+                f"stopped capturing after {self.rows} rows (cap {self.config.max_rows}): "
+                "use a shorter window (--steps A-B)"))
 
     def _close(self) -> None:
         with self._lock:
@@ -329,11 +380,13 @@ class Session:
             self.close_ns = now
             self._closed.set()
             self._measure(cpu, now)
+            self._wait_io()
             gpu = self._gpu_data(final=True)
             data = self._stop_host()
             if self.open_ns is not None:
                 self._write(clip(data, self.open_ns, now))
                 self._write(clip(gpu, self.open_ns, now))
+                self._count_raw()
             self._write_meta()
 
     def _measure(self, cpu_close: float | None, now: int) -> None:
@@ -368,6 +421,7 @@ class Session:
         """The window never opened: keep the last ``max_seconds`` of host data."""
         now = self._clock()
         self._gpu_data(final=True)  # started for a warm-up step of a window that never came
+        self._discard_raw()
         data = self._stop_host()
         merged = concat([*self._pre, data])
         self._pre.clear()
@@ -383,6 +437,13 @@ class Session:
         self.open_ns = max(self.start_ns, now - int(keep_s * 1e9))
         self.close_ns = now
         self._write(clip(merged, self.open_ns, now))
+
+    def _discard_raw(self) -> None:
+        """Drop GPU records kept raw (those of a warm-up step whose window never opened)."""
+        from stepscope.capture.cupti.raw import raw_files
+
+        for f in raw_files(self.partition.path):
+            f.unlink(missing_ok=True)
 
     def _write_meta(self) -> None:
         from dataclasses import replace

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from stepscope.errors import CaptureError
@@ -29,15 +30,18 @@ class GpuLike(Protocol):
     def settings_for_manifest(self) -> dict[str, Any]: ...
 
 
-def make_gpu(backend: str, api: str = "filtered") -> GpuLike | None:
-    """The backend's capture object (not started); None for ``none``. Raises ``Unavailable``."""
+def make_gpu(backend: str, api: str = "filtered", spill_dir: Path | None = None) -> GpuLike | None:
+    """The backend's capture object (not started); None for ``none``. Raises ``Unavailable``.
+    ``spill_dir``: the ``cupti`` backend keeps its raw records there, to be decoded at merge
+    (``capture.cupti.spill``); the other backends hand decoded tables over at each flush."""
     if backend == "none":
         return None
     if backend == "torch":
         from stepscope.capture.torch_backend import TorchCapture
 
         return TorchCapture()
-    from stepscope.capture.cupti.capture import CuptiCapture, GpuSettings
+    from stepscope.capture.cupti.capture import CuptiCapture
+    from stepscope.capture.cupti.settings import GpuSettings
 
     settings = GpuSettings(api=api)
     if backend == "cupti-python":
@@ -45,7 +49,7 @@ def make_gpu(backend: str, api: str = "filtered") -> GpuLike | None:
 
         return PyCuptiCapture(settings)
     if backend in ("auto", "cupti"):
-        return CuptiCapture(settings)
+        return CuptiCapture(settings, spill_dir=spill_dir)
     raise ValueError(f"unknown GPU backend {backend!r} (one of {', '.join(BACKENDS)})")
 
 
@@ -63,6 +67,7 @@ class GpuSlot:
         self._made: list[Any] = []  # [GpuLike | None] or [exception]
         self._tried = False
         self._status: dict[str, Any] = {"backend": backend, "state": "not started"}
+        self._raw = 0
 
     @property
     def status(self) -> dict[str, Any]:
@@ -118,6 +123,13 @@ class GpuSlot:
         self._status = {"backend": gpu.backend, "state": "running"}
         return None
 
+    def raw_records(self) -> int:
+        """Records the backend has kept raw so far (the ``cupti`` backend with a spill folder:
+        they reach the run when it is merged, not through ``data``)."""
+        if self.gpu is not None:
+            self._raw = int(getattr(self.gpu, "raw_records", 0))
+        return self._raw
+
     def data(self, final: bool) -> tuple[dict[str, Any], list[Diagnostic]]:
         """What the backend has recorded so far (``final``: stop it and take the rest)."""
         gpu = self.gpu
@@ -130,6 +142,7 @@ class GpuSlot:
             diags.append(Diagnostic("error", "gpu_capture_failed", f"GPU capture failed: {exc!r}"))
             data = {}
         if final:
+            self._raw = int(getattr(gpu, "raw_records", 0))
             self.gpu = None
             try:
                 settings = gpu.settings_for_manifest()

@@ -2,9 +2,10 @@
 
 Every captured process writes into its own folder under the staging directory the launcher made
 (``STAGING/p<start_ns>-<pid>/``): a ``meta.json`` (who it was, how it ended, settings, overhead,
-diagnostics) and Parquet chunks ``<table>.<n>.parquet`` conformed to ``schema.TABLES``. Chunks and
-meta are written to a temporary name and renamed, so a process killed mid-write leaves the
-previous chunks readable.
+diagnostics) and Parquet chunks ``<table>.<n>.parquet`` conformed to ``schema.TABLES``, plus the
+raw CUPTI records the ``cupti`` backend kept (``capture.cupti.spill``), which ``read_partitions``
+decodes into chunks first (``capture.materialize``). Chunks and meta are written to a temporary
+name and renamed, so a process killed mid-write leaves the previous chunks readable.
 
 ``merge`` reads every partition, assigns ranks and writes the run through ``RunWriter``:
 
@@ -111,12 +112,18 @@ def env_rank(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
 
 
 class StagingPartition:
-    """One process's staging folder. Not thread-safe: the bootstrap serialises calls."""
+    """One process's staging folder. Not thread-safe: the bootstrap serialises calls.
+    ``prefix`` keeps the chunk names of another writer apart (``gpu``: the decoded raw records)."""
 
-    def __init__(self, staging: Path, pid: int, start_ns: int) -> None:
-        self.path = staging / f"p{start_ns}-{pid}"
+    def __init__(self, path: Path, prefix: str = "") -> None:
+        self.path = path
         self.path.mkdir(parents=True, exist_ok=True)
+        self._prefix = prefix
         self._chunks = 0
+
+    @staticmethod
+    def for_process(staging: Path, pid: int, start_ns: int) -> StagingPartition:
+        return StagingPartition(staging / f"p{start_ns}-{pid}")
 
     def write_chunk(self, tables: Mapping[str, Mapping[str, Sequence[Any]] | pa.Table]) -> int:
         """Write one chunk of every non-empty table; returns the rows written."""
@@ -127,7 +134,7 @@ class StagingPartition:
             t = conform(name, data)
             if t.num_rows == 0:
                 continue
-            dest = self.path / f"{name}.{n:05d}.parquet"
+            dest = self.path / f"{name}.{self._prefix}{n:05d}.parquet"
             tmp = dest.with_suffix(".tmp")
             pq.write_table(t, tmp, compression="zstd")
             os.replace(tmp, dest)
@@ -234,7 +241,11 @@ def settle_launched(parts: Sequence[Partition], pid: int, returncode: int,
 
 
 def read_partitions(staging: Path) -> list[Partition]:
+    from stepscope.capture.materialize import materialize  # numpy decoding only when merging
+
     folders = sorted(p for p in staging.iterdir() if p.is_dir() and p.name.startswith("p"))
+    for folder in folders:
+        materialize(folder)
     parts = [read_partition(p) for p in folders]
     return sorted(parts, key=lambda p: (p.meta.start_ns, p.meta.pid))
 

@@ -26,9 +26,8 @@ import pytest
 from tests.capture.cupti.records import replay_iterator
 
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.capture import _demangler
 from stepscope.capture.cupti.decode import DecodeContext, Decoder, walk_py
-from stepscope.capture.cupti.native import build_shim, load_shim
+from stepscope.capture.cupti.native import build_shim, demangler, load_shim
 
 DATA = Path(__file__).parents[2] / "data" / "cupti"
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -53,7 +52,7 @@ class Recorded:
         strings = {int(k): v for k, v in self.meta["strings"].items()}
         api = {tuple(int(x) for x in k.split(":")): v for k, v in self.meta["api_names"].items()}
         return DecodeContext(strings=strings.get, api_name=lambda d, c: api.get((d, c)),
-                             demangle=_demangler())
+                             demangle=demangler())
 
     def decode(self, sizes: list[int] | None = None) -> tuple[Decoder, dict[str, dict[str, Any]]]:
         dec = Decoder(self.layouts, self.context())

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.capture import TORCH_DRIVER_CALLS, GpuSettings
+from stepscope.capture.cupti.settings import TORCH_DRIVER_CALLS, GpuSettings
 
 RT, DRV = L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API
 

@@ -116,3 +116,76 @@ def test_a_prebuilt_library_of_another_abi_is_not_used(tmp_path: Path) -> None:
     import subprocess
     subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(lib), str(old)], check=True)
     assert native._abi(lib) is None
+
+
+def scan(shim: ctypes.CDLL, data: bytes, start: int = 0, cap: int = 64,
+         sizes: list[int] | None = None) -> tuple[int, list[int], list[int], int]:
+    """ss_scan over ``data``: (records, counts per kind, new pointers, stop)."""
+    from stepscope.capture.cupti.spill import string_fields
+
+    raw = ctypes.create_string_buffer(data, len(data))
+    a, b = string_fields(L.LAYOUTS_13)
+    counts = (ctypes.c_uint64 * 64)()
+    new = (ctypes.c_uint64 * cap)()
+    n_new, stop = ctypes.c_size_t(), ctypes.c_size_t()
+    n = shim.ss_scan(ctypes.addressof(raw), len(data), start,
+                     (ctypes.c_uint32 * 64)(*(sizes or L.size_table(L.LAYOUTS_13))),
+                     (ctypes.c_uint32 * 64)(*a), (ctypes.c_uint32 * 64)(*b), counts, new, cap,
+                     ctypes.byref(n_new), ctypes.byref(stop))
+    return int(n), list(counts), list(new[: n_new.value]), int(stop.value)
+
+
+def test_scan_counts_records_and_reports_each_name_pointer_once(shim: ctypes.CDLL) -> None:
+    from tests.capture.cupti.records import record
+
+    shim.ss_seen_reset()
+    marker = record(L.MARKER, name=0x7000, flags=L.MARKER_START, id=1)
+    data = (kernel(1, 2, name=0x5000, corr=1) + api(L.RUNTIME, 1, 2, cbid=211, corr=1)
+            + kernel(3, 4, name=0x6000, corr=2) + kernel(5, 6, name=0x5000, corr=3) + marker
+            + record(L.MARKER, name=0, flags=L.MARKER_END, id=1))
+    n, counts, new, stop = scan(shim, data)
+    assert n == 6 and stop == len(data)
+    assert counts[L.CONCURRENT_KERNEL] == 3 and counts[L.RUNTIME] == 1 and counts[L.MARKER] == 2
+    assert new == [0x5000, 0x6000, 0x7000]  # in order of first sight; null pointers never
+    assert scan(shim, data)[2] == []  # seen: not reported again
+    shim.ss_seen_reset()
+    assert scan(shim, data)[2] == [0x5000, 0x6000, 0x7000]
+
+
+def test_scan_stops_before_a_record_whose_names_would_not_fit_and_resumes(shim: ctypes.CDLL) -> None:
+    shim.ss_seen_reset()
+    data = b"".join(kernel(i, i + 1, name=0x1000 + 8 * i, corr=i) for i in range(5))
+    n, counts, new, stop = scan(shim, data, cap=4)  # a kernel needs room for 2 (two fields)
+    assert n == 3 and new == [0x1000, 0x1008, 0x1010] and stop == 3 * len(kernel(0, 1, name=1, corr=1))
+    n2, counts2, new2, stop2 = scan(shim, data, start=stop, cap=4)
+    assert n2 == 2 and new2 == [0x1018, 0x1020] and stop2 == len(data)
+    assert counts[L.CONCURRENT_KERNEL] + counts2[L.CONCURRENT_KERNEL] == 5
+
+
+def test_scan_stops_at_an_unknown_kind(shim: ctypes.CDLL) -> None:
+    shim.ss_seen_reset()
+    k = kernel(1, 2, name=0x10, corr=1)
+    data = k + (54).to_bytes(4, "little") + bytes(12)
+    n, counts, _, stop = scan(shim, data)
+    assert n == 1 and stop == len(k) and counts[L.CONCURRENT_KERNEL] == 1
+
+
+def test_frames_are_written_whole(shim: ctypes.CDLL, tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "f.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    payloads = [b"abc" * 1000, b"", bytes(range(256)) * 40]
+    for p in payloads:
+        raw = ctypes.create_string_buffer(p, len(p))
+        assert shim.ss_write_frame(fd, ctypes.addressof(raw), len(p)) == 0
+    os.close(fd)
+    blob = path.read_bytes()
+    off, got = 0, []
+    while off < len(blob):
+        assert blob[off:off + 8] == b"SSCUPTI1"
+        n = int.from_bytes(blob[off + 8:off + 16], "little")
+        got.append(blob[off + 16:off + 16 + n])
+        off += 16 + n
+    assert got == payloads
+    assert shim.ss_write_frame(-1, ctypes.addressof(raw), 3) < 0  # a bad file: -errno, no crash

@@ -13,14 +13,20 @@
  * no buffer and CUPTI drops records (it counts them; cuptiActivityGetNumDroppedRecords).
  *
  * Also here: ss_walk, the record walk (kind + offset of every record of a buffer) given the
- * record size of each activity kind, so that decoding can be vectorised in numpy.
+ * record size of each activity kind, so that decoding can be vectorised in numpy; and what a
+ * capture needs to keep the raw records instead of decoding them in the profiled process (see
+ * capture/cupti/spill.py): ss_scan (records per kind, and the string pointers not seen before:
+ * kernel and NVTX names live in CUPTI's memory, so they must be read in this process) and
+ * ss_write_frame (append a buffer to a file). All run without the GIL.
  *
  * Built as a plain shared library (no Python.h), loaded with ctypes.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SS_ALIGN 8
 #define SS_MAX_KIND 64
@@ -195,7 +201,7 @@ size_t ss_walk(const uint8_t *buf, size_t valid, const uint32_t *sizes, uint32_t
 }
 
 /* Bumped whenever a function's signature changes: a stale prebuilt library is then rebuilt. */
-int ss_abi_version(void) { return 2; }
+int ss_abi_version(void) { return 3; }
 
 typedef int (*ss_next_fn)(uint8_t *buffer, size_t valid, void **record);
 
@@ -238,4 +244,110 @@ long ss_check_walk(ss_next_fn next, uint8_t *buf, size_t valid, uint32_t *sizes,
         }
     }
     return -1;
+}
+
+/* ---- raw records: string pointers seen, record counts, framed writes ---------------------- */
+
+/* Pointers already reported by ss_scan: an open-addressing set (0 = empty slot). One capture at a
+ * time uses it (the caller serialises; the mutex guards against misuse only). */
+static pthread_mutex_t ss_seen_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *ss_seen = NULL;
+static size_t ss_seen_cap = 0, ss_seen_n = 0;
+
+static size_t seen_slot(const uint64_t *tab, size_t cap, uint64_t p) {
+    size_t i = (size_t)((p * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+    while (tab[i] && tab[i] != p) i = (i + 1) & (cap - 1);
+    return i;
+}
+
+static int seen_grow(void) {
+    size_t cap = ss_seen_cap ? ss_seen_cap * 2 : 1024;
+    uint64_t *tab = (uint64_t *)calloc(cap, sizeof(uint64_t));
+    if (!tab) return -1;
+    for (size_t i = 0; i < ss_seen_cap; i++)
+        if (ss_seen[i]) tab[seen_slot(tab, cap, ss_seen[i])] = ss_seen[i];
+    free(ss_seen);
+    ss_seen = tab;
+    ss_seen_cap = cap;
+    return 0;
+}
+
+/* 1: p is new (and now seen); 0: seen before; -1: out of memory (reported as new, not kept). */
+static int seen_add(uint64_t p) {
+    if ((ss_seen_n + 1) * 2 > ss_seen_cap && seen_grow() != 0) return -1;
+    size_t i = seen_slot(ss_seen, ss_seen_cap, p);
+    if (ss_seen[i]) return 0;
+    ss_seen[i] = p;
+    ss_seen_n++;
+    return 1;
+}
+
+/* Forget every pointer seen (a new capture). */
+void ss_seen_reset(void) {
+    pthread_mutex_lock(&ss_seen_lock);
+    free(ss_seen);
+    ss_seen = NULL;
+    ss_seen_cap = ss_seen_n = 0;
+    pthread_mutex_unlock(&ss_seen_lock);
+}
+
+/*
+ * Scan the records of one buffer from byte `start`: counts[kind] += 1 for every record, and every
+ * non-null pointer in a string field (str_a[kind], str_b[kind]: byte offsets of char* fields of
+ * that kind, 0 = none) not seen before goes to new_ptrs. Stops at the end, at a record ss_walk
+ * would stop at, or before a record whose new pointers would not fit in `cap` (call again from
+ * *stop). Returns the records scanned; *n_new the pointers written.
+ */
+size_t ss_scan(const uint8_t *buf, size_t valid, size_t start, const uint32_t *sizes,
+               const uint32_t *str_a, const uint32_t *str_b, uint64_t *counts,
+               uint64_t *new_ptrs, size_t cap, size_t *n_new, size_t *stop) {
+    size_t off = start, n = 0, k = 0;
+    pthread_mutex_lock(&ss_seen_lock);
+    while (off + 4 <= valid) {
+        uint32_t kind;
+        memcpy(&kind, buf + off, 4);
+        if (kind >= SS_MAX_KIND || sizes[kind] == 0 || off + sizes[kind] > valid) break;
+        if (str_a[kind] || str_b[kind]) {
+            if (k + 2 > cap) break;
+            const uint32_t fields[2] = {str_a[kind], str_b[kind]};
+            for (int f = 0; f < 2; f++) {
+                uint64_t p;
+                if (!fields[f] || fields[f] + 8 > sizes[kind]) continue;
+                memcpy(&p, buf + off + fields[f], 8);
+                if (p && seen_add(p) != 0) new_ptrs[k++] = p;
+            }
+        }
+        counts[kind]++;
+        n++;
+        off += sizes[kind];
+    }
+    pthread_mutex_unlock(&ss_seen_lock);
+    *n_new = k;
+    *stop = off;
+    return n;
+}
+
+/*
+ * Append one buffer to the file `fd` as a frame: 8 bytes "SSCUPTI1", the length as a
+ * little-endian uint64, then the bytes. Returns 0, or -errno (the file may then hold a partial
+ * frame at its end, which readers skip).
+ */
+long ss_write_frame(int fd, const uint8_t *buf, uint64_t valid) {
+    uint8_t head[16] = {'S', 'S', 'C', 'U', 'P', 'T', 'I', '1'};
+    for (int i = 0; i < 8; i++) head[8 + i] = (uint8_t)(valid >> (8 * i));
+    const uint8_t *parts[2] = {head, buf};
+    const uint64_t lens[2] = {16, valid};
+    for (int j = 0; j < 2; j++) {
+        uint64_t done = 0;
+        while (done < lens[j]) {
+            ssize_t w = write(fd, parts[j] + done, (size_t)(lens[j] - done));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                return -(long)errno;
+            }
+            if (w == 0) return -(long)EIO;
+            done += (uint64_t)w;
+        }
+    }
+    return 0;
 }

@@ -1,14 +1,12 @@
 """GPU capture through CUPTI's Activity API: libcupti via ctypes, buffers via the C shim.
 
-``CuptiCapture.start()`` registers the shim's buffer callbacks and enables the activity kinds;
-``flush()`` takes the completed buffers (no GIL was needed to fill them), walks and decodes them
-(``decode``) and hands the buffers back; ``stop()`` disables, force-flushes and decodes the rest.
-
-Which runtime/driver calls are recorded: only those that matter to the analysis (launches,
-graph launches, synchronisation, copies, memsets, allocations), enabled one callback id at a time
-(``cuptiActivityEnableRuntimeApi``), so the ~8 bookkeeping calls per PyTorch launch
-(cudaGetDevice…) cost nothing. A driver call nested in a runtime call on the same thread (the
-runtime's own cuLaunchKernel) is dropped at decode, keeping the runtime call.
+``CuptiCapture.start()`` registers the shim's buffer callbacks and enables the activity kinds
+(``settings.GpuSettings``: which kinds, which runtime/driver calls); ``flush()`` takes the
+completed buffers (no GIL was needed to fill them) and either keeps them raw in the staging
+folder (``spill_dir`` given: ``spill``, decoded at merge by ``raw``; what a recording session
+does) or walks and decodes them here (``decode``); then hands the buffers back. ``stop()``
+disables, force-flushes and takes the rest. A driver call nested in a runtime call on the same
+thread (the runtime's own cuLaunchKernel) is dropped at decode, keeping the runtime call.
 """
 
 from __future__ import annotations
@@ -16,10 +14,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import re
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,100 +23,21 @@ import numpy as np
 import numpy.typing as npt
 
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.decode import DecodeContext, Decoder, api_base_name, wanted_call
-from stepscope.capture.cupti.native import Unavailable, find_libcupti, load_libcupti, load_shim
+from stepscope.capture.cupti.decode import DecodeContext, Decoder
+from stepscope.capture.cupti.native import (
+    Unavailable,
+    demangler,
+    find_libcupti,
+    load_libcupti,
+    load_shim,
+    shim_walk,
+)
+from stepscope.capture.cupti.settings import GpuSettings
+from stepscope.capture.cupti.spill import SpillWriter
 from stepscope.store.manifest import Diagnostic
 
 FLUSH_FORCED = 1
 _MAX_CBID = 1024
-
-
-# Driver calls kept in a torch process: the launches that do not come from torch's runtime calls
-# (cuBLASLt's GEMMs launch with cuLaunchKernelEx, Triton's kernels with cuLaunchKernel).
-TORCH_DRIVER_CALLS = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel"})
-_PER_THREAD_STREAM = re.compile(r"_pt(sz|ds)$")  # cuLaunchKernel_ptsz: the per-thread-stream twin
-
-
-def _torch_driver_calls() -> frozenset[str]:
-    """``STEPSCOPE_TORCH_DRIVER_CALLS`` (comma-separated; empty = none) overrides the default: the
-    knob the overhead benchmark turns."""
-    raw = os.environ.get("STEPSCOPE_TORCH_DRIVER_CALLS")
-    if raw is None:
-        return TORCH_DRIVER_CALLS
-    return frozenset(x.strip() for x in raw.split(",") if x.strip())
-
-
-@dataclass(frozen=True)
-class GpuSettings:
-    api: str = "filtered"  # "none" | "filtered" (calls that matter) | "all"
-    # driver-API calls: JAX, CuPy, cuBLASLt and Triton launch through the driver. None = the ones
-    # that matter, except in a process that imported torch: there only ``torch_driver_calls`` (each
-    # of torch's runtime launches would also add a nested driver record, dropped at decode but paid
-    # for at capture; measured in docs/benchmarks.md). True/False: every one that matters / none.
-    driver: bool | None = None
-    torch_driver_calls: frozenset[str] = field(default_factory=_torch_driver_calls)
-    memcpy: bool = True
-    memset: bool = True
-    sync: bool = True
-    nvtx: bool = True
-    overhead: bool = True
-    buffer_mb: int = 8
-    max_mb: int = 1024
-
-    def use_driver(self) -> bool:
-        if self.driver is None:
-            return "torch" not in sys.modules or bool(self.torch_driver_calls)
-        return self.driver
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["torch_driver_calls"] = sorted(self.torch_driver_calls)
-        return d
-
-    def keep_call(self, domain: int, raw: str) -> bool:
-        """Whether the records of this runtime/driver call are kept (``--gpu-api filtered``)."""
-        if not wanted_call(raw):
-            return False
-        if domain == L.DOMAIN_DRIVER_API and self.driver is None and "torch" in sys.modules:
-            return _PER_THREAD_STREAM.sub("", api_base_name(raw)) in self.torch_driver_calls
-        return True
-
-    def kinds(self) -> list[int]:
-        ks = [L.CONCURRENT_KERNEL]
-        ks += [L.MEMCPY, L.MEMCPY2] if self.memcpy else []
-        ks += [L.MEMSET] if self.memset else []
-        ks += [L.SYNCHRONIZATION] if self.sync else []
-        ks += [L.MARKER] if self.nvtx else []
-        ks += [L.OVERHEAD] if self.overhead else []
-        if self.api == "all":
-            ks += [L.RUNTIME] + ([L.DRIVER] if self.use_driver() else [])
-        return ks
-
-
-def _demangler() -> Any:
-    try:
-        cxx = ctypes.CDLL("libstdc++.so.6")
-        libc = ctypes.CDLL(None)
-        fn = cxx.__cxa_demangle
-    except (OSError, AttributeError):
-        return lambda s: s
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-    fn.restype = ctypes.c_void_p
-    libc.free.argtypes = [ctypes.c_void_p]
-
-    def demangle(name: str) -> str:
-        if not name.startswith("_Z"):
-            return name
-        status = ctypes.c_int(0)
-        ptr = fn(name.encode(), None, None, ctypes.byref(status))
-        if not ptr or status.value != 0:
-            return name
-        try:
-            return ctypes.string_at(ptr).decode("utf-8", "replace")
-        finally:
-            libc.free(ptr)
-
-    return demangle
 
 
 def torch_profiler_active() -> bool:
@@ -137,8 +54,11 @@ class CuptiCapture:
 
     backend = "cupti"
 
-    def __init__(self, settings: GpuSettings | None = None, *, libcupti: str | None = None) -> None:
+    def __init__(self, settings: GpuSettings | None = None, *, libcupti: str | None = None,
+                 spill_dir: Path | None = None) -> None:
         self.settings = settings or GpuSettings()
+        self.spill_dir = spill_dir
+        self._spill: SpillWriter | None = None
         path = libcupti or find_libcupti()
         if not path:
             raise Unavailable("libcupti not found (install the nvidia-cuda-cupti wheel, or set "
@@ -156,12 +76,12 @@ class CuptiCapture:
         self.layout_name, self.layouts = chosen
         self._sizes = (ctypes.c_uint32 * 64)(*L.size_table(self.layouts))
         self.decoder = Decoder(self.layouts, DecodeContext(
-            strings=self._string, api_name=self._callback_name, demangle=_demangler(),
+            strings=self._string, api_name=self._callback_name, demangle=demangler(),
             pid=os.getpid()))
         self._enabled: list[int] = []
-        self._api_off: list[tuple[int, int]] = []
-        self._plans: dict[int, list[int]] = {}
-        self._kept: dict[int, int] = {}
+        self._api_on: list[tuple[int, int]] = []  # calls switched on one by one (api_switch calls)
+        self._names: dict[int, dict[int, str]] = {}  # domain -> cbid -> call name
+        self._plans: dict[int, tuple[list[int], list[int]]] = {}  # domain -> (kept, off) cbids
         self._api_kept = 0
         self._requested_at_start = 0
         self._api_off_total = 0
@@ -171,17 +91,17 @@ class CuptiCapture:
         self.clock_offset_ns = 0
         self.buffers = 0
         self.bytes = 0
-        self.decode_s = 0.0
+        self.decode_s = 0.0  # decoding here (no spill_dir); spilling: the time moving buffers
         self.running = False
         # STEPSCOPE_CUPTI_DUMP=DIR: keep the raw buffers and the strings they point to (used to
         # record the CI fixtures of the decoder; see tests/capture/cupti)
         self._dump = os.environ.get("STEPSCOPE_CUPTI_DUMP") or None
         self._dumped_strings: dict[int, str] = {}
         self._dumped_api: dict[str, str] = {}
-        if self.settings.api == "filtered":  # look the call names up now, off the training thread
-            self._plan(L.DOMAIN_RUNTIME_API)
-            if self.settings.use_driver():
-                self._plan(L.DOMAIN_DRIVER_API)
+        # look the call names up now, off the training thread (the spill's meta needs them too)
+        for domain in (L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API):
+            if self.settings.api == "filtered" or spill_dir is not None:
+                self._plan(domain)
 
     # -- ctypes helpers -----------------------------------------------------------------------
     def _error(self, rc: int) -> str:
@@ -260,28 +180,44 @@ class CuptiCapture:
             after = time.time_ns()
             off = int(ts.value) - (before + after) // 2
             self.clock_offset_ns = off if abs(off) > 1_000_000 else 0
+        if self.spill_dir is not None and self._spill is None:
+            self._spill = SpillWriter(self.spill_dir, self.shim, self.layouts, self._string)
+            self._write_raw_meta()
         self.running = True
 
     def _enable_api(self, domain: int) -> None:
-        """The whole domain on, then every call that does not matter off (the order CUPTI wants:
-        enabling the kind after the per-call switches would override them)."""
+        """Records for the calls that matter (``GpuSettings.api_switch``): ``calls`` switches
+        just those on; ``domain`` switches the whole domain on, then every other call off (the
+        order CUPTI wants: enabling the kind after the per-call switches would override them).
+        A CUPTI without the per-call switches records every call of the domain."""
         kind = L.RUNTIME if domain == L.DOMAIN_RUNTIME_API else L.DRIVER
+        fn = getattr(self.lib, "cuptiActivityEnableRuntimeApi" if domain == L.DOMAIN_RUNTIME_API
+                     else "cuptiActivityEnableDriverApi", None)
+        kept, off = self._plan(domain)
+        if fn is not None and self.settings.api_switch == "calls":
+            failed = 0
+            for cbid in kept:
+                if fn(cbid, 1) == 0:
+                    self._api_on.append((domain, cbid))
+                    self._api_kept += 1
+                else:
+                    failed += 1
+            if failed:
+                self._diag("cupti_api_filter", f"{failed} {L.KIND_NAMES[kind]} calls could not be "
+                           "switched on: they have no records")
+            return
         rc = self.lib.cuptiActivityEnable(kind)
         if rc != 0:
             self._diag("cupti_api_unavailable", f"CUPTI {L.KIND_NAMES[kind]} API records "
                        f"unavailable: {self._error(rc)}")
             return
         self._enabled.append(kind)
-        fn = getattr(self.lib, "cuptiActivityEnableRuntimeApi" if domain == L.DOMAIN_RUNTIME_API
-                     else "cuptiActivityEnableDriverApi", None)
         if fn is None:  # older CUPTI: every call of the domain is recorded
             return
         failed = 0
-        plan = self._plan(domain)
-        self._api_kept += self._kept[domain]
-        for cbid in plan:
+        self._api_kept += len(kept)
+        for cbid in off:
             if fn(cbid, 0) == 0:
-                self._api_off.append((domain, cbid))
                 self._api_off_total += 1
             else:
                 failed += 1
@@ -289,31 +225,37 @@ class CuptiCapture:
             self._diag("cupti_api_filter", f"{failed} {L.KIND_NAMES[kind]} calls could not be "
                        "switched off: their records are kept")
 
-    def _plan(self, domain: int) -> list[int]:
-        """The calls of a domain to switch off (their names looked up once, when the backend is
-        made off the training thread, so that starting is quick: calls made while the switches
-        are being set have no records)."""
+    def _plan(self, domain: int) -> tuple[list[int], list[int]]:
+        """The calls of a domain to keep and to leave off (their names looked up once, when the
+        backend is made off the training thread, so that starting is quick: calls made while
+        the switches are being set have no records)."""
         if domain not in self._plans:
-            off, kept = [], 0
+            names: dict[int, str] = {}
+            kept: list[int] = []
+            off: list[int] = []
             for cbid in range(1, _MAX_CBID):
                 name = self._callback_name(domain, cbid)
                 if not name:
                     continue
-                if self.settings.keep_call(domain, name):
-                    kept += 1
-                else:
-                    off.append(cbid)
-            self._plans[domain], self._kept[domain] = off, kept
+                names[cbid] = name
+                (kept if self.settings.keep_call(domain, name) else off).append(cbid)
+            self._names[domain] = names
+            self._plans[domain] = (kept, off)
         return self._plans[domain]
 
     def _disable(self) -> None:
         for kind in self._enabled:
             self.lib.cuptiActivityDisable(kind)
         self._enabled.clear()
-        # The per-call switches stay off: switching a call back on with the domain's kind disabled
-        # would ask CUPTI to record that call on its own, after the window. Whoever enables the
-        # domain's kind next (this capture again, or another client) overrides them all.
-        self._api_off.clear()
+        # Calls switched on one by one are switched off again. In ``domain`` mode the per-call
+        # switches stay off: switching a call back on with the domain's kind disabled would ask
+        # CUPTI to record that call on its own, after the window; whoever enables the domain's
+        # kind next (this capture again, or another client) overrides them all.
+        for domain, cbid in self._api_on:
+            fn = (self.lib.cuptiActivityEnableRuntimeApi if domain == L.DOMAIN_RUNTIME_API
+                  else self.lib.cuptiActivityEnableDriverApi)
+            fn(cbid, 0)
+        self._api_on.clear()
 
     def flush(self, forced: bool = False) -> dict[str, dict[str, Any]]:
         """Decode what CUPTI has completed (all of it when ``forced``)."""
@@ -327,7 +269,11 @@ class CuptiCapture:
         self._disable()
         self._final_flush()
         out = self._drain()
-        if self.decoder.records == 0 and self.stats()["buffers_requested"] == self._requested_at_start:
+        if self._spill is not None:
+            if self._spill.error:
+                self._diag("cupti_spill_failed", self._spill.error, level="error")
+            self._write_raw_meta()
+        if self.records == 0 and self.stats()["buffers_requested"] == self._requested_at_start:
             self._diag("cupti_nothing_recorded", "CUPTI recorded nothing while it ran: the program "
                        "did no GPU work then, or CUPTI was still starting (over a second on a "
                        "machine's first run): use a longer window")
@@ -354,19 +300,34 @@ class CuptiCapture:
             time.sleep(0.01)
 
     # -- buffers ------------------------------------------------------------------------------
+    @property
+    def records(self) -> int:
+        """Records taken so far (decoded here, or kept raw)."""
+        return self.decoder.records + (self._spill.records if self._spill is not None else 0)
+
+    @property
+    def raw_records(self) -> int:
+        """Records kept raw in the spill folder (decoded when the run is merged)."""
+        return self._spill.records if self._spill is not None else 0
+
     def _drain(self) -> dict[str, dict[str, Any]]:
         t0 = time.perf_counter()
         bufs = (ctypes.c_void_p * 64)()
         valid = (ctypes.c_size_t * 64)()
+        take = self._decode_buffer if self._spill is None else self._spill_buffer
         while True:
             n = self.shim.ss_take(bufs, valid, 64)
             if n <= 0:
                 break
             for i in range(n):
                 try:
-                    self._decode_buffer(int(bufs[i] or 0), int(valid[i]))
+                    take(int(bufs[i] or 0), int(valid[i]))
                 finally:
                     self.shim.ss_release(bufs[i])
+        if self._spill is not None:
+            self._spill.end_flush()
+            self.decode_s += time.perf_counter() - t0
+            return {}
         tables = self.decoder.tables() if self._layout_ok else {}
         if self.clock_offset_ns:
             for cols in tables.values():
@@ -374,17 +335,50 @@ class CuptiCapture:
         self.decode_s += time.perf_counter() - t0
         return tables
 
-    def _decode_buffer(self, ptr: int, valid: int) -> None:
+    def _checked_buffer(self, ptr: int, valid: int) -> bool:
+        """Count a buffer and check the layout on the first one; False: do not read it."""
         if not ptr or not valid or not self._layout_ok:
-            return
+            return False
         self.buffers += 1
         self.bytes += valid
         self._dump_buffer(ptr, valid)
         if not self._checked:
             self._checked = True
             self._verify_layout(ptr, valid)
+        return self._layout_ok
+
+    def _spill_buffer(self, ptr: int, valid: int) -> None:
+        spill = self._spill
+        if spill is None or not self._checked_buffer(ptr, valid):
+            return
+        learnt = list(self._sizes)
+        counts, stop = spill.scan(ptr, valid, self._sizes)
+        if stop != valid and self._unknown_at(ptr, stop):
+            self._verify_layout(ptr, valid)  # learns the size of a kind first seen here
             if not self._layout_ok:
                 return
+            more, stop = spill.scan(ptr, valid, self._sizes, start=stop)
+            counts = [a + b for a, b in zip(counts, more)]
+        if stop != valid:
+            self._diag("cupti_walk_stopped", f"a CUPTI buffer had an unknown record at byte "
+                       f"{stop} of {valid}: the rest of that buffer was skipped")
+        if list(self._sizes) != learnt:
+            self._write_raw_meta()
+        spill.add(ptr, valid, counts)
+
+    def _write_raw_meta(self) -> None:
+        if self._spill is None:
+            return
+        names = {str(d): {str(c): n for c, n in m.items()} for d, m in self._names.items()}
+        by_kind = {L.KIND_NAMES.get(k, str(k)): c for k, c in enumerate(self._spill.counts) if c}
+        self._spill.write_meta({
+            "cupti_api_version": self.version, "layout": self.layout_name,
+            "sizes": list(self._sizes), "api_names": names, "pid": os.getpid(),
+            "clock_offset_ns": self.clock_offset_ns, "records_by_kind": by_kind})
+
+    def _decode_buffer(self, ptr: int, valid: int) -> None:
+        if not self._checked_buffer(ptr, valid):
+            return
         kinds, offs, stop = self._walk(ptr, valid)
         if stop != valid and self._unknown_at(ptr, stop):
             self._verify_layout(ptr, valid)  # learns the size of a kind first seen here
@@ -398,15 +392,7 @@ class CuptiCapture:
         self.decoder.add(buf, kinds, offs)
 
     def _walk(self, ptr: int, valid: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint64], int]:
-        cap = valid // 16 + 1
-        kinds = np.empty(cap, dtype=np.uint32)
-        offs = np.empty(cap, dtype=np.uint64)
-        stop = ctypes.c_size_t(0)
-        n = self.shim.ss_walk(ptr, valid, self._sizes,
-                              kinds.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)),
-                              offs.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), cap,
-                              ctypes.byref(stop))
-        return kinds[:n], offs[:n], int(stop.value)
+        return shim_walk(self.shim, ptr, valid, self._sizes)
 
     def _unknown_at(self, ptr: int, off: int) -> bool:
         kind = ctypes.c_uint32.from_address(ptr + off).value
@@ -463,6 +449,8 @@ class CuptiCapture:
                 "record_layout": self.layout_name, "settings": self.settings.as_dict(),
                 "api_calls_kept": self._api_kept, "api_calls_off": self._api_off_total,
                 "driver_api": self.settings.use_driver(),
-                "records": self.decoder.records, "buffers": self.buffers, "valid_bytes": self.bytes,
-                "decode_s": round(self.decode_s, 4), "clock_offset_ns": self.clock_offset_ns,
+                "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,
+                "records_kept_raw": self._spill is not None,
+                "decode_s" if self._spill is None else "spill_s": round(self.decode_s, 4),
+                "clock_offset_ns": self.clock_offset_ns,
                 "cupti_overhead_ns": dict(self.decoder.cupti_overhead_ns), **self.stats()}

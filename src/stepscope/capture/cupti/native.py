@@ -21,8 +21,11 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 from stepscope.errors import CaptureError
 
@@ -70,7 +73,7 @@ def find_libcupti(environ: Mapping[str, str] | None = None,
     return ctypes.util.find_library("cupti")
 
 
-SHIM_ABI = 2  # ss_abi_version() of _shim.c
+SHIM_ABI = 3  # ss_abi_version() of _shim.c
 
 
 def _abi(path: Path) -> int | None:
@@ -143,6 +146,13 @@ def load_shim(path: Path | None = None) -> ctypes.CDLL:
     lib.ss_walk.restype = sz
     lib.ss_check_walk.argtypes = [vp, vp, sz, u32p, u32p, u64p, u32p]
     lib.ss_check_walk.restype = ctypes.c_long
+    lib.ss_scan.argtypes = [vp, sz, sz, u32p, u32p, u32p, u64p, u64p, sz, ctypes.POINTER(sz),
+                            ctypes.POINTER(sz)]
+    lib.ss_scan.restype = sz
+    lib.ss_seen_reset.argtypes = []
+    lib.ss_seen_reset.restype = None
+    lib.ss_write_frame.argtypes = [ctypes.c_int, vp, ctypes.c_uint64]
+    lib.ss_write_frame.restype = ctypes.c_long
     lib.ss_buffer_requested.argtypes = [ctypes.POINTER(vp), ctypes.POINTER(sz), ctypes.POINTER(sz)]
     lib.ss_buffer_requested.restype = None
     lib.ss_buffer_completed.argtypes = [vp, ctypes.c_uint32, vp, sz, sz]
@@ -179,3 +189,43 @@ def load_libcupti(path: str) -> ctypes.CDLL:
         fn.argtypes = args
         fn.restype = i
     return lib
+
+
+def shim_walk(shim: ctypes.CDLL, ptr: int, valid: int, sizes: ctypes.Array[ctypes.c_uint32]
+              ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint64], int]:
+    """The shim's record walk of the buffer at ``ptr``: (kinds, offsets, where it stopped)."""
+    cap = valid // 16 + 1
+    kinds = np.empty(cap, dtype=np.uint32)
+    offs = np.empty(cap, dtype=np.uint64)
+    stop = ctypes.c_size_t(0)
+    n = shim.ss_walk(ptr, valid, sizes, kinds.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)),
+                     offs.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), cap, ctypes.byref(stop))
+    return kinds[:n], offs[:n], int(stop.value)
+
+
+def demangler() -> Callable[[str], str]:
+    """A C++ name demangler (libstdc++'s ``__cxa_demangle``); names it cannot demangle, and every
+    name where libstdc++ is missing, come back as they are."""
+    try:
+        cxx = ctypes.CDLL("libstdc++.so.6")
+        libc = ctypes.CDLL(None)
+        fn = cxx.__cxa_demangle
+    except (OSError, AttributeError):
+        return lambda s: s
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+
+    def demangle(name: str) -> str:
+        if not name.startswith("_Z"):
+            return name
+        status = ctypes.c_int(0)
+        ptr = fn(name.encode(), None, None, ctypes.byref(status))
+        if not ptr or status.value != 0:
+            return name
+        try:
+            return ctypes.string_at(ptr).decode("utf-8", "replace")
+        finally:
+            libc.free(ptr)
+
+    return demangle

@@ -15,14 +15,10 @@ from typing import Any
 
 from stepscope.apis import classify_api
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.capture import (
-    _MAX_CBID,
-    GpuSettings,
-    _demangler,
-    torch_profiler_active,
-)
+from stepscope.capture.cupti.capture import _MAX_CBID, torch_profiler_active
 from stepscope.capture.cupti.decode import api_base_name
-from stepscope.capture.cupti.native import Unavailable
+from stepscope.capture.cupti.native import Unavailable, demangler
+from stepscope.capture.cupti.settings import GpuSettings
 from stepscope.schema import ApiDomain
 from stepscope.store.manifest import Diagnostic
 
@@ -50,7 +46,7 @@ class PyCuptiCapture:
         self._lock = threading.Lock()
         self._enabled: list[int] = []
         self._api: list[tuple[int, int]] = []
-        self._demangle = _demangler()
+        self._demangle = demangler()
         self._names: dict[tuple[int, int], str] = {}
         self.records = 0
 

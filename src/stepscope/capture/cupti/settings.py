@@ -1,0 +1,97 @@
+"""Which CUDA activity a CUPTI capture records (``GpuSettings``): activity kinds, runtime/driver
+calls, buffer sizes.
+
+Which runtime/driver calls are recorded (``--gpu-api filtered``): only those the analysis uses
+(launches, graph launches, synchronisation, copies, memsets, allocations), so that the ~8
+bookkeeping calls PyTorch makes per launch (cudaGetDevice…) are not recorded. ``api_switch``
+says how CUPTI is told: ``calls`` switches on just those calls (``cuptiActivityEnableRuntimeApi``
+/ ``…DriverApi`` without the domain's activity kind), ``domain`` switches the whole domain on and
+every other call off (the way stepscope did it first; measured against each other in
+docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.decode import api_base_name, wanted_call
+
+API_SWITCHES = ("calls", "domain")
+
+
+# Driver calls kept in a torch process: the launches that do not come from torch's runtime calls
+# (cuBLASLt's GEMMs launch with cuLaunchKernelEx, Triton's kernels with cuLaunchKernel).
+TORCH_DRIVER_CALLS = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel"})
+_PER_THREAD_STREAM = re.compile(r"_pt(sz|ds)$")  # cuLaunchKernel_ptsz: the per-thread-stream twin
+
+
+def _api_switch() -> str:
+    """``STEPSCOPE_CUPTI_API_SWITCH`` (``calls`` | ``domain``) overrides the default: the knob the
+    overhead benchmark turns."""
+    raw = os.environ.get("STEPSCOPE_CUPTI_API_SWITCH", "").strip()
+    return raw if raw in API_SWITCHES else "calls"
+
+
+def _torch_driver_calls() -> frozenset[str]:
+    """``STEPSCOPE_TORCH_DRIVER_CALLS`` (comma-separated; empty = none) overrides the default: the
+    knob the overhead benchmark turns."""
+    raw = os.environ.get("STEPSCOPE_TORCH_DRIVER_CALLS")
+    if raw is None:
+        return TORCH_DRIVER_CALLS
+    return frozenset(x.strip() for x in raw.split(",") if x.strip())
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    api: str = "filtered"  # "none" | "filtered" (calls that matter) | "all"
+    # driver-API calls: JAX, CuPy, cuBLASLt and Triton launch through the driver. None = the ones
+    # that matter, except in a process that imported torch: there only ``torch_driver_calls`` (each
+    # of torch's runtime launches would also add a nested driver record, dropped at decode but paid
+    # for at capture; measured in docs/benchmarks.md). True/False: every one that matters / none.
+    driver: bool | None = None
+    api_switch: str = field(default_factory=_api_switch)
+    torch_driver_calls: frozenset[str] = field(default_factory=_torch_driver_calls)
+    memcpy: bool = True
+    memset: bool = True
+    sync: bool = True
+    nvtx: bool = True
+    overhead: bool = True
+    buffer_mb: int = 8
+    max_mb: int = 1024
+
+    def use_driver(self) -> bool:
+        if self.driver is None:
+            return "torch" not in sys.modules or bool(self.torch_driver_calls)
+        return self.driver
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["torch_driver_calls"] = sorted(self.torch_driver_calls)
+        return d
+
+    def keep_call(self, domain: int, raw: str) -> bool:
+        """Whether the records of this runtime/driver call are kept (``--gpu-api filtered``)."""
+        if not wanted_call(raw):
+            return False
+        if domain == L.DOMAIN_DRIVER_API and self.driver is None and "torch" in sys.modules:
+            return _PER_THREAD_STREAM.sub("", api_base_name(raw)) in self.torch_driver_calls
+        return True
+
+    def kinds(self) -> list[int]:
+        ks = [L.CONCURRENT_KERNEL]
+        ks += [L.MEMCPY, L.MEMCPY2] if self.memcpy else []
+        ks += [L.MEMSET] if self.memset else []
+        ks += [L.SYNCHRONIZATION] if self.sync else []
+        ks += [L.MARKER] if self.nvtx else []
+        ks += [L.OVERHEAD] if self.overhead else []
+        if self.api == "all":
+            ks += [L.RUNTIME] + ([L.DRIVER] if self.use_driver() else [])
+        return ks
+
+
+__all__ = ["API_SWITCHES", "TORCH_DRIVER_CALLS", "GpuSettings"]

@@ -1,0 +1,67 @@
+"""Decode what a captured process kept raw (its CUPTI records, ``capture.cupti.spill``) into
+Parquet chunks of its staging partition, before the merge reads the partition.
+
+Runs in whichever process merges (``stepscope record`` after the program ended, or the end of
+``stepscope.record()``'s block), never inside the capture window. The records are clipped to the
+window the partition's meta names (the window's start is written when it opens, so a process
+killed mid-window still has one); what decoding found is added to that meta (the GPU backend's
+settings and diagnostics), and the raw files are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from stepscope.capture.partitions import META_NAME, StagingPartition
+
+
+def materialize(folder: Path) -> bool:
+    """Decode ``folder``'s raw records, if it has any; True when it had."""
+    from stepscope.capture.cupti.raw import decode_folder, has_raw, raw_files
+
+    if not has_raw(folder):
+        return False
+    meta = _read_meta(folder)
+    settings = meta.get("settings") if isinstance(meta, dict) else None
+    settings = settings if isinstance(settings, dict) else {}
+    lo, hi = settings.get("window_start_ns"), settings.get("window_end_ns")
+    part = StagingPartition(folder, prefix="gpu")
+    result = decode_folder(folder, _int(lo), _int(hi), part.write_chunk)
+    if meta is not None:
+        gpu = settings.setdefault("gpu", {})
+        if isinstance(gpu, dict):
+            gpu.update({"records_decoded": result.records, "raw_frames": result.frames,
+                        "decode_s": result.decode_s, "decoded": "at merge",
+                        "cupti_overhead_ns": result.cupti_overhead_ns})
+        meta["settings"] = settings
+        diags = meta.get("diagnostics")
+        meta["diagnostics"] = [*(diags if isinstance(diags, list) else []),
+                               *(vars(d) for d in result.diagnostics)]
+        _write_meta(folder, meta)
+    for f in raw_files(folder):
+        f.unlink(missing_ok=True)
+    return True
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) else None
+
+
+def _read_meta(folder: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((folder / META_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    tmp = folder / (META_NAME + ".tmp")
+    tmp.write_text(json.dumps(meta, default=str), encoding="utf-8")
+    os.replace(tmp, folder / META_NAME)
+
+
+__all__ = ["materialize"]

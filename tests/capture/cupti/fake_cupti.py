@@ -1,0 +1,124 @@
+"""A stand-in for libcupti (the calls ``CuptiCapture`` makes through ctypes), so that the capture's
+own logic — switches, buffers through the real C shim, the spill — runs without a GPU.
+
+``emit(*records)`` queues records as CUPTI would write them; ``cuptiActivityFlushAll`` hands them
+over through the shim's buffer callbacks, exactly as libcupti calls them. Names are real C
+strings of this process (``name()``), since the capture reads them through their pointers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Any
+
+from stepscope.capture.cupti import layouts as L
+
+NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                        ctypes.POINTER(ctypes.c_void_p))
+CALLS = {(L.DOMAIN_RUNTIME_API, 211): "cudaLaunchKernel_v7000",
+         (L.DOMAIN_RUNTIME_API, 3): "cudaGetDevice_v3020",
+         (L.DOMAIN_RUNTIME_API, 165): "cudaDeviceSynchronize_v3020",
+         (L.DOMAIN_DRIVER_API, 307): "cuLaunchKernel",
+         (L.DOMAIN_DRIVER_API, 17): "cuCtxGetDevice"}
+
+
+def _out(arg: Any) -> Any:
+    return arg._obj  # the object behind ctypes.byref(...)
+
+
+class FakeCupti:
+    def __init__(self, shim: ctypes.CDLL, version: int = 130001) -> None:
+        self.shim = shim
+        self.version = version
+        self.log: list[tuple[Any, ...]] = []
+        self.kinds: set[int] = set()
+        self.calls_on: set[tuple[int, int]] = set()  # per-call switches left on
+        self._queue: list[bytes] = []
+        self._names: list[ctypes.Array[ctypes.c_char]] = []
+        sizes = L.size_table(L.LAYOUTS_13 if version >= 130000 else L.LAYOUTS_12)
+
+        @NEXT
+        def next_record(buf: int, valid: int, rec: Any) -> int:  # libcupti's own walk
+            at = rec[0] or 0
+            if at:
+                kind = ctypes.c_uint32.from_address(at).value
+                at += sizes[kind]
+            else:
+                at = buf
+            if at + 4 > buf + valid:
+                return 3
+            rec[0] = at
+            return 0
+
+        self.cuptiActivityGetNextRecord = next_record
+
+    def name(self, text: str) -> int:
+        """A C string that stays alive as long as this fake: its address, for a record field."""
+        s = ctypes.create_string_buffer(text.encode())
+        self._names.append(s)
+        return ctypes.addressof(s)
+
+    def emit(self, *records: bytes) -> None:
+        self._queue.extend(records)
+
+    # -- the libcupti calls ----------------------------------------------------------------------
+    def cuptiGetVersion(self, v: Any) -> int:
+        _out(v).value = self.version
+        return 0
+
+    def cuptiActivityRegisterCallbacks(self, req: Any, done: Any) -> int:
+        self.log.append(("register",))
+        return 0
+
+    def cuptiActivityEnable(self, kind: int) -> int:
+        self.log.append(("enable", kind))
+        self.kinds.add(kind)
+        return 0
+
+    def cuptiActivityDisable(self, kind: int) -> int:
+        self.log.append(("disable", kind))
+        self.kinds.discard(kind)
+        return 0
+
+    def _switch(self, domain: int, cbid: int, on: int) -> int:
+        self.log.append(("call", domain, cbid, on))
+        (self.calls_on.add if on else self.calls_on.discard)((domain, cbid))
+        return 0
+
+    def cuptiActivityEnableRuntimeApi(self, cbid: int, on: int) -> int:
+        return self._switch(L.DOMAIN_RUNTIME_API, cbid, on)
+
+    def cuptiActivityEnableDriverApi(self, cbid: int, on: int) -> int:
+        return self._switch(L.DOMAIN_DRIVER_API, cbid, on)
+
+    def cuptiActivityFlushAll(self, flag: int) -> int:
+        """Hand the queued records over in one buffer, through the shim's callbacks."""
+        if not self._queue:
+            return 0
+        data = b"".join(self._queue)
+        self._queue = []
+        buf, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+        self.shim.ss_buffer_requested(ctypes.byref(buf), ctypes.byref(size), ctypes.byref(maxrec))
+        assert buf.value and size.value >= len(data)
+        ctypes.memmove(buf.value, data, len(data))
+        self.shim.ss_buffer_completed(None, 0, buf.value, size.value, len(data))
+        return 0
+
+    def cuptiActivityGetNumDroppedRecords(self, ctx: Any, stream: int, n: Any) -> int:
+        _out(n).value = 0
+        return 0
+
+    def cuptiGetResultString(self, rc: int, s: Any) -> int:
+        return 1
+
+    def cuptiGetCallbackName(self, domain: int, cbid: int, s: Any) -> int:
+        name = CALLS.get((domain, cbid))
+        if name is None:
+            return 1
+        _out(s).value = name.encode()
+        return 0
+
+    def cuptiGetTimestamp(self, ts: Any) -> int:
+        _out(ts).value = time.time_ns()
+        return 0

@@ -1,0 +1,161 @@
+"""``CuptiCapture`` against a stand-in libcupti (``fake_cupti``) and the real C shim: which
+switches it sets in each ``api_switch`` mode, and the raw-records path from the buffers CUPTI
+hands over to the merged run."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tests.capture.cupti.fake_cupti import FakeCupti
+from tests.capture.cupti.records import api, kernel
+from tests.capture.test_bootstrap import FakeClock, FakeHost
+
+from stepscope.capture.bootstrap import CaptureConfig, Session
+from stepscope.capture.cupti import capture as capture_mod
+from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.capture import CuptiCapture
+from stepscope.capture.cupti.native import build_shim, load_shim
+from stepscope.capture.cupti.raw import decode_folder, raw_files
+from stepscope.capture.cupti.settings import GpuSettings
+from stepscope.capture.partitions import merge
+from stepscope.capture.schedule import make_schedule
+from stepscope.store.run import Run
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                                reason="no C compiler")
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    return load_shim(build_shim(tmp_path_factory.mktemp("shim")))  # a private copy: shim state
+
+
+@pytest.fixture
+def fake(shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> FakeCupti:
+    f = FakeCupti(shim)
+    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: f)
+    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
+    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    return f
+
+
+API_KINDS = {L.RUNTIME, L.DRIVER}
+
+
+def test_calls_mode_switches_on_only_the_calls_that_matter(fake: FakeCupti) -> None:
+    cap = CuptiCapture(GpuSettings(api_switch="calls"))
+    cap.start()
+    assert fake.kinds == set(GpuSettings().kinds())  # no whole-domain API kind
+    assert fake.calls_on == {(L.DOMAIN_RUNTIME_API, 211), (L.DOMAIN_RUNTIME_API, 165),
+                             (L.DOMAIN_DRIVER_API, 307)}
+    assert not any(e[0] == "call" and e[3] == 0 for e in fake.log)  # nothing needed switching off
+    cap.stop()
+    assert fake.calls_on == set() and fake.kinds == set()  # nothing left recording after the window
+    m = cap.settings_for_manifest()
+    assert m["api_calls_kept"] == 3 and m["api_calls_off"] == 0
+    assert m["settings"]["api_switch"] == "calls"
+
+
+def test_domain_mode_switches_the_domains_on_and_the_noise_off(fake: FakeCupti) -> None:
+    cap = CuptiCapture(GpuSettings(api_switch="domain"))
+    cap.start()
+    assert API_KINDS <= fake.kinds
+    offs = {(e[1], e[2]) for e in fake.log if e[0] == "call" and e[3] == 0}
+    assert offs == {(L.DOMAIN_RUNTIME_API, 3), (L.DOMAIN_DRIVER_API, 17)}
+    # each domain's per-call switches come after its kind (enabling a kind overrides them)
+    kind_of = {L.DOMAIN_RUNTIME_API: L.RUNTIME, L.DOMAIN_DRIVER_API: L.DRIVER}
+    for i, e in enumerate(fake.log):
+        if e[0] == "call":
+            assert ("enable", kind_of[e[1]]) in fake.log[:i]
+    cap.stop()
+    assert fake.kinds == set()
+    assert cap.settings_for_manifest()["api_calls_off"] == 2
+
+
+def test_without_a_spill_folder_records_are_decoded_at_flush(fake: FakeCupti) -> None:
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    t = time.time_ns()
+    fake.emit(kernel(t, t + 100, name=fake.name("plain"), corr=1))
+    out = cap.flush()
+    assert out["kernels"]["name"] == ["plain"] and cap.raw_records == 0
+    cap.stop()
+
+
+def collect(folder: Path, lo: int | None = None, hi: int | None = None) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+
+    def write(tables: dict[str, Any]) -> int:
+        for name, cols in tables.items():
+            dest = got.setdefault(name, {})
+            for k, v in cols.items():
+                dest.setdefault(k, []).extend(np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
+        return 0
+
+    decode_folder(folder, lo, hi, write)
+    return got
+
+
+def test_with_a_spill_folder_records_stay_raw_until_the_merge(fake: FakeCupti, tmp_path: Path) -> None:
+    folder = tmp_path / "p1"
+    cap = CuptiCapture(GpuSettings(), spill_dir=folder)
+    cap.start()
+    matmul, plain = fake.name("_Z6matmulPfS_i"), fake.name("plain")
+    t = time.time_ns()
+    fake.emit(api(L.RUNTIME, t, t + 10, cbid=211, corr=1, tid=7),
+              kernel(t + 20, t + 30, name=matmul, corr=1), kernel(t + 40, t + 50, name=plain, corr=2))
+    assert cap.flush() == {}  # nothing decoded in the profiled process
+    assert cap.raw_records == 3 and len(list(folder.glob("cupti.*.bin"))) == 1
+    fake.emit(kernel(t + 60, t + 70, name=matmul, corr=3))
+    assert cap.stop() == {}
+    assert cap.raw_records == 4 and len(list(folder.glob("cupti.*.bin"))) == 2
+    m = cap.settings_for_manifest()
+    assert m["records"] == 4 and m["records_kept_raw"] and "spill_s" in m and "decode_s" not in m
+    got = collect(folder)
+    assert got["kernels"]["name"] == ["matmul(float*, float*, int)", "plain",
+                                      "matmul(float*, float*, int)"]
+    assert got["kernels"]["correlation"] == [1, 2, 3]
+    assert got["api_calls"]["name"] == ["cudaLaunchKernel"] and got["api_calls"]["tid"] == [7]
+
+
+def test_a_session_keeps_records_raw_and_the_merge_decodes_them_into_the_window(
+        fake: FakeCupti, tmp_path: Path) -> None:
+    clock = FakeClock()
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), schedule=make_schedule("3-5"))
+    s = Session(cfg, clock=clock, environ={}, host_factory=lambda c, r, clk: FakeHost(clk))
+    s.begin()
+    name = fake.name("_Z4stepv")
+    for i in range(9):  # boundaries 0..8: the backend starts at 2, the window is [3, 6]
+        s.step()
+        fake.emit(kernel(clock.t + 1_000_000, clock.t + 2_000_000, name=name, corr=i + 1))
+        clock.t += 10_000_000
+    s.finish()
+    part = s.partition.path
+    assert raw_files(part) and not list(part.glob("kernels.*.parquet"))
+    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+    assert raw_files(part) == []  # decoded into chunks, then removed
+    k = run.table("kernels")
+    assert k.column("name").to_pylist() == ["step()"] * 3  # steps 3, 4, 5; not the warm-up step
+    gpu = run.manifest.settings["ranks"]["rank0"]["gpu"]
+    assert gpu["decoded"] == "at merge" and gpu["records_decoded"] >= 3 and gpu["records_kept_raw"]
+
+
+def test_a_window_that_never_opens_leaves_no_gpu_records(fake: FakeCupti, tmp_path: Path) -> None:
+    clock = FakeClock()
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), schedule=make_schedule("3-5"))
+    s = Session(cfg, clock=clock, environ={}, host_factory=lambda c, r, clk: FakeHost(clk))
+    s.begin()
+    for i in range(3):  # boundary 2 starts the backend for the warm-up step; the program ends
+        s.step()
+        fake.emit(kernel(clock.t + 1, clock.t + 2, name=fake.name("warm"), corr=i + 1))
+        clock.t += 10_000_000
+    s.finish()
+    assert raw_files(s.partition.path) == []
+    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+    assert "kernels" not in run.manifest.tables or run.table("kernels").num_rows == 0
