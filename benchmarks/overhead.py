@@ -6,8 +6,10 @@ Workloads (CUDA):
 
 Configurations (each in its own process: one CUPTI client per process):
   stepscope            stepscope.record(), default backend (CUPTI through the C shim, filtered
-                       runtime/driver calls, psutil/NVML samplers in their own process, stack
-                       sampler on)
+                       runtime/driver calls, records kept raw and decoded at merge, psutil/NVML
+                       samplers in their own process, stack sampler on)
+  stepscope-prev       the default of another stepscope source tree (--prev-src DIR, put first on
+                       PYTHONPATH): the code before a change, measured side by side
   stepscope-thread     the same with the psutil/NVML samplers in a thread of the profiled process
                        (STEPSCOPE_SAMPLER_PROCESS=0: how it was before 2026-11-22 09:30 UTC)
   stepscope-kernels    the same with --gpu-api none (no runtime/driver call records)
@@ -24,16 +26,20 @@ Configurations (each in its own process: one CUPTI client per process):
   torch-cuda           torch.profiler, activities CUDA only
 
 In each process: R rounds; each round times one block of M uncaptured steps and one block of M
-captured steps, the order alternating (ABBA). Capture starts before and stops after the timed
-block (a warm-up step is run inside the capture first, as torch.profiler's schedule does); the
-device is synchronised at block edges only. Two figures per process: ``ratio`` =
-median(captured block means) / median(plain block means), and ``paired_ratio`` = median over
-rounds of (captured block mean / the plain block mean of the same round): the paired figure is
-the headline, as the host's speed drifts by up to ±20% over seconds on the GPU machines used
-(docs/benchmarks.md), which adjacent blocks share.
+captured steps, the order alternating (ABBA). M is the number of plain steps that fill
+``--window-s`` seconds (at least ``--steps``): a captured block is a whole capture window, long
+enough (default 5.5 s) to hold the periodic flush stepscope makes every 5 s while a window is
+open, so that what a flush costs the program is inside the timing as it is in a real capture.
+Capture starts before and stops after the timed block (a warm-up step is run inside the capture
+first, as torch.profiler's schedule does); the device is synchronised at block edges only. Two
+figures per process: ``ratio`` = median(captured block means) / median(plain block means), and
+``paired_ratio`` = median over rounds of (captured block mean / the plain block mean of the same
+round): the paired figure is the headline, as the host's speed drifts by up to ±20% over
+seconds on the GPU machines used (docs/benchmarks.md), which adjacent blocks share. The summary
+pools every paired ratio of a configuration over its processes (median, min, max).
 
     python benchmarks/overhead.py --out overhead.json [--workloads gpt launch] [--configs ...]
-        [--rounds R] [--steps M] [--processes P]
+        [--rounds R] [--window-s S] [--steps M] [--processes P] [--prev-src DIR]
 """
 
 from __future__ import annotations
@@ -50,9 +56,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CONFIGS = ("stepscope", "stepscope-thread", "stepscope-kernels", "stepscope-nodriver",
-           "stepscope-host", "stepscope-host-thread", "stepscope-gpu", "stepscope-cuptipy",
-           "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
+CONFIGS = ("stepscope", "stepscope-prev", "stepscope-thread",
+           "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-host-thread",
+           "stepscope-gpu", "stepscope-cuptipy", "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
 
 def gpt_step(target_ms: float, batch: int = 0) -> tuple[Callable[[], None], int]:
@@ -123,10 +129,18 @@ def gpt_step(target_ms: float, batch: int = 0) -> tuple[Callable[[], None], int]
     return fn, batch
 
 
+def sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def launch_step(kernels: int = 2000) -> Callable[[], None]:
     import torch
 
-    x = torch.zeros(256, device="cuda")
+    # on a machine without CUDA (a smoke test of this script) the loop runs on the CPU
+    x = torch.zeros(256, device="cuda" if torch.cuda.is_available() else "cpu")
 
     def step() -> None:
         for _ in range(kernels):
@@ -140,15 +154,14 @@ def settle() -> None:
     finishing, the sampler process exiting) is done before the clock starts, for both kinds."""
     import gc
 
-    import torch
 
     gc.collect()
-    torch.cuda.synchronize()
+    sync()
     time.sleep(0.1)
 
 
 def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: float,
-            batch: int = 0) -> dict[str, Any]:
+            batch: int = 0, window_s: float = 0.0) -> dict[str, Any]:
     import torch
 
     import stepscope
@@ -163,7 +176,13 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
         step, batch = launch_step(), 0
     for _ in range(5):
         step()
-    torch.cuda.synchronize()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        step()
+    sync()
+    probe_ms = (time.perf_counter() - t0) / 10 * 1e3
+    steps = max(steps, round(window_s * 1e3 / probe_ms)) if window_s > 0 else steps
     tmp = Path(tempfile.mkdtemp(prefix="ss-overhead-"))
 
     def timed(n: int) -> float:
@@ -171,7 +190,7 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
         t0 = time.perf_counter()
         for _ in range(n):
             step()
-        torch.cuda.synchronize()
+        sync()
         return (time.perf_counter() - t0) / n * 1e3
 
     def plain() -> float:
@@ -187,8 +206,8 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
             prof.start()
             step()  # warm-up step inside the capture
             ms = timed(steps)
-            prof.stop()
-            prof.export_chrome_trace(str(tmp / f"t{i}.json"))
+            prof.stop()  # its trace is not exported: outside the timing either way, and slow
+            del prof
             return ms
         backend = {"stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch",
                    "stepscope-host": "none", "stepscope-host-thread": "none"}.get(config, "auto")
@@ -207,7 +226,7 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
                 step()
                 if j < steps - 1:
                     r.step()
-            torch.cuda.synchronize()
+            sync()
             ms = (time.perf_counter() - t0) / steps * 1e3
             r.step()  # the window closes (GPU records decoded, outside the timing)
         return ms
@@ -225,7 +244,8 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
     # would be work a capture leaves behind
     after_capture = [x for i, x in enumerate(a) if i % 2 == 1]
     after_plain = [x for i, x in enumerate(a) if i % 2 == 0 and i > 0]
-    out = {"workload": workload, "config": config, "batch": batch, "plain_ms": a, "captured_ms": b,
+    out = {"workload": workload, "config": config, "batch": batch, "steps_per_block": steps,
+           "stepscope": str(Path(stepscope.__file__).parent), "plain_ms": a, "captured_ms": b,
            "plain_after_capture_median_ms": statistics.median(after_capture) if after_capture else None,
            "plain_after_plain_median_ms": statistics.median(after_plain) if after_plain else None,
            "plain_median_ms": statistics.median(a), "captured_median_ms": statistics.median(b),
@@ -237,6 +257,7 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
             m = json.loads(runs[-1].read_text())
             ranks = m.get("settings", {}).get("ranks", {})
             out["gpu"] = {k: (v or {}).get("gpu") for k, v in ranks.items()}
+            out["capture_overhead"] = m.get("overhead")
             out["diagnostics"] = [d.get("message") for d in m.get("diagnostics", [])]
     return out
 
@@ -246,8 +267,12 @@ def main() -> None:
     ap.add_argument("--out", default="overhead.json")
     ap.add_argument("--workloads", nargs="+", default=["gpt", "launch"])
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=10, help="at least this many steps per block")
+    ap.add_argument("--window-s", type=float, default=5.5,
+                    help="seconds of plain steps per block (0: --steps alone)")
+    ap.add_argument("--prev-src", default="",
+                    help="a stepscope source tree (its src/ folder) for stepscope-prev")
     ap.add_argument("--processes", type=int, default=1,
                     help="processes per configuration (order of configurations alternating)")
     ap.add_argument("--target-ms", type=float, default=25.0)
@@ -256,10 +281,23 @@ def main() -> None:
     ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
+        if args.one[1] == "probe":
+            print("RESULT " + json.dumps({"batch": gpt_step(args.target_ms)[1]}))
+            return
         res = run_one(args.one[0], args.one[1], args.rounds, args.steps, args.target_ms,
-                      args.gpt_batch)
+                      args.gpt_batch, args.window_s)
         print("RESULT " + json.dumps(res))
         return
+    if "stepscope-prev" in args.configs and not args.prev_src:
+        ap.error("stepscope-prev needs --prev-src")
+    if "gpt" in args.workloads and not args.gpt_batch:  # one batch for every process
+        probe = subprocess.run([sys.executable, __file__, "--one", "gpt", "probe",
+                                "--target-ms", str(args.target_ms)], capture_output=True, text=True)
+        line = next((x for x in probe.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            sys.exit(f"gpt batch probe failed: {probe.stderr.strip()[-500:]}")
+        args.gpt_batch = int(json.loads(line[7:])["batch"])
+        print(f"gpt batch {args.gpt_batch}", flush=True)
     results = []
     for w in args.workloads:
         for p in range(args.processes):
@@ -267,9 +305,13 @@ def main() -> None:
             for c in order:
                 cmd = [sys.executable, __file__, "--one", w, c, "--rounds", str(args.rounds),
                        "--steps", str(args.steps), "--target-ms", str(args.target_ms),
-                       "--gpt-batch", str(args.gpt_batch)]
+                       "--gpt-batch", str(args.gpt_batch), "--window-s", str(args.window_s)]
+                env = dict(os.environ)
+                if c == "stepscope-prev":
+                    env["PYTHONPATH"] = os.pathsep.join(
+                        x for x in (str(Path(args.prev_src).resolve()), env.get("PYTHONPATH")) if x)
                 t0 = time.time()
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
                     res = {"workload": w, "config": c,
@@ -297,11 +339,14 @@ def main() -> None:
                 summary[f"{w}/{c}"] = {
                     "median_of_process_paired_ratios": round(statistics.median(ps), 4),
                     "pooled_paired_ratio": round(statistics.median(pooled), 4),
+                    "pooled_paired_min_max": [round(min(pooled), 4), round(max(pooled), 4)],
+                    "pairs": len(pooled),
                     "median_of_process_ratios": round(statistics.median(rs), 4),
                     "process_paired_ratios": [round(x, 4) for x in ps],
                     "process_ratios": [round(x, 4) for x in rs]}
                 print(f"{w:7s} {c:21s} over {len(done)} processes: paired {statistics.median(ps):.3f} "
-                      f"{[round(x, 3) for x in ps]}  pooled paired {statistics.median(pooled):.3f}  "
+                      f"{[round(x, 3) for x in ps]}  pooled paired {statistics.median(pooled):.3f} "
+                      f"[{min(pooled):.3f}, {max(pooled):.3f}] ({len(pooled)} pairs)  "
                       f"ratio {statistics.median(rs):.3f}", flush=True)
     Path(args.out).write_text(json.dumps({"summary": summary, "results": results}, indent=1))
 

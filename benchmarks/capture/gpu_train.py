@@ -10,6 +10,9 @@ Runs on CPU too (slowly) when CUDA is absent.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import threading
 import time
 
 import torch
@@ -30,7 +33,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--nvtx", action="store_true", help="wrap forward/backward in NVTX ranges")
+    ap.add_argument("--kill-after-s", type=float, default=0.0,
+                    help="SIGKILL this process after that many seconds (a crash no hook sees)")
     args = ap.parse_args()
+    if args.kill_after_s > 0:
+        threading.Timer(args.kill_after_s, os.kill, (os.getpid(), signal.SIGKILL)).start()
     nvtx = torch.cuda.nvtx if args.nvtx and torch.cuda.is_available() else None
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).to(dev)

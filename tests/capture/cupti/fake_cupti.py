@@ -16,6 +16,9 @@ from stepscope.capture.cupti import layouts as L
 
 NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
                         ctypes.POINTER(ctypes.c_void_p))
+FINALIZE = ctypes.CFUNCTYPE(ctypes.c_int)
+CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
+SUBSCRIBER = 0x5EB
 CALLS = {(L.DOMAIN_RUNTIME_API, 211): "cudaLaunchKernel_v7000",
          (L.DOMAIN_RUNTIME_API, 3): "cudaGetDevice_v3020",
          (L.DOMAIN_RUNTIME_API, 165): "cudaDeviceSynchronize_v3020",
@@ -52,6 +55,40 @@ class FakeCupti:
             return 0
 
         self.cuptiActivityGetNextRecord = next_record
+        self.finalized = 0
+        self.subscribed: int | None = None  # the callback's address while subscribed
+        self.domains: set[int] = set()
+        self.unsubscribed: list[int] = []
+
+        @FINALIZE
+        def finalize() -> int:
+            self.finalized += 1
+            self.subscribed, self.domains = None, set()
+            return 0
+
+        self.cuptiFinalize = finalize
+
+    def api_call(self, site: int = 1) -> None:
+        """A CUDA call of the program passing CUPTI's callback (site 0 = enter, 1 = exit)."""
+        if self.subscribed and self.domains:
+            data = ctypes.c_int(site)
+            CALLBACK(self.subscribed)(None, min(self.domains), 307, ctypes.addressof(data))
+
+    def cuptiSubscribe(self, handle: Any, callback: Any, userdata: Any) -> int:
+        if self.subscribed:
+            return 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+        self.subscribed = int(callback.value)
+        _out(handle).value = SUBSCRIBER
+        return 0
+
+    def cuptiUnsubscribe(self, handle: Any) -> int:
+        self.unsubscribed.append(int(handle.value))
+        self.subscribed, self.domains = None, set()
+        return 0
+
+    def cuptiEnableDomain(self, on: int, handle: Any, domain: int) -> int:
+        (self.domains.add if on else self.domains.discard)(domain)
+        return 0
 
     def name(self, text: str) -> int:
         """A C string that stays alive as long as this fake: its address, for a record field."""

@@ -1,6 +1,5 @@
-"""``CuptiCapture`` against a stand-in libcupti (``fake_cupti``) and the real C shim: which
-switches it sets in each ``api_switch`` mode, and the raw-records path from the buffers CUPTI
-hands over to the merged run."""
+"""``CuptiCapture`` against a stand-in libcupti (``fake_cupti``) and the real C shim: the switches
+it sets, and the raw-records path from the buffers CUPTI hands over to the merged run."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from tests.capture.test_bootstrap import FakeClock, FakeHost
 
 from stepscope.capture.bootstrap import CaptureConfig, Session
 from stepscope.capture.cupti import capture as capture_mod
+from stepscope.capture.cupti import detach
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.capture import CuptiCapture
 from stepscope.capture.cupti.native import build_shim, load_shim
@@ -48,22 +48,8 @@ def fake(shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> FakeCupti:
 API_KINDS = {L.RUNTIME, L.DRIVER}
 
 
-def test_calls_mode_switches_on_only_the_calls_that_matter(fake: FakeCupti) -> None:
-    cap = CuptiCapture(GpuSettings(api_switch="calls"))
-    cap.start()
-    assert fake.kinds == set(GpuSettings().kinds())  # no whole-domain API kind
-    assert fake.calls_on == {(L.DOMAIN_RUNTIME_API, 211), (L.DOMAIN_RUNTIME_API, 165),
-                             (L.DOMAIN_DRIVER_API, 307)}
-    assert not any(e[0] == "call" and e[3] == 0 for e in fake.log)  # nothing needed switching off
-    cap.stop()
-    assert fake.calls_on == set() and fake.kinds == set()  # nothing left recording after the window
-    m = cap.settings_for_manifest()
-    assert m["api_calls_kept"] == 3 and m["api_calls_off"] == 0
-    assert m["settings"]["api_switch"] == "calls"
-
-
-def test_domain_mode_switches_the_domains_on_and_the_noise_off(fake: FakeCupti) -> None:
-    cap = CuptiCapture(GpuSettings(api_switch="domain"))
+def test_api_domains_are_switched_on_and_their_noise_off(fake: FakeCupti) -> None:
+    cap = CuptiCapture(GpuSettings())
     cap.start()
     assert API_KINDS <= fake.kinds
     offs = {(e[1], e[2]) for e in fake.log if e[0] == "call" and e[3] == 0}
@@ -76,6 +62,68 @@ def test_domain_mode_switches_the_domains_on_and_the_noise_off(fake: FakeCupti) 
     cap.stop()
     assert fake.kinds == set()
     assert cap.settings_for_manifest()["api_calls_off"] == 2
+
+
+def test_after_a_capture_cupti_detaches_at_the_next_cuda_call_exit(fake: FakeCupti) -> None:
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    cap.stop()
+    assert detach.state(fake.shim) == "armed: at the next CUDA call"
+    assert fake.domains == {L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API}
+    fake.api_call(site=0)  # entering a call: not there
+    assert fake.finalized == 0
+    fake.api_call(site=1)
+    assert fake.finalized == 1 and detach.state(fake.shim) == "detached"
+    assert cap.settings_for_manifest()["cupti_detach"] == "armed"
+    cap2 = CuptiCapture(GpuSettings())  # CUPTI starts again in the same process
+    cap2.start()
+    assert detach.state(fake.shim) == "idle"
+    cap2.stop()
+    fake.api_call()
+    assert fake.finalized == 2
+
+
+def test_a_new_capture_calls_off_a_detach_that_has_not_run(fake: FakeCupti) -> None:
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    cap.stop()
+    cap2 = CuptiCapture(GpuSettings())
+    cap2.start()  # no CUDA call in between
+    assert fake.unsubscribed == [0x5EB] and detach.state(fake.shim) == "idle"
+    fake.api_call()
+    assert fake.finalized == 0  # nothing detaches CUPTI in the middle of cap2
+    cap2.stop()
+    fake.api_call()
+    assert fake.finalized == 1
+
+
+def test_no_detach_before_cuda_12_6_or_when_switched_off(shim: ctypes.CDLL,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    old = FakeCupti(shim, version=23)  # CUDA 12.5
+    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: old)
+    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
+    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    detach.reset(old, shim)
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    cap.stop()
+    assert old.subscribed is None and "cupti_stays_attached" in {d.code for d in cap.diagnostics}
+    assert cap.settings_for_manifest()["cupti_detach"] == "not armed"
+    monkeypatch.setenv("STEPSCOPE_CUPTI_DETACH", "0")
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    cap.stop()
+    assert old.subscribed is None and cap.settings_for_manifest()["cupti_detach"] == "off"
+
+
+def test_another_cupti_subscriber_keeps_cupti_attached_with_a_note(fake: FakeCupti) -> None:
+    fake.subscribed = 0x1234  # e.g. the framework's own profiler subscribed earlier
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    cap.stop()
+    assert any(d.code == "cupti_stays_attached" and "another CUPTI client" in d.message
+               for d in cap.diagnostics)
+    assert fake.finalized == 0
 
 
 def test_without_a_spill_folder_records_are_decoded_at_flush(fake: FakeCupti) -> None:

@@ -17,7 +17,10 @@
  * capture needs to keep the raw records instead of decoding them in the profiled process (see
  * capture/cupti/spill.py): ss_scan (records per kind, and the string pointers not seen before:
  * kernel and NVTX names live in CUPTI's memory, so they must be read in this process) and
- * ss_write_frame (append a buffer to a file). All run without the GIL.
+ * ss_write_frame (append a buffer to a file). All run without the GIL. And the detach of CUPTI
+ * once a capture has ended: ss_detach_callback calls cuptiFinalize at the exit of the program's
+ * next CUDA call, as NVIDIA documents it (CUPTI left attached keeps its hooks in every CUDA
+ * call of the rest of the program).
  *
  * Built as a plain shared library (no Python.h), loaded with ctypes.
  */
@@ -201,7 +204,7 @@ size_t ss_walk(const uint8_t *buf, size_t valid, const uint32_t *sizes, uint32_t
 }
 
 /* Bumped whenever a function's signature changes: a stale prebuilt library is then rebuilt. */
-int ss_abi_version(void) { return 3; }
+int ss_abi_version(void) { return 4; }
 
 typedef int (*ss_next_fn)(uint8_t *buffer, size_t valid, void **record);
 
@@ -350,4 +353,63 @@ long ss_write_frame(int fd, const uint8_t *buf, uint64_t valid) {
         }
     }
     return 0;
+}
+
+/* ---- detaching CUPTI after a capture ------------------------------------------------------- */
+
+/* 0 idle, 1 armed (detach at the next CUDA API exit), 2 detaching, 3 detached, 4 failed */
+static int ss_detach_state = 0;
+static int ss_detach_rc = 0;
+static int (*ss_finalize)(void) = NULL;
+static void *ss_detach_sub = NULL;
+
+/* Arm the detach: `finalize` is cuptiFinalize, `subscriber` the handle whose callback is
+ * ss_detach_callback (subscribed to the runtime and driver domains by the caller, after this). */
+void ss_detach_arm(int (*finalize)(void), void *subscriber) {
+    ss_finalize = finalize;
+    ss_detach_sub = subscriber;
+    __atomic_store_n(&ss_detach_state, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The CUPTI callback (CUpti_CallbackFunc): on the first API exit after arming, on whichever
+ * thread, cuptiFinalize. The site is the first field of CUpti_CallbackData (1 = CUPTI_API_EXIT). */
+void ss_detach_callback(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
+    (void)userdata; (void)domain; (void)cbid;
+    if (__atomic_load_n(&ss_detach_state, __ATOMIC_ACQUIRE) != 1 || !cbdata) return;
+    int site;
+    memcpy(&site, cbdata, sizeof site);
+    if (site != 1) return;
+    int armed = 1;
+    if (!__atomic_compare_exchange_n(&ss_detach_state, &armed, 2, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    ss_detach_rc = ss_finalize ? ss_finalize() : -1;
+    __atomic_store_n(&ss_detach_state, ss_detach_rc == 0 ? 3 : 4, __ATOMIC_RELEASE);
+}
+
+/* The state (see above); *rc the result of cuptiFinalize once it ran. */
+int ss_detach_state_get(int *rc) {
+    int st = __atomic_load_n(&ss_detach_state, __ATOMIC_ACQUIRE);
+    if (rc) *rc = ss_detach_rc;
+    return st;
+}
+
+/* Before a new capture: an armed detach that has not started is called off and its subscriber
+ * handed back (to unsubscribe); a finished one is forgotten. Returns the state it found (2: one
+ * is running now: wait for it and call again). */
+int ss_detach_reset(void **subscriber) {
+    int armed = 1;
+    *subscriber = NULL;
+    if (__atomic_compare_exchange_n(&ss_detach_state, &armed, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        *subscriber = ss_detach_sub;
+        ss_detach_sub = NULL;
+        return 1;
+    }
+    int st = __atomic_load_n(&ss_detach_state, __ATOMIC_ACQUIRE);
+    if (st == 3 || st == 4) {
+        __atomic_store_n(&ss_detach_state, 0, __ATOMIC_RELEASE);
+        ss_detach_sub = NULL;
+    }
+    return st;
 }

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from stepscope.capture.cupti import detach
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.decode import DecodeContext, Decoder
 from stepscope.capture.cupti.native import (
@@ -79,7 +80,6 @@ class CuptiCapture:
             strings=self._string, api_name=self._callback_name, demangle=demangler(),
             pid=os.getpid()))
         self._enabled: list[int] = []
-        self._api_on: list[tuple[int, int]] = []  # calls switched on one by one (api_switch calls)
         self._names: dict[int, dict[int, str]] = {}  # domain -> cbid -> call name
         self._plans: dict[int, tuple[list[int], list[int]]] = {}  # domain -> (kept, off) cbids
         self._api_kept = 0
@@ -92,6 +92,7 @@ class CuptiCapture:
         self.buffers = 0
         self.bytes = 0
         self.decode_s = 0.0  # decoding here (no spill_dir); spilling: the time moving buffers
+        self._detach_note = "off" if not self.settings.detach else "not yet"
         self.running = False
         # STEPSCOPE_CUPTI_DUMP=DIR: keep the raw buffers and the strings they point to (used to
         # record the CI fixtures of the decoder; see tests/capture/cupti)
@@ -154,6 +155,7 @@ class CuptiCapture:
             raise Unavailable("torch.profiler is running in this process and owns CUPTI "
                               "(one CUPTI client per process): use --backend torch")
         s = self.settings
+        detach.reset(self.lib, self.shim)  # an earlier capture's detach that has not run yet
         self.shim.ss_configure(s.buffer_mb << 20, s.max_mb << 20)
         req = ctypes.cast(self.shim.ss_buffer_requested, ctypes.c_void_p)
         done = ctypes.cast(self.shim.ss_buffer_completed, ctypes.c_void_p)
@@ -186,26 +188,17 @@ class CuptiCapture:
         self.running = True
 
     def _enable_api(self, domain: int) -> None:
-        """Records for the calls that matter (``GpuSettings.api_switch``): ``calls`` switches
-        just those on; ``domain`` switches the whole domain on, then every other call off (the
-        order CUPTI wants: enabling the kind after the per-call switches would override them).
-        A CUPTI without the per-call switches records every call of the domain."""
+        """Records for the calls that matter: the whole domain on, then every other call off
+        (the order CUPTI wants: enabling the kind after the per-call switches would override
+        them). A CUPTI without the per-call switches records every call of the domain.
+
+        Switching only the wanted calls on, without the domain's kind (which cupti_activity.h
+        of CUDA 13.0 describes), was tried on the H100 with libcupti 13.0.85: CUPTI accepted
+        every switch and recorded no API call at all (docs/benchmarks.md)."""
         kind = L.RUNTIME if domain == L.DOMAIN_RUNTIME_API else L.DRIVER
         fn = getattr(self.lib, "cuptiActivityEnableRuntimeApi" if domain == L.DOMAIN_RUNTIME_API
                      else "cuptiActivityEnableDriverApi", None)
         kept, off = self._plan(domain)
-        if fn is not None and self.settings.api_switch == "calls":
-            failed = 0
-            for cbid in kept:
-                if fn(cbid, 1) == 0:
-                    self._api_on.append((domain, cbid))
-                    self._api_kept += 1
-                else:
-                    failed += 1
-            if failed:
-                self._diag("cupti_api_filter", f"{failed} {L.KIND_NAMES[kind]} calls could not be "
-                           "switched on: they have no records")
-            return
         rc = self.lib.cuptiActivityEnable(kind)
         if rc != 0:
             self._diag("cupti_api_unavailable", f"CUPTI {L.KIND_NAMES[kind]} API records "
@@ -247,15 +240,9 @@ class CuptiCapture:
         for kind in self._enabled:
             self.lib.cuptiActivityDisable(kind)
         self._enabled.clear()
-        # Calls switched on one by one are switched off again. In ``domain`` mode the per-call
-        # switches stay off: switching a call back on with the domain's kind disabled would ask
-        # CUPTI to record that call on its own, after the window; whoever enables the domain's
-        # kind next (this capture again, or another client) overrides them all.
-        for domain, cbid in self._api_on:
-            fn = (self.lib.cuptiActivityEnableRuntimeApi if domain == L.DOMAIN_RUNTIME_API
-                  else self.lib.cuptiActivityEnableDriverApi)
-            fn(cbid, 0)
-        self._api_on.clear()
+        # The per-call switches stay off: switching a call back on with the domain's kind disabled
+        # would ask CUPTI to record that call on its own, after the window. Whoever enables the
+        # domain's kind next (this capture again, or another client) overrides them all.
 
     def flush(self, forced: bool = False) -> dict[str, dict[str, Any]]:
         """Decode what CUPTI has completed (all of it when ``forced``)."""
@@ -279,6 +266,11 @@ class CuptiCapture:
                        "machine's first run): use a longer window")
         self.shim.ss_trim()
         self._dump_meta()
+        if self.settings.detach:
+            why = detach.arm(self.lib, self.shim, self.version)
+            if why is not None:
+                self._diag("cupti_stays_attached", why, level="info")
+            self._detach_note = "armed" if why is None else "not armed"
         return out
 
     def _final_flush(self, wait_s: float = 1.0) -> None:
@@ -450,7 +442,7 @@ class CuptiCapture:
                 "api_calls_kept": self._api_kept, "api_calls_off": self._api_off_total,
                 "driver_api": self.settings.use_driver(),
                 "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,
-                "records_kept_raw": self._spill is not None,
+                "records_kept_raw": self._spill is not None, "cupti_detach": self._detach_note,
                 "decode_s" if self._spill is None else "spill_s": round(self.decode_s, 4),
                 "clock_offset_ns": self.clock_offset_ns,
                 "cupti_overhead_ns": dict(self.decoder.cupti_overhead_ns), **self.stats()}

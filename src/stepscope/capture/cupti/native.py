@@ -73,7 +73,7 @@ def find_libcupti(environ: Mapping[str, str] | None = None,
     return ctypes.util.find_library("cupti")
 
 
-SHIM_ABI = 3  # ss_abi_version() of _shim.c
+SHIM_ABI = 4  # ss_abi_version() of _shim.c
 
 
 def _abi(path: Path) -> int | None:
@@ -153,6 +153,12 @@ def load_shim(path: Path | None = None) -> ctypes.CDLL:
     lib.ss_seen_reset.restype = None
     lib.ss_write_frame.argtypes = [ctypes.c_int, vp, ctypes.c_uint64]
     lib.ss_write_frame.restype = ctypes.c_long
+    lib.ss_detach_arm.argtypes = [vp, vp]
+    lib.ss_detach_arm.restype = None
+    lib.ss_detach_state_get.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.ss_detach_state_get.restype = ctypes.c_int
+    lib.ss_detach_reset.argtypes = [ctypes.POINTER(vp)]
+    lib.ss_detach_reset.restype = ctypes.c_int
     lib.ss_buffer_requested.argtypes = [ctypes.POINTER(vp), ctypes.POINTER(sz), ctypes.POINTER(sz)]
     lib.ss_buffer_requested.restype = None
     lib.ss_buffer_completed.argtypes = [vp, ctypes.c_uint32, vp, sz, sz]
@@ -179,12 +185,18 @@ def load_libcupti(path: str) -> ctypes.CDLL:
         "cuptiActivityEnableRuntimeApi": [u32, u8],
         "cuptiActivityEnableDriverApi": [u32, u8],
         "cuptiGetTimestamp": [ctypes.POINTER(ctypes.c_uint64)],
+        "cuptiFinalize": [],
+        "cuptiSubscribe": [ctypes.POINTER(vp), vp, vp],
+        "cuptiUnsubscribe": [vp],
+        "cuptiEnableDomain": [u32, vp, i],
     }
+    optional = {"cuptiActivityEnableRuntimeApi", "cuptiActivityEnableDriverApi",  # older CUPTI:
+                "cuptiFinalize", "cuptiSubscribe", "cuptiUnsubscribe", "cuptiEnableDomain"}
     for name, args in sigs.items():
         fn = getattr(lib, name, None)
         if fn is None:
-            if name.startswith("cuptiActivityEnable") and name.endswith("Api"):
-                continue  # older CUPTI: the whole-domain switch is used instead
+            if name in optional:  # the whole-domain switch is used; CUPTI stays attached
+                continue
             raise Unavailable(f"{path} lacks {name} (CUPTI too old)")
         fn.argtypes = args
         fn.restype = i

@@ -3,11 +3,8 @@ calls, buffer sizes.
 
 Which runtime/driver calls are recorded (``--gpu-api filtered``): only those the analysis uses
 (launches, graph launches, synchronisation, copies, memsets, allocations), so that the ~8
-bookkeeping calls PyTorch makes per launch (cudaGetDevice…) are not recorded. ``api_switch``
-says how CUPTI is told: ``calls`` switches on just those calls (``cuptiActivityEnableRuntimeApi``
-/ ``…DriverApi`` without the domain's activity kind), ``domain`` switches the whole domain on and
-every other call off (the way stepscope did it first; measured against each other in
-docs/benchmarks.md).
+bookkeeping calls PyTorch makes per launch (cudaGetDevice…) are not recorded: the domain is
+switched on and every other call off (``CuptiCapture._enable_api``).
 """
 
 from __future__ import annotations
@@ -21,20 +18,16 @@ from typing import Any
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.decode import api_base_name, wanted_call
 
-API_SWITCHES = ("calls", "domain")
-
-
 # Driver calls kept in a torch process: the launches that do not come from torch's runtime calls
 # (cuBLASLt's GEMMs launch with cuLaunchKernelEx, Triton's kernels with cuLaunchKernel).
 TORCH_DRIVER_CALLS = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel"})
 _PER_THREAD_STREAM = re.compile(r"_pt(sz|ds)$")  # cuLaunchKernel_ptsz: the per-thread-stream twin
 
 
-def _api_switch() -> str:
-    """``STEPSCOPE_CUPTI_API_SWITCH`` (``calls`` | ``domain``) overrides the default: the knob the
-    overhead benchmark turns."""
-    raw = os.environ.get("STEPSCOPE_CUPTI_API_SWITCH", "").strip()
-    return raw if raw in API_SWITCHES else "calls"
+def _detach() -> bool:
+    """``STEPSCOPE_CUPTI_DETACH=0`` leaves CUPTI attached after the capture (``detach``): the
+    knob the overhead benchmark turns to show what detaching is worth."""
+    return os.environ.get("STEPSCOPE_CUPTI_DETACH", "1").strip() != "0"
 
 
 def _torch_driver_calls() -> frozenset[str]:
@@ -54,7 +47,6 @@ class GpuSettings:
     # of torch's runtime launches would also add a nested driver record, dropped at decode but paid
     # for at capture; measured in docs/benchmarks.md). True/False: every one that matters / none.
     driver: bool | None = None
-    api_switch: str = field(default_factory=_api_switch)
     torch_driver_calls: frozenset[str] = field(default_factory=_torch_driver_calls)
     memcpy: bool = True
     memset: bool = True
@@ -63,6 +55,7 @@ class GpuSettings:
     overhead: bool = True
     buffer_mb: int = 8
     max_mb: int = 1024
+    detach: bool = field(default_factory=_detach)  # cuptiFinalize after the capture (detach.py)
 
     def use_driver(self) -> bool:
         if self.driver is None:
@@ -94,4 +87,4 @@ class GpuSettings:
         return ks
 
 
-__all__ = ["API_SWITCHES", "TORCH_DRIVER_CALLS", "GpuSettings"]
+__all__ = ["TORCH_DRIVER_CALLS", "GpuSettings"]

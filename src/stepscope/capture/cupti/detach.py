@@ -1,0 +1,76 @@
+"""Detach CUPTI from the process once a capture has ended.
+
+Disabling every activity kind is not enough: CUPTI, once initialised, keeps its hooks in every
+CUDA runtime and driver call for the rest of the process. Measured on the H100 (docs/benchmarks.md):
+the uncaptured GPT step ran 8% slower after one capture had ended than before it, and PyTorch
+reported the same effect for its profiler (it now tears CUPTI down after profiling on CUDA >=
+12.6). ``cuptiFinalize`` detaches CUPTI; NVIDIA's documented safe place to call it is the exit of
+a CUDA API call, from a CUPTI callback. So at the end of a capture (buffers flushed, activities
+off) ``arm`` subscribes the shim's ``ss_detach_callback`` to the runtime and driver domains, and
+the program's next CUDA call detaches CUPTI on its way out — in C, without the GIL. A new capture
+in the same process first calls off a detach that has not happened yet (``reset``); CUPTI
+initialises itself again on its next call.
+
+Not armed where it could do harm: CUPTI older than 12.6 (``cuptiFinalize`` crashed with CUDA
+graphs there), or another CUPTI client subscribed in the process (the subscription fails).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Any
+
+from stepscope.capture.cupti import layouts as L
+
+FIRST_SAFE_VERSION = 24  # CUPTI API version of CUDA 12.6 (cupti_version.h)
+DETACHED, FAILED, RUNNING = 3, 4, 2
+_STATES = {0: "idle", 1: "armed: at the next CUDA call", RUNNING: "detaching", DETACHED: "detached",
+           FAILED: "cuptiFinalize failed"}
+
+
+def state(shim: ctypes.CDLL) -> str:
+    """Where the detach is (``detached`` once the program's next CUDA call has run)."""
+    rc = ctypes.c_int(0)
+    st = int(shim.ss_detach_state_get(ctypes.byref(rc)))
+    text = _STATES.get(st, f"state {st}")
+    return f"{text} ({rc.value})" if st == FAILED else text
+
+
+def reset(lib: Any, shim: ctypes.CDLL, wait_s: float = 2.0) -> None:
+    """Before a capture starts: call off a detach armed by an earlier capture of this process
+    (and unsubscribe its callback), or wait for one under way."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        sub = ctypes.c_void_p()
+        st = int(shim.ss_detach_reset(ctypes.byref(sub)))
+        if sub.value and getattr(lib, "cuptiUnsubscribe", None) is not None:
+            lib.cuptiUnsubscribe(sub)
+        if st != RUNNING or time.monotonic() >= deadline:
+            return
+        time.sleep(0.005)
+
+
+def arm(lib: Any, shim: ctypes.CDLL, version: int) -> str | None:
+    """Arm the detach; None when armed, else why not (said in a diagnostic)."""
+    if version < FIRST_SAFE_VERSION:
+        return (f"CUPTI {version} is older than CUDA 12.6's, whose cuptiFinalize is safe with CUDA "
+                "graphs: CUPTI stays attached after the window, and the program's CUDA calls "
+                "after it keep CUPTI's hooks (slower)")
+    needed = ("cuptiFinalize", "cuptiSubscribe", "cuptiEnableDomain")
+    if any(getattr(lib, name, None) is None for name in needed):
+        return "this libcupti cannot detach (no cuptiFinalize/cuptiSubscribe): CUPTI stays attached"
+    sub = ctypes.c_void_p()
+    rc = lib.cuptiSubscribe(ctypes.byref(sub), ctypes.cast(shim.ss_detach_callback, ctypes.c_void_p),
+                            None)
+    if rc != 0:
+        return (f"CUPTI could not be detached after the window (cuptiSubscribe failed with {rc}: "
+                "another CUPTI client in this process?): the program's CUDA calls after the "
+                "window keep CUPTI's hooks (slower)")
+    shim.ss_detach_arm(ctypes.cast(lib.cuptiFinalize, ctypes.c_void_p), sub)
+    for domain in (L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API):
+        lib.cuptiEnableDomain(1, sub, domain)
+    return None
+
+
+__all__ = ["FIRST_SAFE_VERSION", "arm", "reset", "state"]
