@@ -8,6 +8,8 @@ Configurations (each in its own process: one CUPTI client per process):
   stepscope            stepscope.record(), default backend (CUPTI through the C shim, filtered
                        runtime/driver calls, records kept raw and decoded at merge, psutil/NVML
                        samplers in their own process, stack sampler on)
+  stepscope-attached   the default, but CUPTI is left attached after each capture instead of
+                       detached (STEPSCOPE_CUPTI_DETACH=0, as stepscope did before)
   stepscope-prev       the default of another stepscope source tree (--prev-src DIR, put first on
                        PYTHONPATH): the code before a change, measured side by side
   stepscope-thread     the same with the psutil/NVML samplers in a thread of the profiled process
@@ -56,7 +58,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CONFIGS = ("stepscope", "stepscope-prev", "stepscope-thread",
+CONFIGS = ("stepscope", "stepscope-attached", "stepscope-prev", "stepscope-thread",
            "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-host-thread",
            "stepscope-gpu", "stepscope-cuptipy", "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
@@ -170,6 +172,8 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
         os.environ["STEPSCOPE_TORCH_DRIVER_CALLS"] = ""
     if config.endswith("-thread"):
         os.environ["STEPSCOPE_SAMPLER_PROCESS"] = "0"
+    if config == "stepscope-attached":
+        os.environ["STEPSCOPE_CUPTI_DETACH"] = "0"
     if workload == "gpt":
         step, batch = gpt_step(target_ms, batch)
     else:

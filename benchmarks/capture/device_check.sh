@@ -24,8 +24,9 @@ rec torch_all_api $py -m stepscope record --quiet -o "$OUT/torch_all_api" --gpu-
 rec torch_torchbk $py -m stepscope record --quiet -o "$OUT/torch_torchbk" --backend torch --steps 20-30 -- $py benchmarks/capture/gpu_train.py --steps 60
 rec torch_pycupti $py -m stepscope record --quiet -o "$OUT/torch_pycupti" --backend cupti-python --steps 20-30 -- $py benchmarks/capture/gpu_train.py --steps 60
 rec torch_nvtx_steps $py -m stepscope record --quiet -o "$OUT/torch_nvtx_steps" --nvtx forward --steps 5-9 -- $py benchmarks/capture/gpu_train.py --steps 30 --nvtx
-# killed by SIGKILL 9 s in, mid-window (window opens at 2 s): the flushes made by then survive
-rec torch_killed $py -m stepscope record --quiet -o "$OUT/torch_killed" --delay 2 --duration 30 -- $py benchmarks/capture/gpu_train.py --steps 100000 --kill-after-s 9
+# killed by SIGKILL mid-window (the window opens at step 20, the kill comes ~12 s after torch is
+# imported): what the flushes before it wrote survives, GPU records included
+rec torch_killed $py -m stepscope record --quiet -o "$OUT/torch_killed" --steps 20-1000000 -- $py benchmarks/capture/gpu_train.py --steps 1000000 --kill-after-s 14
 # the window is still open when the program ends: closed at exit, CUPTI detached during CUDA's teardown
 rec torch_to_exit $py -m stepscope record --quiet -o "$OUT/torch_to_exit" --steps 40-200 -- $py benchmarks/capture/gpu_train.py --steps 60 --nvtx
 rec jax $py -m stepscope record --quiet -o "$OUT/jax" --delay 9 --duration 2 -- $py benchmarks/capture/jax_train.py --seconds 13

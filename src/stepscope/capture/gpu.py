@@ -137,7 +137,9 @@ class GpuSlot:
             return {}, []
         diags: list[Diagnostic] = []
         try:
-            data = gpu.stop() if final else gpu.flush()
+            # forced: CUPTI hands over its partly filled buffers too, so that a process killed
+            # later keeps the GPU records of every flush (a full 8 MB buffer can take minutes)
+            data = gpu.stop() if final else gpu.flush(forced=True)
         except Exception as exc:
             diags.append(Diagnostic("error", "gpu_capture_failed", f"GPU capture failed: {exc!r}"))
             data = {}
