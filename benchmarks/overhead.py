@@ -189,12 +189,18 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
     steps = max(steps, round(window_s * 1e3 / probe_ms)) if window_s > 0 else steps
     tmp = Path(tempfile.mkdtemp(prefix="ss-overhead-"))
 
+    traces: list[list[float]] = []  # per block: ms from its start at the end of every 10th step
+
     def timed(n: int) -> float:
         settle()
         t0 = time.perf_counter()
-        for _ in range(n):
+        marks = []
+        for j in range(n):
             step()
+            if j % 10 == 9:
+                marks.append(round((time.perf_counter() - t0) * 1e3, 2))
         sync()
+        traces.append(marks)
         return (time.perf_counter() - t0) / n * 1e3
 
     def plain() -> float:
@@ -226,24 +232,29 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
             settle()
             r.step()  # boundary 2: the window opens
             t0 = time.perf_counter()
+            marks = []
             for j in range(steps):
                 step()
                 if j < steps - 1:
                     r.step()
+                if j % 10 == 9:
+                    marks.append(round((time.perf_counter() - t0) * 1e3, 2))
             sync()
+            traces.append(marks)
             ms = (time.perf_counter() - t0) / steps * 1e3
             r.step()  # the window closes (GPU records decoded, outside the timing)
         return ms
 
     a: list[float] = []
     b: list[float] = []
+    kinds: list[str] = []  # of the blocks, in the order they ran (one trace each)
     for i in range(rounds):
-        if i % 2 == 0:
-            a.append(plain())
-            b.append(captured(i))
-        else:
-            b.append(captured(i))
-            a.append(plain())
+        for kind in (("plain", "captured") if i % 2 == 0 else ("captured", "plain")):
+            if kind == "plain":
+                a.append(plain())
+            else:
+                b.append(captured(i))
+            kinds.append(kind)
     # plain blocks right after a captured one (odd rounds) vs after a plain one: a difference
     # would be work a capture leaves behind
     after_capture = [x for i, x in enumerate(a) if i % 2 == 1]
@@ -253,6 +264,8 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
            "plain_after_capture_median_ms": statistics.median(after_capture) if after_capture else None,
            "plain_after_plain_median_ms": statistics.median(after_plain) if after_plain else None,
            "plain_median_ms": statistics.median(a), "captured_median_ms": statistics.median(b),
+           # per block, in the order they ran: ms since its start at the end of every 10th step
+           "traces_ms": [{"kind": k, "ms": t} for k, t in zip(kinds, traces)],
            "ratio": statistics.median(b) / statistics.median(a),
            "paired_ratio": statistics.median(y / x for x, y in zip(a, b))}
     if not config.startswith("torch-"):
