@@ -41,7 +41,7 @@ def main() -> None:
     t_start = time.perf_counter()
     cap.start()
     print(f"start() took {(time.perf_counter() - t_start) * 1e3:.1f} ms")
-    print("api calls kept / switched off:", cap._api_kept, cap._api_off_total)
+    print("api calls kept / switched off:", cap.calls.kept, cap.calls.off)
     rt = cap.lib.cuptiActivityEnableRuntimeApi
     name = cap._callback_name(L.DOMAIN_RUNTIME_API, 211)
     rc = rt(211, 1)

@@ -23,79 +23,23 @@ The process-wide part (active sessions, exit/signal hooks, the sitecustomize ent
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, count_rows, threads_cpu_s
+from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, threads_cpu_s
+from stepscope.capture.config import ENV_VAR, CaptureConfig, HostLike, default_host
 from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
-from stepscope.capture.schedule import Action, Schedule
+from stepscope.capture.schedule import Action
 from stepscope.capture.step_times import StepTimes
+from stepscope.capture.window_writer import WindowWriter
 from stepscope.store.manifest import Diagnostic
-
-ENV_VAR = "STEPSCOPE_CAPTURE"
-
-
-@dataclass(frozen=True)
-class CaptureConfig:
-    staging: str
-    schedule: Schedule = field(default_factory=Schedule)
-    sample_hz: float = 10.0
-    stack_hz: float = 20.0
-    stacks: bool = True
-    nvml: bool = True
-    hooks: bool = True
-    max_rows: int = 2_000_000
-    flush_every_s: float = 5.0
-    # timed windows: the GPU backend starts this long before the window opens (CUPTI takes
-    # ~0.3-0.5 s to start recording; measured on the H100, docs/record.md), records before the
-    # window are clipped away
-    gpu_lead_s: float = 1.0
-    pkg_root: str = ""  # folder holding the stepscope package (for the injected sitecustomize)
-    gpu: str = "auto"  # GPU backend: auto | cupti | cupti-python | torch | none (capture.gpu)
-    gpu_api: str = "filtered"  # runtime/driver calls: none | filtered | all
-    nvtx_step: str = ""  # --nvtx NAME: the NVTX ranges named NAME are the steps
-
-    def to_json(self) -> str:
-        d = asdict(self)
-        d["schedule"] = self.schedule.to_dict()
-        return json.dumps(d)
-
-    @staticmethod
-    def from_json(text: str) -> CaptureConfig:
-        d = json.loads(text)
-        d["schedule"] = Schedule.from_dict(d.get("schedule") or {})
-        known = CaptureConfig.__dataclass_fields__
-        return CaptureConfig(**{k: v for k, v in d.items() if k in known})
-
-
-class HostLike(Protocol):
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-    def mark_step(self, ts_ns: int | None = None) -> None: ...
-    def add_step_listener(self, fn: Callable[[int], None]) -> None: ...
-    def drain(self) -> dict[str, dict[str, list[Any]]]: ...
-    def settings_for_manifest(self) -> dict[str, Any]: ...
-    @property
-    def diagnostics(self) -> tuple[Diagnostic, ...]: ...
-
-
-def default_host(config: CaptureConfig, rank: int, clock: Callable[[], int]) -> HostLike:
-    from stepscope.capture.host import HostCapture, HostSettings
-
-    settings = HostSettings(sample_hz=config.sample_hz,
-                            stack_hz=config.stack_hz if config.stacks else 0.0,
-                            nvml=config.nvml, hooks=config.hooks or bool(config.nvtx_step),
-                            nvtx_step=config.nvtx_step)
-    return HostCapture(settings, rank=rank, clock=clock)
 
 
 class Session:
@@ -142,8 +86,7 @@ class Session:
         self._cpu_open: float | None = None
         self._overhead: dict[str, Any] = {}
         self._diags: list[Diagnostic] = []
-        self.rows = 0
-        self._raw_counted = 0  # GPU records kept raw, counted into ``rows``
+        self.out = WindowWriter(self.partition, config.max_rows)
         self._io_busy = False  # a flush is writing (outside the lock); see _flush_window
         self._io_idle = threading.Condition(self._lock)
         self.ended = "running"
@@ -258,7 +201,7 @@ class Session:
         # drop what was sampled before the window, but keep the untimed tables (threads, processes)
         merged = concat([*self._pre, self._drain()])
         self._pre.clear()
-        self._write({name: cols for name, cols in merged.items() if name not in TIMED_TABLES})
+        self.out.write({name: cols for name, cols in merged.items() if name not in TIMED_TABLES})
         self._start_gpu()
         self.open_ns = now
         self._last_flush = now
@@ -289,9 +232,9 @@ class Session:
             lo = self.open_ns
         full = False
         try:
-            full = not self._write(clip(data, lo, None))
+            full = not self.out.write(clip(data, lo, None))
             if not full:
-                full = not self._write(clip(self._gpu_data(final=False), lo, None))
+                full = not self.out.write(clip(self._gpu_data(final=False), lo, None))
             full = full or not self._count_raw()
         finally:
             with self._lock:
@@ -314,13 +257,11 @@ class Session:
 
     def _count_raw(self) -> bool:
         """Count the GPU records the backend has kept raw into the row cap; False when over it."""
-        n = self.gpu.raw_records()
-        self.rows += n - self._raw_counted
-        self._raw_counted = n
-        if self.rows <= self.config.max_rows:
-            return True
-        self._row_cap_reached()
-        return False
+        return self.out.count_raw(self.gpu.raw_records())
+
+    @property
+    def rows(self) -> int:
+        return self.out.rows
 
     def _start_gpu(self) -> None:
         diag = self.gpu.start()
@@ -350,27 +291,6 @@ class Session:
         self._last_flush = self._clock()
         self._pre.append(self._drain())
 
-    def _write(self, data: Tables) -> bool:
-        """Write one chunk; False (nothing written) when it would pass the row cap."""
-        n = count_rows(data)
-        if not n:
-            return True
-        if self.rows + n > self.config.max_rows:
-            self._row_cap_reached()
-            return False
-        try:
-            self.rows += self.partition.write_chunk(data)
-        except Exception as exc:
-            self._diags.append(Diagnostic("error", "flush_failed", f"writing the partition failed: {exc!r}"))
-        return True
-
-    def _row_cap_reached(self) -> None:
-        if not any(d.code == "row_cap" for d in self._diags):
-            self._diags.append(Diagnostic(
-                "warning", "row_cap",
-                f"stopped capturing after {self.rows} rows (cap {self.config.max_rows}): "
-                "use a shorter window (--steps A-B)"))
-
     def _close(self) -> None:
         with self._lock:
             if self.close_ns is not None or self.finished:
@@ -384,8 +304,8 @@ class Session:
             gpu = self._gpu_data(final=True)
             data = self._stop_host()
             if self.open_ns is not None:
-                self._write(clip(data, self.open_ns, now))
-                self._write(clip(gpu, self.open_ns, now))
+                self.out.write(clip(data, self.open_ns, now))
+                self.out.write(clip(gpu, self.open_ns, now))
                 self._count_raw()
             self._write_meta()
 
@@ -436,7 +356,7 @@ class Session:
                                       f"{keep_s:g} s of host samples instead"))
         self.open_ns = max(self.start_ns, now - int(keep_s * 1e9))
         self.close_ns = now
-        self._write(clip(merged, self.open_ns, now))
+        self.out.write(clip(merged, self.open_ns, now))
 
     def _discard_raw(self) -> None:
         """Drop GPU records kept raw (those of a warm-up step whose window never opened)."""
@@ -453,7 +373,7 @@ class Session:
                                     "window_start_ns": self.open_ns, "window_end_ns": self.close_ns,
                                     "step_boundaries_seen": self.boundaries,
                                     "gpu": self.gpu.status}
-        diags = list(self._diags)
+        diags = [*self._diags, *self.out.diagnostics]
         if self.host is not None:
             try:
                 settings["host"] = self.host.settings_for_manifest()

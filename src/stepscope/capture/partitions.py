@@ -56,11 +56,12 @@ NO_GPU_CAPTURE = Diagnostic(
 
 
 def gpu_backends(parts: Sequence[Partition]) -> list[str]:
-    """The GPU backends that ran (and stopped) in the partitions."""
+    """The GPU backends that ran in the partitions: stopped, or still running when the process
+    was killed (what it flushed before is in the run)."""
     out: list[str] = []
     for p in parts:
         g = p.meta.settings.get("gpu") if isinstance(p.meta.settings, dict) else None
-        if isinstance(g, dict) and g.get("state") == "stopped" and g.get("backend"):
+        if isinstance(g, dict) and g.get("state") in ("stopped", "running") and g.get("backend"):
             out.append(str(g["backend"]))
     return sorted(set(out))
 

@@ -207,3 +207,25 @@ def test_a_window_that_never_opens_leaves_no_gpu_records(fake: FakeCupti, tmp_pa
     assert raw_files(s.partition.path) == []
     run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
     assert "kernels" not in run.manifest.tables or run.table("kernels").num_rows == 0
+
+
+def test_a_process_killed_mid_window_keeps_what_its_flushes_kept(fake: FakeCupti,
+                                                                  tmp_path: Path) -> None:
+    clock = FakeClock()
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), schedule=make_schedule("1-1000"),
+                        flush_every_s=3600)  # the test flushes by hand
+    s = Session(cfg, clock=clock, environ={}, host_factory=lambda c, r, clk: FakeHost(clk))
+    s.begin()
+    name = fake.name("_Z4stepv")
+    for i in range(6):
+        s.step()
+        fake.emit(kernel(clock.t + 1_000_000, clock.t + 2_000_000, name=name, corr=i + 1))
+        clock.t += 10_000_000
+    assert s._flush_window()  # the periodic flush: CUPTI's (partly filled) buffers kept raw
+    fake.emit(kernel(clock.t, clock.t + 1, name=name, corr=99))  # never flushed: lost with the kill
+    # SIGKILL: no finish(), no final flush; the launcher merges what is on disk
+    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=-9))
+    assert run.table("kernels").num_rows == 5  # steps 1-5 (step 0 was the warm-up)
+    codes = {d.code for d in run.manifest.diagnostics}
+    assert "gpu_not_captured" not in codes and "partial_run" in codes
+    assert run.manifest.partial

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from stepscope.capture.cupti import detach
 from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.api_calls import CallPlan
 from stepscope.capture.cupti.decode import DecodeContext, Decoder
 from stepscope.capture.cupti.native import (
     Unavailable,
@@ -38,7 +39,6 @@ from stepscope.capture.cupti.spill import SpillWriter
 from stepscope.store.manifest import Diagnostic
 
 FLUSH_FORCED = 1
-_MAX_CBID = 1024
 
 
 def torch_profiler_active() -> bool:
@@ -80,11 +80,8 @@ class CuptiCapture:
             strings=self._string, api_name=self._callback_name, demangle=demangler(),
             pid=os.getpid()))
         self._enabled: list[int] = []
-        self._names: dict[int, dict[int, str]] = {}  # domain -> cbid -> call name
-        self._plans: dict[int, tuple[list[int], list[int]]] = {}  # domain -> (kept, off) cbids
-        self._api_kept = 0
+        self.calls = CallPlan(self.settings, self._callback_name)
         self._requested_at_start = 0
-        self._api_off_total = 0
         self._diags: list[Diagnostic] = []
         self._checked = False
         self._layout_ok = True
@@ -102,7 +99,7 @@ class CuptiCapture:
         # look the call names up now, off the training thread (the spill's meta needs them too)
         for domain in (L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API):
             if self.settings.api == "filtered" or spill_dir is not None:
-                self._plan(domain)
+                self.calls.plan(domain)
 
     # -- ctypes helpers -----------------------------------------------------------------------
     def _error(self, rc: int) -> str:
@@ -188,53 +185,11 @@ class CuptiCapture:
         self.running = True
 
     def _enable_api(self, domain: int) -> None:
-        """Records for the calls that matter: the whole domain on, then every other call off
-        (the order CUPTI wants: enabling the kind after the per-call switches would override
-        them). A CUPTI without the per-call switches records every call of the domain.
-
-        Switching only the wanted calls on, without the domain's kind (which cupti_activity.h
-        of CUDA 13.0 describes), was tried on the H100 with libcupti 13.0.85: CUPTI accepted
-        every switch and recorded no API call at all (docs/benchmarks.md)."""
-        kind = L.RUNTIME if domain == L.DOMAIN_RUNTIME_API else L.DRIVER
-        fn = getattr(self.lib, "cuptiActivityEnableRuntimeApi" if domain == L.DOMAIN_RUNTIME_API
-                     else "cuptiActivityEnableDriverApi", None)
-        kept, off = self._plan(domain)
-        rc = self.lib.cuptiActivityEnable(kind)
-        if rc != 0:
-            self._diag("cupti_api_unavailable", f"CUPTI {L.KIND_NAMES[kind]} API records "
-                       f"unavailable: {self._error(rc)}")
-            return
-        self._enabled.append(kind)
-        if fn is None:  # older CUPTI: every call of the domain is recorded
-            return
-        failed = 0
-        self._api_kept += len(kept)
-        for cbid in off:
-            if fn(cbid, 0) == 0:
-                self._api_off_total += 1
-            else:
-                failed += 1
-        if failed:
-            self._diag("cupti_api_filter", f"{failed} {L.KIND_NAMES[kind]} calls could not be "
-                       "switched off: their records are kept")
-
-    def _plan(self, domain: int) -> tuple[list[int], list[int]]:
-        """The calls of a domain to keep and to leave off (their names looked up once, when the
-        backend is made off the training thread, so that starting is quick: calls made while
-        the switches are being set have no records)."""
-        if domain not in self._plans:
-            names: dict[int, str] = {}
-            kept: list[int] = []
-            off: list[int] = []
-            for cbid in range(1, _MAX_CBID):
-                name = self._callback_name(domain, cbid)
-                if not name:
-                    continue
-                names[cbid] = name
-                (kept if self.settings.keep_call(domain, name) else off).append(cbid)
-            self._names[domain] = names
-            self._plans[domain] = (kept, off)
-        return self._plans[domain]
+        kind, diags = self.calls.enable(self.lib, domain, self._error)
+        for code, message in diags:
+            self._diag(code, message)
+        if kind is not None:
+            self._enabled.append(kind)
 
     def _disable(self) -> None:
         for kind in self._enabled:
@@ -361,7 +316,7 @@ class CuptiCapture:
     def _write_raw_meta(self) -> None:
         if self._spill is None:
             return
-        names = {str(d): {str(c): n for c, n in m.items()} for d, m in self._names.items()}
+        names = {str(d): {str(c): n for c, n in m.items()} for d, m in self.calls.names.items()}
         by_kind = {L.KIND_NAMES.get(k, str(k)): c for k, c in enumerate(self._spill.counts) if c}
         self._spill.write_meta({
             "cupti_api_version": self.version, "layout": self.layout_name,
@@ -439,7 +394,7 @@ class CuptiCapture:
     def settings_for_manifest(self) -> dict[str, Any]:
         return {"backend": self.backend, "libcupti": self.path, "cupti_api_version": self.version,
                 "record_layout": self.layout_name, "settings": self.settings.as_dict(),
-                "api_calls_kept": self._api_kept, "api_calls_off": self._api_off_total,
+                "api_calls_kept": self.calls.kept, "api_calls_off": self.calls.off,
                 "driver_api": self.settings.use_driver(),
                 "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,
                 "records_kept_raw": self._spill is not None, "cupti_detach": self._detach_note,

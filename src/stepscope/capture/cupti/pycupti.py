@@ -15,7 +15,8 @@ from typing import Any
 
 from stepscope.apis import classify_api
 from stepscope.capture.cupti import layouts as L
-from stepscope.capture.cupti.capture import _MAX_CBID, torch_profiler_active
+from stepscope.capture.cupti.api_calls import MAX_CBID
+from stepscope.capture.cupti.capture import torch_profiler_active
 from stepscope.capture.cupti.decode import api_base_name
 from stepscope.capture.cupti.native import Unavailable, demangler
 from stepscope.capture.cupti.settings import GpuSettings
@@ -76,7 +77,7 @@ class PyCuptiCapture:
                     continue
                 c.activity_enable(kind)
                 self._enabled.append(kind)
-                for cbid in range(1, _MAX_CBID):
+                for cbid in range(1, MAX_CBID):
                     name = self._name(domain, cbid)
                     if name and not self.settings.keep_call(domain, name):
                         try:
