@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.capture.partitions import META_NAME, StagingPartition
+from stepscope.store.manifest import Diagnostic
 
 
 def materialize(folder: Path) -> bool:
     """Decode ``folder``'s raw records, if it has any; True when it had."""
-    from stepscope.capture.cupti.raw import decode_folder, has_raw, raw_files
+    from stepscope.capture.cupti.raw import RawResult, decode_folder, has_raw, raw_files
 
     if not has_raw(folder):
         return False
@@ -29,7 +30,13 @@ def materialize(folder: Path) -> bool:
     settings = settings if isinstance(settings, dict) else {}
     lo, hi = settings.get("window_start_ns"), settings.get("window_end_ns")
     part = StagingPartition(folder, prefix="gpu")
-    result = decode_folder(folder, _int(lo), _int(hi), part.write_chunk)
+    try:
+        result = decode_folder(folder, _int(lo), _int(hi), part.write_chunk)
+    except Exception as exc:  # damaged records must not cost the rest of the run
+        result = RawResult(0, 0, 0, 0.0, diagnostics=(Diagnostic(
+            "error", "cupti_raw_decode_failed",
+            f"decoding this process's raw CUPTI records failed ({exc!r}): part or all of its "
+            "GPU records are missing"),))
     if meta is not None:
         gpu = settings.setdefault("gpu", {})
         if isinstance(gpu, dict):

@@ -151,3 +151,24 @@ def test_names_pointing_nowhere_are_unknown_not_lost(shim: ctypes.CDLL, tmp_path
     assert has_raw(tmp_path) and len(raw_files(tmp_path)) == 2  # meta + one .bin, no strings
     got, res = decoded(tmp_path)
     assert got["kernels"]["name"] == ["<unknown>"] and res.records == 1
+
+
+def test_a_decode_that_fails_costs_only_the_gpu_records(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepscope.capture import materialize as mat
+    from stepscope.capture.cupti import raw
+
+    part = tmp_path / "p1-1"
+    part.mkdir()
+    (part / "meta.json").write_text(json.dumps({"pid": 1, "start_ns": 1, "settings": {"gpu": {}},
+                                                "diagnostics": []}))
+    (part / RAW_META).write_text("{}")
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise ValueError("bad bytes")
+
+    monkeypatch.setattr(raw, "decode_folder", boom)
+    assert mat.materialize(part)
+    meta = json.loads((part / "meta.json").read_text())
+    assert [d["code"] for d in meta["diagnostics"]] == ["cupti_raw_decode_failed"]
+    assert raw_files(part) == []
