@@ -11,11 +11,11 @@ settings and diagnostics), and the raw files are removed.
 from __future__ import annotations
 
 import json
-import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.partitions import META_NAME, StagingPartition
+from stepscope.capture.partitions import META_NAME, PartitionMeta, StagingPartition
 from stepscope.store.manifest import Diagnostic
 
 
@@ -26,8 +26,7 @@ def materialize(folder: Path) -> bool:
     if not has_raw(folder):
         return False
     meta = _read_meta(folder)
-    settings = meta.get("settings") if isinstance(meta, dict) else None
-    settings = settings if isinstance(settings, dict) else {}
+    settings = dict(meta.settings) if meta is not None else {}
     lo, hi = settings.get("window_start_ns"), settings.get("window_end_ns")
     part = StagingPartition(folder, prefix="gpu")
     try:
@@ -38,16 +37,13 @@ def materialize(folder: Path) -> bool:
             f"decoding this process's raw CUPTI records failed ({exc!r}): part or all of its "
             "GPU records are missing"),))
     if meta is not None:
-        gpu = settings.setdefault("gpu", {})
+        gpu = settings.get("gpu", {})
         if isinstance(gpu, dict):
-            gpu.update({"records_decoded": result.records, "raw_frames": result.frames,
-                        "decode_s": result.decode_s, "decoded": "at merge",
-                        "cupti_overhead_ns": result.cupti_overhead_ns})
-        meta["settings"] = settings
-        diags = meta.get("diagnostics")
-        meta["diagnostics"] = [*(diags if isinstance(diags, list) else []),
-                               *(vars(d) for d in result.diagnostics)]
-        _write_meta(folder, meta)
+            settings["gpu"] = {**gpu, "records_decoded": result.records, "raw_frames": result.frames,
+                               "decode_s": result.decode_s, "decoded": "at merge",
+                               "cupti_overhead_ns": result.cupti_overhead_ns}
+        part.write_meta(replace(meta, settings=settings,
+                                diagnostics=(*meta.diagnostics, *result.diagnostics)))
     for f in raw_files(folder):
         f.unlink(missing_ok=True)
     return True
@@ -57,18 +53,11 @@ def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) else None
 
 
-def _read_meta(folder: Path) -> dict[str, Any] | None:
+def _read_meta(folder: Path) -> PartitionMeta | None:
     try:
-        meta = json.loads((folder / META_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def _write_meta(folder: Path, meta: dict[str, Any]) -> None:
-    tmp = folder / (META_NAME + ".tmp")
-    tmp.write_text(json.dumps(meta, default=str), encoding="utf-8")
-    os.replace(tmp, folder / META_NAME)
+        return PartitionMeta.from_dict(json.loads((folder / META_NAME).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # no meta (killed before its first write): read_partition makes one up
 
 
 __all__ = ["materialize"]
