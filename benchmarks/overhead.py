@@ -40,6 +40,13 @@ round): the paired figure is the headline, as the host's speed drifts by up to Â
 seconds on the GPU machines used (docs/benchmarks.md), which adjacent blocks share. The summary
 pools every paired ratio of a configuration over its processes (median, min, max).
 
+``first_pair_ratio``: the first captured block over the plain block before it, the only plain
+block that ran before any capture. It is the fair figure for a profiler that leaves CUPTI
+attached after its capture: torch.profiler (PyTorch 2.11) does, so its later plain blocks run
+with CUPTI's hooks, slower, and its later ratios read low (measured on the H100 2026-11-24/25:
+plain blocks after its first capture 0.5-6% slower on the GPT step, up to 38% on the launch
+loop; docs/benchmarks.md). ``--rounds 1 --processes N`` measures exactly that pair, N times.
+
     python benchmarks/overhead.py --out overhead.json [--workloads gpt launch] [--configs ...]
         [--rounds R] [--window-s S] [--steps M] [--processes P] [--prev-src DIR]
 """
@@ -162,9 +169,62 @@ def settle() -> None:
     time.sleep(0.1)
 
 
+def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
+                   ) -> tuple[float, list[float]]:
+    """One captured block under ``config`` (a torch.profiler or stepscope configuration of
+    ``CONFIGS``): capture started, a warm-up step, ``steps`` timed steps, capture stopped (and
+    its GPU records kept, outside the timing). Returns ms per step and the per-block trace (ms
+    since the block's start at the end of every 10th step)."""
+    import torch
+
+    import stepscope
+
+    if config.startswith("torch-"):
+        acts = [torch.profiler.ProfilerActivity.CUDA]
+        if config == "torch-cpu-cuda":
+            acts.insert(0, torch.profiler.ProfilerActivity.CPU)
+        prof = torch.profiler.profile(activities=acts)
+        settle()
+        prof.start()
+        step()  # warm-up step inside the capture
+        t0 = time.perf_counter()
+        marks = []
+        for j in range(steps):
+            step()
+            if j % 10 == 9:
+                marks.append(round((time.perf_counter() - t0) * 1e3, 2))
+        sync()
+        ms = (time.perf_counter() - t0) / steps * 1e3
+        prof.stop()  # its trace is not exported: outside the timing either way, and slow
+        del prof
+        return ms, marks
+    backend = {"stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch",
+               "stepscope-host": "none", "stepscope-host-thread": "none"}.get(config, "auto")
+    api = "none" if config == "stepscope-kernels" else "filtered"
+    host = config != "stepscope-gpu"
+    with stepscope.record(run, steps=f"2-{steps + 1}", backend=backend, gpu_api=api, hooks=False,
+                          overwrite=True, sample_hz=10.0 if host else 0.0, stacks=host) as r:
+        for _ in range(2):  # boundaries 0 and 1; the GPU capture starts at 1
+            step()
+            r.step()
+        settle()
+        r.step()  # boundary 2: the window opens
+        t0 = time.perf_counter()
+        marks = []
+        for j in range(steps):
+            step()
+            if j < steps - 1:
+                r.step()
+            if j % 10 == 9:
+                marks.append(round((time.perf_counter() - t0) * 1e3, 2))
+        sync()
+        ms = (time.perf_counter() - t0) / steps * 1e3
+        r.step()  # the window closes (GPU records kept, outside the timing)
+    return ms, marks
+
+
 def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: float,
             batch: int = 0, window_s: float = 0.0) -> dict[str, Any]:
-    import torch
 
     import stepscope
 
@@ -207,42 +267,8 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
         return timed(steps)
 
     def captured(i: int) -> float:
-        if config.startswith("torch-"):
-            acts = [torch.profiler.ProfilerActivity.CUDA]
-            if config == "torch-cpu-cuda":
-                acts.insert(0, torch.profiler.ProfilerActivity.CPU)
-            prof = torch.profiler.profile(activities=acts)
-            settle()
-            prof.start()
-            step()  # warm-up step inside the capture
-            ms = timed(steps)
-            prof.stop()  # its trace is not exported: outside the timing either way, and slow
-            del prof
-            return ms
-        backend = {"stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch",
-                   "stepscope-host": "none", "stepscope-host-thread": "none"}.get(config, "auto")
-        api = "none" if config == "stepscope-kernels" else "filtered"
-        host = config != "stepscope-gpu"
-        with stepscope.record(tmp / f"r{i}", steps=f"2-{steps + 1}", backend=backend,
-                              gpu_api=api, hooks=False, overwrite=True,
-                              sample_hz=10.0 if host else 0.0, stacks=host) as r:
-            for _ in range(2):  # boundaries 0 and 1; the GPU capture starts at 1
-                step()
-                r.step()
-            settle()
-            r.step()  # boundary 2: the window opens
-            t0 = time.perf_counter()
-            marks = []
-            for j in range(steps):
-                step()
-                if j < steps - 1:
-                    r.step()
-                if j % 10 == 9:
-                    marks.append(round((time.perf_counter() - t0) * 1e3, 2))
-            sync()
-            traces.append(marks)
-            ms = (time.perf_counter() - t0) / steps * 1e3
-            r.step()  # the window closes (GPU records decoded, outside the timing)
+        ms, marks = captured_block(config, step, steps, tmp / f"r{i}")
+        traces.append(marks)
         return ms
 
     a: list[float] = []
@@ -267,6 +293,7 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
            # per block, in the order they ran: ms since its start at the end of every 10th step
            "traces_ms": [{"kind": k, "ms": t} for k, t in zip(kinds, traces)],
            "ratio": statistics.median(b) / statistics.median(a),
+           "first_pair_ratio": b[0] / a[0],
            "paired_ratio": statistics.median(y / x for x, y in zip(a, b))}
     if not config.startswith("torch-"):
         runs = sorted(tmp.glob("r*/manifest.json"))
@@ -353,7 +380,10 @@ def main() -> None:
                 rs = [r["ratio"] for r in done]
                 ps = [r["paired_ratio"] for r in done]
                 pooled = [y / x for r in done for x, y in zip(r["plain_ms"], r["captured_ms"])]
+                firsts = [r["first_pair_ratio"] for r in done]
                 summary[f"{w}/{c}"] = {
+                    "median_first_pair_ratio": round(statistics.median(firsts), 4),
+                    "first_pair_ratios": [round(x, 4) for x in firsts],
                     "median_of_process_paired_ratios": round(statistics.median(ps), 4),
                     "pooled_paired_ratio": round(statistics.median(pooled), 4),
                     "pooled_paired_min_max": [round(min(pooled), 4), round(max(pooled), 4)],
@@ -364,7 +394,8 @@ def main() -> None:
                 print(f"{w:7s} {c:21s} over {len(done)} processes: paired {statistics.median(ps):.3f} "
                       f"{[round(x, 3) for x in ps]}  pooled paired {statistics.median(pooled):.3f} "
                       f"[{min(pooled):.3f}, {max(pooled):.3f}] ({len(pooled)} pairs)  "
-                      f"ratio {statistics.median(rs):.3f}", flush=True)
+                      f"ratio {statistics.median(rs):.3f}  first pairs {statistics.median(firsts):.3f} "
+                      f"{[round(x, 3) for x in firsts]}", flush=True)
     Path(args.out).write_text(json.dumps({"summary": summary, "results": results}, indent=1))
 
 if __name__ == "__main__":

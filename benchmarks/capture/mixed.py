@@ -1,0 +1,146 @@
+"""stepscope configurations side by side in ONE process, interleaved with plain blocks.
+
+``benchmarks/overhead.py`` runs each configuration in its own process; on hosts whose speed
+jumps between levels for seconds (docs/benchmarks.md) the processes' ratios then differ by the
+host as much as by the configuration. Here one process runs, round after round, for each
+configuration (its order rotating): a plain block, then a captured block. stepscope detaches
+CUPTI after each capture (docs/record.md), so each captured block starts cold and the plain
+blocks run without CUPTI. The ratio of a captured block is its ms per step over the mean of the
+plain blocks just before and just after it. Per configuration: the median of those ratios, and
+their quartiles.
+
+torch.profiler is not mixed in: PyTorch 2.11 keeps a CUPTI subscriber after its first capture,
+so stepscope can no longer detach CUPTI in that process (its ``cupti_stays_attached``
+diagnostic; measured on the H100 2026-11-25), and every later plain block would run with CUPTI
+attached. Compare with torch.profiler through overhead.py with ``--rounds 1`` (one plain block,
+then one captured block, per process).
+
+    python benchmarks/capture/mixed.py --out mixed.json --workload launch \\
+        [--configs stepscope stepscope-kernels ...] [--rounds 10] [--window-s 1.5] [--gpt-batch 8]
+
+A capture's own start and stop (and stepscope's merge) are outside the timing, as in
+overhead.py. Host instructions retired by the main thread are counted per block where the
+kernel lets a process read its own hardware counters (perf_event_open; frequency- and
+neighbour-independent), else left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from overhead import CONFIGS, captured_block, gpt_step, launch_step, settle, sync  # noqa: E402
+
+MIXABLE = tuple(c for c in CONFIGS if c.startswith("stepscope") and c not in (
+    "stepscope-attached", "stepscope-prev", "stepscope-thread", "stepscope-host-thread",
+    "stepscope-nodriver"))  # torch.profiler (see above), and process-wide settings
+
+
+class Instructions:
+    """The calling thread's retired instructions (user and kernel), through perf_event_open."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            attr = (ctypes.c_uint8 * 128)()
+            ctypes.memmove(attr, (ctypes.c_uint32 * 2)(0, 128), 8)  # type PERF_TYPE_HARDWARE, size
+            ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 1)(1), 8)  # INSTRUCTIONS
+            nr = 298 if os.uname().machine == "x86_64" else 241
+            fd = libc.syscall(nr, attr, 0, -1, -1, 0)  # this thread, any CPU
+            self.fd = int(fd)
+        except OSError:
+            self.fd = -1
+
+    def read(self) -> int | None:
+        if self.fd < 0:
+            return None
+        return int.from_bytes(os.read(self.fd, 8), "little")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="mixed.json")
+    ap.add_argument("--workload", choices=("gpt", "launch"), default="launch")
+    ap.add_argument("--configs", nargs="+", default=["stepscope", "stepscope-kernels"], choices=MIXABLE)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--window-s", type=float, default=1.5)
+    ap.add_argument("--target-ms", type=float, default=25.0)
+    ap.add_argument("--gpt-batch", type=int, default=0)
+    args = ap.parse_args()
+    if args.workload == "gpt":
+        step, batch = gpt_step(args.target_ms, args.gpt_batch)
+    else:
+        step, batch = launch_step(), 0
+    for _ in range(5):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        step()
+    sync()
+    steps = max(10, round(args.window_s * 1e3 / ((time.perf_counter() - t0) / 10 * 1e3)))
+    tmp = Path(tempfile.mkdtemp(prefix="ss-mixed-"))
+    counter = Instructions()
+    blocks: list[dict[str, Any]] = []
+
+    def plain() -> None:
+        settle()
+        i0 = counter.read()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        ms = (time.perf_counter() - t0) / steps * 1e3
+        i1 = counter.read()
+        blocks.append({"kind": "plain", "ms": ms, "t": time.time(),
+                       "minstr": None if i0 is None or i1 is None else (i1 - i0) / steps / 1e6})
+
+    plain()
+    for i in range(args.rounds):
+        k = i % len(args.configs)
+        for config in args.configs[k:] + args.configs[:k]:
+            i0 = counter.read()
+            ms, marks = captured_block(config, step, steps, tmp / f"{config}-{i}")
+            i1 = counter.read()  # includes the capture's start and stop: kept for reference only
+            manifest = tmp / f"{config}-{i}" / "manifest.json"
+            diags = ([d.get("code") for d in json.loads(manifest.read_text()).get("diagnostics", [])]
+                     if manifest.exists() else None)
+            blocks.append({"kind": config, "ms": ms, "t": time.time(), "marks": marks,
+                           "diagnostics": diags,
+                           "minstr_with_start_stop": None if i0 is None or i1 is None
+                           else (i1 - i0) / steps / 1e6})
+            plain()
+    summary: dict[str, Any] = {}
+    for config in args.configs:
+        ratios = []
+        for j, b in enumerate(blocks):
+            if b["kind"] == config and 0 < j < len(blocks) - 1:
+                around = (blocks[j - 1]["ms"] + blocks[j + 1]["ms"]) / 2
+                ratios.append(b["ms"] / around)
+        q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+        summary[config] = {"median_ratio": round(statistics.median(ratios), 4),
+                           "quartiles": [round(q[0], 4), round(q[2], 4)], "pairs": len(ratios),
+                           "ratios": [round(x, 4) for x in ratios]}
+        print(f"{args.workload:7s} {config:18s} median {summary[config]['median_ratio']:.3f} "
+              f"IQR {summary[config]['quartiles']} ({len(ratios)})", flush=True)
+    plain_ms = [b["ms"] for b in blocks if b["kind"] == "plain"]
+    changes = [abs(b / a - 1) for a, b in zip(plain_ms, plain_ms[1:])]
+    out = {"workload": args.workload, "batch": batch, "steps_per_block": steps,
+           "plain_median_ms": statistics.median(plain_ms),
+           "plain_adjacent_change_median": statistics.median(changes) if changes else None,
+           "summary": summary, "blocks": blocks}
+    Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
