@@ -79,12 +79,14 @@ class TorchHooks:
         for patch in reversed(self._patches):
             patch.undo()
         self._patches.clear()
+        left = []  # switched off inside an optimizer step: taken out by a later uninstall
         for handle in self._handles:
             try:
-                handle.remove()
+                if handle.remove() is False:
+                    left.append(handle)
             except Exception as e:
                 self._on_error("hook_remove_failed", f"could not remove an optimizer hook: {e}")
-        self._handles.clear()
+        self._handles = left
 
     def _guarded(self, fn: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
         """A hook that fails must never break the user's ``import torch``."""
