@@ -247,3 +247,15 @@ def test_captured_run_shows_its_capture_overhead(browser: Any, tmp_path: Path) -
     card = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()
     assert "x1.00" in card and "step time in the window vs the steps before it" in card, card
     r.page.close()
+
+
+def test_captured_run_with_steps_after_the_window(browser: Any, tmp_path: Path) -> None:
+    """With steps timed after the window (CUPTI detached, samplers off), the card says so."""
+    from tests.capture.test_bootstrap import captured_run
+
+    run = captured_run(tmp_path, n=25)
+    r = load(browser, _report(run, tmp_path / "captured-after.html"))
+    assert r.errors() == []
+    card = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()
+    assert "x1.00" in card and "the steps right after it" in card, card
+    r.page.close()

@@ -39,13 +39,19 @@ class FakeHost:
         self.index = 0
         self.rows: dict[str, dict[str, list[Any]]] = {}
         self.stopped = 0
+        self.hooks_kept = False
+        self.released = 0
 
     def start(self) -> None:
         self.running = True
 
-    def stop(self) -> None:
+    def stop(self, keep_hooks: bool = False) -> None:
         self.running = False
         self.stopped += 1
+        self.hooks_kept = keep_hooks
+
+    def release_hooks(self) -> None:
+        self.released += 1
 
     def add_step_listener(self, fn: Callable[[int], None]) -> None:
         self.listeners.append(fn)
@@ -138,6 +144,51 @@ def test_overhead_ratio_compares_medians_of_the_last_steps_before_the_window(tmp
     assert o["median_step_ms_in_window"] == pytest.approx(11.0)
     assert o["step_time_ratio_in_window_vs_before"] == pytest.approx(1.1)
     assert o["mean_step_ms_before_window"] > 50  # the mean would have said the window was faster
+
+
+def test_steps_after_the_window_are_timed_then_the_hooks_come_out(tmp_path: Path) -> None:
+    s, clock, hosts = session(tmp_path, "3-7")
+    s.begin()
+    run_steps(s, clock, 3, step_ms=10)  # boundaries 0-2 (2 -> 3: the GPU backend's warm-up)
+    run_steps(s, clock, 5, step_ms=11)  # the window: boundaries 3-7, 10% slower
+    run_steps(s, clock, 1, step_ms=500)  # boundary 8 closes the window: its step pays for it
+    assert hosts[0].stopped == 1 and hosts[0].hooks_kept and hosts[0].released == 0
+    run_steps(s, clock, 10, step_ms=10)  # the steps after the window
+    assert hosts[0].released == 0  # the tenth step after the window has not ended yet
+    run_steps(s, clock, 1, step_ms=10)
+    assert hosts[0].released == 1  # ten timed: hooks out while the program runs on
+    run_steps(s, clock, 5, step_ms=30)  # later steps are not timed
+    s.finish()
+    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+    o = run.manifest.overhead["rank0"]
+    assert o["steps_after_window"] == 10
+    assert o["median_step_ms_after_window"] == pytest.approx(10.0)
+    assert o["step_time_ratio_in_window_vs_after"] == pytest.approx(1.1)
+    assert run.table("steps").column("step").to_pylist() == [3, 4, 5, 6, 7]  # no after-steps
+
+
+def test_a_program_ending_soon_after_the_window_reports_the_steps_it_had(tmp_path: Path) -> None:
+    s, clock, hosts = session(tmp_path, "3-5")
+    s.begin()
+    run_steps(s, clock, 6, step_ms=10)
+    run_steps(s, clock, 5, step_ms=20)  # boundary 6 closes the window, 7 ends its step: 3 after
+    s.finish()
+    assert hosts[0].released == 1  # finish takes the hooks out
+    o = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0)
+            ).manifest.overhead["rank0"]
+    assert o["steps_after_window"] == 3 and o["median_step_ms_after_window"] == pytest.approx(20.0)
+    assert o["step_time_ratio_in_window_vs_after"] == pytest.approx(0.5)
+
+
+def test_a_window_closed_by_the_end_of_the_program_times_nothing_after(tmp_path: Path) -> None:
+    s, clock, hosts = session(tmp_path, "3-50")
+    s.begin()
+    run_steps(s, clock, 10)
+    s.finish()
+    assert hosts[0].stopped == 1 and not hosts[0].hooks_kept
+    o = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0)
+            ).manifest.overhead["rank0"]
+    assert "steps_after_window" not in o
 
 
 def test_default_window_closes_after_ten_seconds(tmp_path: Path) -> None:

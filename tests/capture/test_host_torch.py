@@ -175,3 +175,63 @@ def test_hooks_installed_when_torch_is_imported_later(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("4 2 {'torch.utils.data.dataloader': 'patched', "
                                  "'torch.optim.optimizer': 'hooked'}")
+
+
+def test_stop_can_leave_the_step_hook_in_until_released() -> None:
+    cap = _capture(sample_hz=0.0)
+    seen: list[int] = []
+    cap.add_step_listener(seen.append)
+    cap.start()
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            model(torch.ones(2)).sum().backward()
+            opt.step()
+
+    steps(2)
+    cap.stop(keep_hooks=True)  # samplers stop; boundaries still reach the listener
+    steps(3)
+    assert seen == [0, 1, 2, 3, 4]
+    cap.release_hooks()
+    steps(2)
+    assert seen == [0, 1, 2, 3, 4]
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+
+    assert not _global_optimizer_post_hooks  # the global step hook is gone
+
+
+def test_hooks_taken_out_inside_a_step_do_not_break_the_programs_own_hook() -> None:
+    """The window closes on a step boundary, i.e. inside Optimizer.step's post-hooks: taking
+    stepscope's hook out there made torch raise "OrderedDict mutated during iteration" in the
+    program's step() when the program had registered a hook of its own after it."""
+    from torch.optim.optimizer import (
+        _global_optimizer_post_hooks,
+        register_optimizer_step_post_hook,
+    )
+
+    cap = _capture(sample_hz=0.0)
+    seen: list[int] = []
+
+    def on_boundary(k: int) -> None:
+        seen.append(k)
+        if k == 1:
+            cap.stop()  # from inside the hook, as a closing window does
+
+    cap.add_step_listener(on_boundary)
+    cap.start()
+    mine: list[int] = []
+    user = register_optimizer_step_post_hook(lambda o, a, kw: mine.append(1))
+    try:
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(4):
+            model(torch.ones(2)).sum().backward()
+            opt.step()  # raised RuntimeError before
+        assert seen == [0, 1] and len(mine) == 4  # switched off at once; the user's hook runs on
+        assert len(_global_optimizer_post_hooks) == 2  # still registered (off) ...
+        cap.release_hooks()
+        assert len(_global_optimizer_post_hooks) == 1  # ... until taken out from outside a step
+    finally:
+        user.remove()

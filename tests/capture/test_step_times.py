@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepscope.capture.step_times import RATIO_STEPS_BEFORE, StepTimes
+from stepscope.capture.step_times import RATIO_STEPS_AFTER, RATIO_STEPS_BEFORE, StepTimes
 
 
 def test_ratio_uses_medians_of_the_last_steps_before_and_of_the_window() -> None:
@@ -27,3 +27,20 @@ def test_short_window_and_no_steps() -> None:
     assert "sampler_threads_cpu_s" not in o  # /proc ticks are 10 ms: too coarse under 1 s
     assert "step_time_ratio_in_window_vs_before" not in o
     assert "window_wall_s" not in StepTimes().report(None, None)
+
+
+def test_after_window_ratio_needs_three_steps_and_keeps_ten() -> None:
+    st = StepTimes()
+    for _ in range(4):
+        st.add(11_000_000, inside=True)
+    assert not st.add_after(10_000_000)  # the window is not closed yet: not a step after it
+    st.window_closed()
+    assert not st.add_after(900_000_000)  # the step that closed the window: left out
+    assert not st.add_after(10_000_000) and not st.add_after(10_000_000)
+    assert "step_time_ratio_in_window_vs_after" not in st.report(2.0, None)  # two: too few
+    last = [st.add_after(d * 1_000_000) for d in (10, 9, 50, 10, 10, 10, 10, 10, 99)]
+    assert last == [False] * 7 + [True, False]  # the tenth ends it; later ones are not kept
+    o = st.report(2.0, None)
+    assert o["steps_after_window"] == RATIO_STEPS_AFTER
+    assert o["median_step_ms_after_window"] == 10.0  # the 50 ms step does not move the median
+    assert o["step_time_ratio_in_window_vs_after"] == pytest.approx(1.1)

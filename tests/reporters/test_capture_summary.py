@@ -29,3 +29,12 @@ def test_imported_runs_have_no_capture_block(tmp_path: Path) -> None:
     report = build_report(b.build(tmp_path / "r.stepscope"))
     assert report_dict(report)["run"]["capture"] is None
     assert "capture:" not in render_text(report)
+
+
+def test_terminal_prefers_the_steps_after_the_window(tmp_path: Path) -> None:
+    run = captured_run(tmp_path, steps="3-8", n=25)  # the window closes at 9; 10 steps after it
+    o = run.manifest.overhead["rank0"]
+    assert o["steps_after_window"] == 10
+    text = " ".join(render_text(build_report(run)).split())  # the terminal wraps long lines
+    assert ("capture: GPU none off; steps in the window took x1.00 the steps right after it "
+            "(capture off)") in text

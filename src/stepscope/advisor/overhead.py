@@ -12,6 +12,13 @@ the per-event costs of :mod:`stepscope.advisor.profiler_cost` (fitted on the GPT
 fixture and the planted-bottleneck suite; the idle-time rules use the same model).
 Host findings are "low" confidence when that inflation is at least 25% of the
 step, "medium" at 10%, else "high".
+
+A run recorded by ``stepscope record`` measured its own cost instead: the window's median
+step over the median of the steps right after it, with the capture off
+(``manifest.overhead["rank<N>"]["step_time_ratio_in_window_vs_after"]``). The share of a
+captured step that was the capture's (``1 - 1/ratio``, worst rank) sets the confidence with the
+same thresholds. Most of it is CUPTI's cost in the CUDA calls, but part can be on the GPU, so it
+is not subtracted from the speed-up estimates (``est_inflation_ms`` stays 0).
 """
 
 from __future__ import annotations
@@ -38,10 +45,33 @@ class HostTrust:
     with_stack: bool
 
 
+def _confidence(share: float) -> Confidence:
+    if share >= LOW_SHARE:
+        return Confidence.LOW
+    return Confidence.MEDIUM if share >= MEDIUM_SHARE else Confidence.HIGH
+
+
+def capture_trust(run: Run) -> HostTrust:
+    """A recorded run: what the capture measured of its own cost (module doc)."""
+    ratios = [o.get("step_time_ratio_in_window_vs_after") for o in run.manifest.overhead.values()
+              if isinstance(o, dict)]
+    nums = [float(r) for r in ratios if isinstance(r, (int, float)) and r > 0]
+    if run.manifest.source.kind != "capture" or not nums:
+        return HostTrust(Confidence.HIGH, "", 0.0, 0.0, False)
+    ratio = max(nums)
+    share = max(0.0, 1.0 - 1.0 / ratio)
+    conf = _confidence(share)
+    note = "" if conf is Confidence.HIGH else (
+        f"the captured steps took x{ratio:.2f} the steps right after the window (capture off): "
+        f"about {share:.0%} of a captured step was the capture's own cost, mostly CUPTI's in "
+        "the CUDA calls; host-side timings are inflated by up to that much")
+    return HostTrust(conf, note, 0.0, 0.0, False)
+
+
 def host_trust(run: Run, analysis: Analysis) -> HostTrust:
     costs = costs_for(run)
     if costs is None:
-        return HostTrust(Confidence.HIGH, "", 0.0, 0.0, False)
+        return capture_trust(run)
     flags = [k for k in ("with_stack", "record_shapes", "profile_memory")
              if any(isinstance(f, dict) and f.get(k)
                     for f in run.manifest.source.details.get("files", []))]
@@ -71,10 +101,7 @@ def host_trust(run: Run, analysis: Analysis) -> HostTrust:
     note = (f"traced with {how}: the profiler's cost of the {events:.0f} host events recorded "
             f"per step is estimated at {inflation_ns / 1e6:.1f} ms per step ({share:.0%} of the "
             f"traced step); host-side timings are inflated by about that much")
-    if share >= LOW_SHARE:
-        conf = Confidence.LOW
-    elif share >= MEDIUM_SHARE:
-        conf = Confidence.MEDIUM
-    else:
-        conf, note = Confidence.HIGH, ""
+    conf = _confidence(share)
+    if conf is Confidence.HIGH:
+        note = ""
     return HostTrust(conf, note, inflation_ns / 1e6, events, "with_stack" in flags)

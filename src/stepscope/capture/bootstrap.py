@@ -36,6 +36,7 @@ from typing import Any
 from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, threads_cpu_s
 from stepscope.capture.config import ENV_VAR, CaptureConfig, HostLike, default_host
 from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
+from stepscope.capture.host_slot import HostSlot
 from stepscope.capture.schedule import Action
 from stepscope.capture.step_times import StepTimes
 from stepscope.capture.window_writer import WindowWriter
@@ -68,13 +69,12 @@ class Session:
                                    host=socket.gethostname(), env_rank=rank, world_size=world,
                                    argv=argv)
         self.partition = StagingPartition.for_process(Path(config.staging), self.pid, self.start_ns)
-        self._host_factory = host_factory
         self._rank = rank or 0
         self._lock = threading.RLock()
-        self.host: HostLike | None = None
+        self._diags: list[Diagnostic] = []
+        self.host = HostSlot(host_factory, self._diags)
         self.gpu = GpuSlot(config.gpu, config.gpu_api,
                            gpu_factory or partial(make_gpu, spill_dir=self.partition.path))
-        self._running = False
         self.boundaries = 0
         self.open_ns: int | None = None
         self.close_ns: int | None = None
@@ -85,7 +85,8 @@ class Session:
         self._warmup_boundary: int | None = None
         self._cpu_open: float | None = None
         self._overhead: dict[str, Any] = {}
-        self._diags: list[Diagnostic] = []
+        self._measured: tuple[float | None, float | None] | None = None  # window wall, CPU
+        self._finishing = False
         self.out = WindowWriter(self.partition, config.max_rows)
         self._io_busy = False  # a flush is writing (outside the lock); see _flush_window
         self._io_idle = threading.Condition(self._lock)
@@ -121,44 +122,18 @@ class Session:
         self._timers.append(t)
 
     def _start_host(self) -> None:
-        try:
-            host = self._host_factory(self.config, self._rank, self._clock)
-            host.add_step_listener(self._on_boundary)
-            host.start()
-        except Exception as exc:  # capture must never break the program
-            self._diags.append(Diagnostic("error", "host_capture_failed",
-                                          f"host capture could not start: {exc!r}"))
-            return
-        self.host = host
-        self._running = True
+        self.host.start(self.config, self._rank, self._clock, self._on_boundary)
 
-    def _stop_host(self) -> Tables:
-        if self.host is None or not self._running:
-            return {}
-        self._running = False
-        try:
-            self.host.stop()
-            return self.host.drain()
-        except Exception as exc:
-            self._diags.append(Diagnostic("error", "host_capture_failed",
-                                          f"host capture failed to stop: {exc!r}"))
-            return {}
+    def _stop_host(self, keep_hooks: bool = False) -> Tables:
+        return self.host.stop(keep_hooks=keep_hooks)
 
     def _drain(self) -> Tables:
-        if self.host is None or not self._running:
-            return {}
-        try:
-            return self.host.drain()
-        except Exception as exc:
-            self._diags.append(Diagnostic("error", "host_capture_failed", f"drain failed: {exc!r}"))
-            return {}
+        return self.host.drain()
 
     # -- steps and window --------------------------------------------------------------------
     def step(self) -> None:
         """A manual step boundary (``stepscope.step()``/``record().step()``)."""
-        if self.host is not None and self._running:
-            self.host.mark_step()  # calls _on_boundary through the listener
-        else:
+        if not self.host.mark_step():  # a running host calls _on_boundary through its listener
             self._on_boundary(-1)
 
     def _on_boundary(self, _host_index: int) -> None:
@@ -173,6 +148,9 @@ class Session:
             if self._last_boundary is not None and not warmup:
                 if self.close_ns is None:
                     self._step_times.add(now - self._last_boundary, inside=self.open_ns is not None)
+                elif self._step_times.add_after(now - self._last_boundary):
+                    self._remeasure()
+                    self.host.release_hooks()
             self._last_boundary = now
             if self.schedule.timed or self.close_ns is not None:
                 return
@@ -302,7 +280,13 @@ class Session:
             self._measure(cpu, now)
             self._wait_io()
             gpu = self._gpu_data(final=True)
-            data = self._stop_host()
+            # the step hooks stay in for the steps after the window (their times, with the
+            # samplers stopped and CUPTI detached, are the overhead's reference), unless the
+            # process is ending
+            keep = not self._finishing
+            if keep:
+                self._step_times.window_closed()
+            data = self._stop_host(keep_hooks=keep)
             if self.open_ns is not None:
                 self.out.write(clip(data, self.open_ns, now))
                 self.out.write(clip(gpu, self.open_ns, now))
@@ -313,7 +297,13 @@ class Session:
         wall = None if self.open_ns is None else (now - self.open_ns) / 1e9
         cpu = (cpu_close - self._cpu_open if cpu_close is not None and self._cpu_open is not None
                else None)
+        self._measured = (wall, cpu)
         self._overhead = self._step_times.report(wall, cpu)
+
+    def _remeasure(self) -> None:
+        """The overhead figures again, with the steps timed after the window."""
+        if self._measured is not None:
+            self._overhead = self._step_times.report(*self._measured)
 
     # -- end of process ----------------------------------------------------------------------
     def finish(self, ended: str | None = None) -> None:
@@ -330,10 +320,14 @@ class Session:
                 self.ended = ended
             elif self.ended == "running":
                 self.ended = "exit" if not self.exit_status else f"exit status {self.exit_status}"
+            self._finishing = True
             if self.close_ns is None and self.open_ns is not None:
                 self._close()
             elif self.open_ns is None:
                 self._keep_tail()
+            self._step_times.stop_after()
+            self._remeasure()
+            self.host.release_hooks()
             self.finished = True
             self._write_meta()
 
@@ -374,12 +368,10 @@ class Session:
                                     "step_boundaries_seen": self.boundaries,
                                     "gpu": self.gpu.status}
         diags = [*self._diags, *self.out.diagnostics]
-        if self.host is not None:
-            try:
-                settings["host"] = self.host.settings_for_manifest()
-                diags.extend(self.host.diagnostics)
-            except Exception:
-                pass
+        host, host_diags = self.host.for_manifest()
+        if host is not None:
+            settings["host"] = host
+            diags.extend(host_diags)
         meta = replace(self._meta, ended=self.ended, settings=settings, overhead=self._overhead,
                        diagnostics=tuple(diags))
         try:

@@ -185,13 +185,16 @@ class HostCapture:
         self._threads.append(thread)
         thread.start()
 
-    def stop(self) -> None:
+    def stop(self, keep_hooks: bool = False) -> None:
+        """Stop the samplers and take the hooks out; ``keep_hooks``: leave the hooks in (step
+        boundaries still reach the listeners) until ``release_hooks``."""
         with self._lock:
             if not self._running:
                 return
             self._running = False
             self._stop_event.set()
-            self._hooks.uninstall()
+            if not keep_hooks:
+                self._hooks.uninstall()
             threads, self._threads = self._threads, []
             remote = self._remote
         if remote is not None:
@@ -205,6 +208,12 @@ class HostCapture:
                 thread.join(_JOIN_TIMEOUT_S)
                 if thread.is_alive():
                     self._diag("sampler_stuck", f"{thread.name} did not stop within {_JOIN_TIMEOUT_S} s")
+
+    def release_hooks(self) -> None:
+        """Take out the hooks a ``stop(keep_hooks=True)`` left in (a no-op while running)."""
+        with self._lock:
+            if not self._running:
+                self._hooks.uninstall()
 
     # -- steps -------------------------------------------------------------------------------
     def mark_step(self, ts_ns: int | None = None) -> None:

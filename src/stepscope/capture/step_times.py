@@ -8,6 +8,8 @@ from collections import deque
 from typing import Any
 
 RATIO_STEPS_BEFORE = 10  # steps before the window that the overhead ratio compares with
+RATIO_STEPS_AFTER = 10  # steps after the window (CUPTI detached, samplers stopped) timed for it
+MIN_STEPS_AFTER = 3  # fewer steps after the window: no after-window ratio
 
 
 class StepTimes:
@@ -19,11 +21,35 @@ class StepTimes:
         self._count = {False: 0, True: 0}
         self._before_last: deque[int] = deque(maxlen=RATIO_STEPS_BEFORE)
         self._inside: deque[int] = deque(maxlen=100_000)
+        self._after: list[int] = []
+        self._after_state = "off"  # off | skip (the step that closes the window) | timing | done
 
     def add(self, dur_ns: int, inside: bool) -> None:
         self._sum[inside] += dur_ns
         self._count[inside] += 1
         (self._inside if inside else self._before_last).append(dur_ns)
+
+    def window_closed(self) -> None:
+        """The window closed with the program running on: time the steps after it (the first
+        one pays for closing the window and is left out)."""
+        if self._after_state == "off":
+            self._after_state = "skip"
+
+    def add_after(self, dur_ns: int) -> bool:
+        """A step after the window; True when it is the last one wanted (the step hooks can
+        come out)."""
+        if self._after_state == "skip":
+            self._after_state = "timing"
+        elif self._after_state == "timing":
+            self._after.append(dur_ns)
+            if len(self._after) >= RATIO_STEPS_AFTER:
+                self._after_state = "done"
+                return True
+        return False
+
+    def stop_after(self) -> None:
+        """No more steps after the window (the process is ending)."""
+        self._after_state = "done"
 
     def report(self, window_wall_s: float | None, sampler_cpu_s: float | None) -> dict[str, Any]:
         """The overhead figures: window wall time, sampler threads' CPU (windows of 1 s or more:
@@ -49,6 +75,17 @@ class StepTimes:
                     f"median step in the window / median of the last {RATIO_STEPS_BEFORE} steps "
                     "before it (those run with the host hooks and samplers on, and may still be "
                     "warming up): a rough indicator of capture cost, not a benchmark")
+        if len(self._after) >= MIN_STEPS_AFTER and self._inside:
+            after = statistics.median(self._after)
+            o["median_step_ms_after_window"] = round(after / 1e6, 6)
+            o["steps_after_window"] = len(self._after)
+            if after > 0:
+                o["step_time_ratio_in_window_vs_after"] = round(statistics.median(self._inside) / after, 6)
+                o["step_time_ratio_after_note"] = (
+                    f"median step in the window / median of up to {RATIO_STEPS_AFTER} steps right "
+                    "after it, with the samplers stopped and CUPTI detached (the first step after "
+                    "the window, which pays for closing it, is left out): the capture's cost on "
+                    "this run, when the program's steps are alike")
         o["sampler_threads_cpu_note"] = (
             "CPU time of threads named 'stepscope*' during the window, as a share of one core")
         return o

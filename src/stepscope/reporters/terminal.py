@@ -85,18 +85,28 @@ def _header(report: Report, s: RunSummary) -> Text:
 
 
 def _capture_line(settings: dict[str, Any], overhead: dict[str, Any]) -> str:
-    """GPU backend per rank and the rough in-window step-time ratio each process measured."""
+    """GPU backend per rank and the in-window step-time ratio each process measured: against the
+    steps right after the window where the program ran on (samplers off, CUPTI detached), else
+    against the steps before it (rough: warm-up steps)."""
     ranks = settings.get("ranks") or {}
     backends = sorted({str((v or {}).get("gpu", {}).get("backend") or "?") + " "
                        + str((v or {}).get("gpu", {}).get("state") or "?") for v in ranks.values()})
-    ratios = [o.get("step_time_ratio_in_window_vs_before") for o in overhead.values()
-              if isinstance(o, dict)]
-    nums = [r for r in ratios if isinstance(r, (int, float))]
     line = "capture: GPU " + (", ".join(backends) or "none")
-    if nums:
-        line += (f"; steps in the window took x{max(nums):.2f} the steps before it "
+    worst = ", worst rank" if len([o for o in overhead.values() if isinstance(o, dict)]) > 1 else ""
+    after = _ratios(overhead, "step_time_ratio_in_window_vs_after")
+    before = _ratios(overhead, "step_time_ratio_in_window_vs_before")
+    if after:
+        line += (f"; steps in the window took x{max(after):.2f} the steps right after it "
+                 f"(capture off{worst})")
+    elif before:
+        line += (f"; steps in the window took x{max(before):.2f} the steps before it "
                  "(rough: those were warm-up steps)")
     return line
+
+
+def _ratios(overhead: dict[str, Any], key: str) -> list[float]:
+    vals = [o.get(key) for o in overhead.values() if isinstance(o, dict)]
+    return [float(v) for v in vals if isinstance(v, (int, float))]
 
 
 def _overview(s: RunSummary) -> Text:

@@ -467,14 +467,19 @@ function overheadText() {
   const o = U.overhead || {};
   const ranks = Object.keys(o).filter(k => /^rank\d+$/.test(k) && o[k] && typeof o[k] === 'object');
   if (ranks.length) {  // a captured run: what each process measured of itself
-    const ratios = ranks.map(k => o[k].step_time_ratio_in_window_vs_before).filter(x => typeof x === 'number');
-    const shares = ranks.map(k => o[k].sampler_threads_cpu_share).filter(x => typeof x === 'number');
+    const pick = key => ranks.map(k => o[k][key]).filter(x => typeof x === 'number');
+    const after = pick('step_time_ratio_in_window_vs_after');
+    const ratios = after.length ? after : pick('step_time_ratio_in_window_vs_before');
+    const shares = pick('sampler_threads_cpu_share');
     const worst = ratios.length ? Math.max(...ratios) : null;
     const v = worst !== null ? 'x' + num(worst, 2) : 'measured';
-    const sub = [worst !== null ? 'step time in the window vs the steps before it' + (ranks.length > 1 ? ' (worst rank)' : '') : null,
+    const vs = after.length ? 'the steps right after it (capture off: samplers stopped, CUPTI detached)' : 'the steps before it';
+    const sub = [worst !== null ? 'step time in the window vs ' + vs + (ranks.length > 1 ? ' (worst rank)' : '') : null,
       shares.length ? 'sampler threads ' + pct(Math.max(...shares), 1) + ' of a core' : null].filter(Boolean).join('; ');
-    return [v, sub, 'The steps before the window are warm-up steps: a rough indicator only. ' +
-      'The capture\'s measured cost is in docs/benchmarks.md (interleaved, same process).'];
+    return [v, sub, (after.length
+      ? 'Measured on this run: the window\'s median step over the median of up to 10 steps after it. '
+      : 'The steps before the window are warm-up steps: a rough indicator only. ') +
+      'The capture\'s cost measured side by side with torch.profiler is in docs/benchmarks.md.'];
   }
   const keys = Object.keys(o);
   if (keys.length) {
