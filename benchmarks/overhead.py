@@ -169,6 +169,42 @@ def settle() -> None:
     time.sleep(0.1)
 
 
+def make_workload(workload: str, target_ms: float = 25.0, batch: int = 0
+                  ) -> tuple[Callable[[], None], int]:
+    """The step of ``workload`` ("gpt" or "launch") and the GPT batch size (0 for the loop)."""
+    return gpt_step(target_ms, batch) if workload == "gpt" else (launch_step(), 0)
+
+
+def steps_for(step: Callable[[], None], seconds: float, minimum: int) -> int:
+    """Warm the step up (5 runs), time 10 more, and say how many fill ``seconds`` (at least
+    ``minimum``; ``seconds`` <= 0: ``minimum``)."""
+    for _ in range(5):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        step()
+    sync()
+    per_s = (time.perf_counter() - t0) / 10
+    return max(minimum, round(seconds / per_s)) if seconds > 0 else minimum
+
+
+def time_steps(step: Callable[[], None], n: int, between: Callable[[], None] | None = None
+               ) -> tuple[float, list[float]]:
+    """Run ``n`` steps (``between`` after each but the last), device synchronised at the end.
+    Returns ms per step and the block's trace: ms since its start at the end of every 10th."""
+    t0 = time.perf_counter()
+    marks = []
+    for j in range(n):
+        step()
+        if between is not None and j < n - 1:
+            between()
+        if j % 10 == 9:
+            marks.append(round((time.perf_counter() - t0) * 1e3, 2))
+    sync()
+    return (time.perf_counter() - t0) / n * 1e3, marks
+
+
 def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
                    ) -> tuple[float, list[float]]:
     """One captured block under ``config`` (a torch.profiler or stepscope configuration of
@@ -187,14 +223,7 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
         settle()
         prof.start()
         step()  # warm-up step inside the capture
-        t0 = time.perf_counter()
-        marks = []
-        for j in range(steps):
-            step()
-            if j % 10 == 9:
-                marks.append(round((time.perf_counter() - t0) * 1e3, 2))
-        sync()
-        ms = (time.perf_counter() - t0) / steps * 1e3
+        ms, marks = time_steps(step, steps)
         prof.stop()  # its trace is not exported: outside the timing either way, and slow
         del prof
         return ms, marks
@@ -209,16 +238,7 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
             r.step()
         settle()
         r.step()  # boundary 2: the window opens
-        t0 = time.perf_counter()
-        marks = []
-        for j in range(steps):
-            step()
-            if j < steps - 1:
-                r.step()
-            if j % 10 == 9:
-                marks.append(round((time.perf_counter() - t0) * 1e3, 2))
-        sync()
-        ms = (time.perf_counter() - t0) / steps * 1e3
+        ms, marks = time_steps(step, steps, between=r.step)
         r.step()  # the window closes (GPU records kept, outside the timing)
     return ms, marks
 
@@ -234,37 +254,17 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
         os.environ["STEPSCOPE_SAMPLER_PROCESS"] = "0"
     if config == "stepscope-attached":
         os.environ["STEPSCOPE_CUPTI_DETACH"] = "0"
-    if workload == "gpt":
-        step, batch = gpt_step(target_ms, batch)
-    else:
-        step, batch = launch_step(), 0
-    for _ in range(5):
-        step()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        step()
-    sync()
-    probe_ms = (time.perf_counter() - t0) / 10 * 1e3
-    steps = max(steps, round(window_s * 1e3 / probe_ms)) if window_s > 0 else steps
+    step, batch = make_workload(workload, target_ms, batch)
+    steps = steps_for(step, window_s, steps)
     tmp = Path(tempfile.mkdtemp(prefix="ss-overhead-"))
 
     traces: list[list[float]] = []  # per block: ms from its start at the end of every 10th step
 
-    def timed(n: int) -> float:
-        settle()
-        t0 = time.perf_counter()
-        marks = []
-        for j in range(n):
-            step()
-            if j % 10 == 9:
-                marks.append(round((time.perf_counter() - t0) * 1e3, 2))
-        sync()
-        traces.append(marks)
-        return (time.perf_counter() - t0) / n * 1e3
-
     def plain() -> float:
-        return timed(steps)
+        settle()
+        ms, marks = time_steps(step, steps)
+        traces.append(marks)
+        return ms
 
     def captured(i: int) -> float:
         ms, marks = captured_block(config, step, steps, tmp / f"r{i}")

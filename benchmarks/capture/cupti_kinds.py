@@ -16,6 +16,12 @@ Variants:
   idle        CUPTI attached, every kind off
 
     python benchmarks/capture/cupti_kinds.py --out kinds.json --workload launch|gpt [--rounds 12]
+        [--detach-each]
+
+``--detach-each``: CUPTI starts cold for every block with only the variant's kinds, and is
+detached (cuptiFinalize) after it, followed by a plain block: what having switched a kind on
+leaves behind for the rest of the capture is then part of that variant's cost (with CUPTI
+attached the whole time, it is shared by all). Ratios are then over the plain blocks next to it.
 
 Per round, each variant's ms per step over the round's ``kineto`` block, and over its ``idle``
 block; medians and quartiles over rounds.
@@ -24,18 +30,18 @@ block; medians and quartiles over rounds.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import random
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from overhead import gpt_step, launch_step, settle, sync  # noqa: E402
+from overhead import make_workload, settle, steps_for, sync, time_steps  # noqa: E402
 
 VARIANTS = ("default", "kineto", "nomarker", "nosync", "noapi", "allapi", "idle")
 KINETO_OFF = {2: ("cudaGetDevice",), 1: ("cuKernelGetAttribute", "cuDevicePrimaryCtxGetState",
@@ -50,21 +56,15 @@ def main() -> None:
     ap.add_argument("--block-s", type=float, default=0.3)
     ap.add_argument("--gpt-batch", type=int, default=8)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--detach-each", action="store_true")
     args = ap.parse_args()
+    from stepscope.capture.cupti import detach
     from stepscope.capture.cupti import layouts as L
     from stepscope.capture.cupti.capture import CuptiCapture
     from stepscope.capture.cupti.settings import GpuSettings
 
-    step: Callable[[], None]
-    step, _ = gpt_step(25.0, args.gpt_batch) if args.workload == "gpt" else (launch_step(), 0)
-    for _ in range(5):
-        step()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        step()
-    sync()
-    n = max(8, round(args.block_s / ((time.perf_counter() - t0) / 10)))
+    step, _ = make_workload(args.workload, batch=args.gpt_batch)
+    n = steps_for(step, args.block_s, 8)
     cap = CuptiCapture(GpuSettings(detach=False), spill_dir=Path(tempfile.mkdtemp()) / "spill")
     lib = cap.lib
     base = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMCPY2, L.MEMSET, L.SYNCHRONIZATION, L.MARKER,
@@ -86,9 +86,11 @@ def main() -> None:
             lib.cuptiActivityDisable(k)
         enabled.clear()
         # enabling a domain's kind resets its per-call switches (all on): a clean start each time
+        # (after a detach CUPTI starts clean anyway)
         for domain, kind in api_kind.items():
-            lib.cuptiActivityEnable(kind)
-            lib.cuptiActivityDisable(kind)
+            if not args.detach_each:
+                lib.cuptiActivityEnable(kind)
+                lib.cuptiActivityDisable(kind)
         if variant == "idle":
             return
         kinds = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMSET, L.OVERHEAD] if variant == "kineto" else [
@@ -108,32 +110,63 @@ def main() -> None:
     for k in cap._enabled:
         lib.cuptiActivityDisable(k)
     cap._enabled.clear()
+    if args.detach_each:  # every block starts from a detached CUPTI
+        cap.flush(forced=True)
+        detach.arm(lib, cap.shim, cap.version)
+        step()
+        sync()
     for domain in api_kind:
         cap.calls.plan(domain)
     blocks: list[dict[str, Any]] = []
     switch_ms: list[float] = []
     rng = random.Random(0)
+
+    def timed_block() -> float:
+        settle()
+        return time_steps(step, n)[0]
+
+    def cold_start() -> None:
+        detach.reset(lib, cap.shim)
+        cap.shim.ss_configure(cap.settings.buffer_mb << 20, cap.settings.max_mb << 20)
+        lib.cuptiActivityRegisterCallbacks(
+            ctypes.cast(cap.shim.ss_buffer_requested, ctypes.c_void_p),
+            ctypes.cast(cap.shim.ss_buffer_completed, ctypes.c_void_p))
+
+    if args.detach_each:
+        blocks.append({"round": -1, "variant": "plain", "ms": timed_block(), "records": 0})
     for r in range(args.rounds):
         order = list(args.variants)
         rng.shuffle(order)
         for variant in order:
             t0 = time.perf_counter()
+            if args.detach_each:
+                cold_start()
             set_variant(variant)
             switch_ms.append((time.perf_counter() - t0) * 1e3)
-            settle()
             before = cap.records
-            t0 = time.perf_counter()
-            for _ in range(n):
-                step()
-            sync()
-            ms = (time.perf_counter() - t0) / n * 1e3
+            ms = timed_block()
             set_variant("idle")
             cap.flush(forced=True)
             blocks.append({"round": r, "variant": variant, "ms": ms,
                            "records": cap.records - before})
-    cap.stop()
+            if args.detach_each:
+                detach.arm(lib, cap.shim, cap.version)
+                step()  # its first CUDA call detaches CUPTI
+                sync()
+                blocks.append({"round": r, "variant": "plain", "ms": timed_block(), "records": 0,
+                               "detach": detach.state(cap.shim)})
+    if not args.detach_each:
+        cap.stop()
     summary: dict[str, Any] = {"steps_per_block": n, "rounds": args.rounds,
+                               "detach_each": args.detach_each,
                                "switch_ms_median": round(statistics.median(switch_ms), 3)}
+    if args.detach_each:  # each block over the mean of the plain blocks before and after it
+        for v in args.variants:
+            rs = [b["ms"] / statistics.mean((blocks[j - 1]["ms"], blocks[j + 1]["ms"]))
+                  for j, b in enumerate(blocks) if b["variant"] == v and 0 < j < len(blocks) - 1]
+            q = statistics.quantiles(rs, n=4) if len(rs) >= 2 else [rs[0]] * 3
+            summary[f"{v} / plain"] = {"median": round(statistics.median(rs), 4),
+                                       "iqr": [round(q[0], 4), round(q[2], 4)]}
     for ref in ("kineto", "idle"):
         if ref not in args.variants:
             continue
@@ -147,7 +180,7 @@ def main() -> None:
             q = statistics.quantiles(rs, n=4) if len(rs) >= 2 else [rs[0]] * 3
             summary[f"{v} / {ref}"] = {"median": round(statistics.median(rs), 4),
                                        "iqr": [round(q[0], 4), round(q[2], 4)]}
-    for v in args.variants:
+    for v in [*args.variants, "plain"] if args.detach_each else args.variants:
         bs = [b for b in blocks if b["variant"] == v]
         summary[v] = {"median_ms": round(statistics.median(b["ms"] for b in bs), 3),
                       "records_per_step": round(statistics.median(b["records"] for b in bs) / n, 1)}

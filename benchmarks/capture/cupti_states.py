@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from overhead import gpt_step, launch_step, settle, sync  # noqa: E402
+from overhead import make_workload, settle, steps_for, sync  # noqa: E402
 
 ATTRIBUTES = {0: "DEVICE_BUFFER_SIZE", 2: "DEVICE_BUFFER_POOL_LIMIT",
               3: "PROFILING_SEMAPHORE_POOL_SIZE", 4: "PROFILING_SEMAPHORE_POOL_LIMIT",
@@ -72,16 +72,8 @@ def main() -> None:
     from stepscope.capture.cupti.capture import CuptiCapture
     from stepscope.capture.cupti.settings import GpuSettings
 
-    step: Callable[[], None]
-    step, _ = gpt_step(25.0, args.gpt_batch) if args.workload == "gpt" else (launch_step(), 0)
-    for _ in range(5):
-        step()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        step()
-    sync()
-    n = max(10, round(args.block_s / ((time.perf_counter() - t0) / 10)))
+    step, _ = make_workload(args.workload, batch=args.gpt_batch)
+    n = steps_for(step, args.block_s, 10)
     cap = CuptiCapture(GpuSettings(detach=False, api=args.api),
                        spill_dir=Path(tempfile.mkdtemp()) / "spill")
     attrs = read_attributes(cap.lib)

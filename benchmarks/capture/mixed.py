@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from overhead import CONFIGS, captured_block, gpt_step, launch_step, settle, sync  # noqa: E402
+from overhead import (  # noqa: E402
+    CONFIGS,
+    captured_block,
+    make_workload,
+    settle,
+    steps_for,
+    time_steps,
+)
 
 MIXABLE = tuple(c for c in CONFIGS if c.startswith("stepscope") and c not in (
     "stepscope-attached", "stepscope-prev", "stepscope-thread", "stepscope-host-thread",
@@ -77,18 +84,8 @@ def main() -> None:
     ap.add_argument("--target-ms", type=float, default=25.0)
     ap.add_argument("--gpt-batch", type=int, default=0)
     args = ap.parse_args()
-    if args.workload == "gpt":
-        step, batch = gpt_step(args.target_ms, args.gpt_batch)
-    else:
-        step, batch = launch_step(), 0
-    for _ in range(5):
-        step()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        step()
-    sync()
-    steps = max(10, round(args.window_s * 1e3 / ((time.perf_counter() - t0) / 10 * 1e3)))
+    step, batch = make_workload(args.workload, args.target_ms, args.gpt_batch)
+    steps = steps_for(step, args.window_s, 10)
     tmp = Path(tempfile.mkdtemp(prefix="ss-mixed-"))
     counter = Instructions()
     blocks: list[dict[str, Any]] = []
@@ -96,11 +93,7 @@ def main() -> None:
     def plain() -> None:
         settle()
         i0 = counter.read()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        ms = (time.perf_counter() - t0) / steps * 1e3
+        ms, _ = time_steps(step, steps)
         i1 = counter.read()
         blocks.append({"kind": "plain", "ms": ms, "t": time.time(),
                        "minstr": None if i0 is None or i1 is None else (i1 - i0) / steps / 1e6})
