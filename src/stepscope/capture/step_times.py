@@ -85,7 +85,8 @@ class StepTimes:
                     f"median step in the window / median of up to {RATIO_STEPS_AFTER} steps right "
                     "after it, with the samplers stopped and CUPTI detached (the first step after "
                     "the window, which pays for closing it, is left out): the capture's cost on "
-                    "this run, when the program's steps are alike")
+                    "this run, when the program's steps are alike; it reads low where CUPTI stayed "
+                    "attached (the cupti_stays_attached diagnostic, --backend torch)")
         o["sampler_threads_cpu_note"] = (
             "CPU time of threads named 'stepscope*' during the window, as a share of one core")
         return o
