@@ -191,6 +191,33 @@ def test_a_window_closed_by_the_end_of_the_program_times_nothing_after(tmp_path:
     assert "steps_after_window" not in o
 
 
+def test_steps_after_a_timed_window_are_timed_too(tmp_path: Path) -> None:
+    """--delay/--duration: the window closes on a timer, between two steps; the step it closes
+    in is left out and the next ten are timed."""
+    import time
+
+    hosts: list[FakeHost] = []
+
+    def factory(cfg: CaptureConfig, rank: int, clk: Callable[[], int]) -> FakeHost:
+        hosts.append(FakeHost(clk))
+        return hosts[-1]
+
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), gpu="none",
+                        schedule=make_schedule(delay_s=0.05, duration_s=0.15))
+    s = Session(cfg, environ={}, host_factory=factory)
+    s.begin()
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:
+        s.step()
+        time.sleep(0.01)
+    assert hosts and hosts[0].released == 1  # ten steps after the window: hooks out
+    s.finish()
+    o = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0)
+            ).manifest.overhead["rank0"]
+    assert o["steps_after_window"] == 10
+    assert 0.3 < o["step_time_ratio_in_window_vs_after"] < 3  # same sleep both sides
+
+
 def test_default_window_closes_after_ten_seconds(tmp_path: Path) -> None:
     s, clock, _ = session(tmp_path)
     s.begin()
