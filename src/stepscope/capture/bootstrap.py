@@ -84,7 +84,6 @@ class Session:
         self._step_times = StepTimes()
         self._warmup_boundary: int | None = None
         self._cpu_open: float | None = None
-        self._overhead: dict[str, Any] = {}
         self._measured: tuple[float | None, float | None] | None = None  # window wall, CPU
         self._finishing = False
         self.out = WindowWriter(self.partition, config.max_rows)
@@ -124,12 +123,6 @@ class Session:
     def _start_host(self) -> None:
         self.host.start(self.config, self._rank, self._clock, self._on_boundary)
 
-    def _stop_host(self, keep_hooks: bool = False) -> Tables:
-        return self.host.stop(keep_hooks=keep_hooks)
-
-    def _drain(self) -> Tables:
-        return self.host.drain()
-
     # -- steps and window --------------------------------------------------------------------
     def step(self) -> None:
         """A manual step boundary (``stepscope.step()``/``record().step()``)."""
@@ -149,7 +142,6 @@ class Session:
                 if self.close_ns is None:
                     self._step_times.add(now - self._last_boundary, inside=self.open_ns is not None)
                 elif self._step_times.add_after(now - self._last_boundary):
-                    self._remeasure()
                     self.host.release_hooks()
             self._last_boundary = now
             if self.schedule.timed or self.close_ns is not None:
@@ -177,7 +169,7 @@ class Session:
 
     def _open(self, now: int) -> None:
         # drop what was sampled before the window, but keep the untimed tables (threads, processes)
-        merged = concat([*self._pre, self._drain()])
+        merged = concat([*self._pre, self.host.drain()])
         self._pre.clear()
         self.out.write({name: cols for name, cols in merged.items() if name not in TIMED_TABLES})
         self._start_gpu()
@@ -206,7 +198,7 @@ class Session:
                 return False
             self._io_busy = True
             self._last_flush = self._clock()
-            data = self._drain()
+            data = self.host.drain()
             lo = self.open_ns
         full = False
         try:
@@ -267,7 +259,7 @@ class Session:
     def _keep_pre(self) -> None:
         """Before the window: drain the host data and keep only the last ~10 s (bounded)."""
         self._last_flush = self._clock()
-        self._pre.append(self._drain())
+        self._pre.append(self.host.drain())
 
     def _close(self) -> None:
         with self._lock:
@@ -286,7 +278,7 @@ class Session:
             keep = not self._finishing
             if keep:
                 self._step_times.window_closed()
-            data = self._stop_host(keep_hooks=keep)
+            data = self.host.stop(keep_hooks=keep)
             if self.open_ns is not None:
                 self.out.write(clip(data, self.open_ns, now))
                 self.out.write(clip(gpu, self.open_ns, now))
@@ -298,12 +290,6 @@ class Session:
         cpu = (cpu_close - self._cpu_open if cpu_close is not None and self._cpu_open is not None
                else None)
         self._measured = (wall, cpu)
-        self._overhead = self._step_times.report(wall, cpu)
-
-    def _remeasure(self) -> None:
-        """The overhead figures again, with the steps timed after the window."""
-        if self._measured is not None:
-            self._overhead = self._step_times.report(*self._measured)
 
     # -- end of process ----------------------------------------------------------------------
     def finish(self, ended: str | None = None) -> None:
@@ -326,7 +312,6 @@ class Session:
             elif self.open_ns is None:
                 self._keep_tail()
             self._step_times.stop_after()
-            self._remeasure()
             self.host.release_hooks()
             self.finished = True
             self._write_meta()
@@ -336,7 +321,7 @@ class Session:
         now = self._clock()
         self._gpu_data(final=True)  # started for a warm-up step of a window that never came
         self._discard_raw()
-        data = self._stop_host()
+        data = self.host.stop()
         merged = concat([*self._pre, data])
         self._pre.clear()
         keep_s = self.schedule.max_seconds or 10.0
@@ -367,12 +352,14 @@ class Session:
                                     "window_start_ns": self.open_ns, "window_end_ns": self.close_ns,
                                     "step_boundaries_seen": self.boundaries,
                                     "gpu": self.gpu.status}
+        # the overhead figures from the window's close on (later with the steps after it)
+        overhead = self._step_times.report(*self._measured) if self._measured is not None else {}
         diags = [*self._diags, *self.out.diagnostics]
         host, host_diags = self.host.for_manifest()
         if host is not None:
             settings["host"] = host
             diags.extend(host_diags)
-        meta = replace(self._meta, ended=self.ended, settings=settings, overhead=self._overhead,
+        meta = replace(self._meta, ended=self.ended, settings=settings, overhead=overhead,
                        diagnostics=tuple(diags))
         try:
             self.partition.write_meta(meta)
