@@ -39,19 +39,15 @@ class FakeCupti:
         self.calls_on: set[tuple[int, int]] = set()  # per-call switches left on
         self._queue: list[bytes] = []
         self._names: list[ctypes.Array[ctypes.c_char]] = []
-        sizes = L.size_table(L.LAYOUTS_13 if version >= 130000 else L.LAYOUTS_12)
+        self._starts: dict[int, list[int]] = {}  # buffer address -> where its records start
 
         @NEXT
-        def next_record(buf: int, valid: int, rec: Any) -> int:  # libcupti's own walk
-            at = rec[0] or 0
-            if at:
-                kind = ctypes.c_uint32.from_address(at).value
-                at += sizes[kind]
-            else:
-                at = buf
-            if at + 4 > buf + valid:
-                return 3
-            rec[0] = at
+        def next_record(buf: int, valid: int, rec: Any) -> int:  # libcupti's own walk: it knows
+            starts = self._starts.get(buf, [])  # the true size of every record it wrote
+            i = 0 if not rec[0] else starts.index(rec[0] - buf) + 1
+            if i >= len(starts) or starts[i] + 4 > valid:
+                return 3  # CUPTI_ERROR_MAX_LIMIT_REACHED, as libcupti ends a buffer
+            rec[0] = buf + starts[i]
             return 0
 
         self.cuptiActivityGetNextRecord = next_record
@@ -60,9 +56,13 @@ class FakeCupti:
         self.domains: set[int] = set()
         self.unsubscribed: list[int] = []
 
+        self.detached = False  # cuptiFinalize ran and nothing started CUPTI again since
+        self.dropped = 0  # records "dropped" for cuptiActivityGetNumDroppedRecords to report
+
         @FINALIZE
         def finalize() -> int:
             self.finalized += 1
+            self.detached = True
             self.subscribed, self.domains = None, set()
             return 0
 
@@ -106,6 +106,7 @@ class FakeCupti:
 
     def cuptiActivityRegisterCallbacks(self, req: Any, done: Any) -> int:
         self.log.append(("register",))
+        self.detached = False
         return 0
 
     def cuptiActivityEnable(self, kind: int) -> int:
@@ -134,16 +135,23 @@ class FakeCupti:
         if not self._queue:
             return 0
         data = b"".join(self._queue)
+        starts = [0]
+        for r in self._queue[:-1]:
+            starts.append(starts[-1] + len(r))
         self._queue = []
         buf, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
         self.shim.ss_buffer_requested(ctypes.byref(buf), ctypes.byref(size), ctypes.byref(maxrec))
         assert buf.value and size.value >= len(data)
+        self._starts[buf.value] = starts
         ctypes.memmove(buf.value, data, len(data))
         self.shim.ss_buffer_completed(None, 0, buf.value, size.value, len(data))
         return 0
 
     def cuptiActivityGetNumDroppedRecords(self, ctx: Any, stream: int, n: Any) -> int:
-        _out(n).value = 0
+        # libcupti 13.4/13.5 crash here once cuptiFinalize has run (H100, driver 580.159.04)
+        assert not self.detached, "cuptiActivityGetNumDroppedRecords after cuptiFinalize"
+        _out(n).value = self.dropped
+        self.dropped = 0  # CUPTI counts since the last call
         return 0
 
     def cuptiGetResultString(self, rc: int, s: Any) -> int:

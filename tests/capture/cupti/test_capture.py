@@ -229,3 +229,97 @@ def test_a_process_killed_mid_window_keeps_what_its_flushes_kept(fake: FakeCupti
     codes = {d.code for d in run.manifest.diagnostics}
     assert "gpu_not_captured" not in codes and "partial_run" in codes
     assert run.manifest.partial
+
+
+def _grown(kernel_size: int) -> dict[int, L.Layout]:
+    """The 13.5 table with kernel records of another size (a CUPTI release not seen yet)."""
+    t = L.layouts_for(130500)
+    assert t is not None
+    return {**t.table, L.CONCURRENT_KERNEL: L.Layout(kernel_size, L.LAYOUTS_13[10].fields)}
+
+
+@pytest.mark.parametrize("version", [130101, 130301, 130500])
+def test_later_cupti_13_releases_are_decoded_with_their_record_sizes(
+        shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: int) -> None:
+    f = FakeCupti(shim, version=version)
+    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: f)
+    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
+    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    table = L.layouts_for(version)
+    assert table is not None
+    cap = CuptiCapture(GpuSettings(), spill_dir=tmp_path / "p")
+    cap.start()
+    t = time.time_ns()
+    name = f.name("step")
+    f.emit(*(kernel(t + i, t + i + 5, name=name, corr=i, table=table.table) for i in range(3)))
+    cap.stop()
+    assert not [d for d in cap.diagnostics if d.level == "error"]
+    assert collect(tmp_path / "p")["kernels"]["correlation"] == [0, 1, 2]
+
+
+def test_a_kind_first_met_in_a_later_buffer_with_another_size_is_never_walked(
+        fake: FakeCupti) -> None:
+    """Each buffer is checked against CUPTI's own iterator: kernel records of a size the table
+    does not know, in a buffer after one that held only API records, are dropped with an error
+    instead of being walked out of step (reading name pointers at random: a crash)."""
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    t = time.time_ns()
+    fake.emit(api(L.RUNTIME, t, t + 10, cbid=211, corr=1))
+    assert cap.flush()["api_calls"]["correlation"] == [1]
+    big = _grown(248)
+    fake.emit(*(kernel(t + 20 + i, t + 30 + i, name=0xDEAD0000 + i, corr=2 + i, table=big)
+                for i in range(3)))
+    assert "kernels" not in cap.flush()
+    assert any(d.code == "cupti_layout_mismatch" and d.level == "error" for d in cap.diagnostics)
+    cap.stop()
+
+
+def test_a_cupti_newer_than_any_header_read_has_its_grown_records_learnt(
+        shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    f = FakeCupti(shim, version=130700)
+    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: f)
+    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
+    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    cap = CuptiCapture(GpuSettings(), spill_dir=tmp_path / "p")
+    cap.start()
+    t = time.time_ns()
+    name = f.name("step")
+    f.emit(*(kernel(t + i, t + i + 5, name=name, corr=i, table=_grown(264)) for i in range(3)))
+    f.emit(api(L.RUNTIME, t, t + 10, cbid=211, corr=9))
+    cap.stop()
+    notes = [d for d in cap.diagnostics if d.code.startswith("cupti_layout")]
+    assert [(d.level, "264 bytes" in d.message) for d in notes] == [("info", True)]
+    got = collect(tmp_path / "p")
+    assert got["kernels"]["correlation"] == [0, 1, 2] and got["api_calls"]["correlation"] == [9]
+
+
+def test_records_smaller_than_the_newest_known_are_not_learnt(
+        shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = FakeCupti(shim, version=130700)
+    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: f)
+    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
+    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    t = time.time_ns()
+    f.emit(*(kernel(t + i, t + i + 5, name=f.name("k"), corr=i, table=_grown(232)) for i in range(2)))
+    assert "kernels" not in cap.flush()
+    assert any(d.code == "cupti_layout_mismatch" for d in cap.diagnostics)
+    cap.stop()
+
+
+def test_cupti_is_not_asked_for_dropped_records_once_it_has_detached(fake: FakeCupti) -> None:
+    """CUPTI 13.4/13.5 crash when asked after cuptiFinalize; the detach runs on whichever thread
+    makes the next CUDA call, possibly before the session reads the capture's diagnostics."""
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    fake.dropped = 5
+    cap.flush()
+    fake.dropped = 2
+    cap.stop()
+    fake.api_call()  # another thread's CUDA call: the detach runs
+    assert fake.detached
+    assert cap.dropped_records() == 7
+    dropped = [d for d in cap.diagnostics if d.code == "cupti_records_dropped"]
+    assert len(dropped) == 1 and "dropped 7 records" in dropped[0].message

@@ -148,11 +148,32 @@ def test_cupti_12_layout_differs_only_in_size() -> None:
     assert list(dec.tables()["kernels"]["correlation"]) == [9, 9]
 
 
-@pytest.mark.parametrize(("version", "name"), [(130001, "13"), (130100, "13"), (28, "12"),
-                                                (19, "12"), (18, None), (100, None)])
-def test_layout_choice_by_cupti_version(version: int, name: str | None) -> None:
+# (API version, table name, kernel/memcpy/memset record sizes, sizes read from that release's
+# header): the sizes as offsetof/sizeof gave them for nvidia-cuda-cupti 13.0.85 … 13.5.25
+@pytest.mark.parametrize(("version", "name", "sizes", "checked"), [
+    (130000, "13", (216, 96, 88), True), (130001, "13", (216, 96, 88), True),
+    (130101, "13.1", (224, 96, 88), True), (130202, "13.1", (224, 96, 88), True),
+    (130301, "13.3", (232, 96, 88), True), (130401, "13.4", (248, 112, 104), True),
+    (130500, "13.4", (248, 112, 104), True), (130600, "13.4", (248, 112, 104), False),
+    (28, "12", (208, 96, 88), True), (19, "12", (208, 96, 88), True),
+    (18, None, None, None), (100, None, None, None)])
+def test_layout_choice_by_cupti_version(version: int, name: str | None,
+                                        sizes: tuple[int, int, int] | None,
+                                        checked: bool | None) -> None:
     got = L.layouts_for(version)
-    assert (got[0] if got else None) == name
+    assert (got.name if got else None) == name
+    if got is not None:
+        t = got.table
+        assert (t[L.CONCURRENT_KERNEL].size, t[L.MEMCPY].size, t[L.MEMSET].size) == sizes
+        assert got.checked == checked
+
+
+def test_every_cupti_13_release_reads_its_fields_at_the_same_offsets() -> None:
+    tables = [L.layouts_for(v) for v in (130000, 130100, 130300, 130400)]
+    for kind, lay in L.LAYOUTS_13.items():
+        for choice in tables:
+            assert choice is not None and choice.table[kind].fields == lay.fields
+            assert choice.table[kind].size >= lay.size  # records only grew
 
 
 def test_unknown_kinds_are_counted_not_decoded() -> None:

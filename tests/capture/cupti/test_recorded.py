@@ -42,8 +42,8 @@ class Recorded:
         self.buffers = [np.ascontiguousarray(z[f"buf_{k}"]) for k in keys]
         self.walks = [z[f"walk_{k}"] for k in keys]  # libcupti's (offset, kind) per record
         chosen = L.layouts_for(int(self.meta["cupti_api_version"]))
-        assert chosen is not None and chosen[0] == self.meta["layout"]
-        self.layouts = chosen[1]
+        assert chosen is not None and chosen.name == self.meta["layout"]
+        self.layouts = chosen.table
 
     def sizes(self) -> list[int]:
         return L.size_table(self.layouts)

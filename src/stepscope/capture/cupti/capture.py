@@ -35,6 +35,7 @@ from stepscope.capture.cupti.native import (
     shim_walk,
 )
 from stepscope.capture.cupti.settings import GpuSettings
+from stepscope.capture.cupti.size_check import check_sizes
 from stepscope.capture.cupti.spill import SpillWriter
 from stepscope.store.manifest import Diagnostic
 
@@ -74,7 +75,8 @@ class CuptiCapture:
         if chosen is None:
             raise Unavailable(f"CUPTI API version {self.version} has no known record layout "
                               "(supported: CUDA 12.x, 13.x)")
-        self.layout_name, self.layouts = chosen
+        self.layout_name, self.layouts = chosen.name, chosen.table
+        self._layout = chosen
         self._sizes = (ctypes.c_uint32 * 64)(*L.size_table(self.layouts))
         self.decoder = Decoder(self.layouts, DecodeContext(
             strings=self._string, api_name=self._callback_name, demangle=demangler(),
@@ -83,8 +85,9 @@ class CuptiCapture:
         self.calls = CallPlan(self.settings, self._callback_name)
         self._requested_at_start = 0
         self._diags: list[Diagnostic] = []
-        self._checked = False
         self._layout_ok = True
+        self._dropped = 0
+        self.verify_s = 0.0  # checking each buffer's record sizes against CUPTI's iterator
         self.clock_offset_ns = 0
         self.buffers = 0
         self.bytes = 0
@@ -202,6 +205,7 @@ class CuptiCapture:
     def flush(self, forced: bool = False) -> dict[str, dict[str, Any]]:
         """Decode what CUPTI has completed (all of it when ``forced``)."""
         self.lib.cuptiActivityFlushAll(FLUSH_FORCED if forced else 0)
+        self._read_dropped()
         return self._drain()
 
     def stop(self) -> dict[str, dict[str, Any]]:
@@ -210,6 +214,7 @@ class CuptiCapture:
         self.running = False
         self._disable()
         self._final_flush()
+        self._read_dropped()  # before the detach is armed: CUPTI is not to be asked after it
         out = self._drain()
         if self._spill is not None:
             if self._spill.error:
@@ -283,35 +288,37 @@ class CuptiCapture:
         return tables
 
     def _checked_buffer(self, ptr: int, valid: int) -> bool:
-        """Count a buffer and check the layout on the first one; False: do not read it."""
+        """Count a buffer and check its record sizes against CUPTI's own iterator; False: do not
+        read it. Every buffer: a kind first seen in a later buffer with a size other than the
+        table's would otherwise be walked out of step, and its string fields read at addresses
+        that are not strings (a crash of the program)."""
         if not ptr or not valid or not self._layout_ok:
             return False
         self.buffers += 1
         self.bytes += valid
         self._dump_buffer(ptr, valid)
-        if not self._checked:
-            self._checked = True
-            self._verify_layout(ptr, valid)
+        t0 = time.perf_counter()
+        self._verify_layout(ptr, valid)
+        self.verify_s += time.perf_counter() - t0
         return self._layout_ok
 
     def _spill_buffer(self, ptr: int, valid: int) -> None:
         spill = self._spill
-        if spill is None or not self._checked_buffer(ptr, valid):
+        if spill is None:
             return
-        learnt = list(self._sizes)
+        sizes_before = list(self._sizes)
+        if not self._checked_buffer(ptr, valid):  # also learns the sizes of kinds first seen
+            return
         counts, stop = spill.scan(ptr, valid, self._sizes)
-        if stop != valid and self._unknown_at(ptr, stop):
-            self._verify_layout(ptr, valid)  # learns the size of a kind first seen here
-            if not self._layout_ok:
-                return
-            more, stop = spill.scan(ptr, valid, self._sizes, start=stop)
-            counts = [a + b for a, b in zip(counts, more)]
         if stop != valid:
-            self._diag("cupti_walk_stopped", f"a CUPTI buffer had an unknown record at byte "
-                       f"{stop} of {valid}: the rest of that buffer was skipped")
-        if list(self._sizes) != learnt:
+            self._walk_stopped(stop, valid)
+        if list(self._sizes) != sizes_before:
             self._write_raw_meta()
         spill.add(ptr, valid, counts)
+
+    def _walk_stopped(self, stop: int, valid: int) -> None:
+        self._diag("cupti_walk_stopped", f"a CUPTI buffer had an unknown record at byte {stop} of "
+                   f"{valid}: the rest of that buffer was skipped")
 
     def _write_raw_meta(self) -> None:
         if self._spill is None:
@@ -327,36 +334,28 @@ class CuptiCapture:
         if not self._checked_buffer(ptr, valid):
             return
         kinds, offs, stop = self._walk(ptr, valid)
-        if stop != valid and self._unknown_at(ptr, stop):
-            self._verify_layout(ptr, valid)  # learns the size of a kind first seen here
-            if not self._layout_ok:
-                return
-            kinds, offs, stop = self._walk(ptr, valid)
         if stop != valid:
-            self._diag("cupti_walk_stopped", f"a CUPTI buffer had an unknown record at byte "
-                       f"{stop} of {valid}: the rest of that buffer was skipped")
+            self._walk_stopped(stop, valid)
         buf = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(valid,))
         self.decoder.add(buf, kinds, offs)
 
     def _walk(self, ptr: int, valid: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint64], int]:
         return shim_walk(self.shim, ptr, valid, self._sizes)
 
-    def _unknown_at(self, ptr: int, off: int) -> bool:
-        kind = ctypes.c_uint32.from_address(ptr + off).value
-        return kind < len(self._sizes) and self._sizes[kind] == 0
-
     def _verify_layout(self, ptr: int, valid: int) -> None:
-        nxt = ctypes.cast(self.lib.cuptiActivityGetNextRecord, ctypes.c_void_p)
-        # kinds it does not know are learnt (their records skipped; the decoder counts them)
-        kind, stride, learnt = ctypes.c_uint32(0), ctypes.c_uint64(0), ctypes.c_uint32(0)
-        bad = self.shim.ss_check_walk(nxt, ptr, valid, self._sizes, ctypes.byref(kind),
-                                      ctypes.byref(stride), ctypes.byref(learnt))
-        if bad >= 0:
+        nxt = ctypes.cast(self.lib.cuptiActivityGetNextRecord, ctypes.c_void_p).value or 0
+        got = check_sizes(self.shim, nxt, ptr, valid, self._sizes, self._layout)
+        for kind, size, known in got.grown:
+            self._diag(f"cupti_layout_learnt_{kind}",
+                       f"CUPTI {self.version} is newer than the newest this stepscope was checked "
+                       f"against (13.5): its {L.KIND_NAMES.get(kind, kind)} records are {size} "
+                       f"bytes (13.5: {known}), read at 13.5's field offsets", level="info")
+        if got.bad is not None:
             self._layout_ok = False
+            kind, size, known = got.bad
             self._diag("cupti_layout_mismatch",
-                       f"CUPTI {self.version} records of kind {kind.value} are {stride.value} bytes, "
-                       f"not the {self._sizes[kind.value]} this stepscope knows: GPU records dropped",
-                       level="error")
+                       f"CUPTI {self.version} records of kind {kind} are {size} bytes, not the "
+                       f"{known} this stepscope knows: GPU records dropped", level="error")
 
     # -- reporting ----------------------------------------------------------------------------
     def _diag(self, code: str, message: str, level: str = "warning") -> None:
@@ -379,10 +378,16 @@ class CuptiCapture:
         return tuple(out)
 
     def dropped_records(self) -> int:
+        """Records CUPTI dropped, as read at the last flush or stop. Read only while CUPTI is
+        attached: once the detach has run (cuptiFinalize, on whichever thread makes the next CUDA
+        call), CUPTI 13.4 and 13.5 crash in cuptiActivityGetNumDroppedRecords (seen on an H100,
+        driver 580.159.04)."""
+        return self._dropped
+
+    def _read_dropped(self) -> None:
         n = ctypes.c_size_t(0)
-        if self.lib.cuptiActivityGetNumDroppedRecords(None, 0, ctypes.byref(n)) != 0:
-            return 0
-        return int(n.value)
+        if self.lib.cuptiActivityGetNumDroppedRecords(None, 0, ctypes.byref(n)) == 0:
+            self._dropped += int(n.value)  # the count since the last read
 
     def stats(self) -> dict[str, int]:
         out = (ctypes.c_uint64 * 8)()
@@ -399,5 +404,6 @@ class CuptiCapture:
                 "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,
                 "records_kept_raw": self._spill is not None, "cupti_detach": self._detach_note,
                 "decode_s" if self._spill is None else "spill_s": round(self.decode_s, 4),
+                "verify_s": round(self.verify_s, 4),
                 "clock_offset_ns": self.clock_offset_ns,
                 "cupti_overhead_ns": dict(self.decoder.cupti_overhead_ns), **self.stats()}

@@ -2,10 +2,11 @@
 
 Offsets and sizes were computed with ``offsetof``/``sizeof`` by a C compiler from NVIDIA's
 ``cupti_activity.h`` as shipped in the ``nvidia-cuda-cupti`` wheels (13.0.85 for CUPTI 13,
-``nvidia-cuda-cupti-cu12`` 12.9.79 for CUPTI 12.x). The records are packed and 8-byte aligned.
+``nvidia-cuda-cupti-cu12`` 12.9.79 for CUPTI 12.x; the later CUPTI 13 releases in
+``_RELEASES_13``). The records are packed and 8-byte aligned.
 A record's layout depends on the libcupti in the process, not on a header we compile against,
 so the table is chosen from ``cuptiGetVersion`` and checked at run time against CUPTI's own
-record iterator (``ss_check_walk`` in the shim) before any buffer is decoded.
+record iterator (``ss_check_walk`` in the shim) on every buffer before it is read.
 
 Kinds and enums (same values in both versions):
 """
@@ -116,11 +117,12 @@ _EXTERNAL_FIELDS: dict[str, Field] = {
 }
 
 
-def _table(kernel_size: int, marker_data_size: int) -> dict[int, Layout]:
+def _table(kernel_size: int, marker_data_size: int, memcpy_size: int = 96,
+           memset_size: int = 88) -> dict[int, Layout]:
     return {
         CONCURRENT_KERNEL: Layout(kernel_size, _KERNEL_FIELDS),
-        MEMCPY: Layout(96, _MEMCPY_FIELDS),
-        MEMSET: Layout(88, _MEMSET_FIELDS),
+        MEMCPY: Layout(memcpy_size, _MEMCPY_FIELDS),
+        MEMSET: Layout(memset_size, _MEMSET_FIELDS),
         RUNTIME: Layout(40, _API_FIELDS),
         DRIVER: Layout(40, _API_FIELDS),
         SYNCHRONIZATION: Layout(56, _SYNC_FIELDS),
@@ -137,13 +139,35 @@ MEMCPY2 = 22
 LAYOUTS_13 = {**_table(216, 40), MEMCPY2: Layout(96, _PTOP_FIELDS)}  # Kernel10, MarkerData2
 LAYOUTS_12 = {**_table(208, 32), MEMCPY2: Layout(96, _PTOP_FIELDS)}  # Kernel9, MarkerData
 
+# CUPTI 13's releases grew three records by fields appended at their end; every field read here
+# kept its offset (checked with offsetof in the headers of nvidia-cuda-cupti 13.0.48, 13.0.85,
+# 13.1.115, 13.2.23, 13.2.86, 13.3.75, 13.4.92, 13.5.25). From API version: name, table.
+_RELEASES_13: tuple[tuple[int, str, dict[int, Layout]], ...] = (
+    (130000, "13", LAYOUTS_13),  # 13.0: Kernel10 216, Memcpy6 96, Memset4 88
+    (130100, "13.1", {**LAYOUTS_13, **_table(224, 40)}),  # 13.1, 13.2: Kernel11 224
+    (130300, "13.3", {**LAYOUTS_13, **_table(232, 40)}),  # 13.3: Kernel12 232
+    (130400, "13.4", {**LAYOUTS_13, **_table(248, 40, 112, 104)}),  # 13.4, 13.5: Kernel13,
+)                                                                   # Memcpy7 112, Memset5 104
+NEWEST_CHECKED = 130599  # the newest API version whose sizes were read from its header (13.5)
 
-def layouts_for(api_version: int) -> tuple[str, dict[int, Layout]] | None:
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """The record layouts for one libcupti. ``checked``: its sizes were read from that release's
+    header; a newer CUPTI gets the newest known table, its record sizes learnt from CUPTI's own
+    iterator (``CuptiCapture._verify_layout``), the fields read at the known offsets."""
+    name: str
+    table: dict[int, Layout]
+    checked: bool = True
+
+
+def layouts_for(api_version: int) -> LayoutChoice | None:
     """The layout table for a ``cuptiGetVersion`` value, or None when unknown."""
     if api_version >= 130000:
-        return "13", LAYOUTS_13
+        name, table = next((n, t) for v, n, t in reversed(_RELEASES_13) if api_version >= v)
+        return LayoutChoice(name, table, checked=api_version <= NEWEST_CHECKED)
     if 19 <= api_version <= 28:  # CUDA 12.0 .. 12.9 (checked at run time against CUPTI)
-        return "12", LAYOUTS_12
+        return LayoutChoice("12", LAYOUTS_12)
     return None
 
 

@@ -111,13 +111,13 @@ def decode_folder(folder: Path, lo: int | None, hi: int | None,
         return RawResult(0, 0, 0, 0.0, diagnostics=(Diagnostic(
             "error", "cupti_raw_unreadable",
             f"the raw CUPTI records could not be read ({RAW_META}: {exc}): GPU records lost"),))
-    if chosen is None or chosen[0] != meta.get("layout") or len(sizes) != 64:
+    if chosen is None or chosen.name != meta.get("layout") or len(sizes) != 64:
         return RawResult(0, 0, 0, 0.0, diagnostics=(Diagnostic(
             "error", "cupti_raw_unreadable",
             f"raw CUPTI records of layout {meta.get('layout')!r} (CUPTI "
             f"{meta.get('cupti_api_version')}) cannot be decoded here: GPU records lost"),))
     names = _strings(folder)
-    dec = Decoder(chosen[1], DecodeContext(strings=names.get, api_name=lambda d, c: api.get((d, c)),
+    dec = Decoder(chosen.table, DecodeContext(strings=names.get, api_name=lambda d, c: api.get((d, c)),
                                            demangle=demangler(), pid=pid))
     walk = _walker(sizes)
     frames = rows = pending = 0
