@@ -57,3 +57,14 @@ def test_imported_traces_are_not_read_as_captures(tmp_path: Path) -> None:
     b.kernel("k", 100, 500, launch=(20, 10))
     run = b.build(tmp_path / "r.stepscope")
     assert capture_trust(run).confidence is Confidence.HIGH
+
+
+def test_a_program_that_changed_speed_does_not_lower_the_confidence(tmp_path: Path) -> None:
+    """In-window steps x2.5 the steps after the window, but the steps before it were as slow as
+    the window's: the program changed speed, the ratio is not the capture's cost."""
+    from tests.reporters.test_capture_summary import changed_speed_run
+
+    run = changed_speed_run(tmp_path)
+    assert run.manifest.overhead["rank0"]["step_time_ratio_in_window_vs_after"] == 2.5
+    trust = capture_trust(run)
+    assert trust.confidence is Confidence.HIGH and trust.note == ""

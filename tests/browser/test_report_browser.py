@@ -257,5 +257,17 @@ def test_captured_run_with_steps_after_the_window(browser: Any, tmp_path: Path) 
     r = load(browser, _report(run, tmp_path / "captured-after.html"))
     assert r.errors() == []
     card = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()
-    assert "x1.00" in card and "the steps right after it" in card, card
+    assert "x1.00 (90% CI 1.00–1.00)" in card and "the steps right after it" in card, card
+    r.page.close()
+
+
+def test_captured_run_whose_program_changed_speed(browser: Any, tmp_path: Path) -> None:
+    """Steps before and after the window that differ: the card says the cost is not measurable
+    instead of showing the ratio as the capture's cost."""
+    from tests.reporters.test_capture_summary import changed_speed_run
+
+    r = load(browser, _report(changed_speed_run(tmp_path), tmp_path / "captured-changed.html"))
+    assert r.errors() == []
+    card = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()
+    assert "not measurable" in card and "differ by x2.50" in card and "x2.50 (" not in card, card
     r.page.close()

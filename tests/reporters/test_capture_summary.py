@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.capture.test_bootstrap import captured_run
+from tests.capture.test_bootstrap import captured_run, run_steps, session
 
 from builder import TraceBuilder
+from stepscope.capture.partitions import merge
 from stepscope.report import build_report
 from stepscope.reporters.json_report import report_dict
 from stepscope.reporters.terminal import render_text
+from stepscope.store.run import Run
 
 
 def test_terminal_and_json_show_the_capture(tmp_path: Path) -> None:
@@ -36,5 +38,27 @@ def test_terminal_prefers_the_steps_after_the_window(tmp_path: Path) -> None:
     o = run.manifest.overhead["rank0"]
     assert o["steps_after_window"] == 10
     text = " ".join(render_text(build_report(run)).split())  # the terminal wraps long lines
-    assert ("capture: GPU none off; steps in the window took x1.00 the steps right after it "
-            "(capture off)") in text
+    assert ("capture: GPU none off; steps in the window took x1.00 (90% CI 1.00-1.00) the steps "
+            "right after it (capture off)") in text
+
+
+def changed_speed_run(tmp_path: Path) -> Run:
+    """Steps of 10 ms before and in the window, 4 ms after it: the program changed speed."""
+    s, clock, _ = session(tmp_path, "14-19", gpu="none")
+    s.begin()
+    run_steps(s, clock, 14, step_ms=10)
+    run_steps(s, clock, 6, step_ms=10)  # the window
+    run_steps(s, clock, 1, step_ms=500)  # closes it (left out)
+    run_steps(s, clock, 11, step_ms=4)
+    s.finish()
+    return Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+
+
+def test_terminal_says_when_the_capture_cost_is_not_measurable(tmp_path: Path) -> None:
+    run = changed_speed_run(tmp_path)
+    o = run.manifest.overhead["rank0"]
+    assert o["step_time_ratio_in_window_vs_after"] == 2.5 and o["steps_before_window"] >= 10
+    text = " ".join(render_text(build_report(run)).split())
+    assert ("capture's cost is not measurable on this run: the steps before the window (10 ms) "
+            "and after it (4 ms) differ by x2.50") in text
+    assert "x2.50 (90% CI" not in text

@@ -16,14 +16,16 @@ step, "medium" at 10%, else "high".
 A run recorded by ``stepscope record`` measured its own cost instead: the window's median
 step over the median of the steps right after it, with the capture off
 (``manifest.overhead["rank<N>"]["step_time_ratio_in_window_vs_after"]``). The share of a
-captured step that was the capture's (``1 - 1/ratio``, worst rank) sets the confidence with the
-same thresholds. Most of it is CUPTI's cost in the CUDA calls, but part can be on the GPU, so it
+captured step that was the capture's (``1 - 1/ratio`` at the lower end of the ratio's 90%
+interval, worst rank) sets the confidence with the same thresholds; a rank whose figure is
+marked unmeasurable (the program changed speed by itself) is left out. Most of it is CUPTI's cost in the CUDA calls, but part can be on the GPU, so it
 is not subtracted from the speed-up estimates (``est_inflation_ms`` stays 0).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,19 +55,31 @@ def _confidence(share: float) -> Confidence:
 
 def capture_trust(run: Run) -> HostTrust:
     """A recorded run: what the capture measured of its own cost (module doc)."""
-    ratios = [o.get("step_time_ratio_in_window_vs_after") for o in run.manifest.overhead.values()
-              if isinstance(o, dict)]
-    nums = [float(r) for r in ratios if isinstance(r, (int, float)) and r > 0]
-    if run.manifest.source.kind != "capture" or not nums:
+    measured = [o for o in run.manifest.overhead.values() if isinstance(o, dict)
+                and isinstance(o.get("step_time_ratio_in_window_vs_after"), (int, float))
+                and o["step_time_ratio_in_window_vs_after"] > 0
+                and not o.get("step_time_ratio_after_unmeasurable")]
+    if run.manifest.source.kind != "capture" or not measured:
         return HostTrust(Confidence.HIGH, "", 0.0, 0.0, False)
-    ratio = max(nums)
+    # the lower end of each rank's 90% interval where it has one: only a cost the steps show
+    # beyond their own spread lowers the confidence
+    ratio = max(_low_end(o) for o in measured)
     share = max(0.0, 1.0 - 1.0 / ratio)
     conf = _confidence(share)
     note = "" if conf is Confidence.HIGH else (
-        f"the captured steps took x{ratio:.2f} the steps right after the window (capture off): "
-        f"about {share:.0%} of a captured step was the capture's own cost, mostly CUPTI's in "
-        "the CUDA calls; host-side timings are inflated by up to that much")
+        f"the captured steps took at least x{ratio:.2f} the steps right after the window "
+        f"(capture off; lower end of a 90% interval): about {share:.0%} of a captured step was "
+        "the capture's own cost, mostly CUPTI's in the CUDA calls; host-side timings are "
+        "inflated by up to that much")
     return HostTrust(conf, note, 0.0, 0.0, False)
+
+
+def _low_end(overhead: dict[str, Any]) -> float:
+    ratio = float(overhead["step_time_ratio_in_window_vs_after"])
+    ci = overhead.get("step_time_ratio_after_ci90")
+    if isinstance(ci, list) and len(ci) == 2 and isinstance(ci[0], (int, float)):
+        return min(ratio, float(ci[0]))
+    return ratio
 
 
 def host_trust(run: Run, analysis: Analysis) -> HostTrust:

@@ -5,11 +5,50 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 RATIO_STEPS_BEFORE = 10  # steps before the window that the overhead ratio compares with
 RATIO_STEPS_AFTER = 10  # steps after the window (CUPTI detached, samplers stopped) timed for it
 MIN_STEPS_AFTER = 3  # fewer steps after the window: no after-window ratio
+DRAWS = 1000  # bootstrap resamples of the after-window ratio's interval
+MAX_RESAMPLED = 1000  # in-window steps resampled (evenly spaced over the window, if more)
+PHASE_LIMIT = 1.25  # steps before vs after the window differing by more: the program changed speed
+
+
+def ratio_interval(inside: Sequence[int], after: Sequence[int], level: float = 0.90
+                   ) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(inside) / median(after), resampling each side
+    (fixed seed: the same steps give the same interval)."""
+    a = np.asarray(inside, dtype=np.float64)
+    if len(a) > MAX_RESAMPLED:
+        a = a[np.linspace(0, len(a) - 1, MAX_RESAMPLED).astype(np.int64)]
+    b = np.asarray(after, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    num = np.median(a[rng.integers(0, len(a), (DRAWS, len(a)))], axis=1)
+    den = np.median(b[rng.integers(0, len(b), (DRAWS, len(b)))], axis=1)
+    r = num / np.maximum(den, 1.0)
+    lo, hi = np.quantile(r, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def unmeasurable(ratio_ci: tuple[float, float], before_ns: float | None, after_ns: float,
+                 n_before: int) -> str | None:
+    """Why the after-window ratio does not measure the capture's cost on this run, or None.
+    A capture cannot make steps faster, and steps before and after the window (both without
+    CUPTI) that differ by more than ``PHASE_LIMIT`` mean the program changed speed by itself."""
+    if ratio_ci[1] < 1.0:
+        return ("the steps in the window ran faster than those after it: the program's speed "
+                "changed, which hides the capture's cost")
+    if before_ns and n_before >= RATIO_STEPS_BEFORE and after_ns > 0:
+        phase = max(before_ns, after_ns) / min(before_ns, after_ns)
+        if phase > PHASE_LIMIT:
+            return (f"the steps before the window ({before_ns / 1e6:.3g} ms) and after it "
+                    f"({after_ns / 1e6:.3g} ms) differ by x{phase:.2f}: the program changed speed "
+                    "by itself, which hides the capture's cost")
+    return None
 
 
 class StepTimes:
@@ -81,12 +120,20 @@ class StepTimes:
             o["steps_after_window"] = len(self._after)
             if after > 0:
                 o["step_time_ratio_in_window_vs_after"] = round(statistics.median(self._inside) / after, 6)
+                ci = ratio_interval(self._inside, self._after)
+                o["step_time_ratio_after_ci90"] = [round(ci[0], 4), round(ci[1], 4)]
+                before_ns = statistics.median(self._before_last) if self._before_last else None
+                why = unmeasurable(ci, before_ns, after, len(self._before_last))
+                if why is not None:
+                    o["step_time_ratio_after_unmeasurable"] = why
                 o["step_time_ratio_after_note"] = (
                     f"median step in the window / median of up to {RATIO_STEPS_AFTER} steps right "
                     "after it, with the samplers stopped and CUPTI detached (the first step after "
                     "the window, which pays for closing it, is left out): the capture's cost on "
                     "this run, when the program's steps are alike; it reads low where CUPTI stayed "
-                    "attached (the cupti_stays_attached diagnostic, --backend torch)")
+                    "attached (the cupti_stays_attached diagnostic, --backend torch). ci90: a 90% "
+                    "bootstrap interval; unmeasurable: why the figure does not measure the "
+                    "capture's cost here (the program's speed changed by itself)")
         o["sampler_threads_cpu_note"] = (
             "CPU time of threads named 'stepscope*' during the window, as a share of one core")
         return o

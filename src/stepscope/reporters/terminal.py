@@ -95,13 +95,30 @@ def _capture_line(settings: dict[str, Any], overhead: dict[str, Any]) -> str:
     worst = ", worst rank" if len([o for o in overhead.values() if isinstance(o, dict)]) > 1 else ""
     after = _ratios(overhead, "step_time_ratio_in_window_vs_after")
     before = _ratios(overhead, "step_time_ratio_in_window_vs_before")
-    if after:
-        line += (f"; steps in the window took x{max(after):.2f} the steps right after it "
-                 f"(capture off{worst})")
+    why = [str(o["step_time_ratio_after_unmeasurable"]) for o in overhead.values()
+           if isinstance(o, dict) and o.get("step_time_ratio_after_unmeasurable")]
+    if why:
+        line += f"; the capture's cost is not measurable on this run: {why[0]}"
+    elif after:
+        line += (f"; steps in the window took x{max(after):.2f}{_interval(overhead)} the steps "
+                 f"right after it (capture off{worst})")
     elif before:
         line += (f"; steps in the window took x{max(before):.2f} the steps before it "
                  "(rough: those were warm-up steps)")
     return line
+
+
+def _interval(overhead: dict[str, Any]) -> str:
+    """The 90% interval of the worst rank's after-window ratio, as " (90% CI a-b)"."""
+    ranks = [o for o in overhead.values() if isinstance(o, dict)
+             and isinstance(o.get("step_time_ratio_in_window_vs_after"), (int, float))]
+    if not ranks:
+        return ""
+    ci = max(ranks, key=lambda o: float(o["step_time_ratio_in_window_vs_after"])).get(
+        "step_time_ratio_after_ci90")
+    if not (isinstance(ci, list) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci)):
+        return ""
+    return f" (90% CI {ci[0]:.2f}-{ci[1]:.2f})"
 
 
 def _ratios(overhead: dict[str, Any], key: str) -> list[float]:

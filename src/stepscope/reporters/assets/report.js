@@ -468,11 +468,19 @@ function overheadText() {
   const ranks = Object.keys(o).filter(k => /^rank\d+$/.test(k) && o[k] && typeof o[k] === 'object');
   if (ranks.length) {  // a captured run: what each process measured of itself
     const pick = key => ranks.map(k => o[k][key]).filter(x => typeof x === 'number');
+    const why = ranks.map(k => o[k].step_time_ratio_after_unmeasurable).filter(x => typeof x === 'string' && x);
+    if (why.length) {
+      return ['not measurable', 'the capture\'s cost on this run: ' + why[0],
+        'The window\'s median step is compared with the steps right after it; that only measures the capture when the program\'s steps are alike. ' +
+        'The capture\'s cost measured side by side with torch.profiler is in docs/benchmarks.md.'];
+    }
     const after = pick('step_time_ratio_in_window_vs_after');
     const ratios = after.length ? after : pick('step_time_ratio_in_window_vs_before');
     const shares = pick('sampler_threads_cpu_share');
     const worst = ratios.length ? Math.max(...ratios) : null;
-    const v = worst !== null ? 'x' + num(worst, 2) : 'measured';
+    const worstRank = after.length ? ranks.find(k => o[k].step_time_ratio_in_window_vs_after === worst) : null;
+    const ci = worstRank ? o[worstRank].step_time_ratio_after_ci90 : null;
+    const v = worst !== null ? 'x' + num(worst, 2) + (Array.isArray(ci) && ci.length === 2 ? ' (90% CI ' + num(ci[0], 2) + '–' + num(ci[1], 2) + ')' : '') : 'measured';
     const vs = after.length ? 'the steps right after it (capture off: samplers stopped, CUPTI detached)' : 'the steps before it';
     const sub = [worst !== null ? 'step time in the window vs ' + vs + (ranks.length > 1 ? ' (worst rank)' : '') : null,
       shares.length ? 'sampler threads ' + pct(Math.max(...shares), 1) + ' of a core' : null].filter(Boolean).join('; ');
