@@ -22,6 +22,11 @@ Configurations (each in its own process: one CUPTI client per process):
   stepscope-host-thread  the same, samplers in a thread (STEPSCOPE_SAMPLER_PROCESS=0)
   stepscope-gpu        GPU capture only (default backend and API calls; samplers off:
                        sample_hz=0, no stacks)
+  stepscope-bare       stepscope's CUPTI capture alone (CuptiCapture, default settings), started
+                       and stopped as torch.profiler is: no session, no step boundaries, no
+                       host capture; records kept raw, CUPTI detached after it
+  stepscope-bare-allapi  the same with a kind set like torch.profiler's (kernels, copies,
+                       memsets, overhead, every runtime and driver call; no sync or NVTX records)
   stepscope-cuptipy    stepscope.record(backend="cupti-python")
   stepscope-torch      stepscope.record(backend="torch")
   torch-cpu-cuda       torch.profiler, activities CPU+CUDA
@@ -67,7 +72,8 @@ from typing import Any
 
 CONFIGS = ("stepscope", "stepscope-attached", "stepscope-prev", "stepscope-thread",
            "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-host-thread",
-           "stepscope-gpu", "stepscope-cuptipy", "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
+           "stepscope-gpu", "stepscope-bare", "stepscope-bare-allapi", "stepscope-cuptipy",
+           "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
 
 def gpt_step(target_ms: float, batch: int = 0) -> tuple[Callable[[], None], int]:
@@ -227,6 +233,19 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
         prof.stop()  # its trace is not exported: outside the timing either way, and slow
         del prof
         return ms, marks
+    if config.startswith("stepscope-bare"):
+        from stepscope.capture.cupti.capture import CuptiCapture
+        from stepscope.capture.cupti.settings import GpuSettings
+
+        gs = GpuSettings(api="all", sync=False, nvtx=False, driver=True) \
+            if config == "stepscope-bare-allapi" else GpuSettings()
+        cap = CuptiCapture(gs, spill_dir=run / "spill")
+        settle()
+        cap.start()
+        step()  # warm-up step inside the capture, as for torch.profiler
+        ms, marks = time_steps(step, steps)
+        cap.stop()  # records kept raw in the spill folder, outside the timing; detach armed
+        return ms, marks
     backend = {"stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch",
                "stepscope-host": "none", "stepscope-host-thread": "none"}.get(config, "auto")
     api = "none" if config == "stepscope-kernels" else "filtered"
@@ -236,6 +255,7 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
         for _ in range(2):  # boundaries 0 and 1; the GPU capture starts at 1
             step()
             r.step()
+        step()  # warm-up step inside the GPU capture, as for torch.profiler (from 2026-11-25)
         settle()
         r.step()  # boundary 2: the window opens
         ms, marks = time_steps(step, steps, between=r.step)

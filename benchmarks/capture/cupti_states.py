@@ -149,7 +149,12 @@ def main() -> None:
         switch("torch.profiler stop", prof.stop)
         del prof
         block("plain")
-    summary: dict[str, Any] = {"api": args.api, "prealloc": args.prealloc, "attributes": attrs}
+    summary: dict[str, Any] = {"api": args.api, "prealloc": args.prealloc, "attributes": attrs,
+                               "libcupti": cap.path, "cupti_api_version": cap.version,
+                               "buffers": cap.buffers, "records_total": cap.records,
+                               "spill_s": round(cap.decode_s, 4), "verify_s": round(cap.verify_s, 4),
+                               "diagnostics": [f"{d.level} {d.code}: {d.message}"
+                                               for d in cap.diagnostics]}
     for state in ("plain", "traced", "idle", "nokernel", "torch-cuda"):
         ms = [b["ms"] for b in blocks if b["state"] == state]
         if ms:
