@@ -27,6 +27,10 @@ Configurations (each in its own process: one CUPTI client per process):
                        host capture; records kept raw, CUPTI detached after it
   stepscope-bare-allapi  the same with a kind set like torch.profiler's (kernels, copies,
                        memsets, overhead, every runtime and driver call; no sync or NVTX records)
+  stepscope-bare-prepared  stepscope-bare, the capture object made on another thread first (as
+                       the session makes it, off the training thread)
+  stepscope-gpu-nomark stepscope-gpu without step boundaries inside the timed block (the window
+                       opens before it and closes after it)
   stepscope-cuptipy    stepscope.record(backend="cupti-python")
   stepscope-torch      stepscope.record(backend="torch")
   torch-cpu-cuda       torch.profiler, activities CPU+CUDA
@@ -65,6 +69,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,7 +77,8 @@ from typing import Any
 
 CONFIGS = ("stepscope", "stepscope-attached", "stepscope-prev", "stepscope-thread",
            "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-host-thread",
-           "stepscope-gpu", "stepscope-bare", "stepscope-bare-allapi", "stepscope-cuptipy",
+           "stepscope-gpu", "stepscope-gpu-nomark", "stepscope-bare", "stepscope-bare-allapi",
+           "stepscope-bare-prepared", "stepscope-cuptipy",
            "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
 
@@ -239,7 +245,15 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
 
         gs = GpuSettings(api="all", sync=False, nvtx=False, driver=True) \
             if config == "stepscope-bare-allapi" else GpuSettings()
-        cap = CuptiCapture(gs, spill_dir=run / "spill")
+        if config == "stepscope-bare-prepared":  # made off the main thread, as the session does
+            made: list[CuptiCapture] = []
+            t = threading.Thread(target=lambda: made.append(
+                CuptiCapture(gs, spill_dir=run / "spill")), name="stepscope-gpu-prepare")
+            t.start()
+            t.join()
+            cap = made[0]
+        else:
+            cap = CuptiCapture(gs, spill_dir=run / "spill")
         settle()
         cap.start()
         step()  # warm-up step inside the capture, as for torch.profiler
@@ -249,7 +263,8 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
     backend = {"stepscope-cuptipy": "cupti-python", "stepscope-torch": "torch",
                "stepscope-host": "none", "stepscope-host-thread": "none"}.get(config, "auto")
     api = "none" if config == "stepscope-kernels" else "filtered"
-    host = config != "stepscope-gpu"
+    host = config not in ("stepscope-gpu", "stepscope-gpu-nomark")
+    nomark = config == "stepscope-gpu-nomark"  # no boundary inside the timed block
     with stepscope.record(run, steps=f"2-{steps + 1}", backend=backend, gpu_api=api, hooks=False,
                           overwrite=True, sample_hz=10.0 if host else 0.0, stacks=host) as r:
         for _ in range(2):  # boundaries 0 and 1; the GPU capture starts at 1
@@ -258,7 +273,7 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
         step()  # warm-up step inside the GPU capture, as for torch.profiler (from 2026-11-25)
         settle()
         r.step()  # boundary 2: the window opens
-        ms, marks = time_steps(step, steps, between=r.step)
+        ms, marks = time_steps(step, steps, between=None if nomark else r.step)
         r.step()  # the window closes (GPU records kept, outside the timing)
     return ms, marks
 
