@@ -62,3 +62,10 @@ def test_a_newer_release_has_grown_records_learnt_but_not_shrunk_ones(shim: ctyp
     assert sizes[L.CONCURRENT_KERNEL] == 264
     got, _ = check(shim, records(240), 130600)
     assert not got.ok and got.bad == (L.CONCURRENT_KERNEL, 240, 248)
+
+
+def test_a_record_of_a_kind_past_the_table_is_a_mismatch_not_an_error(shim: ctypes.CDLL) -> None:
+    bogus = bytearray(kernel(1, 2, name=1, corr=1))
+    bogus[0:4] = (200).to_bytes(4, "little")  # no such kind: CUPTI's iterator still steps over it
+    got, _ = check(shim, [bytes(bogus), api(L.RUNTIME, 1, 2, cbid=211, corr=1)], 130001)
+    assert not got.ok and got.bad == (200, len(bogus), 0)

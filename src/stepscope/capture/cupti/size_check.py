@@ -35,9 +35,11 @@ def check_sizes(shim: Any, next_record: int, ptr: int, valid: int,
         if shim.ss_check_walk(next_record, ptr, valid, sizes, ctypes.byref(kind),
                               ctypes.byref(stride), ctypes.byref(learnt)) < 0:
             return SizeCheck(True, tuple(grown))
-        k, got, known = kind.value, int(stride.value), int(sizes[kind.value])
+        k, got = kind.value, int(stride.value)
+        known = int(sizes[k]) if k < len(sizes) else 0  # a kind past the table: never learnt
         if choice.checked or k not in choice.table or not known < got <= MAX_RECORD:
             return SizeCheck(False, tuple(grown), (k, got, known))
         sizes[k] = got
         grown.append((k, got, known))
-    return SizeCheck(False, tuple(grown), (kind.value, int(stride.value), int(sizes[kind.value])))
+    k = kind.value
+    return SizeCheck(False, tuple(grown), (k, int(stride.value), int(sizes[k]) if k < len(sizes) else 0))
