@@ -4,6 +4,7 @@ it sets, and the raw-records path from the buffers CUPTI hands over to the merge
 from __future__ import annotations
 
 import ctypes
+import json
 import shutil
 import time
 from pathlib import Path
@@ -323,3 +324,23 @@ def test_cupti_is_not_asked_for_dropped_records_once_it_has_detached(fake: FakeC
     assert cap.dropped_records() == 7
     dropped = [d for d in cap.diagnostics if d.code == "cupti_records_dropped"]
     assert len(dropped) == 1 and "dropped 7 records" in dropped[0].message
+
+
+def test_a_dump_keeps_the_buffers_their_strings_and_call_names(
+        fake: FakeCupti, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """STEPSCOPE_CUPTI_DUMP (how the decoder's fixtures were recorded on the GPU)."""
+    monkeypatch.setenv("STEPSCOPE_CUPTI_DUMP", str(tmp_path / "dump"))
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    t = time.time_ns()
+    fake.emit(api(L.RUNTIME, t, t + 10, cbid=211, corr=1),
+              kernel(t + 20, t + 30, name=fake.name("_Z4stepv"), corr=1))
+    cap.flush()
+    cap.stop()
+    files = sorted(p.name for p in (tmp_path / "dump").iterdir())
+    assert files == ["buffer-0001.bin", "meta.json"]
+    assert (tmp_path / "dump" / "buffer-0001.bin").stat().st_size == 40 + 216
+    meta = json.loads((tmp_path / "dump" / "meta.json").read_text())
+    assert meta["cupti_api_version"] == 130001 and meta["layout"] == "13"
+    assert "_Z4stepv" in meta["strings"].values()
+    assert meta["api_names"]["2:211"] == "cudaLaunchKernel_v7000"

@@ -12,7 +12,6 @@ thread (the runtime's own cuLaunchKernel) is dropped at decode, keeping the runt
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ from stepscope.capture.cupti import detach
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.api_calls import CallPlan
 from stepscope.capture.cupti.decode import DecodeContext, Decoder
+from stepscope.capture.cupti.dump import BufferDump
 from stepscope.capture.cupti.native import (
     Unavailable,
     demangler,
@@ -96,9 +96,7 @@ class CuptiCapture:
         self.running = False
         # STEPSCOPE_CUPTI_DUMP=DIR: keep the raw buffers and the strings they point to (used to
         # record the CI fixtures of the decoder; see tests/capture/cupti)
-        self._dump = os.environ.get("STEPSCOPE_CUPTI_DUMP") or None
-        self._dumped_strings: dict[int, str] = {}
-        self._dumped_api: dict[str, str] = {}
+        self._dump = BufferDump.from_env()
         # look the call names up now, off the training thread (the spill's meta needs them too)
         for domain in (L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API):
             if self.settings.api == "filtered" or spill_dir is not None:
@@ -121,7 +119,7 @@ class CuptiCapture:
         except (OSError, ValueError):
             return None
         if self._dump:
-            self._dumped_strings[ptr] = text
+            self._dump.strings[ptr] = text
         return text
 
     def _callback_name(self, domain: int, cbid: int) -> str | None:
@@ -130,24 +128,8 @@ class CuptiCapture:
             return None
         text = s.value.decode(errors="replace")
         if self._dump:
-            self._dumped_api[f"{domain}:{cbid}"] = text
+            self._dump.api_names[f"{domain}:{cbid}"] = text
         return text
-
-    def _dump_buffer(self, ptr: int, valid: int) -> None:
-        if not self._dump:
-            return
-        d = Path(self._dump)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"buffer-{self.buffers:04d}.bin").write_bytes(ctypes.string_at(ptr, valid))
-
-    def _dump_meta(self) -> None:
-        if not self._dump:
-            return
-        meta = {"cupti_api_version": self.version, "layout": self.layout_name,
-                "strings": {str(k): v for k, v in self._dumped_strings.items()},
-                "api_names": self._dumped_api, "settings": self.settings.as_dict()}
-        Path(self._dump).mkdir(parents=True, exist_ok=True)
-        Path(self._dump, "meta.json").write_text(json.dumps(meta, indent=1))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -225,7 +207,9 @@ class CuptiCapture:
                        "did no GPU work then, or CUPTI was still starting (over a second on a "
                        "machine's first run): use a longer window")
         self.shim.ss_trim()
-        self._dump_meta()
+        if self._dump:
+            self._dump.write_meta({"cupti_api_version": self.version, "layout": self.layout_name,
+                                   "settings": self.settings.as_dict()})
         if self.settings.detach:
             why = detach.arm(self.lib, self.shim, self.version)
             if why is not None:
@@ -296,7 +280,8 @@ class CuptiCapture:
             return False
         self.buffers += 1
         self.bytes += valid
-        self._dump_buffer(ptr, valid)
+        if self._dump:
+            self._dump.buffer(self.buffers, ptr, valid)
         t0 = time.perf_counter()
         self._verify_layout(ptr, valid)
         self.verify_s += time.perf_counter() - t0
