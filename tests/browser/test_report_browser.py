@@ -236,29 +236,30 @@ def test_dark_scheme(browser: Any, reports: dict[str, Path]) -> None:
     r.page.close()
 
 
+def overhead_card(browser: Any, run: Any, out: Path) -> str:
+    """The text of the report's *Capture overhead* card (no page errors)."""
+    r = load(browser, _report(run, out))
+    assert r.errors() == []
+    card: str = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()
+    r.page.close()
+    return card
+
+
 def test_captured_run_shows_its_capture_overhead(browser: Any, tmp_path: Path) -> None:
     """A run made by `stepscope record` carries what each process measured of itself
     (manifest.overhead["rank0"]): the overview card shows it, not just 'measured'."""
     from tests.capture.test_bootstrap import captured_run
 
-    run = captured_run(tmp_path)
-    r = load(browser, _report(run, tmp_path / "captured.html"))
-    assert r.errors() == []
-    card = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()
+    card = overhead_card(browser, captured_run(tmp_path), tmp_path / "captured.html")
     assert "x1.00" in card and "step time in the window vs the steps before it" in card, card
-    r.page.close()
 
 
 def test_captured_run_with_steps_after_the_window(browser: Any, tmp_path: Path) -> None:
     """With steps timed after the window (CUPTI detached, samplers off), the card says so."""
     from tests.capture.test_bootstrap import captured_run
 
-    run = captured_run(tmp_path, n=25)
-    r = load(browser, _report(run, tmp_path / "captured-after.html"))
-    assert r.errors() == []
-    card = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()
+    card = overhead_card(browser, captured_run(tmp_path, n=25), tmp_path / "captured-after.html")
     assert "x1.00 (90% CI 1.00–1.00)" in card and "the steps right after it" in card, card
-    r.page.close()
 
 
 def test_captured_run_whose_program_changed_speed(browser: Any, tmp_path: Path) -> None:
@@ -266,8 +267,5 @@ def test_captured_run_whose_program_changed_speed(browser: Any, tmp_path: Path) 
     instead of showing the ratio as the capture's cost."""
     from tests.reporters.test_capture_summary import changed_speed_run
 
-    r = load(browser, _report(changed_speed_run(tmp_path), tmp_path / "captured-changed.html"))
-    assert r.errors() == []
-    card = r.page.locator("#cards .card", has_text="Capture overhead").inner_text()
+    card = overhead_card(browser, changed_speed_run(tmp_path), tmp_path / "captured-changed.html")
     assert "not measurable" in card and "differ by x2.50" in card and "x2.50 (" not in card, card
-    r.page.close()

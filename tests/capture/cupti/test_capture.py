@@ -37,13 +37,18 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     return load_shim(build_shim(tmp_path_factory.mktemp("shim")))  # a private copy: shim state
 
 
-@pytest.fixture
-def fake(shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> FakeCupti:
-    f = FakeCupti(shim)
+def use_fake(shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, version: int = 130001) -> FakeCupti:
+    """A stand-in libcupti of ``version``, loaded by every ``CuptiCapture`` of the test."""
+    f = FakeCupti(shim, version=version)
     monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: f)
     monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
     monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
     return f
+
+
+@pytest.fixture
+def fake(shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> FakeCupti:
+    return use_fake(shim, monkeypatch)
 
 
 API_KINDS = {L.RUNTIME, L.DRIVER}
@@ -100,10 +105,7 @@ def test_a_new_capture_calls_off_a_detach_that_has_not_run(fake: FakeCupti) -> N
 
 def test_no_detach_before_cuda_12_6_or_when_switched_off(shim: ctypes.CDLL,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    old = FakeCupti(shim, version=23)  # CUDA 12.5
-    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: old)
-    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
-    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    old = use_fake(shim, monkeypatch, version=23)  # CUDA 12.5
     detach.reset(old, shim)
     cap = CuptiCapture(GpuSettings())
     cap.start()
@@ -242,10 +244,7 @@ def _grown(kernel_size: int) -> dict[int, L.Layout]:
 @pytest.mark.parametrize("version", [130101, 130301, 130500])
 def test_later_cupti_13_releases_are_decoded_with_their_record_sizes(
         shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: int) -> None:
-    f = FakeCupti(shim, version=version)
-    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: f)
-    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
-    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    f = use_fake(shim, monkeypatch, version=version)
     table = L.layouts_for(version)
     assert table is not None
     cap = CuptiCapture(GpuSettings(), spill_dir=tmp_path / "p")
@@ -278,10 +277,7 @@ def test_a_kind_first_met_in_a_later_buffer_with_another_size_is_never_walked(
 
 def test_a_cupti_newer_than_any_header_read_has_its_grown_records_learnt(
         shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    f = FakeCupti(shim, version=130700)
-    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: f)
-    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
-    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    f = use_fake(shim, monkeypatch, version=130700)
     cap = CuptiCapture(GpuSettings(), spill_dir=tmp_path / "p")
     cap.start()
     t = time.time_ns()
@@ -297,10 +293,7 @@ def test_a_cupti_newer_than_any_header_read_has_its_grown_records_learnt(
 
 def test_records_smaller_than_the_newest_known_are_not_learnt(
         shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
-    f = FakeCupti(shim, version=130700)
-    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: f)
-    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
-    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    f = use_fake(shim, monkeypatch, version=130700)
     cap = CuptiCapture(GpuSettings())
     cap.start()
     t = time.time_ns()
