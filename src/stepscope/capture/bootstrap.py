@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, threads_cpu_s
+from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, cpu_since, threads_cpu_s
 from stepscope.capture.config import ENV_VAR, CaptureConfig, HostLike, default_host
 from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
 from stepscope.capture.host_slot import HostSlot
@@ -83,7 +83,7 @@ class Session:
         self._pre: deque[Tables] = deque(maxlen=max(2, int(10.0 / max(config.flush_every_s, 0.1)) + 2))
         self._step_times = StepTimes()
         self._warmup_boundary: int | None = None
-        self._cpu_open: float | None = None
+        self._cpu_open: dict[int, float] | None = None
         self._measured: tuple[float | None, float | None] | None = None  # window wall, CPU
         self._finishing = False
         self.out = WindowWriter(self.partition, config.max_rows)
@@ -285,11 +285,9 @@ class Session:
                 self._count_raw()
             self._write_meta()
 
-    def _measure(self, cpu_close: float | None, now: int) -> None:
+    def _measure(self, cpu_close: dict[int, float] | None, now: int) -> None:
         wall = None if self.open_ns is None else (now - self.open_ns) / 1e9
-        cpu = (cpu_close - self._cpu_open if cpu_close is not None and self._cpu_open is not None
-               else None)
-        self._measured = (wall, cpu)
+        self._measured = (wall, cpu_since(self._cpu_open, cpu_close))
 
     # -- end of process ----------------------------------------------------------------------
     def finish(self, ended: str | None = None) -> None:

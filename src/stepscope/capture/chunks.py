@@ -86,13 +86,15 @@ def count_rows(tables: Mapping[str, Any]) -> int:
                for c in tables.values())
 
 
-def threads_cpu_s(match: str = "stepscope") -> float | None:
-    """CPU time (user+system) of this process's threads whose name contains ``match`` (Linux)."""
+def threads_cpu_s(match: str = "stepscope") -> dict[int, float] | None:
+    """CPU time (user+system, seconds) of each of this process's threads whose name contains
+    ``match``, by native thread id (Linux; None elsewhere). Compare two readings with
+    :func:`cpu_since`, not their totals: threads start and end between readings."""
     try:
         tick = os.sysconf("SC_CLK_TCK")
     except (ValueError, OSError, AttributeError):
         return None
-    total, found = 0, False
+    times: dict[int, float] = {}
     for t in threading.enumerate():
         if match not in t.name.lower() or t.native_id is None:
             continue
@@ -101,6 +103,16 @@ def threads_cpu_s(match: str = "stepscope") -> float | None:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-        found = True
-    return total / tick if found else None
+        times[t.native_id] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (14, 15)
+    return times
+
+
+def cpu_since(before: Mapping[int, float] | None, after: Mapping[int, float] | None
+              ) -> float | None:
+    """CPU seconds the threads of ``after`` used since ``before`` (two :func:`threads_cpu_s`
+    readings): a thread started in between counts from zero; one that ended in between is no
+    longer readable and counts nothing (the figure is then a lower bound, never negative, as a
+    difference of the two totals could be). None when either reading is unavailable or empty."""
+    if before is None or after is None or not (before or after):
+        return None
+    return sum(max(0.0, cpu - before.get(tid, 0.0)) for tid, cpu in after.items())
