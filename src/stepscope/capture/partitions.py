@@ -42,6 +42,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stepscope.capture.gpu_pace import GPU_TABLES, GpuBusy, with_gpu_pace
 from stepscope.errors import CaptureError
 from stepscope.schema import TABLE_NAMES
 from stepscope.store.manifest import Diagnostic, Manifest, RankInfo, SourceInfo
@@ -338,15 +339,19 @@ def merge(
     overhead: dict[str, Any] = {}
     with RunWriter(out, overwrite=overwrite) as w:
         for rank, p in ranked:
+            busy = GpuBusy.for_window(p.meta.settings)  # the steps' GPU pace (gpu_pace.py)
             for name in p.names():
                 table = p.table(name)
                 if table is not None:
                     w.write(name, rank, table)
+                    if busy is not None and name in GPU_TABLES:
+                        busy.add(table)
                 del table
             m = p.meta
             ranks.append(RankInfo(rank=rank, host=m.host or socket.gethostname(), pid=m.pid,
                                   world_size=m.world_size))
-            overhead[f"rank{rank}"] = m.overhead
+            overhead[f"rank{rank}"] = (m.overhead if busy is None
+                                       else with_gpu_pace(m.overhead, busy.busiest_ns()))
             for d in m.diagnostics:
                 diags.append(replace(d, file=d.file or f"rank {rank} (pid {m.pid})"))
             if m.ended not in ("exit", "running"):

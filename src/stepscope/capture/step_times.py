@@ -133,7 +133,8 @@ class StepTimes:
                     "this run, when the program's steps are alike; it reads low where CUPTI stayed "
                     "attached (the cupti_stays_attached diagnostic, --backend torch). ci90: a 90% "
                     "bootstrap interval; unmeasurable: why the figure does not measure the "
-                    "capture's cost here (the program's speed changed by itself)")
+                    "capture's cost here (the program's speed changed by itself, or its host ran "
+                    "ahead of the GPU: gpu_busy_ms_per_step_in_window, added at merge)")
         o["sampler_threads_cpu_note"] = (
             "CPU time of threads named 'stepscope*' during the window, as a share of one core")
         return o
