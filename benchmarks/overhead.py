@@ -2,6 +2,10 @@
 
 Workloads (CUDA):
   gpt     a GPT-style decoder (bf16 autocast, AdamW, loss read each step) sized to ~25 ms/step
+  gpt-log10  the same step with the loss read every 10th step only (as a loop that logs every N
+          steps), so that the host can run ahead of the GPU between reads
+  gpt-wide   a wider, shallower decoder (width 2048, 4 layers; loss read each step) sized to the
+          same step time: about half the CUDA calls per ms of GPU work
   launch  a launch-bound loop: 2000 tiny kernels per step
 
 Configurations (each in its own process: one CUPTI client per process):
@@ -82,12 +86,18 @@ CONFIGS = ("stepscope", "stepscope-attached", "stepscope-prev", "stepscope-threa
            "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 
 
-def gpt_step(target_ms: float, batch: int = 0) -> tuple[Callable[[], None], int]:
+def gpt_step(target_ms: float, batch: int = 0, loss_every: int = 1, d: int = 1024, layers: int = 8
+             ) -> tuple[Callable[[], None], int]:
+    """A GPT-style bf16 training step (width ``d``, ``layers`` blocks) and its batch size
+    (``batch`` 0: the smallest reaching ``target_ms``); the loss is read on the host (a device
+    sync) every ``loss_every`` steps."""
+    import itertools
+
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(0)
-    d, heads, layers, seq, vocab = 1024, 16, 8, 1024, 32000
+    heads, seq, vocab = 16, 1024, 32000
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:
@@ -122,6 +132,7 @@ def gpt_step(target_ms: float, batch: int = 0) -> tuple[Callable[[], None], int]
 
     def make(batch: int) -> Callable[[], None]:
         idx = torch.randint(0, vocab, (batch, seq), device="cuda")
+        count = itertools.count(1)
 
         def step() -> None:
             with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -130,7 +141,8 @@ def gpt_step(target_ms: float, batch: int = 0) -> tuple[Callable[[], None], int]
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-            loss.item()
+            if next(count) % loss_every == 0:
+                loss.item()
 
         return step
 
@@ -183,8 +195,12 @@ def settle() -> None:
 
 def make_workload(workload: str, target_ms: float = 25.0, batch: int = 0
                   ) -> tuple[Callable[[], None], int]:
-    """The step of ``workload`` ("gpt" or "launch") and the GPT batch size (0 for the loop)."""
-    return gpt_step(target_ms, batch) if workload == "gpt" else (launch_step(), 0)
+    """The step of ``workload`` (one of ``WORKLOADS``) and the GPT batch size (0 for the loop)."""
+    if workload == "gpt-wide":
+        return gpt_step(target_ms, batch, d=2048, layers=4)
+    if workload.startswith("gpt"):
+        return gpt_step(target_ms, batch, loss_every=10 if workload == "gpt-log10" else 1)
+    return launch_step(), 0
 
 
 def steps_for(step: Callable[[], None], seconds: float, minimum: int) -> int:
@@ -341,10 +357,13 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
     return out
 
 
+WORKLOADS = ("gpt", "gpt-log10", "gpt-wide", "launch")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="overhead.json")
-    ap.add_argument("--workloads", nargs="+", default=["gpt", "launch"])
+    ap.add_argument("--workloads", nargs="+", default=["gpt", "launch"], choices=WORKLOADS)
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10, help="at least this many steps per block")
@@ -361,7 +380,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.one:
         if args.one[1] == "probe":
-            print("RESULT " + json.dumps({"batch": gpt_step(args.target_ms)[1]}))
+            print("RESULT " + json.dumps({"batch": make_workload(args.one[0], args.target_ms)[1]}))
             return
         res = run_one(args.one[0], args.one[1], args.rounds, args.steps, args.target_ms,
                       args.gpt_batch, args.window_s)
@@ -369,8 +388,14 @@ def main() -> None:
         return
     if "stepscope-prev" in args.configs and not args.prev_src:
         ap.error("stepscope-prev needs --prev-src")
-    if "gpt" in args.workloads and not args.gpt_batch:  # one batch for every process
-        probe = subprocess.run([sys.executable, __file__, "--one", "gpt", "probe",
+    # one batch for every process, and for gpt and gpt-log10: the same step, with and without
+    # the host sync of each step's loss read (gpt-wide is another model, with its own batch)
+    gpts = [w for w in args.workloads if w.startswith("gpt")]
+    if len({w == "gpt-wide" for w in gpts}) > 1:
+        ap.error("gpt-wide has its own batch: run it apart from the other GPT workloads")
+    if gpts and not args.gpt_batch:
+        first = gpts[0]
+        probe = subprocess.run([sys.executable, __file__, "--one", first, "probe",
                                 "--target-ms", str(args.target_ms)], capture_output=True, text=True)
         line = next((x for x in probe.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:

@@ -8,7 +8,9 @@ extra Python threads launch small matmuls on their own CUDA streams, continuousl
            and writes partitions every 5 s while the threads keep launching)
 
 A watchdog thread dumps every thread's stack and exits with status 3 if the training loop makes
-no progress for 60 s (a deadlock). Prints one JSON line with what each phase recorded, peak RSS,
+no progress for 60 s (a deadlock), or with status 4 if the end of a ``with stepscope.record()``
+block (the run's merge, which decodes the raw CUPTI records in the program) takes longer than
+``--merge-limit-s``; the merge is timed on its own, not counted as a stall of the loop. Prints one JSON line with what each phase recorded, peak RSS,
 dropped records and wall times.
 
     python benchmarks/stress_capture.py --cycles 30 --long-s 600 --out /tmp/stress
@@ -67,6 +69,8 @@ def main() -> None:
     ap.add_argument("--long-s", type=float, default=600.0)
     ap.add_argument("--out", default="/tmp/stepscope-stress")
     ap.add_argument("--max-rows", type=int, default=100_000_000, help="row cap of the long capture")
+    ap.add_argument("--merge-limit-s", type=float, default=900.0,
+                    help="longest a with-block's end (the run's merge) may take")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,6 +81,7 @@ def main() -> None:
     it = iter(loader)
     stop = threading.Event()
     progress = [time.time(), 0]
+    merging: list[float] = []  # the time the current with-block's end (the merge) began
     launched = [0] * args.threads
 
     def worker(k: int) -> None:
@@ -93,10 +98,23 @@ def main() -> None:
     def watchdog() -> None:
         while not stop.is_set():
             time.sleep(5)
-            if time.time() - progress[0] > 60:
+            if merging:
+                if time.time() - merging[0] > args.merge_limit_s:
+                    faulthandler.dump_traceback(all_threads=True)
+                    print(json.dumps({"merge_stuck": True, "steps": progress[1]}), flush=True)
+                    os._exit(4)
+            elif time.time() - progress[0] > 60:
                 faulthandler.dump_traceback(all_threads=True)
                 print(json.dumps({"deadlock": True, "steps": progress[1]}), flush=True)
                 os._exit(3)
+
+    def merge_begins() -> None:
+        merging.append(time.time())
+
+    def merge_ended() -> float:
+        took = time.time() - merging.pop()
+        progress[0] = time.time()
+        return round(took, 1)
 
     threads = [threading.Thread(target=worker, args=(k,), daemon=True, name=f"launcher-{k}")
                for k in range(args.threads)]
@@ -120,24 +138,29 @@ def main() -> None:
     t0 = time.time()
     for _ in range(20):
         train_step()
-    cyc = []
+    cyc, merges = [], []
     for c in range(args.cycles):  # phase 1: start/stop repeatedly
         path = out / f"cycle-{c:03d}"
         with stepscope.record(path, steps="2-11", overwrite=True, sample_hz=20):
             for _ in range(16):
                 train_step()
+            merge_begins()
+        merges.append(merge_ended())
         cyc.append(summary(path)["rows"]["kernels"])
     result["phase1"] = {"cycles": args.cycles, "wall_s": round(time.time() - t0, 1),
                         "kernels_per_cycle_min": min(cyc) if cyc else None,
-                        "kernels_per_cycle_max": max(cyc) if cyc else None}
+                        "kernels_per_cycle_max": max(cyc) if cyc else None,
+                        "merge_s_max": max(merges) if merges else None}
     t1 = time.time()
     long_path = out / "long"
     with stepscope.record(long_path, delay=0.0, duration=args.long_s, overwrite=True,
                           max_rows=args.max_rows):
         while time.time() - t1 < args.long_s + 2:
             train_step()
+        merge_begins()
+    merge_s = merge_ended()
     result["phase2"] = {"capture_s": args.long_s, "wall_s": round(time.time() - t1, 1),
-                        **summary(long_path)}
+                        "merge_s": merge_s, **summary(long_path)}
     stop.set()
     for t in threads:
         t.join(timeout=10)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from overhead import make_workload, settle, steps_for, sync, time_steps  # noqa: E402
+from overhead import WORKLOADS, make_workload, settle, steps_for, sync, time_steps  # noqa: E402
 
 VARIANTS = ("default", "kineto", "nomarker", "nosync", "noapi", "allapi", "idle")
 KINETO_OFF = {2: ("cudaGetDevice",), 1: ("cuKernelGetAttribute", "cuDevicePrimaryCtxGetState",
@@ -51,7 +51,7 @@ KINETO_OFF = {2: ("cudaGetDevice",), 1: ("cuKernelGetAttribute", "cuDevicePrimar
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="kinds.json")
-    ap.add_argument("--workload", choices=("gpt", "launch"), default="launch")
+    ap.add_argument("--workload", choices=WORKLOADS, default="launch")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--block-s", type=float, default=0.3)
     ap.add_argument("--gpt-batch", type=int, default=8)

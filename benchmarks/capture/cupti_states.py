@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from overhead import make_workload, settle, steps_for, sync  # noqa: E402
+from overhead import WORKLOADS, make_workload, settle, steps_for, sync  # noqa: E402
 
 ATTRIBUTES = {0: "DEVICE_BUFFER_SIZE", 2: "DEVICE_BUFFER_POOL_LIMIT",
               3: "PROFILING_SEMAPHORE_POOL_SIZE", 4: "PROFILING_SEMAPHORE_POOL_LIMIT",
@@ -59,7 +59,7 @@ def read_attributes(lib: Any) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="states.json")
-    ap.add_argument("--workload", choices=("gpt", "launch"), default="launch")
+    ap.add_argument("--workload", choices=WORKLOADS, default="launch")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--block-s", type=float, default=0.6)
     ap.add_argument("--gpt-batch", type=int, default=8)

@@ -40,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from overhead import (  # noqa: E402
     CONFIGS,
+    WORKLOADS,
     captured_block,
     make_workload,
     settle,
@@ -77,7 +78,7 @@ class Instructions:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="mixed.json")
-    ap.add_argument("--workload", choices=("gpt", "launch"), default="launch")
+    ap.add_argument("--workload", choices=WORKLOADS, default="launch")
     ap.add_argument("--configs", nargs="+", default=["stepscope", "stepscope-kernels"], choices=MIXABLE)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--window-s", type=float, default=1.5)

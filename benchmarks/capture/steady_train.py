@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from overhead import make_workload, sync  # noqa: E402
+from overhead import WORKLOADS, make_workload, sync  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", choices=("gpt", "launch"), default="gpt")
+    ap.add_argument("--workload", choices=WORKLOADS, default="gpt")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--gpt-batch", type=int, default=8)
     args = ap.parse_args()
