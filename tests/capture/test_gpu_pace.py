@@ -89,3 +89,12 @@ def test_merge_keeps_the_gpu_pace_with_the_figures(tmp_path: Path, after_ms: flo
             ).manifest.overhead["rank0"]
     assert o["gpu_busy_ms_per_step_in_window"] == pytest.approx(8.0)
     assert ("step_time_ratio_after_unmeasurable" in o) is marked
+
+
+def test_a_table_is_read_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import stepscope.capture.gpu_pace as gp
+
+    monkeypatch.setattr(gp, "SLICE_ROWS", 2)  # 5 rows in 3 slices: intervals cross slices
+    b = GpuBusy(0, 1_000)
+    b.add(table([(0, 100, 0), (50, 100, 0), (140, 60, 0), (300, 10, 0), (305, 10, 0)]))
+    assert b.busiest_ns() == 200 + 15

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 GPU_TABLES = ("kernels", "memcpy", "memset")
 AHEAD_LIMIT = 0.95
+SLICE_ROWS = 1 << 20
 
 I64 = npt.NDArray[np.int64]
 
@@ -65,14 +66,18 @@ class GpuBusy:
         names = set(table.column_names)
         if table.num_rows == 0 or not {"ts_ns", "dur_ns"} <= names:
             return
-        ts = np.asarray(table.column("ts_ns").to_numpy(zero_copy_only=False), dtype=np.int64)
-        end = ts + np.asarray(table.column("dur_ns").to_numpy(zero_copy_only=False), dtype=np.int64)
-        ts, end = np.clip(ts, self.lo, self.hi), np.clip(end, self.lo, self.hi)
-        dev = (np.asarray(table.column("device").fill_null(-1).to_numpy(zero_copy_only=False),
-                          dtype=np.int64) if "device" in names else np.zeros(len(ts), np.int64))
-        for d in np.unique(dev):
-            pick = dev == d
-            self._parts.setdefault(int(d), []).append(_merged(ts[pick], end[pick]))
+        # a slice at a time: a 10-minute window's kernel table has tens of millions of rows
+        for batch in table.select([c for c in ("ts_ns", "dur_ns", "device") if c in names]
+                                  ).to_batches(max_chunksize=SLICE_ROWS):
+            cols = dict(zip(batch.schema.names, batch.columns))
+            ts = np.asarray(cols["ts_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
+            end = ts + np.asarray(cols["dur_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
+            ts, end = np.clip(ts, self.lo, self.hi), np.clip(end, self.lo, self.hi)
+            dev = (np.asarray(cols["device"].fill_null(-1).to_numpy(zero_copy_only=False),
+                              dtype=np.int64) if "device" in cols else np.zeros(len(ts), np.int64))
+            for d in np.unique(dev):
+                pick = dev == d
+                self._parts.setdefault(int(d), []).append(_merged(ts[pick], end[pick]))
 
     def busiest_ns(self) -> int:
         """Busy nanoseconds of the busiest device (0 with nothing added)."""
