@@ -10,8 +10,9 @@ extra Python threads launch small matmuls on their own CUDA streams, continuousl
 A watchdog thread dumps every thread's stack and exits with status 3 if the training loop makes
 no progress for 60 s (a deadlock), or with status 4 if the end of a ``with stepscope.record()``
 block (the run's merge, which decodes the raw CUPTI records in the program) takes longer than
-``--merge-limit-s``; the merge is timed on its own, not counted as a stall of the loop. Prints one JSON line with what each phase recorded, peak RSS,
-dropped records and wall times.
+``--merge-limit-s``; the merge is timed on its own, not counted as a stall of the loop. Prints
+one JSON line with what each phase recorded, merge times, peak RSS, dropped records and wall
+times.
 
     python benchmarks/stress_capture.py --cycles 30 --long-s 600 --out /tmp/stress
 """
