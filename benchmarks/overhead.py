@@ -375,7 +375,8 @@ def main() -> None:
                     help="processes per configuration (order of configurations alternating)")
     ap.add_argument("--target-ms", type=float, default=25.0)
     ap.add_argument("--gpt-batch", type=int, default=0,
-                    help="GPT batch size (0: the smallest reaching --target-ms, searched per process)")
+                    help="GPT batch size (0: the smallest reaching --target-ms, found once by a "
+                         "probe process and given to every process)")
     ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:

@@ -83,7 +83,8 @@ class GpuBusy:
         """Busy nanoseconds of the busiest device (0 with nothing added)."""
         best = 0
         for parts in self._parts.values():
-            s, e = _merged(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+            s, e = _merged(np.concatenate([p[0] for p in parts]),
+                           np.concatenate([p[1] for p in parts]))
             best = max(best, int((e - s).sum()))
         return best
 
