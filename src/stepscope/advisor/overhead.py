@@ -18,8 +18,9 @@ step over the median of the steps right after it, with the capture off
 (``manifest.overhead["rank<N>"]["step_time_ratio_in_window_vs_after"]``). The share of a
 captured step that was the capture's (``1 - 1/ratio`` at the lower end of the ratio's 90%
 interval, worst rank) sets the confidence with the same thresholds; a rank whose figure is
-marked unmeasurable (the program changed speed by itself) is left out. Most of it is CUPTI's cost in the CUDA calls, but part can be on the GPU, so it
-is not subtracted from the speed-up estimates (``est_inflation_ms`` stays 0).
+marked unmeasurable (the program changed speed by itself, or its host ran ahead of the GPU) is
+left out. Most of it is CUPTI's cost in the CUDA calls, but part can be on the GPU, so it is not
+subtracted from the speed-up estimates (``est_inflation_ms`` stays 0).
 """
 
 from __future__ import annotations

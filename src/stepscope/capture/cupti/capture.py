@@ -75,10 +75,9 @@ class CuptiCapture:
         if chosen is None:
             raise Unavailable(f"CUPTI API version {self.version} has no known record layout "
                               "(supported: CUDA 12.x, 13.x)")
-        self.layout_name, self.layouts = chosen.name, chosen.table
         self._layout = chosen
-        self._sizes = (ctypes.c_uint32 * 64)(*L.size_table(self.layouts))
-        self.decoder = Decoder(self.layouts, DecodeContext(
+        self._sizes = (ctypes.c_uint32 * 64)(*L.size_table(chosen.table))
+        self.decoder = Decoder(chosen.table, DecodeContext(
             strings=self._string, api_name=self._callback_name, demangle=demangler(),
             pid=os.getpid()))
         self._enabled: list[int] = []
@@ -165,7 +164,7 @@ class CuptiCapture:
             off = int(ts.value) - (before + after) // 2
             self.clock_offset_ns = off if abs(off) > 1_000_000 else 0
         if self.spill_dir is not None and self._spill is None:
-            self._spill = SpillWriter(self.spill_dir, self.shim, self.layouts, self._string)
+            self._spill = SpillWriter(self.spill_dir, self.shim, self._layout.table, self._string)
             self._write_raw_meta()
         self.running = True
 
@@ -208,7 +207,7 @@ class CuptiCapture:
                        "machine's first run): use a longer window")
         self.shim.ss_trim()
         if self._dump:
-            self._dump.write_meta({"cupti_api_version": self.version, "layout": self.layout_name,
+            self._dump.write_meta({"cupti_api_version": self.version, "layout": self._layout.name,
                                    "settings": self.settings.as_dict()})
         if self.settings.detach:
             why = detach.arm(self.lib, self.shim, self.version)
@@ -311,7 +310,7 @@ class CuptiCapture:
         names = {str(d): {str(c): n for c, n in m.items()} for d, m in self.calls.names.items()}
         by_kind = {L.KIND_NAMES.get(k, str(k)): c for k, c in enumerate(self._spill.counts) if c}
         self._spill.write_meta({
-            "cupti_api_version": self.version, "layout": self.layout_name,
+            "cupti_api_version": self.version, "layout": self._layout.name,
             "sizes": list(self._sizes), "api_names": names, "pid": os.getpid(),
             "clock_offset_ns": self.clock_offset_ns, "records_by_kind": by_kind})
 
@@ -383,7 +382,7 @@ class CuptiCapture:
 
     def settings_for_manifest(self) -> dict[str, Any]:
         return {"backend": self.backend, "libcupti": self.path, "cupti_api_version": self.version,
-                "record_layout": self.layout_name, "settings": self.settings.as_dict(),
+                "record_layout": self._layout.name, "settings": self.settings.as_dict(),
                 "api_calls_kept": self.calls.kept, "api_calls_off": self.calls.off,
                 "driver_api": self.settings.use_driver(),
                 "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,
