@@ -9,14 +9,20 @@ blocks run without CUPTI. The ratio of a captured block is its ms per step over 
 plain blocks just before and just after it. Per configuration: the median of those ratios, and
 their quartiles.
 
-torch.profiler is not mixed in: PyTorch 2.11 keeps a CUPTI subscriber after its first capture,
-so stepscope can no longer detach CUPTI in that process (its ``cupti_stays_attached``
-diagnostic; measured on the H100 2026-11-25), and every later plain block would run with CUPTI
-attached. Compare with torch.profiler through overhead.py with ``--rounds 1`` (one plain block,
-then one captured block, per process).
+torch.profiler is mixed in only with ``--torch-teardown``: by default PyTorch 2.11 keeps a CUPTI
+subscriber after its first capture, so stepscope can no longer detach CUPTI in that process (its
+``cupti_stays_attached`` diagnostic; measured on the H100 2026-11-25), and every later plain
+block would run with CUPTI attached. ``--torch-teardown`` sets Kineto's ``TEARDOWN_CUPTI=1``
+before torch is imported: Kineto then detaches CUPTI after each of its captures, as stepscope
+does, and initialises it again at the next. Whether that held is in the output: stepscope's
+diagnostics per block (``cupti_stays_attached`` would say a subscriber was left), and the
+plain blocks after each configuration's captures (``plain_after``). Without it, compare with
+torch.profiler through overhead.py with ``--rounds 1`` (one plain block, then one captured
+block, per process).
 
     python benchmarks/capture/mixed.py --out mixed.json --workload launch \\
         [--configs stepscope stepscope-kernels ...] [--rounds 10] [--window-s 1.5] [--gpt-batch 8]
+        [--torch-teardown --configs stepscope torch-cuda ...]
 
 A capture's own start and stop (and stepscope's merge) are outside the timing, as in
 overhead.py. Host instructions retired by the main thread are counted per block where the
@@ -48,9 +54,9 @@ from overhead import (  # noqa: E402
     time_steps,
 )
 
-MIXABLE = tuple(c for c in CONFIGS if c.startswith("stepscope") and c not in (
+MIXABLE = tuple(c for c in CONFIGS if c not in (
     "stepscope-attached", "stepscope-prev", "stepscope-thread", "stepscope-host-thread",
-    "stepscope-nodriver"))  # torch.profiler (see above), and process-wide settings
+    "stepscope-nodriver"))  # process-wide settings; torch.profiler with --torch-teardown only
 
 
 class Instructions:
@@ -84,7 +90,15 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=1.5)
     ap.add_argument("--target-ms", type=float, default=25.0)
     ap.add_argument("--gpt-batch", type=int, default=0)
+    ap.add_argument("--torch-teardown", action="store_true",
+                    help="mix torch.profiler in: Kineto told to detach CUPTI after each capture")
     args = ap.parse_args()
+    if any(c.startswith("torch-") for c in args.configs):
+        if not args.torch_teardown:
+            ap.error("torch.profiler configurations need --torch-teardown (see the docs)")
+        if "torch" in sys.modules:
+            ap.error("torch was imported before TEARDOWN_CUPTI could be set")
+        os.environ["TEARDOWN_CUPTI"] = "1"
     step, batch = make_workload(args.workload, args.target_ms, args.gpt_batch)
     steps = steps_for(step, args.window_s, 10)
     tmp = Path(tempfile.mkdtemp(prefix="ss-mixed-"))
@@ -127,6 +141,11 @@ def main() -> None:
                            "ratios": [round(x, 4) for x in ratios]}
         print(f"{args.workload:7s} {config:18s} median {summary[config]['median_ratio']:.3f} "
               f"IQR {summary[config]['quartiles']} ({len(ratios)})", flush=True)
+    for config in args.configs:  # did a configuration leave something behind that slows the program?
+        after = [blocks[j + 1]["ms"] / blocks[j - 1]["ms"] for j, b in enumerate(blocks)
+                 if b["kind"] == config and 0 < j < len(blocks) - 1]
+        summary[config]["plain_after_over_before_median"] = (
+            round(statistics.median(after), 4) if after else None)
     plain_ms = [b["ms"] for b in blocks if b["kind"] == "plain"]
     changes = [abs(b / a - 1) for a, b in zip(plain_ms, plain_ms[1:])]
     out = {"workload": args.workload, "batch": batch, "steps_per_block": steps,

@@ -13,6 +13,10 @@ initialises itself again on its next call.
 
 Not armed where it could do harm: CUPTI older than 12.6 (``cuptiFinalize`` crashed with CUDA
 graphs there), or another CUPTI client subscribed in the process (the subscription fails).
+PyTorch 2.11's profiler keeps its subscription after its capture unless Kineto's
+``TEARDOWN_CUPTI=1`` is set before torch is imported; with it set, stepscope's later windows
+detached (checked on the H100 2026-11-25: 18 stepscope captures, each after a torch.profiler
+capture in the same process, none with ``cupti_stays_attached``; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -66,7 +70,8 @@ def arm(lib: Any, shim: ctypes.CDLL, version: int) -> str | None:
     if rc != 0:
         return (f"CUPTI could not be detached after the window (cuptiSubscribe failed with {rc}: "
                 "another CUPTI client in this process?): the program's CUDA calls after the "
-                "window keep CUPTI's hooks (slower)")
+                "window keep CUPTI's hooks (slower). If it is PyTorch's profiler: set "
+                "TEARDOWN_CUPTI=1 before torch is imported, and it detaches after its captures")
     shim.ss_detach_arm(ctypes.cast(lib.cuptiFinalize, ctypes.c_void_p), sub)
     for domain in (L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API):
         lib.cuptiEnableDomain(1, sub, domain)
