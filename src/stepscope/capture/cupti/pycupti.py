@@ -5,20 +5,34 @@ default dependency). Its buffer callbacks are Python functions: CUPTI calls the 
 from its own thread, which must then take the GIL, and the package turns every record into a
 Python object. It is kept as a backend to measure the C shim against (docs/benchmarks.md); the
 callback here only appends the record list, and conversion to tables happens at flush.
+
+After the capture CUPTI is detached as the default backend does it (``detach.py``: the C shim's
+callback runs ``cuptiFinalize`` at the exit of the program's next CUDA call), through the
+libcupti that cupti-python loaded (found in the process's memory map, so the same library):
+cupti-python itself has no safe place to call ``finalize`` from. Where that library or the C
+shim cannot be loaded, CUPTI stays attached and the ``cupti_stays_attached`` diagnostic says so.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from typing import Any
 
 from stepscope.apis import classify_api
+from stepscope.capture.cupti import detach
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.api_calls import MAX_CBID
 from stepscope.capture.cupti.capture import torch_profiler_active
 from stepscope.capture.cupti.decode import api_base_name
-from stepscope.capture.cupti.native import Unavailable, demangler
+from stepscope.capture.cupti.native import (
+    Unavailable,
+    demangler,
+    load_libcupti,
+    load_shim,
+    mapped_libcupti,
+)
 from stepscope.capture.cupti.settings import GpuSettings
 from stepscope.schema import ApiDomain
 from stepscope.store.manifest import Diagnostic
@@ -50,6 +64,36 @@ class PyCuptiCapture:
         self._demangle = demangler()
         self._names: dict[tuple[int, int], str] = {}
         self.records = 0
+        self._diags: list[Diagnostic] = []
+        self._detacher: tuple[Any, Any, int] | None = None  # (libcupti, shim, API version)
+        self._detach_note = "off"
+        if self.settings.detach:
+            self._detach_note, why = "not yet", self._load_detacher()
+            if why:
+                self._detach_note = "not armed"
+                self._stays_attached(why)
+
+    def _load_detacher(self) -> str | None:
+        """The libcupti cupti-python uses, through ctypes, and the C shim; None when loaded,
+        else why not."""
+        try:
+            self.c.get_timestamp()  # makes cupti-python load its libcupti (it loads it lazily)
+            path = mapped_libcupti()
+            if not path:
+                return "the libcupti cupti-python loaded was not found in the process's memory map"
+            lib = load_libcupti(path)
+            version = ctypes.c_uint32(0)
+            if lib.cuptiGetVersion(ctypes.byref(version)) != 0:
+                return f"cuptiGetVersion failed in {path}"
+            self._detacher = (lib, load_shim(), int(version.value))
+        except Exception as exc:  # never break the capture for the detach
+            return f"libcupti or stepscope's C shim could not be loaded ({exc})"
+        return None
+
+    def _stays_attached(self, why: str) -> None:
+        self._diags.append(Diagnostic("info", "cupti_stays_attached",
+                                      f"CUPTI stays attached after the window: {why}; the "
+                                      "program's CUDA calls after it keep CUPTI's hooks (slower)"))
 
     def _requested(self) -> tuple[int, int]:
         return self.settings.buffer_mb << 20, 0
@@ -62,6 +106,8 @@ class PyCuptiCapture:
         if torch_profiler_active():
             raise Unavailable("torch.profiler is running in this process and owns CUPTI")
         c = self.c
+        if self._detacher is not None:  # an earlier capture's detach that has not run yet
+            detach.reset(self._detacher[0], self._detacher[1])
         c.activity_register_callbacks(self._requested, self._completed)
         for kind in self.settings.kinds():
             try:
@@ -105,7 +151,14 @@ class PyCuptiCapture:
             self.c.activity_disable(kind)
         self._enabled.clear()
         self.c.activity_flush_all(1)
-        return self._tables()
+        out = self._tables()
+        if self._detacher is not None:
+            lib, shim, version = self._detacher
+            why = detach.arm(lib, shim, version)
+            self._detach_note = "armed" if why is None else "not armed"
+            if why is not None:
+                self._diags.append(Diagnostic("info", "cupti_stays_attached", why))
+        return out
 
     def _tables(self) -> dict[str, Any]:
         with self._lock:
@@ -162,8 +215,8 @@ class PyCuptiCapture:
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
-        return ()
+        return tuple(self._diags)
 
     def settings_for_manifest(self) -> dict[str, Any]:
         return {"backend": self.backend, "records": self.records,
-                "api_calls_off": len(self._api)}
+                "api_calls_off": len(self._api), "cupti_detach": self._detach_note}
