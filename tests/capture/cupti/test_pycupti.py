@@ -122,6 +122,9 @@ def test_another_subscriber_keeps_cupti_attached_with_a_note(
     assert "TEARDOWN_CUPTI=1" in cap.diagnostics[0].message
     lib.api_call()
     assert lib.finalized == 0
+    cap.start()
+    cap.stop()
+    assert len(cap.diagnostics) == 1  # said once, however many captures
 
 
 def test_libcupti_not_in_the_memory_map_is_said_once(

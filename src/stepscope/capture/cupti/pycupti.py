@@ -8,7 +8,8 @@ callback here only appends the record list, and conversion to tables happens at 
 
 After the capture CUPTI is detached as the default backend does it (``detach.py``: the C shim's
 callback runs ``cuptiFinalize`` at the exit of the program's next CUDA call), through the
-libcupti that cupti-python loaded (found in the process's memory map, so the same library):
+libcupti that cupti-python loaded (the first libcupti in the process's memory map: the same
+library, unless two different copies were loaded):
 cupti-python itself has no safe place to call ``finalize`` from. Where that library or the C
 shim cannot be loaded, CUPTI stays attached and the ``cupti_stays_attached`` diagnostic says so.
 """
@@ -91,9 +92,13 @@ class PyCuptiCapture:
         return None
 
     def _stays_attached(self, why: str) -> None:
-        self._diags.append(Diagnostic("info", "cupti_stays_attached",
-                                      f"CUPTI stays attached after the window: {why}; the "
-                                      "program's CUDA calls after it keep CUPTI's hooks (slower)"))
+        self._note(f"CUPTI stays attached after the window: {why}; the program's CUDA calls "
+                   "after it keep CUPTI's hooks (slower)")
+
+    def _note(self, message: str) -> None:
+        """The ``cupti_stays_attached`` diagnostic, once however many captures say it."""
+        if not any(d.code == "cupti_stays_attached" for d in self._diags):
+            self._diags.append(Diagnostic("info", "cupti_stays_attached", message))
 
     def _requested(self) -> tuple[int, int]:
         return self.settings.buffer_mb << 20, 0
@@ -157,7 +162,7 @@ class PyCuptiCapture:
             why = detach.arm(lib, shim, version)
             self._detach_note = "armed" if why is None else "not armed"
             if why is not None:
-                self._diags.append(Diagnostic("info", "cupti_stays_attached", why))
+                self._note(why)
         return out
 
     def _tables(self) -> dict[str, Any]:
