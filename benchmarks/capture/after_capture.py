@@ -8,7 +8,8 @@ in the process is listed after each capture (threads, child processes).
 
 Configurations: ``stepscope`` (the session: CUPTI capture, host samplers, merge when the
 ``with`` block ends), ``stepscope-bare`` (the CUPTI capture alone, no merge), ``burst`` (the bare
-capture, then a CPU burst on every core as long as the last stepscope merge took: a DuckDB
+capture, then a CPU burst on every core as long as the last stepscope capture's start, stop and
+merge took (its time outside the timed steps): a DuckDB
 query; is a burst of work on all cores enough to slow the next steps?), ``none`` (no capture).
 
     python benchmarks/capture/after_capture.py --out after.json [--workload launch] [--rounds 6]
@@ -70,7 +71,7 @@ def main() -> None:
     n_before = max(3, round(args.before_s / args.sub_s))
     n_after = max(3, round(args.after_s / args.sub_s))
     tmp = Path(tempfile.mkdtemp(prefix="ss-after-"))
-    merge_s = 1.0
+    merge_s = 1.0  # stepscope's start, stop and merge: its time outside the timed steps
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
         k = i % len(args.configs)
