@@ -9,8 +9,8 @@ in the process is listed after each capture (threads, child processes).
 Configurations: ``stepscope`` (the session: CUPTI capture, host samplers, merge when the
 ``with`` block ends), ``stepscope-bare`` (the CUPTI capture alone, no merge), ``burst`` (the bare
 capture, then a CPU burst on every core as long as the last stepscope capture's start, stop and
-merge took (its time outside the timed steps): a DuckDB
-query; is a burst of work on all cores enough to slow the next steps?), ``none`` (no capture).
+merge took (its time outside the timed steps): a DuckDB query; is a burst of work on all cores
+enough to slow the next steps?), ``none`` (no capture).
 
     python benchmarks/capture/after_capture.py --out after.json [--workload launch] [--rounds 6]
 """
