@@ -84,6 +84,10 @@ CONFIGS = ("stepscope", "stepscope-attached", "stepscope-prev", "stepscope-threa
            "stepscope-gpu", "stepscope-gpu-nomark", "stepscope-bare", "stepscope-bare-allapi",
            "stepscope-bare-prepared", "stepscope-cuptipy",
            "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
+# configurations whose setting holds for the whole process (an environment variable read once,
+# another source tree): never mixed with others in one process (mixed.py, paired.py)
+PROCESS_WIDE = ("stepscope-attached", "stepscope-prev", "stepscope-thread", "stepscope-host-thread",
+                "stepscope-nodriver")
 
 
 def gpt_step(target_ms: float, batch: int = 0, loss_every: int = 1, d: int = 1024, layers: int = 8

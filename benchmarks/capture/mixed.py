@@ -46,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from overhead import (  # noqa: E402
     CONFIGS,
+    PROCESS_WIDE,
     WORKLOADS,
     captured_block,
     make_workload,
@@ -54,9 +55,7 @@ from overhead import (  # noqa: E402
     time_steps,
 )
 
-MIXABLE = tuple(c for c in CONFIGS if c not in (
-    "stepscope-attached", "stepscope-prev", "stepscope-thread", "stepscope-host-thread",
-    "stepscope-nodriver"))  # process-wide settings; torch.profiler with --torch-teardown only
+MIXABLE = tuple(c for c in CONFIGS if c not in PROCESS_WIDE)  # torch.profiler: --torch-teardown
 
 
 class Instructions:

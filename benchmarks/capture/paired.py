@@ -45,6 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from overhead import (  # noqa: E402
     CONFIGS,
+    PROCESS_WIDE,
     WORKLOADS,
     captured_block,
     make_workload,
@@ -67,8 +68,7 @@ def parse_plan(text: str) -> list[str]:
         if c.startswith("torch-") and i != len(plan) - 1:
             raise ValueError(f"plan {text!r}: torch.profiler leaves CUPTI attached, so it can "
                              "only come last")
-        if c in ("stepscope-attached", "stepscope-prev", "stepscope-nodriver") or \
-                c.endswith("-thread"):
+        if c in PROCESS_WIDE:
             raise ValueError(f"plan {text!r}: {c} changes the whole process; not for plans")
     return plan
 

@@ -54,7 +54,7 @@ def main() -> None:
             captured = blocks()
             tables = cap.stop()
             torch.cuda.synchronize()  # a CUDA call: an armed detach runs at its exit
-            shim = cap._detacher[1] if cap._detacher is not None else None
+            shim = cap._detacher.shim if cap._detacher is not None else None
             cycles.append({"captured_us": captured,
                            "kernels": len(next(iter((tables.get("kernels") or {}).values()), [])),
                            "detach_state": detach.state(shim) if shim is not None else None,

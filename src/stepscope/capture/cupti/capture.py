@@ -91,7 +91,7 @@ class CuptiCapture:
         self.buffers = 0
         self.bytes = 0
         self.decode_s = 0.0  # decoding here (no spill_dir); spilling: the time moving buffers
-        self._detach_note = "off" if not self.settings.detach else "not yet"
+        self._detacher = detach.Detacher(self.lib, self.shim, self.version, self.settings.detach)
         self.running = False
         # STEPSCOPE_CUPTI_DUMP=DIR: keep the raw buffers and the strings they point to (used to
         # record the CI fixtures of the decoder; see tests/capture/cupti)
@@ -136,7 +136,7 @@ class CuptiCapture:
             raise Unavailable("torch.profiler is running in this process and owns CUPTI "
                               "(one CUPTI client per process): use --backend torch")
         s = self.settings
-        detach.reset(self.lib, self.shim)  # an earlier capture's detach that has not run yet
+        self._detacher.before_start()  # an earlier capture's detach that has not run yet
         self.shim.ss_configure(s.buffer_mb << 20, s.max_mb << 20)
         req = ctypes.cast(self.shim.ss_buffer_requested, ctypes.c_void_p)
         done = ctypes.cast(self.shim.ss_buffer_completed, ctypes.c_void_p)
@@ -209,11 +209,9 @@ class CuptiCapture:
         if self._dump:
             self._dump.write_meta({"cupti_api_version": self.version, "layout": self._layout.name,
                                    "settings": self.settings.as_dict()})
-        if self.settings.detach:
-            why = detach.arm(self.lib, self.shim, self.version)
-            if why is not None:
-                self._diag("cupti_stays_attached", why, level="info")
-            self._detach_note = "armed" if why is None else "not armed"
+        why = self._detacher.after_stop()
+        if why is not None:
+            self._diag("cupti_stays_attached", why, level="info")
         return out
 
     def _final_flush(self, wait_s: float = 1.0) -> None:
@@ -386,7 +384,7 @@ class CuptiCapture:
                 "api_calls_kept": self.calls.kept, "api_calls_off": self.calls.off,
                 "driver_api": self.settings.use_driver(),
                 "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,
-                "records_kept_raw": self._spill is not None, "cupti_detach": self._detach_note,
+                "records_kept_raw": self._spill is not None, "cupti_detach": self._detacher.note,
                 "decode_s" if self._spill is None else "spill_s": round(self.decode_s, 4),
                 "verify_s": round(self.verify_s, 4),
                 "clock_offset_ns": self.clock_offset_ns,

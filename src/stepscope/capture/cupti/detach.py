@@ -78,4 +78,25 @@ def arm(lib: Any, shim: ctypes.CDLL, version: int) -> str | None:
     return None
 
 
-__all__ = ["FIRST_SAFE_VERSION", "arm", "reset", "state"]
+class Detacher:
+    """A backend's detach around its captures, for both CUPTI backends: ``before_start`` calls
+    off an earlier capture's detach that has not run yet; ``after_stop`` arms the detach (when
+    switched on) and returns why it could not be (None when armed); ``note`` says where it
+    stands, for the manifest."""
+
+    def __init__(self, lib: Any, shim: ctypes.CDLL, version: int, enabled: bool) -> None:
+        self.lib, self.shim, self.version, self.enabled = lib, shim, version, enabled
+        self.note = "not yet" if enabled else "off"
+
+    def before_start(self) -> None:
+        reset(self.lib, self.shim)
+
+    def after_stop(self) -> str | None:
+        if not self.enabled:
+            return None
+        why = arm(self.lib, self.shim, self.version)
+        self.note = "armed" if why is None else "not armed"
+        return why
+
+
+__all__ = ["FIRST_SAFE_VERSION", "Detacher", "arm", "reset", "state"]

@@ -66,17 +66,15 @@ class PyCuptiCapture:
         self._names: dict[tuple[int, int], str] = {}
         self.records = 0
         self._diags: list[Diagnostic] = []
-        self._detacher: tuple[Any, Any, int] | None = None  # (libcupti, shim, API version)
-        self._detach_note = "off"
+        self._detacher: detach.Detacher | None = None
         if self.settings.detach:
-            self._detach_note, why = "not yet", self._load_detacher()
+            why = self._load_detacher()
             if why:
-                self._detach_note = "not armed"
                 self._stays_attached(why)
 
     def _load_detacher(self) -> str | None:
-        """The libcupti cupti-python uses, through ctypes, and the C shim; None when loaded,
-        else why not."""
+        """The detach through the libcupti cupti-python uses (ctypes) and the C shim; None when
+        loaded, else why not."""
         try:
             self.c.get_timestamp()  # makes cupti-python load its libcupti (it loads it lazily)
             path = mapped_libcupti()
@@ -86,7 +84,7 @@ class PyCuptiCapture:
             version = ctypes.c_uint32(0)
             if lib.cuptiGetVersion(ctypes.byref(version)) != 0:
                 return f"cuptiGetVersion failed in {path}"
-            self._detacher = (lib, load_shim(), int(version.value))
+            self._detacher = detach.Detacher(lib, load_shim(), int(version.value), enabled=True)
         except Exception as exc:  # never break the capture for the detach
             return f"libcupti or stepscope's C shim could not be loaded ({exc})"
         return None
@@ -112,7 +110,7 @@ class PyCuptiCapture:
             raise Unavailable("torch.profiler is running in this process and owns CUPTI")
         c = self.c
         if self._detacher is not None:  # an earlier capture's detach that has not run yet
-            detach.reset(self._detacher[0], self._detacher[1])
+            self._detacher.before_start()
         c.activity_register_callbacks(self._requested, self._completed)
         for kind in self.settings.kinds():
             try:
@@ -157,12 +155,9 @@ class PyCuptiCapture:
         self._enabled.clear()
         self.c.activity_flush_all(1)
         out = self._tables()
-        if self._detacher is not None:
-            lib, shim, version = self._detacher
-            why = detach.arm(lib, shim, version)
-            self._detach_note = "armed" if why is None else "not armed"
-            if why is not None:
-                self._note(why)
+        why = self._detacher.after_stop() if self._detacher is not None else None
+        if why is not None:
+            self._note(why)
         return out
 
     def _tables(self) -> dict[str, Any]:
@@ -224,4 +219,9 @@ class PyCuptiCapture:
 
     def settings_for_manifest(self) -> dict[str, Any]:
         return {"backend": self.backend, "records": self.records,
-                "api_calls_off": len(self._api), "cupti_detach": self._detach_note}
+                "api_calls_off": len(self._api), "cupti_detach": self._detach_state()}
+
+    def _detach_state(self) -> str:
+        if self._detacher is not None:
+            return self._detacher.note
+        return "not armed" if self.settings.detach else "off"  # switched on: could not load
