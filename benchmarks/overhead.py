@@ -18,6 +18,10 @@ Configurations (each in its own process: one CUPTI client per process):
                        PYTHONPATH): the code before a change, measured side by side
   stepscope-thread     the same with the psutil/NVML samplers in a thread of the profiled process
                        (STEPSCOPE_SAMPLER_PROCESS=0: how it was before 2026-11-22 09:30 UTC)
+  stepscope-activity   the default before 2026-11-25's fifth session: the kept runtime/driver
+                       calls through CUPTI's activity kinds instead of its callbacks, and
+                       CUPTI's synchronization records on (STEPSCOPE_CUPTI_API_VIA=activity,
+                       STEPSCOPE_CUPTI_SYNC=1)
   stepscope-kernels    the same with --gpu-api none (no runtime/driver call records)
   stepscope-nodriver   the default with no driver-API records in this torch process
                        (STEPSCOPE_TORCH_DRIVER_CALLS=""; by default cuLaunchKernel/Ex are kept)
@@ -80,7 +84,7 @@ from pathlib import Path
 from typing import Any
 
 CONFIGS = ("stepscope", "stepscope-attached", "stepscope-prev", "stepscope-thread",
-           "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-host-thread",
+           "stepscope-activity", "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-host-thread",
            "stepscope-gpu", "stepscope-gpu-nomark", "stepscope-bare", "stepscope-bare-allapi",
            "stepscope-bare-prepared", "stepscope-cuptipy",
            "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
@@ -285,6 +289,21 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
     api = "none" if config == "stepscope-kernels" else "filtered"
     host = config not in ("stepscope-gpu", "stepscope-gpu-nomark")
     nomark = config == "stepscope-gpu-nomark"  # no boundary inside the timed block
+    knobs = {"STEPSCOPE_CUPTI_API_VIA": "activity", "STEPSCOPE_CUPTI_SYNC": "1"}
+    saved = {k: os.environ.pop(k, None) for k in knobs}
+    if config == "stepscope-activity":
+        os.environ.update(knobs)
+    try:
+        return _recorded_block(stepscope, run, steps, step, backend, api, host, nomark)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
+def _recorded_block(stepscope: Any, run: Path, steps: int, step: Callable[[], None], backend: str,
+                    api: str, host: bool, nomark: bool) -> tuple[float, list[float]]:
     with stepscope.record(run, steps=f"2-{steps + 1}", backend=backend, gpu_api=api, hooks=False,
                           overwrite=True, sample_hz=10.0 if host else 0.0, stacks=host) as r:
         for _ in range(2):  # boundaries 0 and 1; the GPU capture starts at 1

@@ -14,6 +14,22 @@ Variants:
   noapi       default without runtime/driver call records
   allapi      default with every runtime/driver call recorded (no per-call switches)
   idle        CUPTI attached, every kind off
+  serial      default with kernels recorded in CUPTI's serial mode (CUPTI_ACTIVITY_KIND_KERNEL,
+              which runs kernels one at a time: never a default, it changes multi-stream
+              programs) instead of the concurrent mode (which instruments the kernels' code)
+  nokernel    default without kernel records
+  only-kernel, only-copy, only-overhead, only-syncmarker, only-api, only-cbapi: one part of
+              the default alone (kernels; memcpy, peer copies and memsets; CUPTI overhead
+              records; synchronization and NVTX markers; the filtered runtime/driver calls, through
+              the activity kinds or through callbacks)
+  only-sync, only-marker: synchronization records alone, NVTX markers alone
+  lean        kernels, copies, memsets, NVTX markers, overhead, and the kept calls through
+              callbacks: the default without synchronization records and with cbapi's calls
+  lean-sync   lean with synchronization records
+  kernel-cbapi  kernels and the kept calls through callbacks only
+  cbapi       default with the kept runtime/driver calls recorded through CUPTI's Callback API,
+              switched on call by call (stepscope's ``api_via="callbacks"``), not its activity
+              kinds
 
     python benchmarks/capture/cupti_kinds.py --out kinds.json --workload launch|gpt [--rounds 12]
         [--detach-each]
@@ -43,7 +59,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from overhead import WORKLOADS, make_workload, settle, steps_for, sync, time_steps  # noqa: E402
 
-VARIANTS = ("default", "kineto", "nomarker", "nosync", "noapi", "allapi", "idle")
+VARIANTS = ("default", "kineto", "nomarker", "nosync", "noapi", "allapi", "idle", "serial",
+            "nokernel", "cbapi", "only-kernel", "only-copy", "only-overhead", "only-syncmarker",
+            "only-api", "only-cbapi", "only-sync", "only-marker", "lean", "lean-sync",
+            "kernel-cbapi")
+KERNEL_SERIAL = 3  # CUPTI_ACTIVITY_KIND_KERNEL
 KINETO_OFF = {2: ("cudaGetDevice",), 1: ("cuKernelGetAttribute", "cuDevicePrimaryCtxGetState",
                                          "cuCtxGetCurrent")}  # domain -> calls switched off
 
@@ -60,12 +80,14 @@ def main() -> None:
     args = ap.parse_args()
     from stepscope.capture.cupti import detach
     from stepscope.capture.cupti import layouts as L
+    from stepscope.capture.cupti.api_callbacks import ApiCallbacks
     from stepscope.capture.cupti.capture import CuptiCapture
     from stepscope.capture.cupti.settings import GpuSettings
 
     step, _ = make_workload(args.workload, batch=args.gpt_batch)
     n = steps_for(step, args.block_s, 8)
-    cap = CuptiCapture(GpuSettings(detach=False), spill_dir=Path(tempfile.mkdtemp()) / "spill")
+    cap = CuptiCapture(GpuSettings(detach=False, api_via="activity"),
+                       spill_dir=Path(tempfile.mkdtemp()) / "spill")
     lib = cap.lib
     base = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMCPY2, L.MEMSET, L.SYNCHRONIZATION, L.MARKER,
             L.OVERHEAD]
@@ -73,18 +95,26 @@ def main() -> None:
               L.DOMAIN_DRIVER_API: lib.cuptiActivityEnableDriverApi}
     api_kind = {L.DOMAIN_RUNTIME_API: L.RUNTIME, L.DOMAIN_DRIVER_API: L.DRIVER}
     enabled: list[int] = []
+    callbacks: list[Any] = []  # the cbapi variant's ApiCallbacks while it runs
 
     def off_calls(domain: int, variant: str) -> list[int]:
         if variant == "kineto":
             names = KINETO_OFF[domain]
             return [c for c, nm in cap.calls.names[domain].items()
                     if nm.split("_v")[0] in names]
-        return cap.calls.plan(domain)[1] if variant in ("default", "nomarker", "nosync") else []
+        return (cap.calls.plan(domain)[1]
+                if variant in ("default", "nomarker", "nosync", "serial", "nokernel", "only-api")
+                else [])
 
     def set_variant(variant: str) -> None:
         for k in enabled:
-            lib.cuptiActivityDisable(k)
+            if k >= 0:
+                lib.cuptiActivityDisable(k)
         enabled.clear()
+        for cb in callbacks:
+            cb.stop()
+            cb.unsubscribe()
+        callbacks.clear()
         # enabling a domain's kind resets its per-call switches (all on): a clean start each time
         # (after a detach CUPTI starts clean anyway)
         for domain, kind in api_kind.items():
@@ -95,11 +125,33 @@ def main() -> None:
             return
         kinds = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMSET, L.OVERHEAD] if variant == "kineto" else [
             k for k in base if not (variant == "nomarker" and k == L.MARKER)
-            and not (variant == "nosync" and k == L.SYNCHRONIZATION)]
+            and not (variant == "nosync" and k == L.SYNCHRONIZATION)
+            and not (variant in ("serial", "nokernel") and k == L.CONCURRENT_KERNEL)]
+        if variant == "serial":
+            kinds.insert(0, KERNEL_SERIAL)
+        if variant.startswith("only-"):
+            kinds = {"only-kernel": [L.CONCURRENT_KERNEL],
+                     "only-copy": [L.MEMCPY, L.MEMCPY2, L.MEMSET],
+                     "only-overhead": [L.OVERHEAD],
+                     "only-syncmarker": [L.SYNCHRONIZATION, L.MARKER],
+                     "only-api": [], "only-cbapi": [], "only-sync": [L.SYNCHRONIZATION],
+                     "only-marker": [L.MARKER]}[variant]
+        lean = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMCPY2, L.MEMSET, L.MARKER, L.OVERHEAD]
+        if variant in ("lean", "lean-sync", "kernel-cbapi"):
+            kinds = {"lean": lean, "lean-sync": [*lean, L.SYNCHRONIZATION],
+                     "kernel-cbapi": [L.CONCURRENT_KERNEL]}[variant]
         for k in kinds:
             if lib.cuptiActivityEnable(k) == 0:
                 enabled.append(k)
-        if variant != "noapi":
+        if variant in ("cbapi", "only-cbapi", "lean", "lean-sync", "kernel-cbapi"):
+            cb = ApiCallbacks(lib, cap.shim)
+            why = cb.start(cap.calls, list(api_kind))
+            if why is not None:
+                raise SystemExit(f"cbapi: {why}")
+            callbacks.append(cb)
+            enabled.append(-1)  # a marker in the block's kinds: callbacks on
+        elif variant == "only-api" or (variant != "noapi" and not variant.startswith("only-")
+                                       and variant in VARIANTS[:9]):
             for domain, kind in api_kind.items():
                 if lib.cuptiActivityEnable(kind) == 0:
                     enabled.append(kind)
@@ -143,12 +195,13 @@ def main() -> None:
                 cold_start()
             set_variant(variant)
             switch_ms.append((time.perf_counter() - t0) * 1e3)
+            kinds_on = list(enabled)
             before = cap.records
             ms = timed_block()
             set_variant("idle")
             cap.flush(forced=True)
             blocks.append({"round": r, "variant": variant, "ms": ms,
-                           "records": cap.records - before})
+                           "records": cap.records - before, "kinds": kinds_on})
             if args.detach_each:
                 detach.arm(lib, cap.shim, cap.version)
                 step()  # its first CUDA call detaches CUPTI

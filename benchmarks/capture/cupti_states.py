@@ -74,7 +74,7 @@ def main() -> None:
 
     step, _ = make_workload(args.workload, batch=args.gpt_batch)
     n = steps_for(step, args.block_s, 10)
-    cap = CuptiCapture(GpuSettings(detach=False, api=args.api),
+    cap = CuptiCapture(GpuSettings(detach=False, api=args.api, api_via="activity"),
                        spill_dir=Path(tempfile.mkdtemp()) / "spill")
     attrs = read_attributes(cap.lib)
     if args.prealloc:

@@ -1,5 +1,6 @@
 """Print what a captured run holds (rows per table per rank, top kernels, API calls, copies,
-NVTX ranges, GPU backend settings, diagnostics): the check of a GPU capture run.
+NVTX ranges, GPU backend settings, diagnostics, the share of kernels, copies and memsets whose
+call was recorded): the check of a GPU capture run.
 
     python benchmarks/capture/inspect_run.py RUN [RUN ...]
 """
@@ -31,6 +32,10 @@ def show(path: str) -> dict[str, object]:
     if rows.get("api_calls"):
         out["api"] = q("select domain, name, kind, count(*) n from api_calls group by all "
                        "order by n desc limit 12").to_pylist()
+    if rows.get("api_calls"):  # GPU records whose launching/issuing call was recorded
+        out["with_call"] = {t: q(f"select avg(case when correlation in (select correlation from "
+                                 f"api_calls) then 1.0 else 0.0 end), count(*) from {t}").to_pylist()
+                            for t in ("kernels", "memcpy", "memset") if rows.get(t)}
     if rows.get("memcpy"):
         out["memcpy"] = q("select kind, src_kind, dst_kind, count(*), sum(bytes) from memcpy "
                           "group by all").to_pylist()

@@ -22,6 +22,7 @@ block, per process).
 
     python benchmarks/capture/mixed.py --out mixed.json --workload launch \\
         [--configs stepscope stepscope-kernels ...] [--rounds 10] [--window-s 1.5] [--gpt-batch 8]
+        [--time-limit-s S]
         [--torch-teardown --configs stepscope torch-cuda ...]
 
 A capture's own start and stop (and stepscope's merge) are outside the timing, as in
@@ -89,6 +90,8 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=1.5)
     ap.add_argument("--target-ms", type=float, default=25.0)
     ap.add_argument("--gpt-batch", type=int, default=0)
+    ap.add_argument("--time-limit-s", type=float, default=0.0,
+                    help="start no new round after this many seconds (0: no limit)")
     ap.add_argument("--torch-teardown", action="store_true",
                     help="mix torch.profiler in: Kineto told to detach CUPTI after each capture")
     args = ap.parse_args()
@@ -112,8 +115,13 @@ def main() -> None:
         blocks.append({"kind": "plain", "ms": ms, "t": time.time(),
                        "minstr": None if i0 is None or i1 is None else (i1 - i0) / steps / 1e6})
 
+    t_start = time.monotonic()
     plain()
+    rounds_run = 0
     for i in range(args.rounds):
+        if args.time_limit_s and time.monotonic() - t_start > args.time_limit_s:
+            break
+        rounds_run += 1
         k = i % len(args.configs)
         for config in args.configs[k:] + args.configs[:k]:
             i0 = counter.read()
@@ -148,6 +156,7 @@ def main() -> None:
     plain_ms = [b["ms"] for b in blocks if b["kind"] == "plain"]
     changes = [abs(b / a - 1) for a, b in zip(plain_ms, plain_ms[1:])]
     out = {"workload": args.workload, "batch": batch, "steps_per_block": steps,
+           "rounds": rounds_run,
            "plain_median_ms": statistics.median(plain_ms),
            "plain_adjacent_change_median": statistics.median(changes) if changes else None,
            "summary": summary, "blocks": blocks}

@@ -18,6 +18,17 @@ NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
                         ctypes.POINTER(ctypes.c_void_p))
 FINALIZE = ctypes.CFUNCTYPE(ctypes.c_int)
 CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
+TIMESTAMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))
+
+
+class CallbackData(ctypes.Structure):
+    """CUpti_CallbackData as cupti_callbacks.h lays it out (72 bytes on 64-bit Linux)."""
+
+    _fields_ = [("site", ctypes.c_int), ("function_name", ctypes.c_char_p),
+                ("params", ctypes.c_void_p), ("return_value", ctypes.c_void_p),
+                ("symbol", ctypes.c_char_p), ("context", ctypes.c_void_p),
+                ("context_uid", ctypes.c_uint32), ("correlation_data", ctypes.POINTER(ctypes.c_uint64)),
+                ("correlation_id", ctypes.c_uint32)]
 SUBSCRIBER = 0x5EB
 CALLS = {(L.DOMAIN_RUNTIME_API, 211): "cudaLaunchKernel_v7000",
          (L.DOMAIN_RUNTIME_API, 3): "cudaGetDevice_v3020",
@@ -63,31 +74,68 @@ class FakeCupti:
         def finalize() -> int:
             self.finalized += 1
             self.detached = True
-            self.subscribed, self.domains = None, set()
+            self.subscribed, self.domains, self.callbacks_on = None, set(), set()
             return 0
 
         self.cuptiFinalize = finalize
+        self.callbacks_on: set[tuple[int, int]] = set()  # (domain, cbid) callbacks switched on
+        self.subscribes = 0
+        self.clock = 0  # 0: the real time; else the next timestamp, stepped 100 ns per reading
 
-    def api_call(self, site: int = 1) -> None:
-        """A CUDA call of the program passing CUPTI's callback (site 0 = enter, 1 = exit)."""
-        if self.subscribed and self.domains:
-            data = ctypes.c_int(site)
-            CALLBACK(self.subscribed)(None, min(self.domains), 307, ctypes.addressof(data))
+        @TIMESTAMP
+        def get_timestamp(ts: Any) -> int:
+            if self.clock:
+                self.clock += 100
+            ts[0] = self.clock or time.time_ns()
+            return 0
+
+        self.cuptiGetTimestamp = get_timestamp
+
+    def api_call(self, site: int = 1, domain: int | None = None, cbid: int = 307,
+                 correlation: int = 0, result: int = 0,
+                 slot: ctypes.c_uint64 | None = None) -> None:
+        """One site of a CUDA call of the program passing CUPTI's callback (site 0 = enter,
+        1 = exit), if CUPTI would call it: its domain or the call switched on."""
+        if domain is None:
+            domain = min(self.domains) if self.domains else L.DOMAIN_DRIVER_API
+        if not self.subscribed or (domain not in self.domains
+                                   and (domain, cbid) not in self.callbacks_on):
+            return
+        ret = ctypes.c_int(result)
+        data = CallbackData(site=site, return_value=ctypes.addressof(ret),
+                            correlation_data=ctypes.pointer(slot if slot is not None
+                                                            else ctypes.c_uint64(0)),
+                            correlation_id=correlation)
+        CALLBACK(self.subscribed)(None, domain, cbid, ctypes.addressof(data))
+
+    def call(self, domain: int, cbid: int, correlation: int, result: int = 0) -> None:
+        """A whole CUDA call (entry, then exit) on this thread."""
+        slot = ctypes.c_uint64(0)
+        self.api_call(0, domain, cbid, correlation, result, slot)
+        self.api_call(1, domain, cbid, correlation, result, slot)
 
     def cuptiSubscribe(self, handle: Any, callback: Any, userdata: Any) -> int:
         if self.subscribed:
             return 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+        self.subscribes += 1
         self.subscribed = int(callback.value)
         _out(handle).value = SUBSCRIBER
         return 0
 
     def cuptiUnsubscribe(self, handle: Any) -> int:
         self.unsubscribed.append(int(handle.value))
-        self.subscribed, self.domains = None, set()
+        self.subscribed, self.domains, self.callbacks_on = None, set(), set()
         return 0
 
     def cuptiEnableDomain(self, on: int, handle: Any, domain: int) -> int:
         (self.domains.add if on else self.domains.discard)(domain)
+        if not on:
+            self.callbacks_on = {c for c in self.callbacks_on if c[0] != domain}
+        return 0
+
+    def cuptiEnableCallback(self, on: int, handle: Any, domain: int, cbid: int) -> int:
+        self.log.append(("callback", domain, cbid, on))
+        (self.callbacks_on.add if on else self.callbacks_on.discard)((domain, cbid))
         return 0
 
     def name(self, text: str) -> int:
@@ -164,6 +212,3 @@ class FakeCupti:
         _out(s).value = name.encode()
         return 0
 
-    def cuptiGetTimestamp(self, ts: Any) -> int:
-        _out(ts).value = time.time_ns()
-        return 0

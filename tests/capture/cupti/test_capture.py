@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,7 @@ API_KINDS = {L.RUNTIME, L.DRIVER}
 
 
 def test_api_domains_are_switched_on_and_their_noise_off(fake: FakeCupti) -> None:
-    cap = CuptiCapture(GpuSettings())
+    cap = CuptiCapture(GpuSettings(api_via="activity"))
     cap.start()
     assert API_KINDS <= fake.kinds
     offs = {(e[1], e[2]) for e in fake.log if e[0] == "call" and e[3] == 0}
@@ -68,6 +70,60 @@ def test_api_domains_are_switched_on_and_their_noise_off(fake: FakeCupti) -> Non
     cap.stop()
     assert fake.kinds == set()
     assert cap.settings_for_manifest()["api_calls_off"] == 2
+
+
+def test_kept_calls_are_recorded_through_callbacks_and_no_sync_records_by_default(
+        fake: FakeCupti) -> None:
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    assert not ({L.RUNTIME, L.DRIVER, L.SYNCHRONIZATION} & fake.kinds)
+    assert fake.subscribes == 1 and fake.callbacks_on == {
+        (L.DOMAIN_RUNTIME_API, 211), (L.DOMAIN_RUNTIME_API, 165), (L.DOMAIN_DRIVER_API, 307)}
+    fake.clock = 1_000_000
+    fake.call(L.DOMAIN_RUNTIME_API, 211, correlation=5)  # cudaLaunchKernel: kept
+    fake.call(L.DOMAIN_RUNTIME_API, 3, correlation=6)  # cudaGetDevice: CUPTI never calls back
+    fake.emit(kernel(1_000_500, 1_000_900, name=fake.name("k"), corr=5))
+    out = cap.stop()
+    a = out["api_calls"]
+    assert a["name"] == ["cudaLaunchKernel"] and a["correlation"] == [5]
+    assert a["dur_ns"] == [100] and a["pid"] == [os.getpid()]
+    assert a["tid"] == [threading.get_ident() & 0xFFFFFFFF]
+    assert out["kernels"]["correlation"] == [5]
+    m = cap.settings_for_manifest()
+    assert m["api_records_via"] == "callbacks" and m["api_calls_kept"] == 3
+    assert m["api_records_written"] == 1 and m["api_records_lost"] == 0
+    # the detach takes the same subscription over: switched to whole domains, nothing recorded
+    assert fake.subscribes == 1 and fake.callbacks_on == set()
+    assert fake.domains == {L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API}
+    fake.call(L.DOMAIN_RUNTIME_API, 211, correlation=7)
+    assert fake.finalized == 1 and cap.settings_for_manifest()["api_records_written"] == 1
+
+
+def test_callbacks_give_way_to_the_activity_kinds_when_cupti_has_another_subscriber(
+        fake: FakeCupti) -> None:
+    fake.subscribed = 0x1234
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    assert {L.RUNTIME, L.DRIVER} <= fake.kinds and fake.callbacks_on == set()
+    cap.stop()
+    codes = {d.code for d in cap.diagnostics}
+    assert {"cupti_api_callbacks_unavailable", "cupti_stays_attached"} <= codes
+    assert cap.settings_for_manifest()["api_records_via"] == "activity"
+
+
+def test_call_records_from_callbacks_stay_raw_until_the_merge(fake: FakeCupti, tmp_path: Path
+                                                               ) -> None:
+    folder = tmp_path / "p1"
+    cap = CuptiCapture(GpuSettings(), spill_dir=folder)
+    cap.start()
+    fake.clock = 2_000_000
+    fake.call(L.DOMAIN_RUNTIME_API, 165, correlation=3)  # cudaDeviceSynchronize
+    assert cap.flush(forced=True) == {} and cap.raw_records == 1
+    fake.call(L.DOMAIN_DRIVER_API, 307, correlation=4)
+    cap.stop()
+    got = collect(folder)
+    assert got["api_calls"]["name"] == ["cudaDeviceSynchronize", "cuLaunchKernel"]
+    assert got["api_calls"]["kind"] == ["sync", "launch"]
 
 
 def test_after_a_capture_cupti_detaches_at_the_next_cuda_call_exit(fake: FakeCupti) -> None:

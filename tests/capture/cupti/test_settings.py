@@ -42,3 +42,16 @@ def test_the_benchmark_knob_can_switch_driver_records_off(monkeypatch: pytest.Mo
     s = GpuSettings()
     assert s.keep_call(DRV, "cuLaunchKernelEx") and not s.keep_call(DRV, "cuLaunchKernel")
     assert s.as_dict()["torch_driver_calls"] == ["cuLaunchKernelEx"]
+
+
+def test_calls_through_callbacks_and_no_sync_records_unless_asked(monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    monkeypatch.delenv("STEPSCOPE_CUPTI_API_VIA", raising=False)
+    monkeypatch.delenv("STEPSCOPE_CUPTI_SYNC", raising=False)
+    s = GpuSettings()
+    assert s.api_via == "callbacks" and not s.sync and L.SYNCHRONIZATION not in s.kinds()
+    assert L.RUNTIME not in s.kinds()  # the kept calls come through callbacks, not a kind
+    monkeypatch.setenv("STEPSCOPE_CUPTI_API_VIA", "activity")
+    monkeypatch.setenv("STEPSCOPE_CUPTI_SYNC", "1")
+    s = GpuSettings()
+    assert s.api_via == "activity" and s.sync and L.SYNCHRONIZATION in s.kinds()

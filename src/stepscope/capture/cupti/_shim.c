@@ -20,7 +20,9 @@
  * ss_write_frame (append a buffer to a file). All run without the GIL. And the detach of CUPTI
  * once a capture has ended: ss_detach_callback calls cuptiFinalize at the exit of the program's
  * next CUDA call, as NVIDIA documents it (CUPTI left attached keeps its hooks in every CUDA
- * call of the rest of the program).
+ * call of the rest of the program). And the runtime/driver call records taken from CUPTI's
+ * Callback API for the calls that matter only (ss_callback, ss_api_begin/ss_api_end): written
+ * into the same buffers, in the layout of CUPTI's own API records.
  *
  * Built as a plain shared library (no Python.h), loaded with ctypes.
  */
@@ -204,7 +206,7 @@ size_t ss_walk(const uint8_t *buf, size_t valid, const uint32_t *sizes, uint32_t
 }
 
 /* Bumped whenever a function's signature changes: a stale prebuilt library is then rebuilt. */
-int ss_abi_version(void) { return 4; }
+int ss_abi_version(void) { return 5; }
 
 typedef int (*ss_next_fn)(uint8_t *buffer, size_t valid, void **record);
 
@@ -412,4 +414,143 @@ int ss_detach_reset(void **subscriber) {
         ss_detach_sub = NULL;
     }
     return st;
+}
+
+/* ---- runtime/driver call records from CUPTI's Callback API --------------------------------- */
+
+/*
+ * Why: CUPTI's RUNTIME/DRIVER activity kinds hook every call of their domain, whichever calls
+ * are switched off for records (cuptiActivityEnableRuntimeApi), and that hook is most of what a
+ * capture costs a launch-bound program (docs/benchmarks.md, 2026-11-25 fifth session). The
+ * Callback API is switched on per call (cuptiEnableCallback): only the calls whose records are
+ * kept pay. ss_callback takes the start time at the call's entry (kept in the call's
+ * correlationData slot) and writes one record at its exit, laid out as CUpti_ActivityAPI
+ * (kind, cbid, start, end, processId, threadId, correlationId, returnValue: 40 bytes) into
+ * buffers of the pool above, which are completed like CUPTI's own: ss_take sees both.
+ *
+ * CUpti_CallbackData (cupti_callbacks.h, unchanged since CUPTI 4.1): callbackSite at byte 0,
+ * functionReturnValue (a pointer) at 24, correlationData (uint64_t *) at 56, correlationId at 64.
+ */
+#define SS_CB_RETURN 24
+#define SS_CB_CORR_DATA 56
+#define SS_CB_CORR_ID 64
+#define SS_API_RECORD 40
+
+static pthread_mutex_t ss_api_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ss_api_on = 0;
+static int (*ss_api_clock)(uint64_t *) = NULL; /* cuptiGetTimestamp: the clock of CUPTI's records */
+static uint32_t ss_api_pid = 0;
+static uint8_t *ss_api_buf = NULL;
+static size_t ss_api_cap = 0, ss_api_used = 0;
+static uint64_t ss_api_n = 0, ss_api_lost = 0;
+
+/* Hand the current API buffer over as a completed buffer (caller holds ss_api_lock). */
+static void api_complete(void) {
+    if (!ss_api_buf) return;
+    ss_buffer_completed(NULL, 0, ss_api_buf, ss_api_cap, ss_api_used);
+    ss_api_buf = NULL;
+    ss_api_used = ss_api_cap = 0;
+}
+
+static int pool_has_room(void) {
+    pthread_mutex_lock(&ss_lock);
+    int room = ss_free_head != NULL || ss_allocated + ss_buf_size <= ss_max_bytes;
+    pthread_mutex_unlock(&ss_lock);
+    return room;
+}
+
+static void api_write(const uint8_t *rec) {
+    pthread_mutex_lock(&ss_api_lock);
+    if (ss_api_buf && ss_api_used + SS_API_RECORD > ss_api_cap) api_complete();
+    if (!ss_api_buf && pool_has_room()) { /* a full pool: the record is lost, not a refusal */
+        size_t size = 0, max_records = 0;
+        ss_buffer_requested(&ss_api_buf, &size, &max_records);
+        ss_api_cap = ss_api_buf ? size : 0;
+        ss_api_used = 0;
+    }
+    if (ss_api_buf && ss_api_cap >= SS_API_RECORD) {
+        memcpy(ss_api_buf + ss_api_used, rec, SS_API_RECORD);
+        ss_api_used += SS_API_RECORD;
+        ss_api_n++;
+    } else {
+        ss_api_lost++;
+    }
+    pthread_mutex_unlock(&ss_api_lock);
+}
+
+/* Start recording the calls whose callbacks are enabled: `clock` is cuptiGetTimestamp, `pid`
+ * the process id written into the records. */
+void ss_api_begin(int (*clock)(uint64_t *), uint32_t pid) {
+    pthread_mutex_lock(&ss_api_lock);
+    ss_api_clock = clock;
+    ss_api_pid = pid;
+    pthread_mutex_unlock(&ss_api_lock);
+    __atomic_store_n(&ss_api_on, 1, __ATOMIC_RELEASE);
+}
+
+/* Stop recording (after the callbacks are disabled) and complete the current buffer. A call
+ * already inside the callback may still write one record: it goes into a new buffer, completed
+ * at the next ss_api_end (the caller calls it again after its final flush). */
+void ss_api_end(void) {
+    __atomic_store_n(&ss_api_on, 0, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&ss_api_lock);
+    api_complete();
+    pthread_mutex_unlock(&ss_api_lock);
+}
+
+/* Complete the buffer being written (a forced flush), recording on. */
+void ss_api_complete(void) {
+    pthread_mutex_lock(&ss_api_lock);
+    api_complete();
+    pthread_mutex_unlock(&ss_api_lock);
+}
+
+/* records written, records lost (no buffer: the memory cap) */
+void ss_api_stats(uint64_t *out) {
+    pthread_mutex_lock(&ss_api_lock);
+    out[0] = ss_api_n;
+    out[1] = ss_api_lost;
+    pthread_mutex_unlock(&ss_api_lock);
+}
+
+/* The one CUPTI callback of this library (CUPTI allows one subscriber per process): call
+ * records while ss_api_begin is in force, and the detach once it is armed. */
+void ss_callback(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
+    if (!cbdata) return;
+    if ((domain == 1 || domain == 2) && __atomic_load_n(&ss_api_on, __ATOMIC_ACQUIRE)
+        && ss_api_clock) {
+        const uint8_t *cb = (const uint8_t *)cbdata;
+        int site;
+        uint64_t *slot;
+        memcpy(&site, cb, sizeof site);
+        memcpy(&slot, cb + SS_CB_CORR_DATA, sizeof slot);
+        if (site == 0) {
+            if (slot) {
+                uint64_t t = 0;
+                ss_api_clock(&t);
+                *slot = t;
+            }
+        } else if (site == 1) {
+            uint64_t end = 0, start = slot ? *slot : 0;
+            ss_api_clock(&end);
+            uint32_t corr, ret = 0;
+            const void *retp;
+            memcpy(&corr, cb + SS_CB_CORR_ID, sizeof corr);
+            memcpy(&retp, cb + SS_CB_RETURN, sizeof retp);
+            if (retp) memcpy(&ret, retp, sizeof ret);
+            uint8_t rec[SS_API_RECORD];
+            uint32_t kind = domain == 1 ? 4u : 5u; /* CUPTI_ACTIVITY_KIND_DRIVER, _RUNTIME */
+            uint32_t tid = (uint32_t)(uintptr_t)pthread_self(); /* CUPTI's default thread id */
+            memcpy(rec, &kind, 4);
+            memcpy(rec + 4, &cbid, 4);
+            memcpy(rec + 8, &start, 8);
+            memcpy(rec + 16, &end, 8);
+            memcpy(rec + 24, &ss_api_pid, 4);
+            memcpy(rec + 28, &tid, 4);
+            memcpy(rec + 32, &corr, 4);
+            memcpy(rec + 36, &ret, 4);
+            api_write(rec);
+        }
+    }
+    ss_detach_callback(userdata, domain, cbid, cbdata);
 }

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from stepscope.capture.cupti import detach
 from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.api_callbacks import ApiCallbacks
 from stepscope.capture.cupti.api_calls import CallPlan
 from stepscope.capture.cupti.decode import DecodeContext, Decoder
 from stepscope.capture.cupti.dump import BufferDump
@@ -92,6 +93,9 @@ class CuptiCapture:
         self.bytes = 0
         self.decode_s = 0.0  # decoding here (no spill_dir); spilling: the time moving buffers
         self._detacher = detach.Detacher(self.lib, self.shim, self.version, self.settings.detach)
+        self._callbacks: ApiCallbacks | None = None
+        self.api_via = "none" if self.settings.api == "none" else (
+            "activity" if self.settings.api == "all" else self.settings.api_via)
         self.running = False
         # STEPSCOPE_CUPTI_DUMP=DIR: keep the raw buffers and the strings they point to (used to
         # record the CI fixtures of the decoder; see tests/capture/cupti)
@@ -154,9 +158,21 @@ class CuptiCapture:
                 self._diag("cupti_kind_unavailable",
                            f"CUPTI {L.KIND_NAMES.get(kind, kind)} records unavailable: {self._error(rc)}")
         if s.api == "filtered":
-            self._enable_api(L.DOMAIN_RUNTIME_API)
-            if s.use_driver():
-                self._enable_api(L.DOMAIN_DRIVER_API)
+            domains = [L.DOMAIN_RUNTIME_API] + ([L.DOMAIN_DRIVER_API] if s.use_driver() else [])
+            if self.api_via == "callbacks":
+                self._callbacks = ApiCallbacks(self.lib, self.shim)
+                why = self._callbacks.start(self.calls, domains)
+                if why is not None:
+                    self._callbacks = None
+                    self.api_via = "activity"
+                    self._diag("cupti_api_callbacks_unavailable", f"runtime/driver calls are "
+                               f"recorded through CUPTI's activity kinds instead of its callbacks "
+                               f"({why}): the capture costs more", level="info")
+                else:
+                    self.calls.kept += self._callbacks.kept
+            if self.api_via == "activity":
+                for domain in domains:
+                    self._enable_api(domain)
         ts = ctypes.c_uint64(0)
         before = time.time_ns()
         if self.lib.cuptiGetTimestamp(ctypes.byref(ts)) == 0:
@@ -185,6 +201,8 @@ class CuptiCapture:
 
     def flush(self, forced: bool = False) -> dict[str, dict[str, Any]]:
         """Decode what CUPTI has completed (all of it when ``forced``)."""
+        if forced and self._callbacks is not None:
+            self.shim.ss_api_complete()
         self.lib.cuptiActivityFlushAll(FLUSH_FORCED if forced else 0)
         self._read_dropped()
         return self._drain()
@@ -194,13 +212,22 @@ class CuptiCapture:
             return {}
         self.running = False
         self._disable()
+        if self._callbacks is not None:
+            self._callbacks.stop()
         self._final_flush()
+        if self._callbacks is not None:
+            self.shim.ss_api_end()  # a record written by a call still in the callback at stop
         self._read_dropped()  # before the detach is armed: CUPTI is not to be asked after it
         out = self._drain()
         if self._spill is not None:
             if self._spill.error:
                 self._diag("cupti_spill_failed", self._spill.error, level="error")
             self._write_raw_meta()
+        lost = self._callbacks.stats()["api_records_lost"] if self._callbacks else 0
+        if lost:
+            self._diag("cupti_api_records_lost", f"{lost} runtime/driver call records were lost: "
+                       f"buffer memory reached its {self.settings.max_mb} MB cap; shorten the "
+                       "window")
         if self.records == 0 and self.stats()["buffers_requested"] == self._requested_at_start:
             self._diag("cupti_nothing_recorded", "CUPTI recorded nothing while it ran: the program "
                        "did no GPU work then, or CUPTI was still starting (over a second on a "
@@ -209,7 +236,9 @@ class CuptiCapture:
         if self._dump:
             self._dump.write_meta({"cupti_api_version": self.version, "layout": self._layout.name,
                                    "settings": self.settings.as_dict()})
-        why = self._detacher.after_stop()
+        why = self._detacher.after_stop(self._callbacks.subscriber if self._callbacks else None)
+        if self._callbacks is not None:
+            self._callbacks.subscriber = None  # the detach's now (or let go)
         if why is not None:
             self._diag("cupti_stays_attached", why, level="info")
         return out
@@ -382,6 +411,8 @@ class CuptiCapture:
         return {"backend": self.backend, "libcupti": self.path, "cupti_api_version": self.version,
                 "record_layout": self._layout.name, "settings": self.settings.as_dict(),
                 "api_calls_kept": self.calls.kept, "api_calls_off": self.calls.off,
+                "api_records_via": self.api_via,
+                **(self._callbacks.stats() if self._callbacks is not None else {}),
                 "driver_api": self.settings.use_driver(),
                 "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,
                 "records_kept_raw": self._spill is not None, "cupti_detach": self._detacher.note,

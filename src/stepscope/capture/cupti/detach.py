@@ -6,7 +6,7 @@ the uncaptured GPT step ran 8% slower after one capture had ended than before it
 reported the same effect for its profiler (it now tears CUPTI down after profiling on CUDA >=
 12.6). ``cuptiFinalize`` detaches CUPTI; NVIDIA's documented safe place to call it is the exit of
 a CUDA API call, from a CUPTI callback. So at the end of a capture (buffers flushed, activities
-off) ``arm`` subscribes the shim's ``ss_detach_callback`` to the runtime and driver domains, and
+off) ``arm`` subscribes the shim's ``ss_callback`` to the runtime and driver domains, and
 the program's next CUDA call detaches CUPTI on its way out — in C, without the GIL. A new capture
 in the same process first calls off a detach that has not happened yet (``reset``); CUPTI
 initialises itself again on its next call.
@@ -55,8 +55,18 @@ def reset(lib: Any, shim: ctypes.CDLL, wait_s: float = 2.0) -> None:
         time.sleep(0.005)
 
 
-def arm(lib: Any, shim: ctypes.CDLL, version: int) -> str | None:
-    """Arm the detach; None when armed, else why not (said in a diagnostic)."""
+def arm(lib: Any, shim: ctypes.CDLL, version: int, subscriber: ctypes.c_void_p | None = None
+        ) -> str | None:
+    """Arm the detach; None when armed, else why not (said in a diagnostic). ``subscriber``: the
+    capture's own subscription to ``ss_callback`` (its call records), reused (CUPTI allows one
+    subscriber); it is unsubscribed where the detach cannot be armed."""
+    why = _arm(lib, shim, version, subscriber)
+    if why is not None and subscriber is not None and subscriber.value:
+        lib.cuptiUnsubscribe(subscriber)
+    return why
+
+
+def _arm(lib: Any, shim: ctypes.CDLL, version: int, sub: ctypes.c_void_p | None) -> str | None:
     if version < FIRST_SAFE_VERSION:
         return (f"CUPTI {version} is older than CUDA 12.6's, whose cuptiFinalize is safe with CUDA "
                 "graphs: CUPTI stays attached after the window, and the program's CUDA calls "
@@ -64,14 +74,16 @@ def arm(lib: Any, shim: ctypes.CDLL, version: int) -> str | None:
     needed = ("cuptiFinalize", "cuptiSubscribe", "cuptiEnableDomain")
     if any(getattr(lib, name, None) is None for name in needed):
         return "this libcupti cannot detach (no cuptiFinalize/cuptiSubscribe): CUPTI stays attached"
-    sub = ctypes.c_void_p()
-    rc = lib.cuptiSubscribe(ctypes.byref(sub), ctypes.cast(shim.ss_detach_callback, ctypes.c_void_p),
-                            None)
-    if rc != 0:
-        return (f"CUPTI could not be detached after the window (cuptiSubscribe failed with {rc}: "
-                "another CUPTI client in this process?): the program's CUDA calls after the "
-                "window keep CUPTI's hooks (slower). If it is PyTorch's profiler: set "
-                "TEARDOWN_CUPTI=1 before torch is imported, and it detaches after its captures")
+    if sub is None or not sub.value:
+        sub = ctypes.c_void_p()
+        rc = lib.cuptiSubscribe(ctypes.byref(sub), ctypes.cast(shim.ss_callback, ctypes.c_void_p),
+                                None)
+        if rc != 0:
+            return (f"CUPTI could not be detached after the window (cuptiSubscribe failed with "
+                    f"{rc}: another CUPTI client in this process?): the program's CUDA calls "
+                    "after the window keep CUPTI's hooks (slower). If it is PyTorch's profiler: "
+                    "set TEARDOWN_CUPTI=1 before torch is imported, and it detaches after its "
+                    "captures")
     shim.ss_detach_arm(ctypes.cast(lib.cuptiFinalize, ctypes.c_void_p), sub)
     for domain in (L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API):
         lib.cuptiEnableDomain(1, sub, domain)
@@ -91,10 +103,13 @@ class Detacher:
     def before_start(self) -> None:
         reset(self.lib, self.shim)
 
-    def after_stop(self) -> str | None:
+    def after_stop(self, subscriber: ctypes.c_void_p | None = None) -> str | None:
+        """``subscriber``: the capture's own subscription, if it made one (reused, or let go)."""
         if not self.enabled:
+            if subscriber is not None and subscriber.value:
+                self.lib.cuptiUnsubscribe(subscriber)
             return None
-        why = arm(self.lib, self.shim, self.version)
+        why = arm(self.lib, self.shim, self.version, subscriber)
         self.note = "armed" if why is None else "not armed"
         return why
 

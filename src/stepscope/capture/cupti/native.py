@@ -73,7 +73,7 @@ def find_libcupti(environ: Mapping[str, str] | None = None,
     return ctypes.util.find_library("cupti")
 
 
-SHIM_ABI = 4  # ss_abi_version() of _shim.c
+SHIM_ABI = 5  # ss_abi_version() of _shim.c
 
 
 def _abi(path: Path) -> int | None:
@@ -163,6 +163,14 @@ def load_shim(path: Path | None = None) -> ctypes.CDLL:
     lib.ss_buffer_requested.restype = None
     lib.ss_buffer_completed.argtypes = [vp, ctypes.c_uint32, vp, sz, sz]
     lib.ss_buffer_completed.restype = None
+    lib.ss_api_begin.argtypes = [vp, ctypes.c_uint32]
+    lib.ss_api_begin.restype = None
+    lib.ss_api_end.argtypes = []
+    lib.ss_api_end.restype = None
+    lib.ss_api_complete.argtypes = []
+    lib.ss_api_complete.restype = None
+    lib.ss_api_stats.argtypes = [u64p]
+    lib.ss_api_stats.restype = None
     return lib
 
 
@@ -189,9 +197,11 @@ def load_libcupti(path: str) -> ctypes.CDLL:
         "cuptiSubscribe": [ctypes.POINTER(vp), vp, vp],
         "cuptiUnsubscribe": [vp],
         "cuptiEnableDomain": [u32, vp, i],
+        "cuptiEnableCallback": [u32, vp, i, u32],
     }
     optional = {"cuptiActivityEnableRuntimeApi", "cuptiActivityEnableDriverApi",  # older CUPTI:
-                "cuptiFinalize", "cuptiSubscribe", "cuptiUnsubscribe", "cuptiEnableDomain"}
+                "cuptiFinalize", "cuptiSubscribe", "cuptiUnsubscribe", "cuptiEnableDomain",
+                "cuptiEnableCallback"}
     for name, args in sigs.items():
         fn = getattr(lib, name, None)
         if fn is None:

@@ -5,6 +5,15 @@ Which runtime/driver calls are recorded (``--gpu-api filtered``): only those the
 (launches, graph launches, synchronisation, copies, memsets, allocations), so that the ~8
 bookkeeping calls PyTorch makes per launch (cudaGetDevice…) are not recorded: the domain is
 switched on and every other call off (``CuptiCapture._enable_api``).
+
+How they are recorded (``api_via``): ``callbacks`` (the default) hooks only the kept calls,
+through CUPTI's Callback API switched on call by call, and writes the same records as CUPTI's
+in C (``api_callbacks``); ``activity`` uses CUPTI's RUNTIME/DRIVER activity kinds, which hook
+every call of their domain. CUPTI's GPU-side synchronization records (``sync``: the ``sync``
+table) are off by default: the analysis times syncs from the sync calls themselves, and the
+SYNCHRONIZATION kind hooks every call too. Measured on the H100 (docs/benchmarks.md, 2026-11-25
+fifth session): with both, the GPT step's capture cost x1.03-1.04 instead of x1.18-1.19.
+Knobs: ``STEPSCOPE_CUPTI_API_VIA=activity``, ``STEPSCOPE_CUPTI_SYNC=1``.
 """
 
 from __future__ import annotations
@@ -30,6 +39,18 @@ def _detach() -> bool:
     return os.environ.get("STEPSCOPE_CUPTI_DETACH", "1").strip() != "0"
 
 
+def _api_via() -> str:
+    """``STEPSCOPE_CUPTI_API_VIA=activity`` records the kept calls through CUPTI's activity kinds
+    instead of its callbacks (``api_via``)."""
+    raw = os.environ.get("STEPSCOPE_CUPTI_API_VIA", "callbacks").strip()
+    return "activity" if raw == "activity" else "callbacks"
+
+
+def _sync() -> bool:
+    """``STEPSCOPE_CUPTI_SYNC=1`` records CUPTI's GPU-side synchronization records (``sync``)."""
+    return os.environ.get("STEPSCOPE_CUPTI_SYNC", "0").strip() == "1"
+
+
 def _torch_driver_calls() -> frozenset[str]:
     """``STEPSCOPE_TORCH_DRIVER_CALLS`` (comma-separated; empty = none) overrides the default: the
     knob the overhead benchmark turns."""
@@ -50,12 +71,13 @@ class GpuSettings:
     torch_driver_calls: frozenset[str] = field(default_factory=_torch_driver_calls)
     memcpy: bool = True
     memset: bool = True
-    sync: bool = True
+    sync: bool = field(default_factory=_sync)  # CUPTI's SYNCHRONIZATION records (module doc)
     nvtx: bool = True
     overhead: bool = True
     buffer_mb: int = 8
     max_mb: int = 1024
     detach: bool = field(default_factory=_detach)  # cuptiFinalize after the capture (detach.py)
+    api_via: str = field(default_factory=_api_via)  # "callbacks" | "activity" (module doc)
 
     def use_driver(self) -> bool:
         if self.driver is None:

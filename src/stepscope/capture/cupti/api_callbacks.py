@@ -1,0 +1,99 @@
+"""Runtime/driver call records through CUPTI's Callback API, for the calls that matter only.
+
+CUPTI's RUNTIME and DRIVER activity kinds hook every call of their domain, also the calls whose
+records are switched off one by one. The Callback API is switched on call by call
+(``cuptiEnableCallback``), so only the kept calls (``CallPlan``: launches, syncs, copies,
+memsets, allocations) pass through CUPTI's hook. Measured on the H100 (CUPTI 13.0.85,
+docs/benchmarks.md, 2026-11-25 fifth session): the records are the same (every kernel linked
+to its launch, the same calls, threads and durations), and the GPT step's capture, without
+CUPTI's synchronization records too (``GpuSettings.sync``), cost x1.03-1.04 instead of
+x1.18-1.19.
+
+The shim's ``ss_callback`` times each call with ``cuptiGetTimestamp`` (the clock of CUPTI's own
+records) and writes a record laid out as CUPTI's ``CUpti_ActivityAPI`` into the same buffers as
+the activity records, so the rest of the capture (spill, decode, merge) takes them as it takes
+CUPTI's. The correlation id is CUPTI's (the callback's ``correlationId``), the one the kernels,
+copies and memsets carry.
+
+CUPTI allows one subscriber per process. The subscription made here is handed to the detach
+at the end of the capture (``detach.arm``), whose callback is the same ``ss_callback``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+from stepscope.capture.cupti.api_calls import CallPlan
+
+NEEDED = ("cuptiSubscribe", "cuptiUnsubscribe", "cuptiEnableCallback", "cuptiEnableDomain",
+          "cuptiGetTimestamp")
+
+
+class ApiCallbacks:
+    """Start and stop the call records of the given domains; ``subscriber`` is the handle
+    while subscribed (handed to the detach, or unsubscribed, by the capture)."""
+
+    def __init__(self, lib: Any, shim: ctypes.CDLL) -> None:
+        self.lib, self.shim = lib, shim
+        self.subscriber: ctypes.c_void_p | None = None
+        self.domains: list[int] = []
+        self.kept = 0
+        self._base = self._raw()
+
+    def start(self, plan: CallPlan, domains: list[int]) -> str | None:
+        """Subscribe and switch the kept calls' callbacks on. None when recording, else why not
+        (the caller then records through the activity kinds)."""
+        missing = [n for n in NEEDED if getattr(self.lib, n, None) is None]
+        if missing:
+            return f"this libcupti lacks {', '.join(missing)}"
+        sub = ctypes.c_void_p()
+        rc = self.lib.cuptiSubscribe(ctypes.byref(sub), ctypes.cast(self.shim.ss_callback,
+                                                                    ctypes.c_void_p), None)
+        if rc != 0:
+            return f"cuptiSubscribe failed with {rc} (another CUPTI client in this process?)"
+        self.subscriber = sub
+        self.shim.ss_api_begin(ctypes.cast(self.lib.cuptiGetTimestamp, ctypes.c_void_p),
+                               os.getpid() & 0xFFFFFFFF)
+        failed = 0
+        for domain in domains:
+            kept, _ = plan.plan(domain)
+            for cbid in kept:
+                if self.lib.cuptiEnableCallback(1, sub, domain, cbid) == 0:
+                    self.kept += 1
+                else:
+                    failed += 1
+            self.domains.append(domain)
+        if failed and not self.kept:
+            self.stop()
+            self.unsubscribe()
+            return "cuptiEnableCallback failed for every call"
+        return None
+
+    def stop(self) -> None:
+        """Switch the callbacks off and complete the buffer being written."""
+        if self.subscriber is not None:
+            for domain in self.domains:
+                self.lib.cuptiEnableDomain(0, self.subscriber, domain)
+        self.domains = []
+        self.shim.ss_api_end()
+
+    def unsubscribe(self) -> None:
+        if self.subscriber is not None:
+            self.lib.cuptiUnsubscribe(self.subscriber)
+            self.subscriber = None
+
+    def _raw(self) -> tuple[int, int]:
+        out = (ctypes.c_uint64 * 2)()
+        self.shim.ss_api_stats(out)
+        return int(out[0]), int(out[1])
+
+    def stats(self) -> dict[str, int]:
+        """Records written, and lost for want of buffer memory (the cap), by this capture."""
+        now = self._raw()
+        return {"api_records_written": now[0] - self._base[0],
+                "api_records_lost": now[1] - self._base[1]}
+
+
+__all__ = ["ApiCallbacks"]
