@@ -3,8 +3,7 @@ calls, buffer sizes.
 
 Which runtime/driver calls are recorded (``--gpu-api filtered``): only those the analysis uses
 (launches, graph launches, synchronisation, copies, memsets, allocations), so that the ~8
-bookkeeping calls PyTorch makes per launch (cudaGetDevice…) are not recorded: the domain is
-switched on and every other call off (``CuptiCapture._enable_api``).
+bookkeeping calls PyTorch makes per launch (cudaGetDevice…) are not recorded.
 
 How they are recorded (``api_via``): ``callbacks`` (the default) hooks only the kept calls,
 through CUPTI's Callback API switched on call by call, and writes the same records as CUPTI's
