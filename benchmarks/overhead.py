@@ -10,8 +10,9 @@ Workloads (CUDA):
 
 Configurations (each in its own process: one CUPTI client per process):
   stepscope            stepscope.record(), default backend (CUPTI through the C shim, filtered
-                       runtime/driver calls, records kept raw and decoded at merge, psutil/NVML
-                       samplers in their own process, stack sampler on)
+                       runtime/driver calls through CUPTI's callbacks, no synchronization
+                       records, records kept raw and decoded at merge, psutil/NVML samplers in
+                       their own process, stack sampler on)
   stepscope-attached   the default, but CUPTI is left attached after each capture instead of
                        detached (STEPSCOPE_CUPTI_DETACH=0, as stepscope did before)
   stepscope-prev       the default of another stepscope source tree (--prev-src DIR, put first on
@@ -84,7 +85,8 @@ from pathlib import Path
 from typing import Any
 
 CONFIGS = ("stepscope", "stepscope-attached", "stepscope-prev", "stepscope-thread",
-           "stepscope-activity", "stepscope-kernels", "stepscope-nodriver", "stepscope-host", "stepscope-host-thread",
+           "stepscope-activity", "stepscope-kernels", "stepscope-nodriver", "stepscope-host",
+           "stepscope-host-thread",
            "stepscope-gpu", "stepscope-gpu-nomark", "stepscope-bare", "stepscope-bare-allapi",
            "stepscope-bare-prepared", "stepscope-cuptipy",
            "stepscope-torch", "torch-cpu-cuda", "torch-cuda")

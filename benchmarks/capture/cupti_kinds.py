@@ -4,8 +4,10 @@ every setting is compared with the others under the same host conditions (the ho
 drifts by seconds; docs/benchmarks.md). Switching kinds takes ~0.02 ms (cupti_states.py).
 
 Variants:
-  default     stepscope's default: kernels, memcpy (+peer), memset, synchronization, NVTX
-              markers, overhead, runtime+driver calls filtered (domain on, ~1,200 calls off)
+  default     stepscope's default until 2026-11-25's fifth session: kernels, memcpy (+peer),
+              memset, synchronization, NVTX markers, overhead, runtime+driver calls filtered
+              through the activity kinds (domain on, ~1,200 calls off); ``lean`` is the default
+              since
   kineto      what torch.profiler's CUDA activities enable (PyTorch 2.11's Kineto): kernels,
               memcpy, memset, overhead, every runtime call but cudaGetDevice, every driver call
               but cuKernelGetAttribute, cuDevicePrimaryCtxGetState, cuCtxGetCurrent
@@ -24,7 +26,7 @@ Variants:
               the activity kinds or through callbacks)
   only-sync, only-marker: synchronization records alone, NVTX markers alone
   lean        kernels, copies, memsets, NVTX markers, overhead, and the kept calls through
-              callbacks: the default without synchronization records and with cbapi's calls
+              callbacks: stepscope's default since 2026-11-25's fifth session
   lean-sync   lean with synchronization records
   kernel-cbapi  kernels and the kept calls through callbacks only
   cbapi       default with the kept runtime/driver calls recorded through CUPTI's Callback API,
