@@ -99,6 +99,20 @@ def test_kept_calls_are_recorded_through_callbacks_and_no_sync_records_by_defaul
     assert fake.finalized == 1 and cap.settings_for_manifest()["api_records_written"] == 1
 
 
+def test_the_calls_subscription_is_let_go_where_no_detach_takes_it_over(
+        shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    for version, detach_env in ((130001, "0"), (23, "1")):  # detach off; CUPTI older than 12.6
+        monkeypatch.setenv("STEPSCOPE_CUPTI_DETACH", detach_env)
+        f = use_fake(shim, monkeypatch, version=version)
+        detach.reset(f, shim)
+        cap = CuptiCapture(GpuSettings())
+        cap.start()
+        assert f.subscribed and f.callbacks_on
+        cap.stop()
+        assert f.subscribed is None and f.unsubscribed == [0x5EB] and f.finalized == 0
+        assert cap.settings_for_manifest()["api_records_via"] == "callbacks"
+
+
 def test_callbacks_give_way_to_the_activity_kinds_when_cupti_has_another_subscriber(
         fake: FakeCupti) -> None:
     fake.subscribed = 0x1234

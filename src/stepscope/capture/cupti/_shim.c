@@ -420,8 +420,9 @@ int ss_detach_reset(void **subscriber) {
 
 /*
  * Why: CUPTI's RUNTIME/DRIVER activity kinds hook every call of their domain, whichever calls
- * are switched off for records (cuptiActivityEnableRuntimeApi), and that hook is most of what a
- * capture costs a launch-bound program (docs/benchmarks.md, 2026-11-25 fifth session). The
+ * are switched off for records (cuptiActivityEnableRuntimeApi); with its SYNCHRONIZATION kind,
+ * which does the same, that hook was most of what a capture cost on the H100 (docs/benchmarks.md,
+ * 2026-11-25 fifth session). The
  * Callback API is switched on per call (cuptiEnableCallback): only the calls whose records are
  * kept pay. ss_callback takes the start time at the call's entry (kept in the call's
  * correlationData slot) and writes one record at its exit, laid out as CUpti_ActivityAPI
