@@ -80,6 +80,7 @@ class FakeCupti:
         self.cuptiFinalize = finalize
         self.callbacks_on: set[tuple[int, int]] = set()  # (domain, cbid) callbacks switched on
         self.subscribes = 0
+        self.refused_callbacks: set[tuple[int, int]] = set()  # cuptiEnableCallback fails for these
         self.clock = 0  # 0: the real time; else the next timestamp, stepped 100 ns per reading
 
         @TIMESTAMP
@@ -135,6 +136,8 @@ class FakeCupti:
 
     def cuptiEnableCallback(self, on: int, handle: Any, domain: int, cbid: int) -> int:
         self.log.append(("callback", domain, cbid, on))
+        if on and (domain, cbid) in self.refused_callbacks:
+            return 1
         (self.callbacks_on.add if on else self.callbacks_on.discard)((domain, cbid))
         return 0
 

@@ -99,12 +99,28 @@ def test_kept_calls_are_recorded_through_callbacks_and_no_sync_records_by_defaul
     assert fake.finalized == 1 and cap.settings_for_manifest()["api_records_written"] == 1
 
 
+def test_a_call_whose_callback_cupti_refuses_is_said_and_the_others_recorded(
+        fake: FakeCupti) -> None:
+    fake.refused_callbacks = {(L.DOMAIN_RUNTIME_API, 165)}
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    assert fake.callbacks_on == {(L.DOMAIN_RUNTIME_API, 211), (L.DOMAIN_DRIVER_API, 307)}
+    fake.clock = 1_000_000
+    fake.call(L.DOMAIN_RUNTIME_API, 211, correlation=1)
+    out = cap.stop()
+    assert out["api_calls"]["name"] == ["cudaLaunchKernel"]
+    assert cap.settings_for_manifest()["api_calls_kept"] == 2
+    assert any(d.code == "cupti_api_callbacks_partial" and d.message.startswith("1 ")
+               for d in cap.diagnostics)
+
+
 def test_the_calls_subscription_is_let_go_where_no_detach_takes_it_over(
         shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
     for version, detach_env in ((130001, "0"), (23, "1")):  # detach off; CUPTI older than 12.6
         monkeypatch.setenv("STEPSCOPE_CUPTI_DETACH", detach_env)
         f = use_fake(shim, monkeypatch, version=version)
-        detach.reset(f, shim)
+        detach.reset(f, shim)  # an earlier test's armed detach: called off
+        f.unsubscribed.clear()
         cap = CuptiCapture(GpuSettings())
         cap.start()
         assert f.subscribed and f.callbacks_on

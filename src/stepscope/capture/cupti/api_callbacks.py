@@ -40,6 +40,7 @@ class ApiCallbacks:
         self.subscriber: ctypes.c_void_p | None = None
         self.domains: list[int] = []
         self.kept = 0
+        self.failed = 0  # calls whose callback CUPTI would not switch on: no records of them
         self._base = self._raw()
 
     def start(self, plan: CallPlan, domains: list[int]) -> str | None:
@@ -56,20 +57,31 @@ class ApiCallbacks:
         self.subscriber = sub
         self.shim.ss_api_begin(ctypes.cast(self.lib.cuptiGetTimestamp, ctypes.c_void_p),
                                os.getpid() & 0xFFFFFFFF)
-        failed = 0
         for domain in domains:
             kept, _ = plan.plan(domain)
             for cbid in kept:
                 if self.lib.cuptiEnableCallback(1, sub, domain, cbid) == 0:
                     self.kept += 1
                 else:
-                    failed += 1
+                    self.failed += 1
             self.domains.append(domain)
-        if failed and not self.kept:
+        if self.failed and not self.kept:
             self.stop()
             self.unsubscribe()
             return "cuptiEnableCallback failed for every call"
         return None
+
+    def diagnostics(self) -> list[tuple[str, str]]:
+        """(code, message) of what went wrong while recording."""
+        out = []
+        if self.failed:
+            out.append(("cupti_api_callbacks_partial", f"{self.failed} runtime/driver calls could "
+                        "not have their CUPTI callback switched on: they have no records"))
+        lost = self.stats()["api_records_lost"]
+        if lost:
+            out.append(("cupti_api_records_lost", f"{lost} runtime/driver call records were "
+                        "lost: buffer memory reached its cap; shorten the window"))
+        return out
 
     def stop(self) -> None:
         """Switch the callbacks off and complete the buffer being written."""

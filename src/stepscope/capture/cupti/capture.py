@@ -223,11 +223,8 @@ class CuptiCapture:
             if self._spill.error:
                 self._diag("cupti_spill_failed", self._spill.error, level="error")
             self._write_raw_meta()
-        lost = self._callbacks.stats()["api_records_lost"] if self._callbacks else 0
-        if lost:
-            self._diag("cupti_api_records_lost", f"{lost} runtime/driver call records were lost: "
-                       f"buffer memory reached its {self.settings.max_mb} MB cap; shorten the "
-                       "window")
+        for code, message in self._callbacks.diagnostics() if self._callbacks else []:
+            self._diag(code, message)
         if self.records == 0 and self.stats()["buffers_requested"] == self._requested_at_start:
             self._diag("cupti_nothing_recorded", "CUPTI recorded nothing while it ran: the program "
                        "did no GPU work then, or CUPTI was still starting (over a second on a "
