@@ -27,7 +27,8 @@ Variants:
   only-sync, only-marker: synchronization records alone, NVTX markers alone
   lean        kernels, copies, memsets, NVTX markers, overhead, and the kept calls through
               callbacks: stepscope's default since 2026-11-25's fifth session
-  lean-sync   lean with synchronization records
+  lean-sync   lean with synchronization records: cbapi's setting (the kinds enabled in another
+              order)
   kernel-cbapi  kernels and the kept calls through callbacks only
   cbapi       default with the kept runtime/driver calls recorded through CUPTI's Callback API,
               switched on call by call (stepscope's ``api_via="callbacks"``), not its activity
@@ -70,6 +71,44 @@ KINETO_OFF = {2: ("cudaGetDevice",), 1: ("cuKernelGetAttribute", "cuDevicePrimar
                                          "cuCtxGetCurrent")}  # domain -> calls switched off
 
 
+def variant_plans(L: Any) -> dict[str, tuple[list[int], str | None]]:
+    """Each variant's activity kinds, and how its runtime/driver calls are recorded: "filtered"
+    (the activity kinds, every other call switched off), "kineto" (those kinds, Kineto's calls
+    off), "all" (those kinds, every call), "callbacks" (CUPTI's Callback API, the kept calls), or
+    None (no call records). ``lean-sync`` is ``cbapi``'s setting (kinds enabled in another order),
+    kept under its name for the runs recorded with it."""
+    full = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMCPY2, L.MEMSET, L.SYNCHRONIZATION, L.MARKER,
+            L.OVERHEAD]
+
+    def without(*kinds: int) -> list[int]:
+        return [k for k in full if k not in kinds]
+
+    lean = without(L.SYNCHRONIZATION)
+    return {
+        "default": (full, "filtered"),
+        "kineto": ([L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMSET, L.OVERHEAD], "kineto"),
+        "nomarker": (without(L.MARKER), "filtered"),
+        "nosync": (without(L.SYNCHRONIZATION), "filtered"),
+        "noapi": (full, None),
+        "allapi": (full, "all"),
+        "idle": ([], None),
+        "serial": ([KERNEL_SERIAL, *without(L.CONCURRENT_KERNEL)], "filtered"),
+        "nokernel": (without(L.CONCURRENT_KERNEL), "filtered"),
+        "cbapi": (full, "callbacks"),
+        "only-kernel": ([L.CONCURRENT_KERNEL], None),
+        "only-copy": ([L.MEMCPY, L.MEMCPY2, L.MEMSET], None),
+        "only-overhead": ([L.OVERHEAD], None),
+        "only-syncmarker": ([L.SYNCHRONIZATION, L.MARKER], None),
+        "only-api": ([], "filtered"),
+        "only-cbapi": ([], "callbacks"),
+        "only-sync": ([L.SYNCHRONIZATION], None),
+        "only-marker": ([L.MARKER], None),
+        "lean": (lean, "callbacks"),
+        "lean-sync": ([*lean, L.SYNCHRONIZATION], "callbacks"),
+        "kernel-cbapi": ([L.CONCURRENT_KERNEL], "callbacks"),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="kinds.json")
@@ -91,27 +130,23 @@ def main() -> None:
     cap = CuptiCapture(GpuSettings(detach=False, api_via="activity"),
                        spill_dir=Path(tempfile.mkdtemp()) / "spill")
     lib = cap.lib
-    base = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMCPY2, L.MEMSET, L.SYNCHRONIZATION, L.MARKER,
-            L.OVERHEAD]
     api_fn = {L.DOMAIN_RUNTIME_API: lib.cuptiActivityEnableRuntimeApi,
               L.DOMAIN_DRIVER_API: lib.cuptiActivityEnableDriverApi}
     api_kind = {L.DOMAIN_RUNTIME_API: L.RUNTIME, L.DOMAIN_DRIVER_API: L.DRIVER}
+    plans = variant_plans(L)
     enabled: list[int] = []
-    callbacks: list[Any] = []  # the cbapi variant's ApiCallbacks while it runs
+    callbacks: list[Any] = []  # the ApiCallbacks of a variant that records calls through them
 
-    def off_calls(domain: int, variant: str) -> list[int]:
-        if variant == "kineto":
+    def off_calls(domain: int, api: str) -> list[int]:
+        if api == "kineto":
             names = KINETO_OFF[domain]
             return [c for c, nm in cap.calls.names[domain].items()
                     if nm.split("_v")[0] in names]
-        return (cap.calls.plan(domain)[1]
-                if variant in ("default", "nomarker", "nosync", "serial", "nokernel", "only-api")
-                else [])
+        return cap.calls.plan(domain)[1] if api == "filtered" else []
 
     def set_variant(variant: str) -> None:
         for k in enabled:
-            if k >= 0:
-                lib.cuptiActivityDisable(k)
+            lib.cuptiActivityDisable(k)
         enabled.clear()
         for cb in callbacks:
             cb.stop()
@@ -123,41 +158,21 @@ def main() -> None:
             if not args.detach_each:
                 lib.cuptiActivityEnable(kind)
                 lib.cuptiActivityDisable(kind)
-        if variant == "idle":
-            return
-        kinds = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMSET, L.OVERHEAD] if variant == "kineto" else [
-            k for k in base if not (variant == "nomarker" and k == L.MARKER)
-            and not (variant == "nosync" and k == L.SYNCHRONIZATION)
-            and not (variant in ("serial", "nokernel") and k == L.CONCURRENT_KERNEL)]
-        if variant == "serial":
-            kinds.insert(0, KERNEL_SERIAL)
-        if variant.startswith("only-"):
-            kinds = {"only-kernel": [L.CONCURRENT_KERNEL],
-                     "only-copy": [L.MEMCPY, L.MEMCPY2, L.MEMSET],
-                     "only-overhead": [L.OVERHEAD],
-                     "only-syncmarker": [L.SYNCHRONIZATION, L.MARKER],
-                     "only-api": [], "only-cbapi": [], "only-sync": [L.SYNCHRONIZATION],
-                     "only-marker": [L.MARKER]}[variant]
-        lean = [L.CONCURRENT_KERNEL, L.MEMCPY, L.MEMCPY2, L.MEMSET, L.MARKER, L.OVERHEAD]
-        if variant in ("lean", "lean-sync", "kernel-cbapi"):
-            kinds = {"lean": lean, "lean-sync": [*lean, L.SYNCHRONIZATION],
-                     "kernel-cbapi": [L.CONCURRENT_KERNEL]}[variant]
+        kinds, api = plans[variant]
         for k in kinds:
             if lib.cuptiActivityEnable(k) == 0:
                 enabled.append(k)
-        if variant in ("cbapi", "only-cbapi", "lean", "lean-sync", "kernel-cbapi"):
+        if api == "callbacks":
             cb = ApiCallbacks(lib, cap.shim)
             why = cb.start(cap.calls, list(api_kind))
             if why is not None:
-                raise SystemExit(f"cbapi: {why}")
+                raise SystemExit(f"{variant}: {why}")
             callbacks.append(cb)
-            enabled.append(-1)  # a marker in the block's kinds: callbacks on
-        elif variant == "only-api" or (variant != "noapi" and not variant.startswith("only-")
-                                       and variant in VARIANTS[:9]):
+        elif api is not None:
             for domain, kind in api_kind.items():
                 if lib.cuptiActivityEnable(kind) == 0:
                     enabled.append(kind)
-                    for cbid in off_calls(domain, variant):
+                    for cbid in off_calls(domain, api):
                         api_fn[domain](cbid, 0)
 
     cap.start()  # buffers, callbacks, the spill; then each block sets its own kinds
@@ -197,13 +212,14 @@ def main() -> None:
                 cold_start()
             set_variant(variant)
             switch_ms.append((time.perf_counter() - t0) * 1e3)
-            kinds_on = list(enabled)
+            kinds_on, via_callbacks = list(enabled), bool(callbacks)
             before = cap.records
             ms = timed_block()
             set_variant("idle")
             cap.flush(forced=True)
             blocks.append({"round": r, "variant": variant, "ms": ms,
-                           "records": cap.records - before, "kinds": kinds_on})
+                           "records": cap.records - before, "kinds": kinds_on,
+                           "callbacks": via_callbacks})
             if args.detach_each:
                 detach.arm(lib, cap.shim, cap.version)
                 step()  # its first CUDA call detaches CUPTI

@@ -89,7 +89,16 @@ class ApiCallbacks:
             for domain in self.domains:
                 self.lib.cuptiEnableDomain(0, self.subscriber, domain)
         self.domains = []
+        self.end()
+
+    def end(self) -> None:
+        """Stop writing records and complete the buffer being written (again after the final
+        flush: a call that was inside the callback at ``stop`` may have written one more)."""
         self.shim.ss_api_end()
+
+    def complete(self) -> None:
+        """Complete the buffer being written, recording on (a forced flush)."""
+        self.shim.ss_api_complete()
 
     def unsubscribe(self) -> None:
         if self.subscriber is not None:

@@ -202,7 +202,7 @@ class CuptiCapture:
     def flush(self, forced: bool = False) -> dict[str, dict[str, Any]]:
         """Decode what CUPTI has completed (all of it when ``forced``)."""
         if forced and self._callbacks is not None:
-            self.shim.ss_api_complete()
+            self._callbacks.complete()
         self.lib.cuptiActivityFlushAll(FLUSH_FORCED if forced else 0)
         self._read_dropped()
         return self._drain()
@@ -216,7 +216,7 @@ class CuptiCapture:
             self._callbacks.stop()
         self._final_flush()
         if self._callbacks is not None:
-            self.shim.ss_api_end()  # a record written by a call still in the callback at stop
+            self._callbacks.end()
         self._read_dropped()  # before the detach is armed: CUPTI is not to be asked after it
         out = self._drain()
         if self._spill is not None:
