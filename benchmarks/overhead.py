@@ -7,6 +7,8 @@ Workloads (CUDA):
   gpt-wide   a wider, shallower decoder (width 2048, 4 layers; loss read each step) sized to the
           same step time: about half the CUDA calls per ms of GPU work
   launch  a launch-bound loop: 2000 tiny kernels per step
+  rnn     launch-heavy: an LSTM cell in small ops, 100 time steps (capture/workloads.py)
+  conv    GPU-bound: an fp32 conv net sized to ~25 ms/step (capture/workloads.py)
 
 Configurations (each in its own process: one CUPTI client per process):
   stepscope            stepscope.record(), default backend (CUPTI through the C shim, filtered
@@ -210,6 +212,15 @@ def make_workload(workload: str, target_ms: float = 25.0, batch: int = 0
         return gpt_step(target_ms, batch, d=2048, layers=4)
     if workload.startswith("gpt"):
         return gpt_step(target_ms, batch, loss_every=10 if workload == "gpt-log10" else 1)
+    if workload in ("rnn", "conv"):  # issue 17's two programs: benchmarks/capture/workloads.py
+        import importlib.util
+
+        path = Path(__file__).resolve().parent / "capture" / "workloads.py"
+        spec = importlib.util.spec_from_file_location("stepscope_bench_workloads", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return (mod.rnn_step(), 0) if workload == "rnn" else mod.conv_step(target_ms, batch)
     return launch_step(), 0
 
 
@@ -382,7 +393,7 @@ def run_one(workload: str, config: str, rounds: int, steps: int, target_ms: floa
     return out
 
 
-WORKLOADS = ("gpt", "gpt-log10", "gpt-wide", "launch")
+WORKLOADS = ("gpt", "gpt-log10", "gpt-wide", "launch", "rnn", "conv")
 
 
 def main() -> None:

@@ -148,12 +148,33 @@ class TraceBuilder:
         return self
 
     def sample(self, metric: str, ts: float, value: float, *, device: int | None = None,
-               rank: int = 0) -> TraceBuilder:
-        self._add("samples", rank, ts_ns=_ns(ts), device=device, metric=metric, value=value)
+               rank: int = 0, unit: str | None = None) -> TraceBuilder:
+        self._add("samples", rank, ts_ns=_ns(ts), device=device, metric=metric, value=value,
+                  unit=unit)
+        return self
+
+    def thread(self, name: str, tid: int, *, pid: int | None = None, rank: int = 0) -> TraceBuilder:
+        """A row of the ``threads`` table (a host thread's name)."""
+        self._add("threads", rank, pid=self.pid if pid is None else pid, tid=tid, name=name)
+        return self
+
+    def process(self, name: str, pid: int, *, rank: int = 0) -> TraceBuilder:
+        self._add("processes", rank, pid=pid, name=name)
+        return self
+
+    def stack(self, ts: float, frames: list[str], *, tid: int | None = None,
+              rank: int = 0) -> TraceBuilder:
+        """A sampled Python stack, ``frames`` outermost first ('file:line function' each)."""
+        self._add("stacks", rank, ts_ns=_ns(ts), pid=self.pid, tid=self.tid if tid is None else tid,
+                  frames="\n".join(frames))
         return self
 
     # -- output ----------------------------------------------------------------
-    def build(self, path: str | Path, *, settings: dict[str, Any] | None = None) -> Run:
+    def build(self, path: str | Path, *, settings: dict[str, Any] | None = None,
+              devices: int = 1, **manifest: Any) -> Run:
+        """``devices``: rows of the ``devices`` table per rank (GPUs 0..n-1, all alike; 0: a
+        CPU-only run); ``manifest``: other Manifest fields (``source``, ``partial``,
+        ``diagnostics``, ``overhead``)."""
         parts = []
         for rank in sorted(self.ranks):
             tables: dict[str, dict[str, list[Any]]] = {}
@@ -164,14 +185,15 @@ class TraceBuilder:
                     for k in keys:
                         cols[k].append(r.get(k))
                 tables[table] = dict(cols)
-            dev = {k: [v] for k, v in self.device_props.items()}
-            dev["device"] = [0]
-            tables["devices"] = dev
+            if devices:
+                dev = {k: [v] * devices for k, v in self.device_props.items()}
+                dev["device"] = list(range(devices))
+                tables["devices"] = dev
             parts.append((rank, tables))
-        manifest = Manifest(source=SourceInfo(kind="synthetic"),
-                            ranks=tuple(RankInfo(rank=r) for r in sorted(self.ranks)),
-                            settings=settings or {})
-        write_run(path, manifest, parts)
+        manifest.setdefault("source", SourceInfo(kind="synthetic"))
+        m = Manifest(ranks=tuple(RankInfo(rank=r) for r in sorted(self.ranks)),
+                     settings=settings or {}, **manifest)
+        write_run(path, m, parts)
         return Run(path)
 
 

@@ -8,7 +8,10 @@ A scenario module defines::
 
 ``build`` does all the setup (model, data, loaders, CUDA graphs, CuPy kernels) and returns
 something that runs ONE training step when called. It raises :class:`SkipScenario` when the
-device cannot run it (e.g. CUDA-only scenarios on ``--device cpu``).
+device cannot run it (e.g. CUDA-only scenarios on ``--device cpu``). Optional declarations
+(``FRAMEWORK``, ``STEP_HOOK``, ``TABLE``, ``PROGRAM_STEPS``/``PROGRAM_SECONDS``) are read by
+``timing.ScenarioMeta``; JAX and CuPy scenarios import ``timing`` (torch-free) instead of this
+module and give their ``Step`` a ``sync``.
 
 Measurement rules (see ../../../shared/guide/DEVICE.md: step times drift from process to
 process): baseline and fixed are built in the same process and timed interleaved, R rounds x
@@ -30,44 +33,29 @@ import contextlib
 import gc
 import itertools
 import math
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from timing import (
+    PlainRunner,
+    SkipScenario,
+    Step,
+    StepRunner,
+    Timing,
+    as_step,
+    score,
+    time_runners,
+)
+
+__all__ = ["PlainRunner", "SkipScenario", "Step", "Timing", "as_step", "score"]  # re-exported
 
 # ---------------------------------------------------------------------------------------------
-# Scenario vocabulary
-
-
-class SkipScenario(Exception):
-    """The scenario cannot run on this device / software (message says why)."""
-
-
-class Step:
-    """One training step of a scenario. ``close()`` frees what ``build`` made (loader workers...)."""
-
-    def __init__(self, fn: Callable[[], Any], *, close: Callable[[], None] | None = None,
-                 info: dict[str, Any] | None = None) -> None:
-        self.fn = fn
-        self._close = close
-        self.info: dict[str, Any] = dict(info or {})
-
-    def __call__(self) -> None:
-        self.fn()
-
-    def close(self) -> None:
-        c, self._close = self._close, None
-        if c is not None:
-            c()
-
-
-def as_step(obj: Step | Callable[[], Any]) -> Step:
-    return obj if isinstance(obj, Step) else Step(obj)
+# Scenario vocabulary (SkipScenario, Step, as_step and Timing live in timing.py, torch-free for
+# the JAX and CuPy scenarios, and are re-exported here)
 
 
 def is_cuda(device: str) -> bool:
@@ -205,102 +193,35 @@ class Runner:
         """After a device synchronize: every recorded event has completed."""
         self.events.clear()
 
+    def sync(self) -> None:
+        """Wait for all queued GPU work (block boundaries only)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.reset()
+
+
+def make_runner(step: Step, device: str, inflight: int = 2) -> StepRunner:
+    """A torch step gets the in-flight bound; a step with its own ``sync`` (JAX, CuPy) runs
+    plainly and synchronises itself."""
+    return PlainRunner(step) if step.sync is not None else Runner(step, device, inflight)
+
 
 # ---------------------------------------------------------------------------------------------
 # Timing: baseline and fixed interleaved in one process
 
 
-@dataclass
-class Timing:
-    rounds: int
-    steps_per_block: int
-    warmup_steps: int
-    baseline_blocks_ms: list[float] = field(default_factory=list)  # per-block mean step time
-    fixed_blocks_ms: list[float] = field(default_factory=list)
-    order: list[str] = field(default_factory=list)  # "BF" or "FB" per round
-    wall_s: float = 0.0
-
-    @property
-    def baseline_ms(self) -> float:
-        return statistics.median(self.baseline_blocks_ms)
-
-    @property
-    def fixed_ms(self) -> float:
-        return statistics.median(self.fixed_blocks_ms)
-
-    @property
-    def saving_ms(self) -> float:
-        return self.baseline_ms - self.fixed_ms
-
-    @property
-    def saving_pct(self) -> float:
-        return 100.0 * self.saving_ms / self.baseline_ms if self.baseline_ms > 0 else 0.0
-
-    @property
-    def paired_saving_ms(self) -> float:
-        """Median over rounds of (baseline block - fixed block): robust to slow drift."""
-        return statistics.median(b - f for b, f in zip(self.baseline_blocks_ms,
-                                                       self.fixed_blocks_ms))
-
-    def spread_pct(self, which: str) -> float:
-        """(max - min) / median of the block means, in %."""
-        xs = self.baseline_blocks_ms if which == "baseline" else self.fixed_blocks_ms
-        med = statistics.median(xs)
-        return 100.0 * (max(xs) - min(xs)) / med if med > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(baseline_ms=round(self.baseline_ms, 4), fixed_ms=round(self.fixed_ms, 4),
-                 saving_ms=round(self.saving_ms, 4), saving_pct=round(self.saving_pct, 2),
-                 paired_saving_ms=round(self.paired_saving_ms, 4),
-                 baseline_spread_pct=round(self.spread_pct("baseline"), 2),
-                 fixed_spread_pct=round(self.spread_pct("fixed"), 2))
-        d["baseline_blocks_ms"] = [round(x, 4) for x in self.baseline_blocks_ms]
-        d["fixed_blocks_ms"] = [round(x, 4) for x in self.fixed_blocks_ms]
-        return d
-
-
-def _block(runner: Runner, device: str, m: int) -> float:
-    """Mean step time (ms) of ``m`` steps, synchronizing only at both ends."""
-    sync(device)
-    runner.reset()
-    t0 = time.perf_counter()
-    for _ in range(m):
-        runner()
-    sync(device)
-    runner.reset()
-    return (time.perf_counter() - t0) * 1e3 / m
-
-
 def time_interleaved(baseline: Step, fixed: Step, device: str, *, rounds: int = 10,
                      steps: int | None = None, warmup: int = 5, block_ms: float = 150.0,
                      inflight: int = 2, log: Callable[[str], None] = print) -> Timing:
-    """Warm-up ``warmup`` steps each, then ``rounds`` x (M baseline, M fixed), order alternating.
+    """Warm-up ``warmup`` steps each, then ``rounds`` x (M baseline, M fixed), order alternating
+    (``timing.time_runners``), each torch step under the in-flight bound.
 
     M (``steps``) defaults to what makes a block of the slower variant last about ``block_ms``
     (3..50 steps), from a short probe after the warm-up.
     """
-    rb, rf = Runner(baseline, device, inflight), Runner(fixed, device, inflight)
-    t_start = time.perf_counter()
-    for r in (rb, rf):
-        _block(r, device, warmup)
-    if steps is None:
-        probe = max(_block(rb, device, 2), _block(rf, device, 2))
-        steps = int(min(50, max(3, round(block_ms / max(probe, 1e-3)))))
-    t = Timing(rounds=rounds, steps_per_block=steps, warmup_steps=warmup)
-    for i in range(rounds):
-        if i % 2 == 0:
-            t.baseline_blocks_ms.append(_block(rb, device, steps))
-            t.fixed_blocks_ms.append(_block(rf, device, steps))
-            t.order.append("BF")
-        else:
-            t.fixed_blocks_ms.append(_block(rf, device, steps))
-            t.baseline_blocks_ms.append(_block(rb, device, steps))
-            t.order.append("FB")
-    t.wall_s = round(time.perf_counter() - t_start, 3)
-    log(f"    timing: {rounds} rounds x {steps} steps: baseline {t.baseline_ms:.3f} ms, "
-        f"fixed {t.fixed_ms:.3f} ms, saving {t.saving_ms:.3f} ms ({t.saving_pct:.1f}%)")
-    return t
+    return time_runners(make_runner(baseline, device, inflight),
+                        make_runner(fixed, device, inflight), rounds=rounds, steps=steps,
+                        warmup=warmup, block_ms=block_ms, log=log)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,39 +318,6 @@ def advise_trace(trace_path: Path, run_dir: Path) -> dict[str, Any]:
         "stepscope_s": {"import": round(t1 - t0, 3), "analyze": round(t2 - t1, 3),
                         "advise": round(t3 - t2, 3)},
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Scoring one scenario
-
-
-def score(expected: str, timing: dict[str, Any] | None, advice: dict[str, Any] | None,
-          tolerance: float = 0.30) -> dict[str, Any]:
-    """Compare the advisor's estimate for ``expected`` with the measured saving."""
-    out: dict[str, Any] = {"expected": expected}
-    findings = (advice or {}).get("findings", [])
-    out["top"] = findings[0]["id"] if findings else None
-    out["warn_crit"] = sum(1 for f in findings if f["severity"] in ("warning", "critical"))
-    if not expected:  # healthy
-        out["passed"] = advice is not None and out["warn_crit"] == 0
-        return out
-    rank = next((i + 1 for i, f in enumerate(findings) if f["id"] == expected), None)
-    out["expected_rank"] = rank
-    out["ranked_first"] = rank == 1
-    f = findings[rank - 1] if rank else None
-    out["est_saving_ms"] = f["est_saving_ms"] if f else None
-    out["est_saving_pct"] = f["est_saving_pct"] if f else None
-    if timing and f:
-        m_ms, m_pct = timing["saving_ms"], timing["saving_pct"]
-        out["ratio_ms"] = round(f["est_saving_ms"] / m_ms, 3) if m_ms > 0 else None
-        out["ratio_pct"] = round(f["est_saving_pct"] / m_pct, 3) if m_pct > 0 else None
-        r = out["ratio_pct"]
-        out["within_tolerance"] = r is not None and abs(r - 1.0) <= tolerance
-    else:
-        out["ratio_ms"] = out["ratio_pct"] = None
-        out["within_tolerance"] = False
-    out["passed"] = bool(out["ranked_first"])
-    return out
 
 
 def free_memory(device: str) -> None:

@@ -20,6 +20,7 @@ from common import (
 )
 
 EXPECTED = "low_occupancy"
+TABLE = "CuPy/Triton"  # a torch step with a CuPy kernel (AdamW: the step hook fires)
 DESCRIPTION = ("CuPy grid-stride streaming kernel (8 x SMs blocks of 256) launched 24x per step "
                "with a 200 KB dynamic shared-memory request it never uses -> 1 block/SM, 12.5% "
                "occupancy; fixed: the same kernel with no shared-memory request")

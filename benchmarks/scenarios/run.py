@@ -12,7 +12,8 @@ OUT/scenarios/<scenario>.json (one result per scenario, written as soon as it is
 
 Each scenario runs in its own child process (``--child NAME``) with a time limit, so a hang, a
 CUDA error or leftover global state (TF32 flags, allocator) cannot spoil the next one;
-``--in-process`` runs them all in this process instead.
+``--in-process`` runs them all in this process instead. JAX and CuPy scenarios
+(``FRAMEWORK`` != "torch") are timed only: their child never imports torch.
 """
 
 from __future__ import annotations
@@ -36,11 +37,7 @@ for p in (str(HERE), str(REPO / "src")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-SCENARIOS: tuple[str, ...] = (
-    "healthy", "dataloader_bound", "host_python", "item_every_step", "explicit_sync",
-    "launch_bound", "pageable_copies", "cpu_ops_midstep", "small_grid", "low_occupancy",
-    "fp32_no_tf32", "fp16_misaligned", "copy_serialized", "alloc_churn",
-)
+from timing import SCENARIOS  # the registry (after the sys.path setup)
 
 
 def log(msg: str) -> None:
@@ -52,14 +49,21 @@ def log(msg: str) -> None:
 
 
 def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    import common
-    import torch
+    from timing import ScenarioMeta
 
     t0 = time.perf_counter()
     res: dict[str, Any] = {"scenario": name, "device": args.device, "status": "error"}
     mod = importlib.import_module(name)
-    res["expected"] = getattr(mod, "EXPECTED", "")
-    res["description"] = getattr(mod, "DESCRIPTION", "")
+    meta = ScenarioMeta.of(mod)
+    res["expected"] = meta.expected
+    res["description"] = meta.description
+    res["framework"] = meta.framework
+    if meta.framework != "torch":
+        return run_timed_only(mod, args, res, t0)
+
+    import common
+    import torch
+
     base = fixed = None
     try:
         try:
@@ -97,6 +101,43 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
                 res["advice_traceback"] = traceback.format_exc()
                 log(f"    stepscope failed: {res['advice_error']}")
             res["score"] = common.score(res["expected"], res["timing"], res.get("advice"))
+    except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
+        res["error"] = f"{type(exc).__name__}: {exc}"
+        res["traceback"] = traceback.format_exc()
+        log(f"    ERROR: {res['error']}")
+    finally:
+        for s in (base, fixed):
+            if s is not None:
+                try:
+                    s.close()
+                except Exception as exc:  # noqa: BLE001
+                    log(f"    close failed: {exc}")
+        res["wall_s"] = round(time.perf_counter() - t0, 3)
+    return res
+
+
+def run_timed_only(mod: Any, args: argparse.Namespace, res: dict[str, Any],
+                   t0: float) -> dict[str, Any]:
+    """A JAX or CuPy scenario: build and time both variants, nothing else (torch.profiler does
+    not apply, and this process never imports torch)."""
+    import timing
+
+    base = fixed = None
+    try:
+        try:
+            base = timing.as_step(mod.build(False, args.device))
+            fixed = timing.as_step(mod.build(True, args.device))
+        except timing.SkipScenario as exc:
+            res.update(status="skipped", reason=str(exc))
+            return res
+        res["build_s"] = round(time.perf_counter() - t0, 3)
+        res["info"] = {"baseline": base.info, "fixed": fixed.info}
+        t = timing.time_plain(base, fixed, rounds=args.rounds, steps=args.steps,
+                              warmup=args.warmup, log=log)
+        res["timing"] = t.to_dict()
+        res["trace"] = None
+        res["status"] = "measured"
+        res["score"] = timing.score(res["expected"], res["timing"], None)
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
         res["error"] = f"{type(exc).__name__}: {exc}"
         res["traceback"] = traceback.format_exc()
@@ -170,7 +211,9 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         findings = adv.get("findings", [])
         top = findings[0] if findings else None
         top_s = (f"{top['id']} ({top['severity']})" if top
-                 else ("stepscope error" if r.get("advice_error") else "none"))
+                 else ("stepscope error" if r.get("advice_error")
+                       else f"not traced ({r['framework']})" if r.get("framework", "torch")
+                       != "torch" else "none"))
         measured = f"{_f(t.get('saving_ms'))} / {_f(t.get('saving_pct'), 1)}%"
         traced = (adv.get("traced") or {}).get("step_mean_ms")
         times = f"{_f(t.get('baseline_ms'))} / {_f(t.get('fixed_ms'))} ({_f(traced)})"

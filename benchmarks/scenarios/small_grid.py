@@ -19,6 +19,7 @@ from common import (
 )
 
 EXPECTED = "small_grid"
+TABLE = "CuPy/Triton"  # a torch step with a CuPy kernel (AdamW: the step hook fires)
 DESCRIPTION = ("CuPy grid-stride kernel y = tanh(x)*a + b over 16M floats launched with 16 "
                "blocks x 128 threads (132 SMs: <1/8 of the GPU used), then a small bf16 MLP -> "
                "fixed: grid = 16 x SMs blocks of 128")

@@ -1,16 +1,53 @@
-"""The one object every reporter takes: a run, its analysis and its advice."""
+"""The one object every reporter takes: a run, its analysis and its advice.
+
+How the program ended (``Ending``, from the manifest), said the same way by every reporter:
+
+* the command's return code (``source.details["returncode"]``, recorded runs): ``0`` is
+  clean; ``N > 0`` is "the program exited with status N" (a ``sys.exit(3)`` is not an
+  unfinished program); ``-S`` is "the program was killed by SIG..."; none at all on a
+  recorded run is "the program did not finish";
+* each rank's own ending where it was not a clean exit (the merge's ``process_ended``
+  diagnostics: ``signal: SIGKILL``, ``exception: RuntimeError``, ``exit status 3``,
+  ``unknown``), unless it only repeats the return code;
+* whether the capture was cut short (the reporters' PARTIAL): the capture decides that itself
+  (``capture/endings.py``): ``Manifest.partial`` only where a rank's capture was really cut
+  (killed with its window open, crashed before its window closed, never finished), each with a
+  ``partial_run`` diagnostic "the run is partial: rank N (pid P): why", which the ending repeats
+  as "rank N: why". A ``sys.exit(3)`` or a kill after the window closed is said, not partial.
+  Runs recorded before the capture said so (marked partial for any non-zero status) are judged
+  here: cut short where a window opened and never closed (``settings["ranks"]["rank<N>"]
+  ["window_end_ns"]``), a rank's ending is unknown, or the program did not finish.
+
+An imported run marked partial by its importer says so (its diagnostics tell why).
+"""
 
 from __future__ import annotations
 
+import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stepscope.advisor import Advice, advise
+from stepscope.advisor.base import Fix
 from stepscope.analysis import Analysis, analyze
 from stepscope.store.manifest import Manifest
 from stepscope.store.run import Run
 
 REPORT_SCHEMA = "stepscope.report/1"
+_RANK_ENDED = re.compile(r"^rank (\d+) \(pid [^)]*\) ended by (.+)$")
+_RANK_CUT = re.compile(r"^the run is partial: rank (\d+) \(pid [^)]*\): (.+)$")
+_STATUS_CODES = ("program_exit_status", "program_killed", "program_not_finished")
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How the program ended (module docstring)."""
+
+    text: str  # one line, "" for a clean run
+    cut_short: bool  # data may be missing: the window did not close, an ending is unknown
+    returncode: int | None  # the command's (recorded runs)
 
 
 @dataclass(frozen=True)
@@ -20,8 +57,133 @@ class Report:
     analysis: Analysis
     advice: Advice
 
+    @property
+    def ending(self) -> Ending:
+        return run_ending(self.manifest)
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        return run_frameworks(self.manifest)
+
+
+# a finding's fix for each framework a program used, in the order they are preferred
+_FIX_FIELD = {"pytorch": "pytorch", "jax": "jax", "tensorflow": "tensorflow", "cupy": "cuda",
+              "triton": "cuda", "numba": "cuda"}
+
+
+def run_frameworks(manifest: Manifest) -> tuple[str, ...]:
+    """The frameworks the run's program used: what each captured process had imported
+    (``settings.ranks.rank<N>.frameworks``), PyTorch for a torch.profiler (Kineto) trace;
+    empty where the source does not say."""
+    if manifest.source.kind == "kineto":
+        return ("pytorch",)
+    out: list[str] = []
+    ranks = manifest.settings.get("ranks")
+    if isinstance(ranks, dict):
+        for v in ranks.values():
+            fws = v.get("frameworks") if isinstance(v, dict) else None
+            for fw in fws if isinstance(fws, list) else ():
+                if isinstance(fw, str) and fw in _FIX_FIELD and fw not in out:
+                    out.append(fw)
+    return tuple(out)
+
+
+def fix_for(fix: Fix, frameworks: tuple[str, ...]) -> str:
+    """The fix in the terms of the program's framework: a JAX program reads the JAX fix, a
+    CuPy or Triton program the CUDA one; PyTorch first when the run does not say (or a
+    program imported several: the first of pytorch, jax, tensorflow it used)."""
+    order = [_FIX_FIELD[f] for f in frameworks if f in ("pytorch", "jax", "tensorflow")]
+    order += [_FIX_FIELD[f] for f in frameworks if f not in ("pytorch", "jax", "tensorflow")]
+    # another framework's fix is no fix for this program: only when the run does not say
+    rest = ["cuda"] if frameworks else ["pytorch", "cuda", "tensorflow", "jax"]
+    for name in [*order, *rest]:
+        text = str(getattr(fix, name))
+        if text:
+            return text
+    return ""
+
 
 def build_report(run: Run) -> Report:
     analysis = analyze(run)
     return Report(run_path=run.path, manifest=run.manifest, analysis=analysis,
                   advice=advise(run, analysis))
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _rank_text(rank: int, ended: str) -> tuple[str, bool]:
+    """What a rank's ending says, and whether it leaves the data in doubt."""
+    if ended.startswith("signal:"):
+        return f"rank {rank} was killed by {ended.split(':', 1)[1].strip()}", False
+    if ended.startswith("exception:"):
+        return f"rank {rank} raised {ended.split(':', 1)[1].strip()}", False
+    if ended.startswith("exit status"):
+        return f"rank {rank} exited with status {ended.removeprefix('exit status').strip()}", False
+    return f"rank {rank} ended in an unknown way ({ended}: it left no record of its end)", True
+
+
+def _open_windows(settings: dict[str, Any]) -> list[int]:
+    """Ranks whose capture window opened and never closed (the process ended inside it
+    without closing it: killed, or its last meta write lost)."""
+    ranks = settings.get("ranks")
+    out = []
+    if isinstance(ranks, dict):
+        for key, v in ranks.items():
+            if (isinstance(v, dict) and key.startswith("rank") and key[4:].isdigit()
+                    and v.get("window_start_ns") is not None and v.get("window_end_ns") is None):
+                out.append(int(key[4:]))
+    return sorted(out)
+
+
+def run_ending(m: Manifest) -> Ending:
+    """How the program ended and whether the run is cut short (module docstring)."""
+    if m.source.kind != "capture":
+        return Ending(text="the run is partial (see the diagnostics)" if m.partial else "",
+                      cut_short=m.partial, returncode=None)
+    raw = m.source.details.get("returncode")
+    rc = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+    parts: list[str] = []
+    if rc is None:
+        if m.partial:
+            parts.append("the program did not finish")
+    elif rc > 0:
+        parts.append(f"the program exited with status {rc}")
+    elif rc < 0:
+        parts.append(f"the program was killed by {_signal_name(-rc)}")
+    # the capture's own account of which ranks it cut and why (capture/endings.py)
+    cuts = {int(h.group(1)): h.group(2) for h in (_RANK_CUT.match(d.message) for d in
+                                                  m.diagnostics if d.code == "partial_run") if h}
+    doubt = False
+    for d in m.diagnostics:
+        hit = _RANK_ENDED.match(d.message) if d.code == "process_ended" else None
+        if hit is None or int(hit.group(1)) in cuts:
+            continue
+        ended = hit.group(2).strip()
+        if rc is not None and ended in (f"exit status {rc}", f"signal: {_signal_name(-rc)}"):
+            continue  # the return code already says it
+        text, unknown = _rank_text(int(hit.group(1)), ended)
+        parts.append(text)
+        doubt = doubt or unknown
+    parts += [f"rank {r}: {why}" for r, why in sorted(cuts.items())]
+    if not m.partial:
+        return Ending(text="; ".join(parts), cut_short=False, returncode=rc)
+    if cuts or any(d.code in _STATUS_CODES for d in m.diagnostics):
+        # the capture decided: partial means a rank's capture was cut, and says why
+        return Ending(text="; ".join(parts) or "the run is marked partial (see the diagnostics)",
+                      cut_short=True, returncode=rc)
+    # runs recorded before the capture said why (partial for any non-zero status): judge here
+    still_open = _open_windows(m.settings or {})
+    suffix = ""
+    if parts and still_open:
+        suffix = (f" before the capture window closed (rank {', '.join(map(str, still_open))}):"
+                  f" the window's last part may be missing")
+    if not parts:
+        parts.append("the run is marked partial (see the diagnostics)")
+        doubt = True
+    cut = doubt or bool(suffix) or rc is None
+    return Ending(text="; ".join(parts) + suffix, cut_short=cut, returncode=rc)

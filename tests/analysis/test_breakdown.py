@@ -51,3 +51,16 @@ def test_breakdown_mean_over_steady_steps_only() -> None:
     assert b.steady_steps == 2
     assert b.mean_ms["compute"] == 0.125  # (0.25 ms + 0 ms) / 2
     assert b.mean_ms["idle"] == 0.375
+
+
+def test_breakdown_without_gpu_records_is_host_time() -> None:
+    # one 100 ns step, no GPU activity: input wait [0,60) -> 60, host ops [50,80) -> 20 beyond
+    # it, the rest (20) has no host event; the breakdown says its GPU side is empty
+    e = IntervalSet.empty()
+    b = breakdown_from_sets(0, steps((0, 100)), DeviceActivity(-1, e, e, e),
+                            [("input_wait", S((0, 60))), ("host", S((50, 80)))])
+    assert b.per_step[0] == {"compute": 0, "communication": 0, "copies": 0, "input_wait": 60,
+                             "sync": 0, "launch": 0, "host": 20, "idle": 20}
+    assert b.gpu_recorded is False
+    gpu = DeviceActivity(device=-1, compute=S((0, 10)), communication=e, copies=e)
+    assert breakdown_from_sets(0, steps((0, 100)), gpu, []).gpu_recorded is True

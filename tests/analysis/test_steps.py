@@ -76,3 +76,45 @@ def test_select_steady_two_bad_steps_among_four() -> None:
     steady, notes = select_steady(walls)
     assert steady == (False, False, True, True)
     assert notes[1].startswith("outlier")
+
+
+def test_recorded_steps_say_which_hook_made_them(tmp_path: Path) -> None:
+    from stepscope.store.manifest import SourceInfo
+
+    b = TraceBuilder()
+    for i in range(3):
+        b.step(i * 100, 100, source="hook")
+    settings = {"ranks": {"rank0": {"host": {"samplers": {"steps": {
+        "hook": "torch.optim.Optimizer.step"}}}}}}
+    info = detect_steps(b.build(tmp_path / "r", settings=settings,
+                                source=SourceInfo(kind="capture")), 0)
+    assert info.detail == "3 from the torch.optim.Optimizer.step hook"
+
+
+def test_recorded_run_without_steps_says_no_hook_fired(tmp_path: Path) -> None:
+    from stepscope.store.manifest import SourceInfo
+
+    b = TraceBuilder()
+    t = 0.0
+    for _ in range(4):  # as in test_periodicity_fallback: 3 steps of 5 kernels
+        t += 50
+        for name in ("embed", "gemm", "gemm", "relu", "opt"):
+            b.kernel(name, t, 10)
+            t += 12
+    info = detect_steps(b.build(tmp_path / "r", source=SourceInfo(kind="capture")), 0)
+    assert info.detail == ("3 recovered from the periodicity of the GPU work (no step hook "
+                           "fired; 5 kernels per step, 100% of kernels repeat)")
+    imported = detect_steps(b.build(tmp_path / "i"), 0)  # an imported trace: no hooks to fire
+    assert imported.detail == ("3 recovered from the periodicity of the GPU work (5 kernels "
+                               "per step, 100% of kernels repeat)")
+
+
+def test_recorded_cpu_run_without_steps_is_one_step(tmp_path: Path) -> None:
+    from stepscope.store.manifest import SourceInfo
+
+    b = TraceBuilder()
+    b.input_wait(0, 100).cpu_op("aten::mm", 100, 50)
+    info = detect_steps(b.build(tmp_path / "r", devices=0, source=SourceInfo(kind="capture")), 0)
+    assert info.source == "whole_trace"
+    assert info.detail == ("1: no step hook fired and no GPU work to find steps in, so the whole "
+                           "window is one step")

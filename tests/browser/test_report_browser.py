@@ -28,6 +28,8 @@ DATA = Path(__file__).parents[1] / "data"
 ARTIFACTS = Path(__file__).parent / "artifacts"
 HOSTILE_KERNEL = "</script><script>window.__pwned=1</script><img src=x onerror=window.__pwned=2>"
 HOSTILE_NVTX = "<b onmouseover=window.__pwned=3>nvtx</b>"
+HOSTILE_THREAD = "<img src=x onerror=window.__pwned=4>"
+HOSTILE_FRAME = "/w/x.py:1 <script>window.__pwned=5</script>"
 
 try:
     from playwright.sync_api import Page, sync_playwright
@@ -66,12 +68,17 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         run_dir = import_traces([DATA / f for f in files], tmp / f"{name}.stepscope")
         out[name] = _report(Run(run_dir), tmp / f"{name}.html")
     b = TraceBuilder()
+    b.thread(HOSTILE_THREAD, 100)
     for i in range(4):
         t = i * 1000.0
         b.step(t, 1000, step=i)
         b.nvtx(HOSTILE_NVTX, t + 5, 900)
         b.kernel(HOSTILE_KERNEL, t + 100, 700, launch=(t + 20, 10))
+        b.stack(t + 50, ["/w/train.py:3 <module>", HOSTILE_FRAME])
     out["hostile"] = _report(b.build(tmp / "hostile.stepscope"), tmp / "hostile.html")
+    from tests.reporters.test_timeline_tracks import recorded_run
+
+    out["recorded"] = _report(recorded_run(tmp / "recorded"), tmp / "recorded.html")
     return out
 
 
@@ -220,6 +227,14 @@ def test_hostile_names_render_as_text_and_run_nothing(browser: Any, reports: dic
     assert p.locator("#tl-details .name").inner_text() == HOSTILE_KERNEL
     p.locator("#timeline input[type=search]").fill("<b onmouseover")
     assert "4 matching" in p.locator("#timeline").inner_text()
+    p.locator("#timeline input[type=search]").fill("")
+    hit = p.evaluate("window.__stepscope.timeline.locate('stack')")  # a sampled stack's leaf
+    assert hit is not None and hit["name"].startswith("<script>window.__pwned=5</script>")
+    p.mouse.move(hit["x"], hit["y"])
+    assert HOSTILE_FRAME in p.locator("#tip").inner_text()
+    p.mouse.click(hit["x"], hit["y"])
+    details = p.locator("#tl-details").inner_text()
+    assert HOSTILE_FRAME in details and f"{HOSTILE_THREAD} · sampled stacks" in details
     assert p.evaluate("typeof window.__pwned") == "undefined"
     assert r.errors() == []  # no CSP violation either
     r.shot("hostile-timeline")
@@ -251,7 +266,10 @@ def test_captured_run_shows_its_capture_overhead(browser: Any, tmp_path: Path) -
     from tests.capture.test_bootstrap import captured_run
 
     card = overhead_card(browser, captured_run(tmp_path), tmp_path / "captured.html")
-    assert "x1.00" in card and "step time in the window vs the steps before it" in card, card
+    # no steps after the window: not measured (the steps before it are warm-up, never the
+    # reference)
+    assert "not measured" in card and "fewer than 3 steps ran after the window" in card, card
+    assert "before it" not in card and "x1.00" not in card, card
 
 
 def test_captured_run_with_steps_after_the_window(browser: Any, tmp_path: Path) -> None:
@@ -269,3 +287,43 @@ def test_captured_run_whose_program_changed_speed(browser: Any, tmp_path: Path) 
 
     card = overhead_card(browser, changed_speed_run(tmp_path), tmp_path / "captured-changed.html")
     assert "not measurable" in card and "differ by x2.50" in card and "x2.50 (" not in card, card
+
+
+ROWS = """() => window.__stepscope.timeline.rows.filter(r => r.t).map(r => r.t.label)"""
+ROW_AT = """(label) => {
+  const t = window.__stepscope.timeline, r = t.canvas.getBoundingClientRect();
+  const row = t.rows.find(x => x.t && x.t.label === label);
+  return {x: r.left + 40, y: r.top + t.axisH - t.scrollY + row.y + 10};
+}"""
+
+
+def test_recorded_run_shows_threads_under_the_gpu_and_folds_samples(
+        browser: Any, reports: dict[str, Path]) -> None:
+    r = load(browser, reports["recorded"])
+    p = r.page
+    p.evaluate("document.getElementById('timeline').scrollIntoView()")
+    first = ["Steps", "GPU 0 · stream 7", "MainThread", "MainThread · sampled stacks",
+             "pt_autograd_0", "thread 4400", "DataLoader worker 0", "CPU (all cores)",
+             "process.cpu_pct", "process.rss_bytes", "GPU 0 (NVML)", "Disk and network"]
+    assert p.evaluate(ROWS) == first  # 16 per-core lanes folded into one
+    r.shot("recorded-timeline")
+    pos = p.evaluate(ROW_AT, "CPU (all cores)")
+    p.mouse.move(pos["x"] + 400, pos["y"])  # the summary's tooltip says it expands
+    assert "click to show the 16 lanes" in p.locator("#tip").inner_text()
+    p.mouse.click(pos["x"], pos["y"])  # a click on the summary's label expands it
+    cores = [f"cpu.core{c}.util_pct" for c in range(16)]
+    assert p.evaluate(ROWS) == first[:8] + cores + first[8:]
+    r.shot("recorded-expanded")
+    p.mouse.click(pos["x"], pos["y"])  # and folds it again
+    assert p.evaluate(ROWS) == first
+    # a sampled stack: the leaf in the lane, the whole stack in the tooltip and the details
+    p.evaluate("(() => { const t = window.__stepscope.timeline; t.view = {s: 0, e: 1000}; t.draw(); })()")
+    hit = p.evaluate("window.__stepscope.timeline.locate('stack')")
+    assert hit is not None and hit["name"] == "_call_impl (module.py:1736)"
+    p.mouse.move(hit["x"], hit["y"])
+    tip = p.locator("#tip").inner_text()
+    assert "2 samples in a row" in tip and "/w/train.py:12 train_step" in tip
+    p.mouse.click(hit["x"], hit["y"])
+    assert "/w/train.py:30 <module>" in p.locator("#tl-details .stack").inner_text()
+    assert r.errors() == [] and p.evaluate("window.__stepscope.errors") == []
+    p.close()

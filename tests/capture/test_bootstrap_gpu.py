@@ -7,8 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.capture.test_bootstrap import FakeClock, FakeHost, run_steps
 
+from stepscope.capture import cuda_driver
 from stepscope.capture.bootstrap import CaptureConfig, Session, clip
 from stepscope.capture.cupti.native import Unavailable
 from stepscope.capture.partitions import merge
@@ -77,10 +79,13 @@ def test_gpu_starts_a_step_early_and_its_tables_are_clipped_to_the_window(tmp_pa
     assert run.manifest.settings["ranks"]["rank0"]["gpu"]["state"] == "stopped"
 
 
-def test_unavailable_gpu_is_a_diagnostic_and_host_capture_goes_on(tmp_path: Path) -> None:
+def test_unavailable_gpu_is_a_diagnostic_and_host_capture_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(b: str, a: str) -> Any:
         raise Unavailable("libcupti not found (install the nvidia-cuda-cupti wheel)")
 
+    # a machine with a usable GPU: the backend's reason is the one given (test_gpu_devices.py)
+    monkeypatch.setattr(cuda_driver, "no_gpu_reason", lambda: None)
     s, clock = make(tmp_path, fail)
     s.begin()
     run_steps(s, clock, 8)

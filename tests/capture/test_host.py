@@ -36,7 +36,9 @@ def test_drain_has_every_table_with_schema_columns() -> None:
     for table, cols in data.items():
         assert tuple(cols) == spec(table).column_names
     assert data["processes"]["pid"] == [os.getpid()] and data["processes"]["rank"] == [3]
-    assert data["threads"]["tid"] == [threading.main_thread().native_id]
+    # the main thread (named by Python), then the process's other threads from /proc at stop
+    assert data["threads"]["tid"][0] == threading.main_thread().native_id
+    assert set(data["threads"]["tid"]) >= {int(t) for t in os.listdir(f"/proc/{os.getpid()}/task")}
     assert cap.drain()["processes"]["pid"] == []  # drain clears
     assert cap.settings_for_manifest()["samplers"]["metrics"] == {"ran": False, "why": "sample_hz = 0"}
 
@@ -239,3 +241,21 @@ def test_sampler_process_is_the_default_and_the_environment_can_turn_it_off(
     assert HostSettings().sampler_process
     monkeypatch.setenv("STEPSCOPE_SAMPLER_PROCESS", "0")
     assert not HostSettings().sampler_process
+
+
+def test_threads_python_does_not_know_are_named_from_proc(tmp_path: Path) -> None:
+    """C++ threads (torch's pt_autograd_0, ...) make CUDA calls the window records under their
+    system id: they get a row in ``threads`` with the kernel's name for them (``comm``)."""
+    pid = os.getpid()
+    for tid, comm in ((pid, "python3"), (pid + 7, "pt_autograd_0"), (pid + 8, "cuda-EvtHandlr")):
+        d = tmp_path / str(pid) / "task" / str(tid)
+        d.mkdir(parents=True)
+        (d / "comm").write_text(comm + "\n")
+    cap = HostCapture(HostSettings(sample_hz=0, stack_hz=0, **QUIET), rank=0)
+    cap._seen_threads.add((pid, pid))  # the main thread, named by Python already
+    cap._note_native_threads(str(tmp_path))
+    rows = cap.drain()["threads"]
+    assert sorted(zip(rows["tid"], rows["name"], strict=True)) == [
+        (pid + 7, "pt_autograd_0"), (pid + 8, "cuda-EvtHandlr")]
+    cap._note_native_threads(str(tmp_path))  # once per thread
+    assert cap.drain()["threads"]["tid"] == []

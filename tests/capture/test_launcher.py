@@ -44,7 +44,10 @@ def test_exit_code_passes_through(tmp_path: Path, code: str, status: int) -> Non
     r = record(tmp_path, sys.executable, "-c", code)
     assert r.returncode == status, r.stderr
     run = Run(tmp_path / "run")
-    assert run.manifest.partial is (status != 0)
+    # a non-zero exit status is said as such; only the crash (before any window) cut the capture
+    assert run.manifest.partial is (status == 1)
+    said = [d.message for d in run.manifest.diagnostics if d.code == "program_exit_status"]
+    assert said == ([f"the program exited with status {status}"] if status else [])
     if status == 1:
         assert b"ValueError: boom" in r.stderr  # the program's traceback is untouched
 
@@ -62,10 +65,14 @@ def test_the_launchers_status_of_its_child_names_the_rank(tmp_path: Path, code: 
     status = -9 if "SIGKILL" in ended else int(ended.split()[-1])  # the launcher dies by it too
     assert r.returncode == status, r.stderr
     run = Run(tmp_path / "run")
-    assert run.manifest.partial
+    assert not run.manifest.partial  # the window (steps 0-2) had closed: nothing was cut
     (rank,) = run.manifest.ranks
     assert [d.message for d in run.manifest.diagnostics if d.code == "process_ended"] == [
         f"rank 0 (pid {rank.pid}) ended by {ended}"]
+    said = {d.code: d.message for d in run.manifest.diagnostics
+            if d.code in ("program_exit_status", "program_killed", "partial_run")}
+    assert said == ({"program_killed": "the program was killed by SIGKILL"} if status < 0 else
+                    {"program_exit_status": f"the program exited with status {status}"})
 
 
 def test_a_clean_exit_of_the_child_is_not_a_process_ended(tmp_path: Path) -> None:
@@ -96,17 +103,18 @@ def test_output_is_byte_identical(tmp_path: Path) -> None:
     assert b"stepscope: wrote run" in r2.stderr
 
 
-def test_sigterm_is_forwarded_and_run_is_partial(tmp_path: Path) -> None:
+def test_sigterm_is_forwarded_and_a_window_it_cuts_is_partial(tmp_path: Path) -> None:
     script = tmp_path / "loop.py"
     script.write_text(textwrap.dedent("""
         import time, stepscope, pathlib
-        pathlib.Path("started").write_text("1")
         for i in range(3000):
             stepscope.step()
+            if i == 20:  # the window (from step 1) is open
+                pathlib.Path("started").write_text("1")
             time.sleep(0.01)
     """))
     p = subprocess.Popen([sys.executable, "-m", "stepscope", "record", "-o", str(tmp_path / "run"),
-                          "--quiet", "--steps", "1-5", "--", str(script)], env=env(), cwd=tmp_path,
+                          "--quiet", "--steps", "1-2000", "--", str(script)], env=env(), cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 30
     while not (tmp_path / "started").exists() and time.time() < deadline:
@@ -116,9 +124,11 @@ def test_sigterm_is_forwarded_and_run_is_partial(tmp_path: Path) -> None:
     out, err = p.communicate(timeout=60)
     assert p.returncode == -signal.SIGTERM, err  # a shell sees 143
     run = Run(tmp_path / "run")
-    assert run.manifest.partial
-    text = " ".join(d.message for d in run.manifest.diagnostics)
-    assert "signal 15" in text and "SIGTERM" in text  # child got it; its bootstrap flushed
+    assert run.manifest.partial  # the window was open: SIGTERM cut it
+    said = {d.code: d.message for d in run.manifest.diagnostics}
+    assert said["program_killed"] == "the program was killed by SIGTERM"
+    assert "ended by signal: SIGTERM before its capture window closed" in said["partial_run"]
+    assert run.table("steps").num_rows > 0  # the child got it; its bootstrap flushed
 
 
 def test_module_form(tmp_path: Path) -> None:

@@ -22,3 +22,13 @@ def test_chunks_and_raw_records_share_one_cap(tmp_path: Path) -> None:
     assert not w.count_raw(7) and w.rows == 11  # raw records are on disk already: counted
     assert [d.code for d in w.diagnostics] == ["row_cap"]  # said once
     assert w.write({}) and len(list((tmp_path / "p").glob("steps.*.parquet"))) == 1
+
+
+def test_the_devices_table_is_written_past_the_cap(tmp_path: Path) -> None:
+    """The final chunk of a capped window still brings the GPUs used (the kernel rules need
+    them); its events are dropped."""
+    w = WindowWriter(StagingPartition(tmp_path / "p"), max_rows=3)
+    data = {**steps(5), "devices": {"device": [0], "name": ["H100"]}}
+    assert not w.write(data)
+    assert len(list((tmp_path / "p").glob("devices.*.parquet"))) == 1
+    assert not list((tmp_path / "p").glob("steps.*.parquet"))

@@ -42,7 +42,7 @@ def test_import_report_json_contract(cnn_run: Path, capsys: pytest.CaptureFixtur
 def test_report_text_and_files(cnn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(cnn_run)]) == 0
     out = capsys.readouterr().out
-    assert "Steps 3" in out and "GPU busy" in out
+    assert "Steps: 3 from the trace's ProfilerStep markers" in out and "GPU busy" in out
     assert max(len(line) for line in out.splitlines()) <= 100
     assert main(["report", str(cnn_run), "-o", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["schema"] == "stepscope.report/1"

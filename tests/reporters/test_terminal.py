@@ -24,7 +24,7 @@ def test_names_render_as_text_and_fit_100_columns(tmp_path: Path) -> None:
     text = render_text(build_report(hostile_run(tmp_path)), width=100)
     assert "[bold red]<img src=x onerror=alert(1)>" in text  # markup shown literally, not applied
     assert all(len(line) <= 100 for line in text.splitlines())
-    assert "Steps 3" in text
+    assert "Steps: 3 from the trace's ProfilerStep markers (3 steady)" in text
 
 
 def test_json_keeps_names_exactly(tmp_path: Path) -> None:
@@ -37,3 +37,30 @@ def test_breakdown_bar_width_is_exact() -> None:
     bar = breakdown_bar({"compute": 1.0, "sync": 1.0, "idle": 1.0}, width=10)
     assert len(bar.plain) == 10
     assert breakdown_bar({}, width=10).plain == "(no steps)"
+
+
+def test_the_fix_is_in_the_programs_framework() -> None:
+    from stepscope.advisor.base import Fix
+    from stepscope.report import fix_for
+
+    fix = Fix(pytorch="torch fix", jax="jax fix", cuda="cuda fix")
+    assert fix_for(fix, ("jax",)) == "jax fix"
+    assert fix_for(fix, ("pytorch", "triton")) == "torch fix"
+    assert fix_for(fix, ("cupy",)) == "cuda fix"
+    assert fix_for(fix, ()) == "torch fix"  # the run does not say: PyTorch first, as before
+    assert fix_for(Fix(pytorch="torch fix"), ("jax",)) == ""  # never another framework's fix
+    assert fix_for(Fix(pytorch="torch fix", cuda="cuda fix"), ("jax",)) == "cuda fix"
+
+
+def test_the_runs_frameworks_come_from_its_processes() -> None:
+    from stepscope.report import run_frameworks
+    from stepscope.store.manifest import Manifest, SourceInfo
+
+    def m(kind: str, ranks: object) -> Manifest:
+        return Manifest(source=SourceInfo(kind=kind), ranks=(), settings={"ranks": ranks})
+
+    assert run_frameworks(m("kineto", {})) == ("pytorch",)
+    assert run_frameworks(m("capture", {"rank0": {"frameworks": ["jax"]},
+                                        "rank1": {"frameworks": ["jax", "triton"]}})) == (
+        "jax", "triton")
+    assert run_frameworks(m("capture", {"rank0": {"window": "x"}})) == ()

@@ -200,13 +200,13 @@ def shorter(dur_ns: npt.NDArray[np.float64], factor: npt.NDArray[np.float64] | f
 
 def gpu_bound_share(ra: RankAnalysis) -> float:
     """Share of the steady steps' wall time the GPU was busy (union over streams, mean over
-    the rank's devices), 0..1."""
+    the devices the rank used: those with GPU records, not every device it listed), 0..1."""
     steady = ra.steps.steady
     wall = sum(s.wall_ns for s in steady)
     if wall <= 0:
         return 0.0
     busy = sum(ra.step_busy_ns[s.index] for s in steady if s.index < len(ra.step_busy_ns))
-    n_dev = max(1, len({int(d["device"]) for d in ra.devices}))
+    n_dev = max(1, len(ra.devices_used))
     return float(min(1.0, busy / (wall * n_dev)))
 
 

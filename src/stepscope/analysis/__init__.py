@@ -10,6 +10,7 @@ import numpy as np
 from stepscope.analysis.breakdown import Breakdown, breakdown_from_sets, host_layers
 from stepscope.analysis.busy import gpu_activity, rank_union
 from stepscope.analysis.copies import CopyAnalysis, analyze_copies
+from stepscope.analysis.gpu_use import GpuPresence, gpu_presence
 from stepscope.analysis.input import InputAnalysis, analyze_input
 from stepscope.analysis.kernels import KernelStats, KernelSummary, kernel_summary, kernel_table
 from stepscope.analysis.launches import LaunchAnalysis, analyze_launches
@@ -26,6 +27,8 @@ class RankAnalysis:
     steps: StepInfo
     breakdown: Breakdown
     gpu_busy_ns: int  # whole trace, summed over the rank's devices
+    devices_used: tuple[int, ...]  # devices with GPU records (kernels, copies, memsets)
+    gpu: GpuPresence  # whether the rank used a GPU, and what is known when it recorded none
     step_busy_ns: tuple[int, ...]  # per step window, summed over the rank's devices
     marker_busy_ns: tuple[int, ...]  # inside the source's step markers (host side)
     kernel_count: int  # whole trace
@@ -71,11 +74,14 @@ def analyze_rank(run: Run, rank: int) -> RankAnalysis:
     window = (steady[0].start_ns, steady[-1].end_ns) if steady else None
     devices = tuple(run.table("devices", rank).to_pylist())
     k = run.table("kernels", rank)
+    used = tuple(sorted(acts))
     return RankAnalysis(
         rank=rank,
         steps=steps,
         breakdown=bd,
         gpu_busy_ns=int(busy_total),
+        devices_used=used,
+        gpu=gpu_presence(run, rank, used, *sw),
         step_busy_ns=tuple(int(x) for x in per_step),
         marker_busy_ns=tuple(int(x) for x in per_marker),
         kernel_count=k.num_rows,

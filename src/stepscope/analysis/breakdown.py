@@ -17,6 +17,12 @@ GPU idle, attributed to what the host was doing at that instant:
   8. ``idle``           none of the above is known: unattributed GPU idle time.
 
 So ``sum(categories) == wall`` for every step, exactly (integer ns).
+
+A rank without GPU records (``Breakdown.gpu_recorded`` False: a CPU-only program, or a
+capture that did not see the GPU, ``analysis.gpu_use``) has no GPU categories: every
+nanosecond of its steps is host time, split by the same host layers, and ``idle`` is host
+time with no recorded event (on a CPU-only program, typically the model's own compute,
+which the capture does not record as ops). Reporters say so instead of calling it GPU idle.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Breakdown:
     per_step: tuple[dict[str, int], ...]  # aligned with StepInfo.steps; sums to Step.span_ns
     mean_ms: dict[str, float]  # over steady steps
     steady_steps: int
+    gpu_recorded: bool = True  # False: no GPU records, every category is host time
 
     def share(self) -> dict[str, float]:
         total = sum(self.mean_ms.values())
@@ -127,7 +134,10 @@ def breakdown_from_sets(
     steady = [i for i, st in enumerate(steps.steps) if st.steady]
     mean_ms = {c: (float(np.mean([per_step[i][c] for i in steady])) / 1e6 if steady else 0.0)
                for c in CATEGORIES}
-    return Breakdown(rank=rank, per_step=per_step, mean_ms=mean_ms, steady_steps=len(steady))
+    recorded = bool(gpu.compute.starts.size or gpu.communication.starts.size
+                    or gpu.copies.starts.size)
+    return Breakdown(rank=rank, per_step=per_step, mean_ms=mean_ms, steady_steps=len(steady),
+                     gpu_recorded=recorded)
 
 
 def step_breakdown(run: Run, rank: int, steps: StepInfo) -> Breakdown:

@@ -81,7 +81,7 @@ class StepInfo:
     rank: int
     source: str  # StepSource value
     steps: tuple[Step, ...]
-    detail: str = ""  # how they were found, one line
+    detail: str = ""  # how they were found, one line starting with the count ("48 from ...")
 
     anchored: bool = False  # windows moved onto the GPU timeline
 
@@ -173,7 +173,37 @@ def _from_steps_table(run: Run, rank: int) -> StepInfo | None:
     srcs = t.column("source").cast(pa.string()).to_pylist()
     src = StepSource(srcs[0]) if srcs and srcs[0] else StepSource.PROFILER_STEP
     s, e, n = _disjoint(s, e, n)
-    return _make(rank, src, s, e, n, f"{s.size} steps from the trace's {src.value} markers")
+    names = [x for x in t.column("name").cast(pa.string()).to_pylist() if x]
+    return _make(rank, src, s, e, n, f"{s.size} {_marker_phrase(run, rank, src, names)}")
+
+
+def _marker_phrase(run: Run, rank: int, src: StepSource, names: list[str]) -> str:
+    """Where a steps table's rows came from, after their count ("48 from ...")."""
+    if src is StepSource.PROFILER_STEP:
+        return "from the trace's ProfilerStep markers"
+    if src is StepSource.HOOK:
+        hook = _setting(run, rank, "host", "samplers", "steps", "hook")
+        return (f"from the {hook} hook" if hook else
+                "from a step hook (optimizer, Lightning, Hugging Face, Keras)")
+    if src is StepSource.MANUAL:
+        return "from stepscope.step() calls"
+    if src is StepSource.NVTX:
+        return f"from the NVTX ranges named {names[0]!r}" if names else "from NVTX ranges"
+    label = f" ({names[0]!r})" if names else ""
+    return f"from the trace's {src.value} markers{label}"
+
+
+def _setting(run: Run, rank: int, *keys: str) -> str:
+    """A string in the recorded rank's settings (``settings["ranks"]["rank<N>"][...]``)."""
+    node: object = (run.manifest.settings or {}).get("ranks")
+    for k in (f"rank{rank}", *keys):
+        node = node.get(k) if isinstance(node, dict) else None
+    return node if isinstance(node, str) else ""
+
+
+def _no_hook(run: Run, rank: int) -> bool:
+    """A recorded rank whose steps table is empty: no step hook fired in its window."""
+    return run.manifest.source.kind == "capture" and run.table("steps", rank).num_rows == 0
 
 
 def _from_annotations(run: Run, rank: int) -> StepInfo | None:
@@ -198,8 +228,10 @@ def _from_annotations(run: Run, rank: int) -> StepInfo | None:
     sources = set(t.column("source").cast(pa.string()).to_pylist())
     src = StepSource.NVTX if sources == {AnnotationSource.NVTX.value} else StepSource.ANNOTATION
     s, e, nums = _disjoint(s, e, nums)
-    label = sorted(set(t.column("name").cast(pa.string()).to_pylist()))[0]
-    return _make(rank, src, s, e, nums, f"{s.size} steps from annotations named like {label!r}")
+    label = min(set(t.column("name").cast(pa.string()).to_pylist()))
+    how = "NVTX ranges" if src is StepSource.NVTX else "annotations"
+    hook = "; no step hook fired" if _no_hook(run, rank) else ""
+    return _make(rank, src, s, e, nums, f"{s.size} from {how} named like {label!r}{hook}")
 
 
 def find_period(seq: np.ndarray) -> tuple[int, float]:
@@ -263,8 +295,9 @@ def periodic_steps(run: Run, rank: int) -> StepInfo | None:
     s = ts[idx[:-1]]
     e = ts[idx[1:]]
     nums = np.arange(s.size, dtype=np.int64)
-    detail = (f"{s.size} steps from the period of the kernel stream "
-              f"({p} kernels per step, {rate:.0%} of kernels repeat)")
+    hook = "no step hook fired; " if _no_hook(run, rank) else ""
+    detail = (f"{s.size} recovered from the periodicity of the GPU work ({hook}{p} kernels "
+              f"per step, {rate:.0%} of kernels repeat)")
     return _make(rank, StepSource.PERIODICITY, s, e, nums, detail)
 
 
@@ -280,10 +313,14 @@ def _whole_trace(run: Run, rank: int) -> StepInfo:
         hi = int(e.max()) if hi is None else max(hi, int(e.max()))
     if lo is None or hi is None or hi <= lo:
         return StepInfo(rank=rank, source=StepSource.WHOLE_TRACE.value, steps=(),
-                        detail="no timed events")
+                        detail="none: the run has no timed events")
     step = Step(index=0, number=0, start_ns=lo, end_ns=hi, steady=True)
-    return StepInfo(rank=rank, source=StepSource.WHOLE_TRACE.value, steps=(step,),
-                    detail="no step markers and no repeating kernel pattern: the whole trace is one step")
+    gpu = ("the GPU work does not repeat" if run.table("kernels", rank).num_rows
+           else "no GPU work to find steps in")
+    detail = (f"1: no step hook fired and {gpu}, so the whole window is one step"
+              if _no_hook(run, rank) else
+              "1: no step markers and no repeating kernel pattern, so the whole trace is one step")
+    return StepInfo(rank=rank, source=StepSource.WHOLE_TRACE.value, steps=(step,), detail=detail)
 
 
 def detect_steps(run: Run, rank: int) -> StepInfo:

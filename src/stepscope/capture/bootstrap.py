@@ -12,6 +12,8 @@ The launcher (or ``stepscope.record``) hands a ``CaptureConfig`` over (as JSON i
   be hooked) keeps what was flushed. The training thread never does that I/O: a flush takes the
   host data under the session lock (a swap) and writes outside it, and closing the window waits
   for a flush under way;
+- with the default schedule, runs a watcher thread that opens a *time* window when no step hook
+  fires but the program uses the GPU (``capture.auto_window``);
 - caps the rows it writes (``max_rows``) and says so in a diagnostic;
 - flushes on normal exit (``atexit``), on an uncaught exception (``sys.excepthook``, chained),
   Ctrl-C (KeyboardInterrupt takes the exception path) and SIGTERM (a handler that flushes, restores
@@ -25,26 +27,41 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, cpu_since, threads_cpu_s
+from stepscope.capture.auto_window import (
+    NO_STEPS,
+    POLL_S,
+    DriverProbe,
+    Fallback,
+    Move,
+    WatchState,
+    Window,
+    WindowUsed,
+    default_steps_probe,
+    needs_probe,
+    next_move,
+    tail_plan,
+)
+from stepscope.capture.chunks import Tables, clip, concat, threads_cpu_s
 from stepscope.capture.config import ENV_VAR, CaptureConfig, HostLike, default_host
 from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
 from stepscope.capture.host_slot import HostSlot
-from stepscope.capture.schedule import Action
+from stepscope.capture.schedule import DEFAULT_MAX_SECONDS, Action
 from stepscope.capture.step_times import StepTimes
-from stepscope.capture.window_writer import WindowWriter
+from stepscope.capture.window_io import WindowIO
 from stepscope.store.manifest import Diagnostic
 
 
-class Session:
-    """One process's capture (see the module doc). Thread-safe via one re-entrant lock."""
+class Session(WindowIO):
+    """One process's capture (see the module doc). Thread-safe via one re-entrant lock; the
+    window's I/O is ``WindowIO``'s."""
 
     def __init__(
         self,
@@ -55,45 +72,48 @@ class Session:
         host_factory: Callable[[CaptureConfig, int, Callable[[], int]], HostLike] = default_host,
         gpu_factory: Callable[[str, str], GpuLike | None] | None = None,
         argv: tuple[str, ...] = (),
+        gpu_probe: Callable[[], bool] | None = None,
+        poll_s: float | None = POLL_S,
+        steps_probe: Callable[[], bool] = default_steps_probe,
     ) -> None:
+        """``gpu_probe``: is the GPU in use by this process yet (``capture.auto_window``);
+        ``steps_probe``: will a step hook fire soon (an optimizer exists), which makes the
+        fallback wait longer for it;
+        ``poll_s``: how often the watcher asks it (None: no watcher thread; ``poll`` is called
+        by the caller, as tests do)."""
         from stepscope.capture.partitions import PartitionMeta, StagingPartition, env_rank
 
         env = os.environ if environ is None else environ
-        self.config = config
         self.schedule = config.schedule
-        self._clock = clock
         self.pid = os.getpid()
         self.start_ns = clock()
         rank, world = env_rank(env)
         self._meta = PartitionMeta(pid=self.pid, start_ns=self.start_ns, ppid=os.getppid(),
                                    host=socket.gethostname(), env_rank=rank, world_size=world,
                                    argv=argv)
-        self.partition = StagingPartition.for_process(Path(config.staging), self.pid, self.start_ns)
+        part = StagingPartition.for_process(Path(config.staging), self.pid, self.start_ns)
         self._rank = rank or 0
-        self._lock = threading.RLock()
-        self._diags: list[Diagnostic] = []
-        self.host = HostSlot(host_factory, self._diags)
-        self.gpu = GpuSlot(config.gpu, config.gpu_api,
-                           gpu_factory or partial(make_gpu, spill_dir=self.partition.path))
+        diags: list[Diagnostic] = []
+        super().__init__(config, clock, part, HostSlot(host_factory, diags),
+                         GpuSlot(config.gpu, config.gpu_api,
+                                 gpu_factory or partial(make_gpu, spill_dir=part.path)), diags)
         self.boundaries = 0
-        self.open_ns: int | None = None
-        self.close_ns: int | None = None
         self._last_boundary: int | None = None
-        self._last_flush = 0
-        self._pre: deque[Tables] = deque(maxlen=max(2, int(10.0 / max(config.flush_every_s, 0.1)) + 2))
+        self._poll_s = poll_s
+        self.auto = Fallback(enabled=config.auto_window, probe=gpu_probe or DriverProbe(),
+                             steps_probe=steps_probe,
+                             warmup_s=config.auto_warmup_s, flush_every_s=config.flush_every_s,
+                             max_s=self.schedule.max_seconds or DEFAULT_MAX_SECONDS,
+                             folder=self.partition.path, keep_chunks=self._pre.maxlen or 2)
+        self.window_used = WindowUsed("steps" if not self.schedule.timed else "time",
+                                      self.schedule.describe())
+        self._ended_open = False  # the window was still open (or never opened) at the end
         self._step_times = StepTimes()
         self._warmup_boundary: int | None = None
-        self._cpu_open: dict[int, float] | None = None
-        self._measured: tuple[float | None, float | None] | None = None  # window wall, CPU
         self._finishing = False
-        self.out = WindowWriter(self.partition, config.max_rows)
-        self._io_busy = False  # a flush is writing (outside the lock); see _flush_window
-        self._io_idle = threading.Condition(self._lock)
         self.ended = "running"
         self.exit_status: int | None = None  # a non-zero sys.exit() status (capture.process)
-        self.finished = False
         self._timers: list[threading.Timer] = []
-        self._closed = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def begin(self) -> Session:
@@ -111,6 +131,9 @@ class Session:
                 self._timer(delay + duration, self._close)
             else:
                 self._start_host()
+            if self.auto.enabled and self._poll_s is not None:
+                t = threading.Thread(target=self._watch, name="stepscope-watch", daemon=True)
+                t.start()
         return self
 
     def _timer(self, after_s: float, fn: Callable[[], None]) -> None:
@@ -122,6 +145,59 @@ class Session:
 
     def _start_host(self) -> None:
         self.host.start(self.config, self._rank, self._clock, self._on_boundary)
+
+    # -- the default window's fallback (capture.auto_window) -----------------------------------
+    def _watch(self) -> None:
+        period = max(self._poll_s or POLL_S, 0.01)
+        while not self._closed.wait(period):
+            if not self.poll():
+                return
+
+    def poll(self) -> bool:
+        """One look of the watcher (every ``poll_s``); False when it has nothing more to do."""
+        if os.getpid() != self.pid or not self.auto.enabled:
+            return False
+        with self._lock:
+            ask = needs_probe(self._watch_state())
+        in_use = self.auto.ask() if ask else False  # outside the lock
+        with self._lock:
+            state = self._watch_state()
+            move = next_move(state, in_use)
+            if move is Move.START_GPU:  # the tentative capture
+                self.auto.gpu_seen(state.now_ns)
+                self.gpu.prepare()
+                self._start_gpu()
+                self._write_meta()
+            elif move is Move.OPEN and self._open(state.now_ns):
+                self.window_used = self.auto.opened(state.now_ns)
+            elif move is Move.CLOSE:
+                self._close()
+            if self.open_ns is None and self.boundaries == 0 and self._due():
+                self._keep_pre()  # no boundary drains the host data: bounded memory here
+        if move is Move.FLUSH_GPU:
+            self._flush_pre_window()
+        return move is not Move.STOP
+
+    def _watch_state(self) -> WatchState:
+        window = (Window.CLOSED if self.close_ns is not None else Window.NONE if self.open_ns is None
+                  else Window.AUTO if self.auto.open_ns is not None else Window.STEPS)
+        return self.auto.state(self._clock(), self.boundaries, window, self.finished)
+
+    def _flush_pre_window(self) -> None:
+        """Flush the tentative GPU capture while no window is open (on the watcher thread,
+        outside the lock, as ``_flush_window`` does; ``Fallback.flushed`` keeps the tail)."""
+        with self._lock:
+            if self.finished or self.open_ns is not None or self._io.busy:
+                return
+            self._io.busy = True
+            self.auto.last_flush_ns = self._clock()
+        data: Tables = {}
+        try:
+            data = self._gpu_data(final=False)
+        finally:
+            with self._lock:
+                self.auto.flushed(data, self._clock(), steps_fired=self.boundaries > 0)
+                self._io.leave()
 
     # -- steps and window --------------------------------------------------------------------
     def step(self) -> None:
@@ -144,8 +220,8 @@ class Session:
                 elif self._step_times.add_after(now - self._last_boundary):
                     self.host.release_hooks()
             self._last_boundary = now
-            if self.schedule.timed or self.close_ns is not None:
-                return
+            if self.schedule.timed or self.close_ns is not None or self.auto.open_ns is not None:
+                return  # wall-time windows; boundaries in the fallback's window are just steps
             elapsed = 0.0 if self.open_ns is None else (now - self.open_ns) / 1e9
             action = self.schedule.action(k, elapsed)
             if k == 0:
@@ -164,85 +240,6 @@ class Session:
             elif self.open_ns is None and self._due():
                 self._keep_pre()  # in the window the flush thread writes; here nothing is written
 
-    def _due(self) -> bool:
-        return self._clock() - self._last_flush >= self.config.flush_every_s * 1e9
-
-    def _open(self, now: int) -> None:
-        # drop what was sampled before the window, but keep the untimed tables (threads, processes)
-        merged = concat([*self._pre, self.host.drain()])
-        self._pre.clear()
-        self.out.write({name: cols for name, cols in merged.items() if name not in TIMED_TABLES})
-        self._start_gpu()
-        self.open_ns = now
-        self._last_flush = now
-        self._cpu_open = threads_cpu_s()
-        self._write_meta()  # the window's start, for a process killed before it closes
-        t = threading.Thread(target=self._flusher, name="stepscope-flush", daemon=True)
-        t.start()
-
-    def _flusher(self) -> None:
-        """Flush every ``flush_every_s`` while the window is open, whether or not steps come
-        (timed windows, long or stuck steps): bounded memory, and a crash keeps what was written."""
-        period = max(self.config.flush_every_s, 0.1)
-        while not self._closed.wait(period):
-            if not self._flush_window():
-                return
-
-    def _flush_window(self) -> bool:
-        """One flush of the open window, on the flush thread. The host data is taken under the
-        lock (a swap of buffers); writing it and moving the GPU backend's records happen outside
-        it, so the training thread's step boundaries never wait on that I/O (``_close`` waits for
-        a flush under way). Returns False once the window is closed (or the row cap closed it)."""
-        with self._lock:
-            if self.finished or self.close_ns is not None or self.open_ns is None or self._io_busy:
-                return False
-            self._io_busy = True
-            self._last_flush = self._clock()
-            data = self.host.drain()
-            lo = self.open_ns
-        full = False
-        try:
-            full = not self.out.write(clip(data, lo, None))
-            if not full:
-                full = not self.out.write(clip(self._gpu_data(final=False), lo, None))
-            full = full or not self._count_raw()
-        finally:
-            with self._lock:
-                self._io_busy = False
-                self._io_idle.notify_all()
-        if full:
-            self._close()
-        return not full
-
-    def _wait_io(self, timeout_s: float = 60.0) -> None:
-        """Wait (holding the lock, which waiting releases) for a flush under way to end."""
-        deadline = time.monotonic() + timeout_s
-        while self._io_busy:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._diags.append(Diagnostic("warning", "flush_stuck", "a flush of the window "
-                                              f"was still writing after {timeout_s:g} s"))
-                return
-            self._io_idle.wait(left)
-
-    def _count_raw(self) -> bool:
-        """Count the GPU records the backend has kept raw into the row cap; False when over it."""
-        return self.out.count_raw(self.gpu.raw_records())
-
-    @property
-    def rows(self) -> int:
-        return self.out.rows
-
-    def _start_gpu(self) -> None:
-        diag = self.gpu.start()
-        if diag is not None:
-            self._diags.append(diag)
-
-    def _gpu_data(self, final: bool) -> Tables:
-        data, diags = self.gpu.data(final)
-        self._diags.extend(diags)
-        return data
-
     def _start_gpu_early(self) -> None:
         with self._lock:
             if self.finished or self.close_ns is not None or self.open_ns is not None:
@@ -255,11 +252,6 @@ class Session:
                 return
             self._start_host()
             self._open(self._clock())
-
-    def _keep_pre(self) -> None:
-        """Before the window: drain the host data and keep only the last ~10 s (bounded)."""
-        self._last_flush = self._clock()
-        self._pre.append(self.host.drain())
 
     def _close(self) -> None:
         with self._lock:
@@ -285,9 +277,8 @@ class Session:
                 self._count_raw()
             self._write_meta()
 
-    def _measure(self, cpu_close: dict[int, float] | None, now: int) -> None:
-        wall = None if self.open_ns is None else (now - self.open_ns) / 1e9
-        self._measured = (wall, cpu_since(self._cpu_open, cpu_close))
+    def _pre_window_gpu(self) -> list[Tables]:
+        return self.auto.take_pre()
 
     # -- end of process ----------------------------------------------------------------------
     def finish(self, ended: str | None = None) -> None:
@@ -305,6 +296,7 @@ class Session:
             elif self.ended == "running":
                 self.ended = "exit" if not self.exit_status else f"exit status {self.exit_status}"
             self._finishing = True
+            self._ended_open = self.close_ns is None
             if self.close_ns is None and self.open_ns is not None:
                 self._close()
             elif self.open_ns is None:
@@ -315,43 +307,45 @@ class Session:
             self._write_meta()
 
     def _keep_tail(self) -> None:
-        """The window never opened: keep the last ``max_seconds`` of host data."""
+        """No window opened: keep the tail ``capture.auto_window.tail_plan`` says (the last
+        ``max_seconds`` of host data, or all since the GPU was first used during the warm-up)."""
         now = self._clock()
-        self._gpu_data(final=True)  # started for a warm-up step of a window that never came
-        self._discard_raw()
+        self._wait_io()
+        gpu = self._gpu_data(final=True)  # started for a warm-up step, or the tentative capture
         data = self.host.stop()
         merged = concat([*self._pre, data])
         self._pre.clear()
-        keep_s = self.schedule.max_seconds or 10.0
-        if self.schedule.timed:
-            why = "the program ended before the --delay was over"
+        a = self.auto
+        tail = tail_plan(timed=self.schedule.timed, auto=a.enabled, first=self.schedule.first,
+                         boundaries=self.boundaries, gpu_seen_ns=a.gpu_seen_ns,
+                         gpu_started=a.gpu_seen_ns is not None or self._warmup_boundary is not None,
+                         start_ns=self.start_ns, now_ns=now, warmup_s=a.warmup_s, keep_s=a.max_s)
+        self._diags.append(tail.diagnostic)
+        self.window_used = tail.used
+        self.open_ns, self.close_ns = tail.start_ns, now
+        self.out.write(clip(merged, tail.start_ns, now))
+        if tail.keep_gpu:  # raw records: clipped to the window at merge
+            for d in [*a.take_pre(), gpu]:
+                self.out.write(clip(d, tail.start_ns, now))
         else:
-            why = (f"fewer than {self.schedule.first + 1} step boundaries were seen (no optimizer "
-                   "step hook fired and stepscope.step() was not called often enough)")
-        self._diags.append(Diagnostic("warning", "window_not_reached",
-                                      f"the capture window never opened: {why}; kept the last "
-                                      f"{keep_s:g} s of host samples instead"))
-        self.open_ns = max(self.start_ns, now - int(keep_s * 1e9))
-        self.close_ns = now
-        self.out.write(clip(merged, self.open_ns, now))
-
-    def _discard_raw(self) -> None:
-        """Drop GPU records kept raw (those of a warm-up step whose window never opened)."""
-        from stepscope.capture.cupti.raw import raw_files
-
-        for f in raw_files(self.partition.path):
-            f.unlink(missing_ok=True)
+            self._discard_raw()
+        self._measure(None, now)
 
     def _write_meta(self) -> None:
         from dataclasses import replace
 
-        settings: dict[str, Any] = {"window": self.schedule.describe(),
+        used = self.window_used
+        settings: dict[str, Any] = {"window": used.text, "window_kind": used.kind,
                                     "schedule": self.schedule.to_dict(),
                                     "window_start_ns": self.open_ns, "window_end_ns": self.close_ns,
+                                    "window_ended_with_program": self._ended_open,
                                     "step_boundaries_seen": self.boundaries,
-                                    "gpu": self.gpu.status}
+                                    "gpu": self.gpu.status, **self.auto.settings(),
+                                    "frameworks": frameworks_loaded()}
         # the overhead figures from the window's close on (later with the steps after it)
-        overhead = self._step_times.report(*self._measured) if self._measured is not None else {}
+        no_steps = NO_STEPS if used.kind not in ("steps", "time") else None
+        overhead = (self._step_times.report(*self._measured, no_steps=no_steps)
+                    if self._measured is not None else {})
         diags = [*self._diags, *self.out.diagnostics]
         host, host_diags = self.host.for_manifest()
         if host is not None:
@@ -365,5 +359,24 @@ class Session:
             pass
 
 
-__all__ = ["CaptureConfig", "ENV_VAR", "HostLike", "Session", "clip", "concat",
-           "threads_cpu_s"]
+# the frameworks whose fixes the advice can speak in, by the module that says they are in use
+FRAMEWORK_MODULES = (("pytorch", "torch"), ("jax", "jax"), ("tensorflow", "tensorflow"),
+                     ("cupy", "cupy"), ("triton", "triton"), ("numba", "numba.cuda"))
+
+
+def frameworks_loaded(modules: Mapping[str, object] | None = None) -> list[str]:
+    """The frameworks imported by the program (``sys.modules``; nothing is imported here)."""
+    mods = sys.modules if modules is None else modules
+    return [name for name, module in FRAMEWORK_MODULES if module in mods]
+
+
+__all__ = [
+    "ENV_VAR",
+    "frameworks_loaded",
+    "CaptureConfig",
+    "HostLike",
+    "Session",
+    "clip",
+    "concat",
+    "threads_cpu_s",
+]

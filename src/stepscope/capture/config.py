@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from stepscope.capture.schedule import Schedule
+from stepscope.capture.schedule import DEFAULT_WARMUP_S, Schedule
 from stepscope.store.manifest import Diagnostic
 
 ENV_VAR = "STEPSCOPE_CAPTURE"
@@ -33,6 +33,17 @@ class CaptureConfig:
     gpu: str = "auto"  # GPU backend: auto | cupti | cupti-python | torch | none (capture.gpu)
     gpu_api: str = "filtered"  # runtime/driver calls: none | filtered | all
     nvtx_step: str = ""  # --nvtx NAME: the NVTX ranges named NAME are the steps
+    # the default window's fallback (capture.auto_window): no step hook has fired this long
+    # after the GPU was first used: a time window opens; negative: no fallback
+    auto_warmup_s: float = DEFAULT_WARMUP_S
+
+    @property
+    def auto_window(self) -> bool:
+        """Whether the fallback runs: the default schedule only (not --steps, --delay/--duration
+        or --nvtx, which the user chose)."""
+        s = self.schedule
+        return (not s.timed and s.last is None and not self.nvtx_step
+                and self.auto_warmup_s >= 0)
 
     def to_json(self) -> str:
         d = asdict(self)

@@ -3,7 +3,11 @@
 Backends: ``cupti`` (CUPTI Activity API through ctypes and the C buffer shim: the default),
 ``cupti-python`` (the same records through NVIDIA's cupti-python package, an optional extra:
 kept to measure against), ``torch`` (PyTorch's profiler), ``none``. ``auto`` is ``cupti``;
-when GPU capture cannot start, the reason becomes a diagnostic and host capture carries on.
+when GPU capture cannot start, the reason becomes a diagnostic and host capture carries on (where
+there is no usable GPU, the driver's reason is given: ``cuda_driver.no_gpu_reason``, rather than
+the backend's, e.g. CUPTI's ``CUPTI_ERROR_UNKNOWN``). When the backend stops, the ``devices`` rows
+of the GPUs the process used are added to its last tables, whichever the backend
+(``capture.devices``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from stepscope.capture import cuda_driver
+from stepscope.capture.devices import devices_table, record_devices
 from stepscope.errors import CaptureError
 from stepscope.store.manifest import Diagnostic
 
@@ -54,14 +60,21 @@ def make_gpu(backend: str, api: str = "filtered", spill_dir: Path | None = None)
 
 
 GpuFactory = Callable[[str, str], "GpuLike | None"]
+DriverFactory = Callable[[], "cuda_driver.CudaDriver | None"]
 
 
 class GpuSlot:
     """One process's GPU backend through the session: made off the training thread
     (``prepare``: imports, libraries, the shim), started (``start``), drained (``data``)."""
 
-    def __init__(self, backend: str, api: str, factory: GpuFactory) -> None:
+    def __init__(self, backend: str, api: str, factory: GpuFactory, *,
+                 driver: DriverFactory | None = None,
+                 no_gpu: Callable[[], str | None] | None = None) -> None:
+        """``driver``: the CUDA driver already in the process (default: ``CudaDriver.attach``,
+        which never loads it); ``no_gpu``: why there is no usable GPU (default:
+        ``cuda_driver.no_gpu_reason``), asked only when the backend cannot start."""
         self.backend, self.api, self._factory = backend, api, factory
+        self._driver, self._no_gpu = driver, no_gpu
         self.gpu: GpuLike | None = None
         self._ready: threading.Event | None = None
         self._made: list[Any] = []  # [GpuLike | None] or [exception]
@@ -116,9 +129,11 @@ class GpuSlot:
             gpu.start()
         except Exception as exc:  # never break the program: say why and go on host-only
             msg = str(exc) if isinstance(exc, CaptureError) else repr(exc)
-            self._status = {"backend": self.backend, "state": "unavailable", "reason": msg}
-            return Diagnostic("warning", "gpu_not_captured",
-                              f"GPU activity not captured ({self.backend}): {msg}; host-side data only")
+            why = self._no_gpu_reason()
+            self._status = {"backend": self.backend, "state": "unavailable", "reason": why or msg,
+                            **({"backend_error": msg} if why else {})}
+            return Diagnostic("warning", "gpu_not_captured", f"GPU activity not captured "
+                              f"({self.backend}): {why or msg}; host-side data only")
         self.gpu = gpu
         self._status = {"backend": gpu.backend, "state": "running"}
         return None
@@ -152,7 +167,32 @@ class GpuSlot:
                 settings = {"backend": gpu.backend, "settings_error": repr(exc)}
             self._status = {"state": "stopped", **settings}
             diags.extend(gpu.diagnostics)
+            data = self._with_devices(data, diags)
         return data, diags
+
+    def _no_gpu_reason(self) -> str | None:
+        try:
+            return (self._no_gpu or cuda_driver.no_gpu_reason)()
+        except Exception:  # noqa: BLE001 - a diagnostic must never break the program
+            return None
+
+    def _with_devices(self, data: dict[str, Any], diags: list[Diagnostic]) -> dict[str, Any]:
+        """``data`` with the ``devices`` rows of the GPUs the process used (``capture.devices``)
+        in place of any the backend made."""
+        rest = {k: v for k, v in data.items() if k != "devices"}
+        try:
+            driver = (self._driver or cuda_driver.CudaDriver.attach)()
+            rows = devices_table(driver, data)
+        except Exception as exc:  # noqa: BLE001 - never break the program for a table
+            diags.append(Diagnostic("warning", "devices_not_read",
+                                    f"the GPUs' properties could not be read: {exc!r}"))
+            return rest
+        if rows is None and (self._raw or record_devices(data)):
+            diags.append(Diagnostic(
+                "warning", "devices_not_read", "the process recorded GPU activity but the CUDA "
+                "driver was not found in it: no devices table (occupancy and the rules that need "
+                "the GPU's limits are skipped)"))
+        return rest if rows is None else {**rest, "devices": rows}
 
 
 

@@ -191,6 +191,7 @@ class HostCapture:
         with self._lock:
             if not self._running:
                 return
+            self._note_native_threads()
             self._running = False
             self._stop_event.set()
             if not keep_hooks:
@@ -289,6 +290,27 @@ class HostCapture:
                     self._seen_threads.add((os.getpid(), native))
                     self._push("threads", (os.getpid(), native, thread.name))
         return native
+
+    def _note_native_threads(self, proc: str = "/proc") -> None:
+        """Name the process's threads that Python does not know (C++ threads such as torch's
+        ``pt_autograd_0``, whose CUDA calls are in the window), from ``/proc/self/task/*/comm``.
+        Caller holds the lock."""
+        pid = os.getpid()
+        try:
+            tids = os.listdir(f"{proc}/{pid}/task")
+        except OSError:
+            return
+        for entry in tids:
+            if not entry.isdigit() or (pid, int(entry)) in self._seen_threads:
+                continue
+            try:
+                with open(f"{proc}/{pid}/task/{entry}/comm", encoding="utf-8",
+                          errors="replace") as f:
+                    name = f.read().strip()
+            except OSError:
+                continue
+            self._seen_threads.add((pid, int(entry)))
+            self._push("threads", (pid, int(entry), name))
 
     def _note_process(self, pid: int, name: str) -> None:
         with self._lock:

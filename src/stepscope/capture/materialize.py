@@ -11,6 +11,7 @@ settings and diagnostics), and the raw files are removed.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,20 @@ from typing import Any
 from stepscope.capture.partitions import META_NAME, PartitionMeta, StagingPartition
 from stepscope.store.manifest import Diagnostic
 
+GROUP_BYTES = 64 << 20  # raw bytes decoded per chunk written (and per progress report)
 
-def materialize(folder: Path) -> bool:
-    """Decode ``folder``'s raw records, if it has any; True when it had."""
+
+def raw_bytes(folder: Path) -> int:
+    """The size of ``folder``'s raw record files (what decoding it reads)."""
+    try:
+        return sum(p.stat().st_size for p in folder.glob("cupti.*.bin") if p.is_file())
+    except OSError:
+        return 0
+
+
+def materialize(folder: Path, progress: Callable[[float], None] | None = None) -> bool:
+    """Decode ``folder``'s raw records, if it has any; True when it had. ``progress``: told the
+    raw bytes decoded so far (roughly: a group of ``GROUP_BYTES`` at a time)."""
     from stepscope.capture.cupti.raw import RawResult, decode_folder, has_raw, raw_files
 
     if not has_raw(folder):
@@ -29,8 +41,18 @@ def materialize(folder: Path) -> bool:
     settings = dict(meta.settings) if meta is not None else {}
     lo, hi = settings.get("window_start_ns"), settings.get("window_end_ns")
     part = StagingPartition(folder, prefix="gpu")
+    total = raw_bytes(folder)
+    groups = [0]
+
+    def write(tables: dict[str, Any]) -> int:
+        rows = part.write_chunk(tables)
+        groups[0] += 1
+        if progress is not None:
+            progress(float(min(total, groups[0] * GROUP_BYTES)))
+        return rows
+
     try:
-        result = decode_folder(folder, _int(lo), _int(hi), part.write_chunk)
+        result = decode_folder(folder, _int(lo), _int(hi), write, group_bytes=GROUP_BYTES)
     except Exception as exc:  # damaged records must not cost the rest of the run
         result = RawResult(0, 0, 0, 0.0, diagnostics=(Diagnostic(
             "error", "cupti_raw_decode_failed",
@@ -46,6 +68,8 @@ def materialize(folder: Path) -> bool:
                                 diagnostics=(*meta.diagnostics, *result.diagnostics)))
     for f in raw_files(folder):
         f.unlink(missing_ok=True)
+    if progress is not None:
+        progress(float(total))
     return True
 
 

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stepscope.capture.endings import capture_cut, ended_by, settle_launched, status_diagnostic
 from stepscope.capture.gpu_pace import GPU_TABLES, GpuBusy, with_gpu_pace
 from stepscope.errors import CaptureError
 from stepscope.schema import TABLE_NAMES
@@ -187,7 +187,7 @@ class Partition:
         if not parts:
             return None
         t = pa.concat_tables(parts)
-        if name in ("threads", "processes"):  # noted again by every drain: keep one of each
+        if name in ("threads", "processes", "devices"):  # noted again by every drain: one each
             t = pa.Table.from_pylist(_unique(t.to_pylist()), schema=t.schema)
         return t
 
@@ -210,49 +210,34 @@ def read_partition(path: Path) -> Partition:
     return Partition(path=path, meta=meta, files={k: v for k, v in files.items() if v})
 
 
-def ended_by(returncode: int) -> str:
-    """``PartitionMeta.ended`` for a Popen return code (negative: ended by that signal)."""
-    if returncode == 0:
-        return "exit"
-    if returncode > 0:
-        return f"exit status {returncode}"
-    try:
-        return f"signal: {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"signal: {-returncode}"
+# a merge's progress: (what, done, total), e.g. ("decoding GPU records", 120e6, 800e6) in bytes,
+# or ("writing tables", 3, 20); the command line draws it (cli/record.py)
+Progress = Callable[[str, float, float], None]
 
 
-def settle_launched(parts: Sequence[Partition], pid: int, returncode: int,
-                    host: str) -> list[Partition]:
-    """``parts`` with the launcher's ``returncode`` as the ending of its direct child ``pid``.
-
-    The child's own note cannot be trusted where it says ``exit`` (``raise SystemExit(N)`` is
-    not seen in-process), ``exit status N`` (a ``sys.exit(N)`` that was caught), ``running``
-    (``os._exit``, SIGKILL) or ``unknown`` (no meta); an exception or a signal it saw stays, as
-    it says more. When the child ``exec``-ed, its pid has several partitions: the last one
-    started is the image that ended."""
-    own = [p for p in parts if p.meta.pid == pid and p.meta.host in (host, "")]
-    if not own:
-        return list(parts)
-    last = max(own, key=lambda p: p.meta.start_ns)
-    ended = last.meta.ended
-    if not (ended in ("exit", "running", "unknown") or ended.startswith("exit status")):
-        return list(parts)
-    settled = replace(last, meta=replace(last.meta, ended=ended_by(returncode)))
-    return [settled if p is last else p for p in parts]
-
-
-def read_partitions(staging: Path) -> list[Partition]:
-    from stepscope.capture.materialize import materialize  # numpy decoding only when merging
+def read_partitions(staging: Path, progress: Progress | None = None) -> list[Partition]:
+    from stepscope.capture.materialize import materialize, raw_bytes  # numpy: only when merging
 
     folders = sorted(p for p in staging.iterdir() if p.is_dir() and p.name.startswith("p"))
-    for folder in folders:
-        materialize(folder)
+    sizes = [raw_bytes(f) for f in folders]
+    total, before = float(sum(sizes)), 0.0
+    for folder, size in zip(folders, sizes):
+        if progress is not None and size:
+            at = before  # bytes of the folders before this one
+
+            def one(done: float, at: float = at) -> None:
+                progress("decoding GPU records", at + done, total)
+
+            materialize(folder, one)
+        else:
+            materialize(folder)
+        before += size
     parts = [read_partition(p) for p in folders]
     return sorted(parts, key=lambda p: (p.meta.start_ns, p.meta.pid))
 
 
-def assign_ranks(parts: Sequence[Partition]) -> tuple[list[tuple[int, Partition]], list[Diagnostic]]:
+def assign_ranks(parts: Sequence[Partition]
+                 ) -> tuple[list[tuple[int, Partition]], list[Diagnostic]]:
     """``[(rank, partition)]`` for the partitions kept, and what was decided (see module doc)."""
     diags: list[Diagnostic] = []
     parents = {(p.meta.host, p.meta.ppid) for p in parts if p.meta.env_rank is not None}
@@ -266,15 +251,20 @@ def assign_ranks(parts: Sequence[Partition]) -> tuple[list[tuple[int, Partition]
             f"launcher process(es) that started the ranks, not kept as ranks: {names}",
             count=len(launchers)))
     kept = [p for p in parts if not any(p is q for q in launchers)]
-    if any(p.rows("steps") for p in kept):
-        dropped = [p for p in kept if not p.rows("steps")]
+    # the processes that did the work: those with steps; where none has steps (no step hook
+    # fired: time windows), those that used the GPU
+    for has, what in ((lambda p: p.rows("steps") > 0, "training steps"), (_used_gpu, "GPU work")):
+        if not any(has(p) for p in kept):
+            continue
+        dropped = [p for p in kept if not has(p)]
         if dropped:
-            kept = [p for p in kept if p.rows("steps")]
+            kept = [p for p in kept if has(p)]
             diags.append(Diagnostic(
                 "info", "processes_without_steps",
-                f"{len(dropped)} captured process(es) without training steps (launchers, workers, "
+                f"{len(dropped)} captured process(es) without {what} (launchers, workers, "
                 f"helpers) not kept as ranks: pids {', '.join(str(p.meta.pid) for p in dropped)}",
                 count=len(dropped)))
+        break
     out: list[tuple[int, Partition]] = []
     used: set[int] = set()
     rest: list[Partition] = []
@@ -297,6 +287,12 @@ def assign_ranks(parts: Sequence[Partition]) -> tuple[list[tuple[int, Partition]
     return sorted(out, key=lambda x: x[0]), diags
 
 
+def _used_gpu(p: Partition) -> bool:
+    s = p.meta.settings if isinstance(p.meta.settings, dict) else {}
+    return (any(p.rows(t) for t in ("kernels", "memcpy", "memset"))
+            or isinstance(s.get("gpu_first_used_ns"), int))
+
+
 def merge(
     staging: Path,
     out: Path,
@@ -308,13 +304,18 @@ def merge(
     extra_diagnostics: Sequence[Diagnostic] = (),
     settings: Mapping[str, Any] | None = None,
     version: str = "",
+    inputs: Sequence[Path] = (),
+    progress: Progress | None = None,
 ) -> Path:
     """Merge every staging partition into the run ``out`` (written atomically).
 
     ``returncode`` is the command's; ``launched_pid`` its process, whose partition (if it has
-    one) takes that status as its ending (``settle_launched``)."""
+    one) takes that status as its ending (``settle_launched``). The run is partial only where a
+    rank's capture was cut (``capture.endings``), not for a non-zero exit status. ``inputs``:
+    paths that ``overwrite`` must not delete (``RunWriter``); ``progress``: told how decoding
+    and writing go."""
     try:
-        parts = read_partitions(staging)
+        parts = read_partitions(staging, progress)
     except OSError as exc:
         raise CaptureError(f"{staging}: cannot read the capture staging folder ({exc})") from None
     if launched_pid is not None and returncode is not None:
@@ -322,25 +323,25 @@ def merge(
     ranked, diags = assign_ranks(parts)
     backends = gpu_backends([p for _, p in ranked])
     diags = [*([] if backends else [NO_GPU_CAPTURE]), *extra_diagnostics, *diags]
-    partial = returncode is None or returncode != 0
-    if returncode is None:
-        diags.append(Diagnostic("warning", "program_not_finished", "the program did not finish"))
-    elif returncode < 0:
-        diags.append(Diagnostic("warning", "partial_run",
-                                f"the program was ended by signal {-returncode}: the run is partial"))
-    elif returncode > 0:
-        diags.append(Diagnostic("warning", "partial_run",
-                                f"the program exited with status {returncode}: the run is partial"))
+    partial = returncode is None
+    status = status_diagnostic(returncode)
+    if status is not None:
+        diags.append(status)
     if not parts:
         diags.append(Diagnostic("error", "nothing_captured",
                                 "no Python process was captured (was the command a Python program? "
                                 "did it exit before the interpreter started?)"))
     ranks: list[RankInfo] = []
     overhead: dict[str, Any] = {}
-    with RunWriter(out, overwrite=overwrite) as w:
+    todo = sum(len(p.names()) for _, p in ranked)
+    done = 0
+    with RunWriter(out, overwrite=overwrite, inputs=inputs) as w:
         for rank, p in ranked:
             busy = GpuBusy.for_window(p.meta.settings)  # the steps' GPU pace (gpu_pace.py)
             for name in p.names():
+                if progress is not None:
+                    progress("writing tables", done, todo)
+                done += 1
                 table = p.table(name)
                 if table is not None:
                     w.write(name, rank, table)
@@ -355,10 +356,18 @@ def merge(
             for d in m.diagnostics:
                 diags.append(replace(d, file=d.file or f"rank {rank} (pid {m.pid})"))
             if m.ended not in ("exit", "running"):
-                partial = True
                 diags.append(Diagnostic("warning", "process_ended",
                                         f"rank {rank} (pid {m.pid}) ended by {m.ended}"))
+            cut = capture_cut(m.settings, m.ended)
+            if cut is not None:
+                partial = True
+                diags.append(Diagnostic("warning", "partial_run",
+                                        f"the run is partial: rank {rank} (pid {m.pid}): {cut}"))
+        if progress is not None:
+            progress("writing tables", todo, todo)
         per_rank = {f"rank{r}": p.meta.settings for r, p in ranked}
+        used = sorted({str(p.meta.settings.get("window")) for _, p in ranked
+                       if p.meta.settings.get("window")})
         manifest = Manifest(
             source=SourceInfo(kind="capture", files=(), tool=f"stepscope {version} record (host"
                               + "".join(f" + {b}" for b in backends) + ")",
@@ -367,7 +376,8 @@ def merge(
             ranks=tuple(ranks),
             stepscope_version=version,
             partial=partial,
-            settings={**dict(settings or {}), "ranks": per_rank},
+            settings={**dict(settings or {}), "ranks": per_rank,
+                      **({"window_used": "; ".join(used)} if used else {})},
             overhead=overhead,
             diagnostics=tuple(_dedupe(diags)),
         )

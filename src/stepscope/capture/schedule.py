@@ -26,6 +26,7 @@ from stepscope.errors import CaptureError
 DEFAULT_SKIP_FIRST = 3
 DEFAULT_MAX_STEPS = 50
 DEFAULT_MAX_SECONDS = 10.0
+DEFAULT_WARMUP_S = 3.0  # the default window's fallback (capture.auto_window)
 
 
 class Action(str, Enum):
@@ -151,4 +152,5 @@ def make_schedule(
     return Schedule()
 
 
-__all__ = ["Action", "Schedule", "make_schedule", "parse_steps"]
+__all__ = ["DEFAULT_MAX_SECONDS", "DEFAULT_WARMUP_S", "Action", "Schedule", "make_schedule",
+           "parse_steps"]

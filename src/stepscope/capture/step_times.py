@@ -90,10 +90,15 @@ class StepTimes:
         """No more steps after the window (the process is ending)."""
         self._after_state = "done"
 
-    def report(self, window_wall_s: float | None, sampler_cpu_s: float | None) -> dict[str, Any]:
+    def report(self, window_wall_s: float | None, sampler_cpu_s: float | None,
+               no_steps: str | None = None) -> dict[str, Any]:
         """The overhead figures: window wall time, sampler threads' CPU (windows of 1 s or more:
-        /proc counts 10 ms ticks), mean and median step times and their ratio."""
+        /proc counts 10 ms ticks), mean and median step times and their ratio. ``no_steps``: why
+        the cost cannot be measured when no step fell in the window (a time window taken because
+        no step hook fired), said as ``step_time_ratio_after_unmeasurable``; no ratio is made up."""
         o: dict[str, Any] = {}
+        if no_steps is not None and not self._inside:
+            o["step_time_ratio_after_unmeasurable"] = no_steps
         if window_wall_s is not None:
             o["window_wall_s"] = round(window_wall_s, 6)
             if sampler_cpu_s is not None and window_wall_s >= 1.0:

@@ -6,6 +6,11 @@ the tables are the same as ``stepscope import`` would make of it. The program mu
 torch before the window opens (it always has, when the window is opened by the optimizer-step
 hook). torch.profiler cannot hand over events mid-window: ``flush`` returns nothing and a process
 killed mid-window loses the window's GPU events (the CUPTI backend does not).
+
+The ``devices`` table is made as for the other backends (``capture.devices``, by ``GpuSlot``):
+the driver's rows for the GPUs the process used replace Kineto's ``deviceProperties`` (which
+lists every visible GPU and has no clocks, bandwidth or L2); Kineto's row of a used GPU stays
+where the driver cannot describe it.
 """
 
 from __future__ import annotations

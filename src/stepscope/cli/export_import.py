@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.importers import import_traces
+from stepscope.store.writer import check_replaceable
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("import", help="import Kineto traces (files or folders, one file per rank)")
     p.add_argument("traces", nargs="+", help="trace files (.json / .json.gz) or folders")
     p.add_argument("-o", "--output", help="run folder to write (default: <first trace>.stepscope)")
-    p.add_argument("--force", action="store_true", help="replace an existing run folder")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing run folder (only a stepscope run, holding no input)")
     p.set_defaults(run=run)
 
 
@@ -29,6 +31,8 @@ def default_output(first: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else default_output(args.traces[0])
+    if args.force:
+        check_replaceable(out, args.traces)  # never delete a folder that is not a run
     path = import_traces(args.traces, out, overwrite=args.force)
     print(f"wrote run {path}", file=sys.stdout)
     return 0

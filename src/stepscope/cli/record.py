@@ -3,11 +3,13 @@
 Runs CMD (a script, ``-m module``, ``python ...`` or a launcher such as ``torchrun``) with the
 capture bootstrap injected, then merges what every Python process captured into one run.
 
-stdout belongs to the program: stepscope's own lines and the summary go to stderr (nothing with
-``--quiet``). The exit status is the program's: its exit code, or, when it was ended by a signal,
+stdout belongs to the program: stepscope's own lines, the merge's progress (on a terminal) and the
+summary go to stderr (nothing with ``--quiet``). The exit status is the program's: its exit code, or, when it was ended by a signal,
 the launcher ends itself by the same signal (so a shell sees 128+N as it would have). Errors found
 before the program starts (bad options, RUN exists) exit with 2; a capture failure after the
-program ran is reported on stderr and the program's status is still returned.
+program ran is reported on stderr and the program's status is still returned. ``--force``
+replaces only a stepscope run folder that holds none of the command's files (checked before the
+program starts).
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from typing import Any
 
 from stepscope import __version__
 from stepscope.capture.bootstrap import CaptureConfig
+from stepscope.capture.endings import status_text
 from stepscope.capture.gpu import BACKENDS
 from stepscope.capture.launcher import PKG_ROOT, build_command, child_env, launch
-from stepscope.capture.partitions import merge
-from stepscope.capture.schedule import make_schedule
+from stepscope.capture.partitions import Progress, merge
+from stepscope.capture.schedule import DEFAULT_WARMUP_S, make_schedule
 from stepscope.errors import CaptureError, RunError, StepscopeError
-from stepscope.store.manifest import Diagnostic
+from stepscope.store.manifest import Diagnostic, read_manifest
+from stepscope.store.writer import check_replaceable
 
 # signals the launcher re-raises on itself so its parent sees the same death (no core dumps)
 RERAISE = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGPIPE,
@@ -46,6 +50,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--steps", metavar="A-B", help="capture steps A to B (inclusive, 0-based)")
     p.add_argument("--delay", type=float, metavar="S", help="start capturing S seconds after start")
     p.add_argument("--duration", type=float, metavar="S", help="capture for S seconds")
+    p.add_argument("--warmup", type=float, metavar="S",
+                   help="when no step hook fires: open a time window S seconds after the program "
+                        f"first uses the GPU (default {DEFAULT_WARMUP_S:g}; the default window only)")
     p.add_argument("--sample-hz", type=float, default=10.0, metavar="N",
                    help="process/system sampling rate (default 10)")
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks")
@@ -73,10 +80,19 @@ def run(args: argparse.Namespace) -> int:
     schedule = make_schedule(args.steps, args.delay, args.duration)
     if args.sample_hz <= 0:
         raise CaptureError("--sample-hz must be > 0")
+    warmup = DEFAULT_WARMUP_S if args.warmup is None else args.warmup
+    if args.warmup is not None and (schedule.timed or schedule.last is not None or args.nvtx):
+        raise CaptureError("--warmup applies to the default window only (not with --steps, "
+                           "--delay/--duration or --nvtx)")
+    if warmup < 0:
+        raise CaptureError("--warmup must be >= 0 seconds")
     cmd = build_command(args.command)
     out = Path(args.output) if args.output else default_output()
+    inputs = [Path(a) for a in cmd if Path(a).exists()]  # the script and the files it is given
     if out.exists() and not args.force:
         raise RunError(f"{out}: already exists (choose another -o or pass --force)")
+    if args.force:
+        check_replaceable(out, inputs)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
@@ -85,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     config = CaptureConfig(staging=str(staging.resolve()), schedule=schedule,
                            sample_hz=args.sample_hz, stacks=not args.no_stacks,
                            pkg_root=str(PKG_ROOT), gpu=args.backend, gpu_api=args.gpu_api,
-                           nvtx_step=args.nvtx)
+                           nvtx_step=args.nvtx, auto_warmup_s=warmup)
     try:
         result = launch(cmd, child_env(config))
     except StepscopeError:
@@ -105,13 +121,15 @@ def run(args: argparse.Namespace) -> int:
         if result.forwarded:
             diags.append(Diagnostic("info", "signals_forwarded",
                                     f"forwarded to the program: {', '.join(result.forwarded)}"))
-        path = merge(staging, out, command=cmd, returncode=code, launched_pid=result.pid,
-                     overwrite=args.force,
-                     extra_diagnostics=diags, version=__version__,
-                     settings={"window": schedule.describe(), "sample_hz": args.sample_hz,
-                               "stacks": not args.no_stacks, "wall_s": round(result.wall_s, 3),
-                               "backend": args.backend, "gpu_api": args.gpu_api,
-                               "nvtx_step": args.nvtx or None})
+        with _MergeProgress(not args.quiet) as progress:
+            path = merge(staging, out, command=cmd, returncode=code, launched_pid=result.pid,
+                         overwrite=args.force, inputs=inputs, progress=progress,
+                         extra_diagnostics=diags, version=__version__,
+                         settings={"window": schedule.describe(), "sample_hz": args.sample_hz,
+                                   "stacks": not args.no_stacks, "wall_s": round(result.wall_s, 3),
+                                   "backend": args.backend, "gpu_api": args.gpu_api,
+                                   "nvtx_step": args.nvtx or None,
+                                   "auto_warmup_s": warmup if config.auto_window else None})
     except (StepscopeError, OSError, ValueError) as exc:
         say(f"stepscope: error: the run could not be written: {exc}")
         return _exit_like(code)
@@ -122,6 +140,46 @@ def run(args: argparse.Namespace) -> int:
     return _exit_like(code)
 
 
+class _MergeProgress:
+    """The merge's progress as a ``rich`` bar on stderr (a terminal only); a no-op otherwise.
+    Transient: the bar is gone once the merge is done."""
+
+    def __init__(self, show: bool) -> None:
+        self._bar: Any = None
+        self._tasks: dict[str, Any] = {}
+        if show and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+            self._bar = Progress(TextColumn("stepscope: {task.description}"), BarColumn(),
+                                 TaskProgressColumn(), console=Console(stderr=True),
+                                 transient=True)
+
+    def __enter__(self) -> Progress | None:
+        if self._bar is None:
+            return None
+        self._bar.start()
+        return self.update
+
+    def update(self, what: str, done: float, total: float) -> None:
+        task = self._tasks.get(what)
+        if task is None:
+            task = self._tasks[what] = self._bar.add_task(what, total=max(total, 1.0))
+        self._bar.update(task, completed=done, total=max(total, 1.0))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def summary_line(path: Path, code: int, partial: bool) -> str:
+    """``stepscope: wrote run PATH`` and, in brackets, how the program ended and whether the
+    capture was cut (``capture.endings``)."""
+    said = [t for t in (status_text(code),
+                        "partial: a process's capture was cut short" if partial else "") if t]
+    return f"stepscope: wrote run {path}" + (f" ({'; '.join(said)})" if said else "")
+
+
 def _summary(path: Path, code: int) -> None:
     from rich.console import Console
 
@@ -129,8 +187,11 @@ def _summary(path: Path, code: int) -> None:
     from stepscope.reporters.terminal import WIDTH, print_report
     from stepscope.store.run import Run
 
-    state = "" if code == 0 else " (partial: the program did not exit cleanly)"
-    print(f"stepscope: wrote run {path}{state}", file=sys.stderr)
+    try:
+        partial = read_manifest(path).partial
+    except StepscopeError:
+        partial = False
+    print(summary_line(path, code, partial), file=sys.stderr)
     try:
         console = Console(stderr=True)
         width = min(WIDTH, console.width) if console.is_terminal else WIDTH

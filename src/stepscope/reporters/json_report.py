@@ -2,12 +2,18 @@
 
 Contract (version 1; later versions only add keys):
   schema            "stepscope.report/1"
-  run               path, source, tool, files, ranks, devices, partial, diagnostics
+  run               path, source, tool, files, ranks, devices, partial, diagnostics,
+                    step_detection, ending{text, cut_short, returncode} (how the program ended,
+                    report.Ending), gpu_use (rank -> use, gpus, util_pct, util_samples, reason:
+                    analysis.gpu_use), capture
   summary           steps, steady_steps, wall_ms (sum of step windows),
                     step_ms{mean,median,p95,min,max,cv}, gpu_busy_ms (whole trace, summed over
-                    devices), gpu_busy_in_steps_ms, gpu_busy_pct, kernels (count),
+                    devices and ranks), gpu_busy_in_steps_ms (summed over devices and ranks),
+                    gpu_busy_pct (pooled: busy / gpu_time_ms), gpu_time_ms (step windows x
+                    devices used, summed over ranks), devices_used, gpu_use, kernels (count),
                     kernel_time_ms, tensor_core_share, est_sm_efficiency, step_source,
-                    marker_wall_ms and gpu_busy_in_markers_ms (on the source's step markers)
+                    step_detail, marker_wall_ms and gpu_busy_in_markers_ms (on the source's
+                    step markers)
   steps             [{rank, index, number, start_ns, end_ns, wall_ms (the step's window on the
                       GPU timeline), marker{start_ns, end_ns, wall_ms}, gpu_busy_ms, steady,
                       note, breakdown{category: ms}}]
@@ -123,7 +129,8 @@ def report_dict(report: Report) -> dict[str, Any]:
         "kernels": s.kernels, "kernel_time_ms": s.kernel_time_ms,
         "tensor_core_share": s.tensor_core_share, "est_sm_efficiency": s.est_sm_efficiency,
         "step_source": s.step_source, "marker_wall_ms": s.marker_wall_ms,
-        "gpu_busy_in_markers_ms": s.gpu_busy_in_markers_ms,
+        "gpu_busy_in_markers_ms": s.gpu_busy_in_markers_ms, "gpu_time_ms": s.gpu_time_ms,
+        "devices_used": s.devices_used, "gpu_use": s.gpu_use, "step_detail": s.step_detail,
     }
     out: dict[str, Any] = {
         "schema": REPORT_SCHEMA,
@@ -134,6 +141,9 @@ def report_dict(report: Report) -> dict[str, Any]:
             "devices": [d for ra in a.ranks for d in ra.devices],
             "diagnostics": [dataclasses.asdict(d) for d in m.diagnostics],
             "step_detection": {str(ra.rank): ra.steps.detail for ra in a.ranks},
+            "ending": report.ending,
+            "frameworks": list(report.frameworks),
+            "gpu_use": {str(ra.rank): ra.gpu for ra in a.ranks},
             "capture": capture_info(m) if m.source.kind == "capture" else None,
         },
         "summary": summary,

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.analysis.summary import RunSummary, summarize
-from stepscope.report import Report
+from stepscope.report import Report, fix_for
 
 WIDTH = 100
 BAR = 72
@@ -48,16 +48,21 @@ def breakdown_bar(breakdown_ms: dict[str, float], width: int = BAR) -> Text:
     return bar
 
 
+# a run without GPU records: every category is host time (analysis.breakdown)
+HOST_LABEL = {**LABEL, "host": "host ops", "idle": "host, nothing recorded"}
+
+
 def _legend(s: RunSummary, width: int = WIDTH) -> Text:
     """Category labels with ms and share, wrapped between items (never inside one)."""
     total = sum(s.breakdown_ms.values())
+    labels = LABEL if s.devices_used else HOST_LABEL
     t = Text()
     used = 0
     for c in CATEGORIES:
         v = s.breakdown_ms.get(c, 0.0)
         if v <= 0 or total <= 0:
             continue
-        item = f"{LABEL[c]} {v:.2f} ms ({v / total:.0%})"
+        item = f"{labels[c]} {v:.2f} ms ({v / total:.0%})"
         if used and used + len(item) + 5 > width:
             t.append("\n")
             used = 0
@@ -74,8 +79,11 @@ def _header(report: Report, s: RunSummary) -> Text:
     t = Text()
     t.append("stepscope", style="bold")
     t.append(f"  {m.source.kind} run, {len(m.ranks)} rank(s)")
-    if m.partial:
-        t.append("  PARTIAL (the program did not finish)", style="bold red")
+    end = report.ending
+    if end.cut_short:
+        t.append(f"\nPARTIAL: {end.text}", style="bold red")
+    elif end.text:
+        t.append(f"\n{end.text[0].upper()}{end.text[1:]}", style="yellow")
     for name, major, minor, sms in sorted(devs, key=str):
         cc = f"CC {major}.{minor}, " if major is not None else ""
         t.append(f"\n{name} ({cc}{sms} SMs)")
@@ -85,26 +93,32 @@ def _header(report: Report, s: RunSummary) -> Text:
 
 
 def _capture_line(settings: dict[str, Any], overhead: dict[str, Any]) -> str:
-    """GPU backend per rank and the in-window step-time ratio each process measured: against the
-    steps right after the window where the program ran on (samplers off, CUPTI detached), else
-    against the steps before it (rough: warm-up steps)."""
+    """GPU backend per rank and the capture's cost each process measured: the in-window step
+    time against the steps right after the window where the program ran on (samplers off,
+    CUPTI detached). The steps *before* the window are never the reference: they ran with the
+    host hooks and samplers on and are warm-up steps of the program (the default window opens
+    after the first steps), so a ratio against them says how much faster the program became,
+    not what the capture cost (x0.31 on a conv net). A ratio under 1 is no cost at all."""
     ranks = settings.get("ranks") or {}
     backends = sorted({str((v or {}).get("gpu", {}).get("backend") or "?") + " "
                        + str((v or {}).get("gpu", {}).get("state") or "?") for v in ranks.values()})
     line = "capture: GPU " + (", ".join(backends) or "none")
     worst = ", worst rank" if len([o for o in overhead.values() if isinstance(o, dict)]) > 1 else ""
     after = _ratios(overhead, "step_time_ratio_in_window_vs_after")
-    before = _ratios(overhead, "step_time_ratio_in_window_vs_before")
     why = [str(o["step_time_ratio_after_unmeasurable"]) for o in overhead.values()
            if isinstance(o, dict) and o.get("step_time_ratio_after_unmeasurable")]
     if why:
         line += f"; the capture's cost is not measurable on this run: {why[0]}"
-    elif after:
+    elif after and max(after) >= 1.0:
         line += (f"; steps in the window took x{max(after):.2f}{_interval(overhead)} the steps "
                  f"right after it (capture off{worst})")
-    elif before:
-        line += (f"; steps in the window took x{max(before):.2f} the steps before it "
-                 "(rough: those were warm-up steps)")
+    elif after:
+        ci = _interval(overhead).strip().strip("()")
+        line += (f"; no capture cost measurable: steps in the window were not slower than those "
+                 f"right after it (x{max(after):.2f}{', ' + ci if ci else ''}{worst})")
+    elif overhead:
+        line += ("; the capture's cost was not measured (fewer than 3 steps ran after the "
+                 "window to compare with)")
     return line
 
 
@@ -126,22 +140,41 @@ def _ratios(overhead: dict[str, Any], key: str) -> list[float]:
     return [float(v) for v in vals if isinstance(v, (int, float))]
 
 
+def _gpu_busy(s: RunSummary) -> str:
+    """GPU busy share with its own numerator and denominator: per rank, over the devices each
+    rank used, and for several ranks the pooled share with each rank's figure."""
+    if len(s.ranks) == 1:
+        r = s.ranks[0]
+        over = f" on {r.devices_used} GPUs" if r.devices_used > 1 else ""
+        wall = f"{r.devices_used} x {r.wall_ms:.1f}" if r.devices_used > 1 else f"{r.wall_ms:.1f}"
+        return f" of step time{over} ({r.gpu_busy_in_steps_ms:.1f} of {wall} ms)"
+    per = [f"{r.rank}: {r.gpu_busy_pct:.1f}%" for r in s.ranks if r.devices_used]
+    if len(per) > 8:
+        pcts = [r.gpu_busy_pct for r in s.ranks if r.devices_used]
+        per = [f"lowest {min(pcts):.1f}%, highest {max(pcts):.1f}%"]
+    return (f" of step time over {len(s.ranks)} ranks ({s.gpu_busy_in_steps_ms:.1f} of "
+            f"{s.gpu_time_ms:.1f} GPU-ms; per rank {', '.join(per)})")
+
+
 def _overview(s: RunSummary) -> Text:
     t = Text()
-    t.append(f"Steps {s.steps}", style="bold")
-    t.append(f" ({s.step_source}, {s.steady_steps} steady)")
+    t.append("Steps: ", style="bold")
+    t.append(s.step_detail or "none (the run has no ranks)")
+    if s.steps:
+        t.append(f" ({s.steady_steps} steady)")
     if s.step_time is not None:
         st = s.step_time
-        t.append("   step time ")
+        t.append("\nStep time ")
         t.append(f"{st.median_ms:.2f} ms", style="bold")
         t.append(f" median, {st.mean_ms:.2f} mean, {st.p95_ms:.2f} p95")
-    if s.kernels == 0 and s.gpu_busy_ms == 0:
-        t.append("\nGPU activity: none in this run (CPU-only, or not captured: see diagnostics)")
+    if s.devices_used == 0:
+        notes = sorted({r.gpu_note for r in s.ranks if r.gpu_note})
+        t.append("\nGPU activity: none recorded" + (f": {notes[0]}" if notes else ""))
         return t
     t.append("\nGPU busy ")
     t.append(f"{s.gpu_busy_pct:.1f}%", style="bold")
-    t.append(f" of step time ({s.gpu_busy_in_steps_ms:.1f} of {s.wall_ms:.1f} ms)")
-    t.append(f"   kernels {s.kernels} ({s.kernel_time_ms:.1f} ms)")
+    t.append(_gpu_busy(s))
+    t.append(f"\nKernels {s.kernels} ({s.kernel_time_ms:.1f} ms)")
     if s.kernel_time_ms > 0:
         t.append(f"   tensor cores {s.tensor_core_share:.0%} of kernel time")
         if s.est_sm_efficiency is not None:
@@ -176,6 +209,7 @@ SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
     adv = report.advice
+    frameworks = report.frameworks
     out: list[RenderableType] = []
     if not adv.findings:
         out.append(Text("Findings: none above the reporting thresholds.", style="bold"))
@@ -190,7 +224,7 @@ def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
                       if f.est_saving_ms > 0 else "saving not estimated")
             line.append(f"  ({saving}{conf})", style="bold")
             out.append(line)
-            fix = f.fix.pytorch or f.fix.cuda or f.fix.tensorflow or f.fix.jax
+            fix = fix_for(f.fix, frameworks)
             if fix:
                 out.append(Text(f"   fix: {_short(fix.splitlines()[0], WIDTH - 8)}", style="green"))
         if len(adv.findings) > limit:
@@ -204,8 +238,10 @@ def render(report: Report, *, top_kernels: int = 8) -> Group:
     s = summarize(report.analysis)
     parts: list[RenderableType] = [_header(report, s), Text(), _overview(s), Text()]
     if s.step_time is not None:
-        parts += [Text("Where a step's time goes (mean of steady steps)", style="bold"),
-                  breakdown_bar(s.breakdown_ms), _legend(s), Text()]
+        title = "Where a step's time goes (mean of steady steps)"
+        if not s.devices_used:
+            title += ": all host time, no GPU activity recorded"
+        parts += [Text(title, style="bold"), breakdown_bar(s.breakdown_ms), _legend(s), Text()]
     if s.kernels:
         parts += [_kernels(report, top_kernels), Text()]
     parts += _findings(report)

@@ -1,12 +1,15 @@
-"""Column helpers for the timeline payload: string tables, enum codes, grouping, nesting, packing.
+"""Column helpers for the timeline payload: event kinds, the event and track accumulators,
+string tables, enum codes, grouping, nesting, packing.
 
-Pure numpy/Arrow utilities used by :mod:`stepscope.reporters.timeline_data`; each works on
-whole columns (no per-row Python except over distinct values).
+Pure numpy/Arrow utilities used by :mod:`stepscope.reporters.timeline_data` and
+:mod:`stepscope.reporters.timeline_host`; each works on whole columns (no per-row Python except
+over distinct values).
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,6 +19,74 @@ import pyarrow.compute as pc
 
 I64 = npt.NDArray[np.int64]
 ESC = 0xFFFFFFFF  # "the value is in the overflow array" marker of uint32 columns
+KINDS = ("kernel", "memcpy", "memset", "api", "op", "python", "annotation", "nvtx",
+         "gpu_annotation", "profiler_step", "input_wait", "step", "gpu_sync", "stack")
+K = {k: i for i, k in enumerate(KINDS)}
+
+
+@dataclass
+class Parts:
+    """Event columns accumulated from every table, before sorting."""
+
+    ts: list[I64] = field(default_factory=list)
+    dur: list[I64] = field(default_factory=list)
+    track: list[I64] = field(default_factory=list)
+    kind: list[npt.NDArray[np.uint8]] = field(default_factory=list)
+    name: list[npt.NDArray[np.uint32]] = field(default_factory=list)
+    row: list[I64] = field(default_factory=list)  # row within its kind, for the per-kind columns
+    extra: dict[str, list[npt.NDArray[Any]]] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+    configs: list[list[Any]] = field(default_factory=list)  # kernel launch configurations
+    classes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # name id -> class
+
+    def add(self, kind: int, ts: I64, dur: I64, track: I64, name: npt.NDArray[np.uint32],
+            **extra: npt.NDArray[Any]) -> None:
+        n = ts.size
+        base = self.counts.get(kind, 0)
+        self.counts[kind] = base + n
+        self.ts.append(ts)
+        self.dur.append(np.maximum(dur, 0))
+        self.track.append(track)
+        self.kind.append(np.full(n, kind, dtype=np.uint8))
+        self.name.append(name)
+        self.row.append(np.arange(base, base + n, dtype=np.int64))
+        for k, v in extra.items():
+            self.extra.setdefault(k, []).append(v)
+
+
+class Tracks:
+    """Track infos in creation order, one per distinct key."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.keys: dict[tuple[Any, ...], int] = {}
+
+    def id(self, key: tuple[Any, ...], **info: Any) -> int:
+        i = self.keys.get(key)
+        if i is None:
+            i = self.keys[key] = len(self.items)
+            self.items.append(info)
+        return i
+
+    def ids(self, keys: list[tuple[Any, ...]], make: Any) -> I64:
+        """Track id per row for row keys; ``make(key)`` gives a new track's info."""
+        out = np.empty(len(keys), dtype=np.int64)
+        cache: dict[tuple[Any, ...], int] = {}
+        for i, key in enumerate(keys):
+            tid = cache.get(key)
+            if tid is None:
+                tid = cache[key] = self.id(key, **make(key))
+            out[i] = tid
+        return out
+
+
+def key_ids(tracks: Tracks, cols: list[I64], make: Any, prefix: tuple[Any, ...] = ()) -> I64:
+    """Track ids for rows keyed by ``prefix`` + integer columns (unique keys resolved once)."""
+    if not cols[0].size:
+        return np.zeros(0, dtype=np.int64)
+    group, first = row_groups(cols)
+    lut = tracks.ids([prefix + tuple(int(c[i]) for c in cols) for i in first], make)
+    return lut[group]
 
 
 class Strings:

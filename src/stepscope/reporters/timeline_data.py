@@ -4,7 +4,7 @@ Layout (``Timeline.meta`` describes it; ``Timeline.blob`` holds the bytes, zlib-
 ------------------------------------------------------------------------------------------
 * Times are relative to ``t0_ns`` (the earliest event of the run, all ranks), integer ns.
 * Events are grouped into **tracks** (a rank's steps, a GPU stream, a GPU's projected
-  annotations, a host thread) and each track into **lanes** (nesting depth on a host
+  annotations, a host thread, a host thread's sampled stacks) and each track into **lanes** (nesting depth on a host
   thread: ``depth = events open at its start``, computed once, vectorised; events that only
   partly overlap an event of their depth go to extra lanes below, so a lane never holds two
   overlapping events). A lane is a
@@ -16,23 +16,28 @@ Layout (``Timeline.meta`` describes it; ``Timeline.blob`` holds the bytes, zlib-
 * Per kind, in event order (the i-th kernel event owns row i): kernels ``k_corr``,
   ``k_cfg`` (index into ``kernel_configs``: launch geometry and occupancy); copies
   ``c_corr``, ``c_bytes``, ``c_kind``, ``c_src``, ``c_dst``; memsets ``m_corr``, ``m_bytes``;
-  API calls ``a_corr``, ``a_kind``. ``kernel_classes`` maps a kernel's name index to its
-  category, precision and tensor-core use.
+  API calls ``a_corr``, ``a_kind``; sampled stacks ``s_stack`` (string index of the whole
+  stack) and ``s_n`` (samples merged into the event). ``kernel_classes`` maps a kernel's name
+  index to its category, precision and tensor-core use.
+* ``tracks`` is in display order: per rank its steps, GPU streams (by device), host threads
+  (main thread first, each followed by its sampled stacks: :mod:`stepscope.reporters.timeline_host`),
+  then counters (``role``: ``single``, or a ``summary`` with its folded ``member`` series).
 
 The arrays are little-endian, each starting at a multiple of 8 bytes of the decompressed
 blob (``arrays: {name: [dtype, offset, count]}``), so the browser views them in place.
 About 10 bytes per event before compression, 3 to 5 after.
 
 Counters (allocator memory, samples) are small JSON series in ``counters``
-(:mod:`stepscope.reporters.timeline_counters`). With ``max_events``, the shortest host ``python`` frames are dropped first
-(then framework ops) and ``dropped`` says how many; GPU events are always kept.
+(:mod:`stepscope.reporters.timeline_counters`). With ``max_events``, the shortest host
+``python`` frames are dropped first (then framework ops) and ``dropped`` says how many; GPU
+events are always kept.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,29 +49,39 @@ from stepscope.analysis import Analysis
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.reporters.timeline_columns import (
     ESC,
+    I64,
+    KINDS,
+    K,
+    Parts,
     Strings,
+    Tracks,
     enum_codes,
     i64,
+    key_ids,
     lanes,
     pack,
     row_groups,
     u32_escaped,
 )
 from stepscope.reporters.timeline_counters import build_counters
-from stepscope.schema import ApiKind, CopyKind, MemoryKind
+from stepscope.reporters.timeline_host import (
+    API_KINDS,
+    ThreadNames,
+    add_host,
+    order_key,
+    thread_events,
+)
+from stepscope.schema import CopyKind, MemoryKind
 from stepscope.store.run import Run
 
-I64 = npt.NDArray[np.int64]
-KINDS = ("kernel", "memcpy", "memset", "api", "op", "python", "annotation", "nvtx",
-         "gpu_annotation", "profiler_step", "input_wait", "step", "gpu_sync")
-K = {k: i for i, k in enumerate(KINDS)}
+__all__ = ["KINDS", "K", "Timeline", "build_timeline"]
 COPY_KINDS = [c.value for c in CopyKind]
 MEM_KINDS = [m.value for m in MemoryKind]
-API_KINDS = [a.value for a in ApiKind]
 _CFG_INT = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
             "shared_memory", "static_smem", "dynamic_smem")
 _CFG_ALL = (*_CFG_INT, "occupancy", "occupancy_limiter", "active_blocks_per_sm", "sm_coverage",
             "waves", "source_occupancy_pct")
+_U32_EXTRA = ("k_cfg", "s_stack", "s_n")  # per-kind columns that are indices or counts
 
 
 @dataclass(frozen=True)
@@ -77,70 +92,7 @@ class Timeline:
     raw_bytes: int
 
 
-@dataclass
-class _Parts:
-    """Event columns accumulated from every table, before sorting."""
-
-    ts: list[I64] = field(default_factory=list)
-    dur: list[I64] = field(default_factory=list)
-    track: list[I64] = field(default_factory=list)
-    kind: list[npt.NDArray[np.uint8]] = field(default_factory=list)
-    name: list[npt.NDArray[np.uint32]] = field(default_factory=list)
-    row: list[I64] = field(default_factory=list)  # row within its kind, for the per-kind columns
-    extra: dict[str, list[npt.NDArray[Any]]] = field(default_factory=dict)
-    counts: dict[int, int] = field(default_factory=dict)
-    configs: list[list[Any]] = field(default_factory=list)  # kernel launch configurations
-    classes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # name id -> class
-
-    def add(self, kind: int, ts: I64, dur: I64, track: I64, name: npt.NDArray[np.uint32],
-            **extra: npt.NDArray[Any]) -> None:
-        n = ts.size
-        base = self.counts.get(kind, 0)
-        self.counts[kind] = base + n
-        self.ts.append(ts)
-        self.dur.append(np.maximum(dur, 0))
-        self.track.append(track)
-        self.kind.append(np.full(n, kind, dtype=np.uint8))
-        self.name.append(name)
-        self.row.append(np.arange(base, base + n, dtype=np.int64))
-        for k, v in extra.items():
-            self.extra.setdefault(k, []).append(v)
-
-
-class _Tracks:
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
-        self.keys: dict[tuple[Any, ...], int] = {}
-
-    def id(self, key: tuple[Any, ...], **info: Any) -> int:
-        i = self.keys.get(key)
-        if i is None:
-            i = self.keys[key] = len(self.items)
-            self.items.append(info)
-        return i
-
-    def ids(self, keys: list[tuple[Any, ...]], make: Any) -> I64:
-        """Track id per row for row keys; ``make(key)`` gives a new track's info."""
-        out = np.empty(len(keys), dtype=np.int64)
-        cache: dict[tuple[Any, ...], int] = {}
-        for i, key in enumerate(keys):
-            tid = cache.get(key)
-            if tid is None:
-                tid = cache[key] = self.id(key, **make(key))
-            out[i] = tid
-        return out
-
-
-def _key_ids(tracks: _Tracks, cols: list[I64], make: Any) -> I64:
-    """Track ids for rows keyed by integer columns (unique keys resolved once)."""
-    if not cols[0].size:
-        return np.zeros(0, dtype=np.int64)
-    group, first = row_groups(cols)
-    lut = tracks.ids([tuple(int(c[i]) for c in cols) for i in first], make)
-    return lut[group]
-
-
-def _gpu(run: Run, r: int, strings: Strings, tracks: _Tracks, parts: _Parts,
+def _gpu(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
          stream_names: dict[tuple[int, int, int], str]) -> None:
     def make(key: tuple[int, ...]) -> dict[str, Any]:
         _, dev, stream = key
@@ -149,8 +101,8 @@ def _gpu(run: Run, r: int, strings: Strings, tracks: _Tracks, parts: _Parts,
                 "label": f"GPU {dev} · {label}" if dev >= 0 else label, "order": (r, 1, dev, stream)}
 
     def ids(t: pa.Table) -> I64:
-        return _key_ids(tracks, [np.full(t.num_rows, r), i64(t, "device"), i64(t, "stream")],
-                        make)
+        return key_ids(tracks, [np.full(t.num_rows, r), i64(t, "device"), i64(t, "stream")],
+                       make)
 
     k = kernel_frame(run, r)
     if k.num_rows:
@@ -184,62 +136,7 @@ def _gpu(run: Run, r: int, strings: Strings, tracks: _Tracks, parts: _Parts,
                   np.array([strings.id(f"sync ({v})") for v in kinds], dtype=np.uint32))
 
 
-def _host(run: Run, r: int, strings: Strings, tracks: _Tracks, parts: _Parts,
-          thread_names: dict[tuple[int, int, int], str]) -> None:
-    def make(key: tuple[int, ...]) -> dict[str, Any]:
-        _, pid, tid = key
-        label = thread_names.get((r, pid, tid)) or (f"thread {tid}" if tid >= 0 else "thread ?")
-        return {"type": "thread", "rank": r, "pid": pid, "tid": tid, "label": label,
-                "order": (r, 3, 0, tid)}
-
-    def ids(t: pa.Table) -> I64:
-        return _key_ids(tracks, [np.full(t.num_rows, r), i64(t, "pid"), i64(t, "tid")], make)
-
-    waits = run.table("input_waits", r)
-    wait_keys = set(zip(i64(waits, "tid").tolist(), i64(waits, "ts_ns").tolist(),
-                        i64(waits, "dur_ns").tolist()))
-    ops = run.table("cpu_ops", r)
-    if ops.num_rows:
-        py = np.asarray(pc.equal(pc.fill_null(ops.column("kind").cast(pa.string()), ""), "python")
-                        .to_numpy(zero_copy_only=False), dtype=bool)
-        kinds = np.where(py, K["python"], K["op"]).astype(np.uint8)
-        for kind in (K["op"], K["python"]):
-            sub = ops.filter(pa.array(kinds == kind))
-            if sub.num_rows:
-                parts.add(kind, i64(sub, "ts_ns", 0), i64(sub, "dur_ns", 0), ids(sub),
-                          strings.column(sub.column("name")))
-    api = run.table("api_calls", r)
-    if api.num_rows:
-        parts.add(K["api"], i64(api, "ts_ns", 0), i64(api, "dur_ns", 0), ids(api),
-                  strings.column(api.column("name")), a_corr=i64(api, "correlation", 0),
-                  a_kind=enum_codes(api, "kind", API_KINDS))
-    ann = run.table("annotations", r)
-    if ann.num_rows:
-        src = pc.fill_null(ann.column("source").cast(pa.string()), "user").to_pylist()
-        tid, ts, dur = i64(ann, "tid"), i64(ann, "ts_ns", 0), i64(ann, "dur_ns", 0)
-        keep = np.array([(t, a, b) not in wait_keys for t, a, b in zip(tid.tolist(), ts.tolist(),
-                                                                       dur.tolist())], dtype=bool)
-        kind_of = {"user": K["annotation"], "nvtx": K["nvtx"], "gpu_user": K["gpu_annotation"],
-                   "profiler_step": K["profiler_step"]}
-        kinds = np.array([kind_of.get(s, K["annotation"]) for s in src], dtype=np.uint8)
-        names = strings.column(ann.column("name"))
-        gpu = kinds == K["gpu_annotation"]
-        host = ~gpu & keep
-        for kind in np.unique(kinds[host]).tolist():
-            sel = host & (kinds == kind)
-            parts.add(kind, ts[sel], dur[sel], ids(ann.filter(pa.array(sel))), names[sel])
-        if gpu.any():
-            dev = i64(ann, "device")[gpu]
-            t_ids = _key_ids(tracks, [np.full(dev.size, r), dev], lambda key: {
-                "type": "gpu_annotations", "rank": r, "device": key[1],
-                "label": f"GPU {key[1]} · annotations", "order": (r, 1, key[1], -1)})
-            parts.add(K["gpu_annotation"], ts[gpu], dur[gpu], t_ids, names[gpu])
-    if waits.num_rows:
-        parts.add(K["input_wait"], i64(waits, "ts_ns", 0), i64(waits, "dur_ns", 0), ids(waits),
-                  strings.column(waits.column("name")))
-
-
-def _steps(analysis: Analysis, strings: Strings, tracks: _Tracks, parts: _Parts) -> None:
+def _steps(analysis: Analysis, strings: Strings, tracks: Tracks, parts: Parts) -> None:
     for ra in analysis.ranks:
         st = ra.steps.steps
         if not st:
@@ -269,16 +166,15 @@ def _budget(kind: npt.NDArray[np.uint8], dur: I64, max_events: int | None) -> np
 def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = None,
                    level: int = 1) -> Timeline:
     """Every event of ``run`` as the compact payload described in the module docstring."""
-    strings, tracks, parts = Strings(), _Tracks(), _Parts()
+    strings, tracks, parts = Strings(), Tracks(), Parts()
     strings.id("")
     stream_names = {(int(a["rank"]), int(a["device"]), int(a["stream"])): str(a["name"] or "")
                     for a in run.table("streams").to_pylist()}
-    thread_names = {(int(a["rank"]), int(a["pid"] if a["pid"] is not None else -1), int(a["tid"])):
-                    str(a["name"] or "") for a in run.table("threads").to_pylist()}
+    names = ThreadNames.of(run)
     _steps(analysis, strings, tracks, parts)
     for r in run.ranks:
         _gpu(run, r, strings, tracks, parts, stream_names)
-        _host(run, r, strings, tracks, parts, thread_names)
+        add_host(run, r, strings, tracks, parts, names)
     if not parts.ts:
         parts.add(K["step"], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                   np.zeros(0, np.uint32))
@@ -299,7 +195,9 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
     for t in range(len(tracks.items)):
         idx = order_t[bounds[t]:bounds[t + 1]]
         depth[idx] = lanes(rel[idx], rel[idx] + dur[idx])
-    order_tracks = sorted(range(len(tracks.items)), key=lambda i: tracks.items[i]["order"])
+    per_thread = thread_events(tracks.items, np.bincount(track, minlength=len(tracks.items)))
+    order_tracks = sorted(range(len(tracks.items)),
+                          key=lambda i: order_key(tracks.items[i], per_thread))
     lanes_of = np.zeros(len(tracks.items), dtype=np.int64)
     np.maximum.at(lanes_of, track, depth + 1)
     lane0 = np.zeros(len(tracks.items), dtype=np.int64)
@@ -321,14 +219,15 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
         "name": name.astype("<u2" if len(strings.items) < 65536 else "<u4"),
         "lane_off": lane_off.astype("<u4"),
     }
-    for kname, prefix in (("kernel", "k_"), ("memcpy", "c_"), ("memset", "m_"), ("api", "a_")):
+    for kname, prefix in (("kernel", "k_"), ("memcpy", "c_"), ("memset", "m_"), ("api", "a_"),
+                          ("stack", "s_")):
         rows = row[kind == K[kname]]
         for col, chunks in parts.extra.items():
             if col.startswith(prefix):
                 vals = np.concatenate(chunks)[rows]
                 if col.endswith("_bytes"):
                     arrays[col] = vals.astype("<f8")
-                elif col.endswith("_corr") or col == "k_cfg":
+                elif col.endswith("_corr") or col in _U32_EXTRA:
                     arrays[col] = np.where((vals < 0) | (vals >= ESC), 0, vals).astype("<u4")
                 else:
                     arrays[col] = vals.astype(np.uint8)
@@ -341,7 +240,7 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
     counters = build_counters(run, t0)
     for i, c in enumerate(counters):
         track_list.append({"type": "counter", "rank": c["rank"], "label": c["label"], "counter": i,
-                           "lane0": 0, "lanes": 0})
+                           "role": c["role"], "lane0": 0, "lanes": 0})
     track_list.sort(key=lambda tr: (tr["rank"], _TYPE_ORDER[tr["type"]]))
     class_map = {str(i): {"category": c["category"], "precision": c["precision"],
                           "tensor_cores": c["tensor_cores"]} for i, c in parts.classes}
@@ -357,7 +256,8 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
                     raw_bytes=len(raw))
 
 
-_TYPE_ORDER = {"steps": 0, "gpu_annotations": 1, "stream": 1, "counter": 2, "thread": 3}
+_TYPE_ORDER = {"steps": 0, "gpu_annotations": 1, "stream": 1, "thread": 2, "stacks": 2,
+               "counter": 3}
 
 
 def _clean(rows: list[list[Any]]) -> list[list[Any]]:

@@ -22,7 +22,9 @@ import pyarrow.parquet as pq
 
 from stepscope.errors import RunError
 from stepscope.schema import TABLE_NAMES, spec
-from stepscope.store.manifest import MANIFEST_NAME, Manifest
+from stepscope.store.manifest import MANIFEST_NAME, Manifest, read_manifest
+
+REPORT_NAMES = ("report.html", "report.json", "report.txt")  # `stepscope report -o` defaults
 
 
 def table_path(run_dir: Path, table: str, rank: int) -> Path:
@@ -72,6 +74,57 @@ def conform(table: str, data: pa.Table | Mapping[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _not_a_run(path: Path) -> str | None:
+    """Why ``path`` is not a folder that only a stepscope run fills, or None when it is: a
+    readable stepscope ``manifest.json``, table folders of ``rank-<r>.parquet`` files, and
+    the reports ``stepscope report`` writes there; nothing else."""
+    if path.is_symlink():
+        return "is a symbolic link"
+    if not path.is_dir():
+        return "is not a folder"
+    try:
+        read_manifest(path)
+    except RunError:
+        return f"has no readable stepscope {MANIFEST_NAME}"
+    try:
+        for entry in path.iterdir():
+            if entry.is_dir() and not entry.is_symlink() and entry.name in TABLE_NAMES:
+                odd = [f.name for f in entry.iterdir()
+                       if not (f.is_file() and f.name.startswith("rank-")
+                               and f.name.endswith(".parquet"))]
+                if odd:
+                    return f"holds {entry.name}/{odd[0]}, which a run does not"
+            elif not (entry.is_file() and entry.name in (MANIFEST_NAME, *REPORT_NAMES)):
+                return f"holds {entry.name}, which a run does not"
+    except OSError as exc:
+        return f"cannot be listed ({exc.strerror})"
+    return None
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        return child.resolve().is_relative_to(parent.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
+def check_replaceable(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = ()
+                      ) -> None:
+    """Raise ``RunError`` unless an existing ``path`` may be deleted to make room for a new run
+    (``--force``): it must be a stepscope run folder (``_not_a_run``), hold none of ``inputs``
+    (a trace being imported, the recorded script) and not hold the working directory."""
+    p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        return
+    why = _not_a_run(p)
+    if why is not None:
+        raise RunError(f"{p}: not replaced: it {why} (--force only replaces a stepscope run "
+                       "folder)")
+    for i in [*inputs, Path.cwd()]:
+        if _inside(Path(i), p):
+            raise RunError(f"{p}: not replaced: it holds {i}, which this command uses")
+
+
 def _is_number(typ: pa.DataType) -> bool:
     return bool(pa.types.is_integer(typ) or pa.types.is_floating(typ)
                 or pa.types.is_boolean(typ) or pa.types.is_temporal(typ))
@@ -85,13 +138,19 @@ class RunWriter:
     ...     w.finish(manifest)
     Leaving the block without ``finish`` (or on an exception) removes the
     temporary folder and leaves any existing run at ``path`` untouched.
+    ``overwrite`` replaces only a stepscope run folder, never one holding ``inputs`` or
+    anything else (``check_replaceable``).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False,
+                 inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
         self.path = Path(path)
         self.overwrite = overwrite
+        self.inputs = tuple(inputs)
         if self.path.exists() and not overwrite:
             raise RunError(f"{self.path}: already exists (choose another -o or pass --force)")
+        if overwrite:
+            check_replaceable(self.path, self.inputs)
         parent = self.path.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -141,9 +200,10 @@ class RunWriter:
         )
         (self._tmp / MANIFEST_NAME).write_text(m.to_json(), encoding="utf-8")
         os.chmod(self._tmp, 0o755)  # mkdtemp makes it private
-        if self.path.exists():
+        if self.path.exists() or self.path.is_symlink():
             if not self.overwrite:
                 raise RunError(f"{self.path}: already exists")
+            check_replaceable(self.path, self.inputs)  # again: it may have changed meanwhile
             old = self.path.with_name(f".{self.path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(self.path, old)
@@ -169,4 +229,4 @@ def write_run(
         return w.finish(manifest)
 
 
-__all__: Sequence[str] = ["RunWriter", "conform", "table_path", "write_run"]
+__all__: Sequence[str] = ["RunWriter", "check_replaceable", "conform", "table_path", "write_run"]

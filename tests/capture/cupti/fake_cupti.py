@@ -82,6 +82,8 @@ class FakeCupti:
         self.subscribes = 0
         self.refused_callbacks: set[tuple[int, int]] = set()  # cuptiEnableCallback fails for these
         self.clock = 0  # 0: the real time; else the next timestamp, stepped 100 ns per reading
+        self.zeroed_buffers = False  # told the buffers it is given are zero-filled already
+        self.thread_id_type = 0  # CUpti_ActivityThreadIdType: 0 default (pthread_self), 1 system
 
         @TIMESTAMP
         def get_timestamp(ts: Any) -> int:
@@ -160,6 +162,22 @@ class FakeCupti:
         self.detached = False
         return 0
 
+    def cuptiActivitySetAttribute(self, attr: int, size: Any, value: Any) -> int:
+        got = int(_out(value).value)
+        self.log.append(("attribute", attr, got))
+        if attr == 5:  # CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER
+            self.zeroed_buffers = bool(got)
+        return 0
+
+    def cuptiGetThreadIdType(self, out: Any) -> int:
+        _out(out).value = self.thread_id_type
+        return 0
+
+    def cuptiSetThreadIdType(self, kind: Any) -> int:
+        self.thread_id_type = int(getattr(kind, "value", kind))
+        self.log.append(("thread_id_type", self.thread_id_type))
+        return 0
+
     def cuptiActivityEnable(self, kind: int) -> int:
         self.log.append(("enable", kind))
         self.kinds.add(kind)
@@ -193,6 +211,8 @@ class FakeCupti:
         buf, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
         self.shim.ss_buffer_requested(ctypes.byref(buf), ctypes.byref(size), ctypes.byref(maxrec))
         assert buf.value and size.value >= len(data)
+        if self.zeroed_buffers:  # told so: CUPTI does not zero them, and relies on it
+            assert ctypes.string_at(buf.value, size.value) == bytes(size.value), "not zero-filled"
         self._starts[buf.value] = starts
         ctypes.memmove(buf.value, data, len(data))
         self.shim.ss_buffer_completed(None, 0, buf.value, size.value, len(data))

@@ -87,7 +87,7 @@ def test_kept_calls_are_recorded_through_callbacks_and_no_sync_records_by_defaul
     a = out["api_calls"]
     assert a["name"] == ["cudaLaunchKernel"] and a["correlation"] == [5]
     assert a["dur_ns"] == [100] and a["pid"] == [os.getpid()]
-    assert a["tid"] == [threading.get_ident() & 0xFFFFFFFF]
+    assert a["tid"] == [threading.get_native_id()]  # the host tables' ids (gettid)
     assert out["kernels"]["correlation"] == [5]
     m = cap.settings_for_manifest()
     assert m["api_records_via"] == "callbacks" and m["api_calls_kept"] == 3
@@ -97,6 +97,64 @@ def test_kept_calls_are_recorded_through_callbacks_and_no_sync_records_by_defaul
     assert fake.domains == {L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API}
     fake.call(L.DOMAIN_RUNTIME_API, 211, correlation=7)
     assert fake.finalized == 1 and cap.settings_for_manifest()["api_records_written"] == 1
+
+
+def test_the_runtimes_own_driver_launch_is_not_written_and_its_kernel_keeps_its_call(
+        shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    # STEPSCOPE_CUPTI_NESTED_DRIVER=1 writes it, as before: decode dropped it, the tables are the
+    # same both ways; only the records written differ
+    for nested, written, skipped in (("0", 2, 1), ("1", 3, 0)):
+        monkeypatch.setenv("STEPSCOPE_CUPTI_NESTED_DRIVER", nested)
+        fake = use_fake(shim, monkeypatch)
+        cap = CuptiCapture(GpuSettings())
+        cap.start()
+        fake.clock = 1_000_000
+        slot = ctypes.c_uint64(0)
+        fake.api_call(0, L.DOMAIN_RUNTIME_API, 211, correlation=5, slot=slot)  # cudaLaunchKernel
+        fake.call(L.DOMAIN_DRIVER_API, 307, correlation=5)  # ... runs cuLaunchKernel inside
+        fake.api_call(1, L.DOMAIN_RUNTIME_API, 211, correlation=5, slot=slot)
+        fake.call(L.DOMAIN_DRIVER_API, 307, correlation=6)  # Triton: the driver directly
+        fake.emit(kernel(1_000_500, 1_000_900, name=fake.name("a"), corr=5),
+                  kernel(1_001_000, 1_001_100, name=fake.name("b"), corr=6))
+        out = cap.stop()
+        a = out["api_calls"]
+        assert a["name"] == ["cudaLaunchKernel", "cuLaunchKernel"] and a["correlation"] == [5, 6]
+        # the stand-in clock steps 100 ns per reading: a nested call written reads it twice more
+        assert a["dur_ns"] == [100 if nested == "0" else 300, 100]
+        assert list(out["kernels"]["correlation"]) == [5, 6]
+        m = cap.settings_for_manifest()
+        assert m["api_records_written"] == written and m["api_nested_driver_calls"] == skipped
+        assert m["settings"]["nested_driver"] is (nested == "1")
+        fake.call(L.DOMAIN_RUNTIME_API, 211, correlation=7)  # the detach runs
+        assert fake.finalized == 1
+
+
+def test_cupti_is_told_its_buffers_come_zero_filled_and_they_do_also_when_reused(
+        fake: FakeCupti, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cap = CuptiCapture(GpuSettings(prepared_buffers=0), spill_dir=tmp_path / "spill")
+    cap.start()
+    told = fake.log.index(("attribute", 5, 1))  # after the callbacks, before any kind is on
+    assert ("register",) in fake.log[:told]
+    assert not any(e[0] == "enable" for e in fake.log[:told])
+    before = cap.stats()
+    for i in range(3):  # one buffer, reused: the stand-in asserts it arrives zero-filled
+        fake.emit(kernel(1_000 + i, 2_000 + i, name=fake.name(f"k{i}"), corr=i))
+        cap.flush(forced=True)
+    after = cap.stats()
+    assert cap.raw_records == 3
+    assert after["buffers_requested"] - before["buffers_requested"] == 3
+    assert after["allocated_bytes"] - before["allocated_bytes"] <= after["buffer_bytes"]
+    cap.stop()
+    assert ("attribute", 5, 0) in fake.log[told + 1:]
+    assert not fake.zeroed_buffers  # told again, for another client's buffers
+    assert cap.settings_for_manifest()["buffers_zeroed_by"] == "stepscope"
+    monkeypatch.setenv("STEPSCOPE_CUPTI_ZEROED_BUFFERS", "0")
+    fake = use_fake(cap.shim, monkeypatch)
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    cap.stop()
+    assert not any(e[0] == "attribute" for e in fake.log)
+    assert cap.settings_for_manifest()["buffers_zeroed_by"] == "cupti"
 
 
 def test_a_call_whose_callback_cupti_refuses_is_said_and_the_others_recorded(
@@ -423,3 +481,15 @@ def test_a_dump_keeps_the_buffers_their_strings_and_call_names(
     assert meta["cupti_api_version"] == 130001 and meta["layout"] == "13"
     assert "_Z4stepv" in meta["strings"].values()
     assert meta["api_names"]["2:211"] == "cudaLaunchKernel_v7000"
+
+
+def test_records_carry_system_thread_ids_and_cupti_gets_its_type_back(fake: FakeCupti) -> None:
+    """The host tables (threads, stacks, input waits) use gettid ids; CUPTI's activity records
+    use pthread_self unless told otherwise: told SYSTEM for the capture, set back after it (a
+    later torch.profiler capture in the process expects CUPTI's default)."""
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    assert fake.thread_id_type == 1
+    cap.stop()
+    assert fake.thread_id_type == 0
+    assert ("thread_id_type", 1) in fake.log and fake.log[-1] != ("thread_id_type", 1)

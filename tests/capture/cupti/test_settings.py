@@ -55,3 +55,18 @@ def test_calls_through_callbacks_and_no_sync_records_unless_asked(monkeypatch: p
     monkeypatch.setenv("STEPSCOPE_CUPTI_SYNC", "1")
     s = GpuSettings()
     assert s.api_via == "activity" and s.sync and L.SYNCHRONIZATION in s.kinds()
+
+
+def test_the_buffer_and_nested_call_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("STEPSCOPE_CUPTI_NESTED_DRIVER", "STEPSCOPE_CUPTI_ZEROED_BUFFERS",
+                 "STEPSCOPE_CUPTI_PREPARED_BUFFERS"):
+        monkeypatch.delenv(name, raising=False)
+    s = GpuSettings()
+    assert not s.nested_driver and s.zeroed_buffers and s.prepared_buffers == 4
+    monkeypatch.setenv("STEPSCOPE_CUPTI_NESTED_DRIVER", "1")
+    monkeypatch.setenv("STEPSCOPE_CUPTI_ZEROED_BUFFERS", "0")
+    monkeypatch.setenv("STEPSCOPE_CUPTI_PREPARED_BUFFERS", "0")
+    s = GpuSettings()
+    assert s.nested_driver and not s.zeroed_buffers and s.prepared_buffers == 0
+    monkeypatch.setenv("STEPSCOPE_CUPTI_PREPARED_BUFFERS", "many")  # not a count: the default
+    assert GpuSettings().prepared_buffers == 4

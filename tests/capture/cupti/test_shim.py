@@ -54,12 +54,47 @@ def test_buffers_flow_and_memory_is_capped(shim: ctypes.CDLL) -> None:
     assert bufs[0] == b1 and valid[0] == len(payload)
     assert ctypes.string_at(bufs[0], valid[0]) == payload
     assert shim.ss_take(bufs, valid, 4) == 0
-    shim.ss_release(bufs[0])
+    shim.ss_release(bufs[0], valid[0])
     again, _ = request(shim)
     assert again in (b1, b2)  # reused, not allocated
-    shim.ss_release(again)
+    shim.ss_release(again, 0)
     shim.ss_trim()
     assert stats(shim)[4] == 0  # every buffer freed
+
+
+@pytest.fixture
+def own_shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    return load_shim(build_shim(tmp_path_factory.mktemp("own-shim")))  # fresh state
+
+
+def test_buffers_reach_cupti_zero_filled_also_when_reused(own_shim: ctypes.CDLL) -> None:
+    # CUPTI is told the buffers come zero-filled (it does not zero them itself, in the program's
+    # thread): a buffer handed back, written or not, must come out again all zero
+    shim = own_shim
+    size = 3 * 4096
+    assert shim.ss_configure(size, 2 * size) == 0
+    assert shim.ss_prepare(1) == 1 and stats(shim)[4] == size  # one made ahead, within the cap
+    b1, _ = request(shim)
+    b2, _ = request(shim)  # a fresh one
+    assert ctypes.string_at(b1, size) == ctypes.string_at(b2, size) == bytes(size)
+    payload = kernel(1, 2, name=1, corr=3) * 30  # past the first page
+    ctypes.memmove(b1, payload, len(payload))
+    ctypes.memset(b1 + size - 8, 0xAB, 8)  # a byte past the records: cleared too
+    shim.ss_buffer_completed(None, 0, b1, size, len(payload))
+    ctypes.memset(b2, 0xCD, 16)  # written, then handed back empty
+    shim.ss_buffer_completed(None, 0, b2, size, 0)
+    bufs, valid = (ctypes.c_void_p * 4)(), (ctypes.c_size_t * 4)()
+    assert shim.ss_take(bufs, valid, 4) == 1
+    shim.ss_release(bufs[0], valid[0])
+    got = {request(shim)[0] for _ in range(2)}
+    assert got == {b1, b2}
+    for b in got:
+        assert ctypes.string_at(b, size) == bytes(size)
+    assert shim.ss_prepare(4) == 0  # the cap: nothing more made
+    for b in got:
+        shim.ss_buffer_completed(None, 0, b, size, 0)
+    shim.ss_trim()
+    assert stats(shim)[4] == 0
 
 
 def test_walk_matches_the_python_walk(shim: ctypes.CDLL) -> None:

@@ -242,11 +242,13 @@ def worst_rank(
     saving_ms: Callable[[IdleSplit], float],
     eligible: Callable[[RankAnalysis], bool] = lambda ra: True,
 ) -> tuple[float, RankAnalysis, IdleSplit] | None:
-    """The rank whose idle split gives the largest ``saving_ms`` (ranks with steady steps that
-    are ``eligible``), or None when no rank has one worth reporting."""
+    """The rank whose idle split gives the largest ``saving_ms`` (ranks with steady steps and
+    GPU records that are ``eligible``), or None when no rank has one worth reporting. A rank
+    without GPU records has no GPU idle time to judge: all of its step is host time
+    (``rules._host``), which the split would misread as one long idle gap."""
     best: tuple[float, RankAnalysis, IdleSplit] | None = None
     for ra in ctx.ranks:
-        if not ra.steps.steady or not eligible(ra):
+        if not ra.steps.steady or not ra.devices_used or not eligible(ra):
             continue
         split = split_idle(ctx, ra)
         saving = saving_ms(split)

@@ -14,6 +14,18 @@ Evidence: the innermost framework ops, user Python frames and user annotations o
 training thread during that time (exclusive time, ``rules._evidence``); framework ops
 that issued no GPU work are marked as run on the CPU. Host-side timings of a heavy
 profiler are flagged through ``ctx.host_confidence`` / ``ctx.host_note``.
+
+Runs without GPU records (``analysis.gpu_use``, ``rules._host``): there is no GPU idle time,
+so the rule never speaks of it. Only when no rank recorded GPU work, a GPU is known to be
+there (a ``devices`` row or an NVML GPU) and the run says the program did no GPU work on it
+(``GpuUse.NONE``: the GPU capture ran through the window and recorded nothing, or NVML saw
+the GPU idle in the steps) does it fire, saying the model runs on the CPU: saving = mean over
+the steady steps of the host time outside input waits (``_host.host_time``), an *upper bound*
+(that is the work that would move to the GPU; what it would take there is not known), so
+confidence is low and severity at most a warning. Evidence: the step time, the GPU(s) and
+their NVML utilisation, the training process's CPU use (``process.cpu_pct``), the
+innermost user frames of the Python stacks sampled outside input waits. With no GPU on the
+machine, or GPU activity simply not recorded, the rule is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -22,7 +34,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix
+from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
+from stepscope.advisor.engine import SkipRule
+from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import (
     host_time_by_op,
     max_severity,
@@ -34,6 +48,9 @@ from stepscope.advisor.rules._evidence import (
 )
 from stepscope.advisor.rules._idle import IdleSplit, worst_rank
 from stepscope.analysis import RankAnalysis
+from stepscope.analysis.busy import IntervalSet
+from stepscope.analysis.gpu_use import GpuUse
+from stepscope.analysis.input import input_wait_intervals
 from stepscope.schema import CpuOpKind
 
 UNSEEN_SHARE = 0.5  # more than this share with no host event: at most medium confidence
@@ -57,11 +74,87 @@ class HostBound:
     id = "host_bound"
     title = "Host-bound: the GPU waits for Python/CPU work"
     category = "host"
-    requires: tuple[str, ...] = ("kernels",)
+    requires: tuple[str, ...] = ()  # GPU records, or a run without any (module docstring)
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best = worst_rank(ctx, lambda split: split.mean_ms(split.host) * split.host_factor)
-        return [] if best is None else [self._finding(ctx, *best)]
+        if any(ra.devices_used for ra in ctx.ranks):
+            best = worst_rank(ctx, lambda split: split.mean_ms(split.host) * split.host_factor)
+            return [] if best is None else [self._finding(ctx, *best)]
+        return self._on_cpu(ctx)
+
+    def _on_cpu(self, ctx: Context) -> list[Finding]:
+        """No rank recorded GPU work: fire only where a GPU is there and did nothing."""
+        ranks = _host.host_ranks(ctx.ranks)
+        eligible = [ra for ra in ranks if ra.gpu.use is GpuUse.NONE and ra.gpu.gpus]
+        if not eligible:
+            ra0 = ranks[0] if ranks else ctx.ranks[0]
+            if ra0.gpu.use is GpuUse.NO_GPU:
+                raise SkipRule(f"the steps are host time and no GPU waits for the host "
+                               f"({ra0.gpu.reason})")
+            if ra0.gpu.use is GpuUse.NONE:
+                raise SkipRule(f"no GPU work was recorded ({ra0.gpu.reason}) and no GPU is "
+                               f"known to be there (no devices row, no NVML GPU)")
+            raise SkipRule(f"no GPU work was recorded and whether the program used a GPU is "
+                           f"not known ({ra0.gpu.reason})")
+        best: tuple[float, RankAnalysis, _host.HostTime] | None = None
+        for ra in eligible:
+            ht = _host.host_time(ctx.run, ra)
+            saving = ht.mean_ms(ht.host_ns)
+            if best is None or saving > best[0]:
+                best = (saving, ra, ht)
+        if best is None or not ctx.worth_reporting(best[0]):
+            return []
+        return [self._model_on_cpu(ctx, *best)]
+
+    def _model_on_cpu(self, ctx: Context, saving: float, ra: RankAnalysis, ht: _host.HostTime
+                      ) -> Finding:
+        g = ra.gpu
+        wall = ht.mean_ms(ht.wall_ns)
+        names = ", ".join(g.gpus[:2]) + (f" and {len(g.gpus) - 2} more" if len(g.gpus) > 2 else "")
+        evidence = [
+            (f"{ht.n} steady steps of {wall:.2f} ms: {ms(saving * 1e6)} per step of host work, "
+             f"{ms(ht.mean_ms(ht.input_ns) * 1e6)} waiting for input, no GPU work"),
+            f"GPU present: {names}" if len(g.gpus) == 1 else f"GPUs present: {names}",
+            _host.gpu_line(ra),
+        ]
+        cpu = _host.mean_sample(ctx.run, ra.rank, _host.PROCESS_CPU, ht.win_start, ht.win_end)
+        if cpu is not None:
+            evidence.append(f"the training process used {cpu[0]:.0f}% of a core "
+                            f"({cpu[0] / 100:.1f} cores) in the steps ({cpu[1]} samples)")
+        steps = IntervalSet.of(ht.win_start, ht.win_end)
+        work = steps - IntervalSet.of(*input_wait_intervals(ctx.run, ra.rank))
+        frames, n_stacks = _host.stack_frames(ctx.run, ra.rank, work)
+        if frames:
+            evidence.append(f"sampled Python stacks outside input waits ({n_stacks} samples), "
+                            f"innermost user frames: " + ", ".join(
+                                f"{f} {c / n_stacks:.0%}" for f, c in frames))
+        if len(ctx.ranks) > 1:
+            evidence.append(f"rank {ra.rank} has the most host work of {len(ctx.ranks)} ranks")
+        method = (f"at most: the mean over {ht.n} steady steps of the host time outside input "
+                  f"waits, the work that would move to the GPU; the GPU time it would take "
+                  f"instead is not known, so the real saving is smaller")
+        title = (f"Host-bound: the model runs on the CPU while a GPU is present: "
+                 f"{ms(saving * 1e6)} of host work per step ({pct(ctx.share(saving))}), no GPU "
+                 f"work recorded")
+        worst = int(np.argmax(ht.host_ns)) if ht.n else 0
+        where = Where(rank=ra.rank, steps=(ht.step_index[worst],) if ht.n else (),
+                      start_ns=int(ht.win_start[worst]) if ht.n else None,
+                      end_ns=int(ht.win_end[worst]) if ht.n else None,
+                      call_sites=tuple(f for f, _ in frames))
+        note = ("the saving is an upper bound: moving the model to the GPU removes this CPU "
+                "work but adds the GPU's own time, which a run on the CPU cannot measure; "
+                "check that the model and its inputs are moved to the GPU (.to('cuda'))")
+        fix = Fix(pytorch=("move the model and every batch to the GPU: model.to('cuda'), "
+                           "x = x.to('cuda', non_blocking=True) with pin_memory=True; check "
+                           "torch.cuda.is_available() in the training environment"),
+                  tensorflow=("check tf.config.list_physical_devices('GPU') is not empty "
+                              "(a CPU-only TensorFlow build or a CUDA mismatch hides the GPU)"),
+                  jax=("check jax.devices() lists the GPU (install jax[cuda12]); "
+                       "jax.device_put the inputs"),
+                  cuda="run the compute on the device: the program launched no GPU work")
+        return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
+                           method=method, evidence=evidence, fix=fix, where=where,
+                           confidence=Confidence.LOW, note=note, max_severity=Severity.WARNING)
 
     def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
                  ) -> Finding:

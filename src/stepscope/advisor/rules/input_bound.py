@@ -18,6 +18,14 @@ Why the workers are slow, when the run says (live capture): the loader settings
   storage, locks, a short prefetch queue).
 
 A trace without samples (Kineto) says what is unknown and what to check.
+
+A rank without GPU records (a CPU-only program, ``analysis.gpu_use``) has no GPU to idle:
+its step is host time (``rules._host``), so the whole wait is on the step's critical path
+and the saving is the mean wait per steady step (same first-step rule). Where the run says
+the GPU did nothing (the GPU capture ran and recorded none, NVML saw it idle) or that there
+is no GPU, confidence is high; where GPU activity was simply not recorded, it is low and the
+severity at most a warning (GPU work queued before the wait could have run during it). The
+title and evidence then speak of the step waiting, never of GPU idle time.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.advisor.base import Context, Finding, Fix
+from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity
+from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import max_severity, ms, pct, where_worst
 from stepscope.advisor.rules._idle import IdleSplit, split_idle
 from stepscope.analysis import RankAnalysis
@@ -148,7 +157,7 @@ class InputBound:
     id = "input_bound"
     title = "The step waits for the input pipeline"
     category = "input"
-    requires: tuple[str, ...] = ("kernels", "input_waits")
+    requires: tuple[str, ...] = ("input_waits",)  # kernels optional: CPU-only runs (module doc)
 
     def check(self, ctx: Context) -> Sequence[Finding]:
         best: tuple[float, RankAnalysis, IdleSplit, np.ndarray, bool] | None = None
@@ -159,7 +168,8 @@ class InputBound:
             skip_first = ra.input.first_step_outlier and per.size >= 2
             used = per[1:] if skip_first else per
             split = split_idle(ctx, ra)
-            saving = float(used.mean()) / 1e6 * split.share_keep
+            keep = split.share_keep if ra.devices_used else 1.0  # no GPU: no profiler scaling
+            saving = float(used.mean()) / 1e6 * keep
             if best is None or saving > best[0]:
                 best = (saving, ra, split, per, skip_first)
         if best is None or not ctx.worth_reporting(best[0]):
@@ -170,18 +180,29 @@ class InputBound:
                  per: np.ndarray, skip_first: bool) -> Finding:
         ia = ra.input
         n = per.size
+        gpu = bool(ra.devices_used)
         used = slice(1, None) if skip_first else slice(None)
         wait = np.array(ia.wait_ns_per_step, dtype=np.int64)[used]
         counts = np.array(ia.count_per_step, dtype=np.int64)[used]
         share = float(np.mean(np.array(ia.share_per_step)[used]))
-        method = (f"mean over {n - (1 if skip_first else 0)} steady steps of the time a thread "
-                  f"waited for the next batch while no GPU work ran (input waits minus GPU "
-                  f"busy time, per step); a faster pipeline removes that idle time")
-        evidence = [
-            (f"waited for the next batch {ms(wait.mean())} per step ({pct(share)} of the "
-            f"step) in {counts.mean():.1f} waits; the GPU was idle for "
-            f"{ms(per[used].mean())} of it"),
-        ]
+        if gpu:
+            method = (f"mean over {n - (1 if skip_first else 0)} steady steps of the time a "
+                      f"thread waited for the next batch while no GPU work ran (input waits "
+                      f"minus GPU busy time, per step); a faster pipeline removes that idle time")
+            evidence = [
+                (f"waited for the next batch {ms(wait.mean())} per step ({pct(share)} of the "
+                f"step) in {counts.mean():.1f} waits; the GPU was idle for "
+                f"{ms(per[used].mean())} of it"),
+            ]
+        else:
+            method = (f"mean over {n - (1 if skip_first else 0)} steady steps of the time a "
+                      f"thread waited for the next batch (no GPU work was recorded: the step's "
+                      f"time is host time, and a faster pipeline removes the wait from it)")
+            evidence = [
+                (f"waited for the next batch {ms(wait.mean())} per step ({pct(share)} of the "
+                f"step) in {counts.mean():.1f} waits"),
+                _host.gpu_line(ra),
+            ]
         if skip_first:
             method += "; the first step (worker start-up) is left out"
             evidence.append(f"first steady step waited {ms(ia.first_step_wait_ns)} (DataLoader "
@@ -190,13 +211,21 @@ class InputBound:
         if skip_first:
             order[0] = -1
         worst = int(np.argmax(order))
-        evidence.append(f"worst: step {ra.steps.steady[worst].index} with the GPU idle "
-                        f"{ms(per[worst])} waiting for input")
+        if gpu:
+            evidence.append(f"worst: step {ra.steps.steady[worst].index} with the GPU idle "
+                            f"{ms(per[worst])} waiting for input")
+        else:
+            evidence.append(f"worst: step {ra.steps.steady[worst].index}, waiting "
+                            f"{ms(per[worst])} for input")
         waits = IntervalSet.of(*input_wait_intervals(ctx.run, ra.rank))
         window = IntervalSet.of(split.win_start, split.win_end)
         samples = _window_samples(ctx.run, ra.rank, (waits & window, window))
         evidence += diagnose(ia.dataloader, samples, ctx.run.manifest.source.kind)
-        if abs(split.share_keep - 1.0) >= 0.01:
+        nw = _num(ia.dataloader.get("num_workers")) if ia.dataloader else None
+        if not gpu and nw:
+            evidence.append("without GPU work the loader's workers share the CPUs with the "
+                            "model's own compute: more workers can slow the step's compute")
+        if gpu and abs(split.share_keep - 1.0) >= 0.01:
             evidence.append(f"scaled by {split.share_keep:.2f}: the profiler made the traced "
                             f"step about {ms(split.profiler_ns_per_step)} longer, so the share "
                             f"estimates the untraced speed-up")
@@ -204,11 +233,24 @@ class InputBound:
             evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
         sites = distinct_names(ctx.run.table("input_waits", ra.rank), "name")[:3]
         where = where_worst(split, order.clip(min=0), call_sites=sites)
-        title = (f"Input-bound: the GPU idles {ms(saving * 1e6)} per step "
-                 f"({pct(ctx.share(saving))}) waiting for the next batch")
+        if gpu:
+            title = (f"Input-bound: the GPU idles {ms(saving * 1e6)} per step "
+                     f"({pct(ctx.share(saving))}) waiting for the next batch")
+        else:
+            why = ("no GPU work: the step is host time" if ra.gpu.host_only
+                   else "GPU activity not recorded")
+            title = (f"Input-bound: the step waits {ms(saving * 1e6)} ({pct(ctx.share(saving))}) "
+                     f"for the next batch ({why})")
+        conf = Confidence.HIGH if gpu else _host.confidence(ra)
+        cap = max_severity(ctx, ra, host_side=False)
+        note = ""
+        if conf is Confidence.LOW:
+            cap = Severity.WARNING if cap is Severity.CRITICAL else cap
+            note = (f"GPU activity was not recorded ({ra.gpu.reason}): if a GPU ran queued "
+                    f"work while the thread waited, a faster pipeline saves less")
         return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
                            method=method, evidence=evidence, fix=FIX, where=where,
-                           max_severity=max_severity(ctx, ra, host_side=False))
+                           confidence=conf, note=note, max_severity=cap)
 
 
 RULE = InputBound()

@@ -91,7 +91,7 @@ class StepGaps:
     def check(self, ctx: Context) -> Sequence[Finding]:
         best: tuple[float, RankAnalysis, IdleSplit, float] | None = None
         for ra in ctx.ranks:
-            if not ra.steps.steady:
+            if not ra.steps.steady or not ra.devices_used:  # no GPU records: no GPU gaps
                 continue
             split = split_idle(ctx, ra)
             floor = FLOOR_LAUNCHES * ra.launches.median_api_ns

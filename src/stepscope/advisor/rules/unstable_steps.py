@@ -18,6 +18,11 @@ running ahead) costs nothing, and extra GPU work in a slow step (evaluation) is 
 not waiting; both show in the evidence. The worst rank (largest CV) is reported. Steps slower than :data:`SLOW` x the median are
 listed; when they are evenly spaced the work is periodic (evaluation, checkpoint,
 logging, garbage collection).
+
+A rank without GPU records (``analysis.gpu_use``) has no GPU idle time: its step is host
+time, so the per-step figure is the step's wall time and the saving ``mean - median`` of it
+(what the slow steps add). The title and evidence say host time; confidence is high where
+the run says the GPU did nothing or there is none, low where GPU activity was not recorded.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
+from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
+from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import max_severity, pct
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.breakdown import GPU_CATEGORIES
@@ -70,7 +76,8 @@ def _periodic(idx: Sequence[int]) -> int:
 
 
 def _idle_ms(ra: RankAnalysis, steps: list[Step]) -> np.ndarray:
-    """GPU idle time (ms) of each step: wall minus GPU busy (step-time breakdown)."""
+    """GPU idle time (ms) of each step: wall minus GPU busy (step-time breakdown); the
+    wall itself on a rank without GPU records (host time, module docstring)."""
     per = ra.breakdown.per_step
     return np.array([(s.wall_ns - sum(per[s.index][c] for c in GPU_CATEGORIES)) / 1e6
                      for s in steps], dtype=np.float64)
@@ -80,7 +87,7 @@ class UnstableSteps:
     id = "unstable_steps"
     title = "Step times vary too much to trust averages"
     category = "measurement"
-    requires: tuple[str, ...] = ("kernels",)  # the saving is GPU idle time of slow steps
+    requires: tuple[str, ...] = ()  # GPU idle time of slow steps, or host time without GPU
 
     def check(self, ctx: Context) -> Sequence[Finding]:
         best: tuple[float, RankAnalysis, list[Step]] | None = None
@@ -119,10 +126,16 @@ class UnstableSteps:
             (f"coefficient of variation {cv:.2f} (threshold {CV_INFO:.2f}); slowest step "
             f"{ratio:.2f}x the median (threshold {RATIO_INFO:.1f})"),
         ]
-        evidence.append(f"GPU idle per step: median {float(np.median(idle)):.2f} ms, mean "
-                        f"{float(idle.mean()):.2f} ms: the slow steps add {saving:.2f} ms of idle "
-                        f"GPU per step on average")
-        if mean - med > 2 * saving:
+        gpu = bool(ra.devices_used)
+        if gpu:
+            evidence.append(f"GPU idle per step: median {float(np.median(idle)):.2f} ms, mean "
+                            f"{float(idle.mean()):.2f} ms: the slow steps add {saving:.2f} ms of "
+                            f"idle GPU per step on average")
+        else:
+            evidence.append(f"the slow steps add {saving:.2f} ms per step on average (mean "
+                            f"minus median step time)")
+            evidence.append(_host.gpu_line(ra))
+        if gpu and mean - med > 2 * saving:
             evidence.append(f"most of the wall-time excess ({mean - med:.2f} ms per step) is GPU "
                             f"work or host time the GPU did not wait for (a host running ahead)")
         if slow:
@@ -145,15 +158,25 @@ class UnstableSteps:
         slowest = steps[slow[0]] if slow else steps[int(np.argmax(walls))]
         where = Where(rank=ra.rank, steps=tuple(steps[i].index for i in slow[:5])
                       or (slowest.index,), start_ns=slowest.start_ns, end_ns=slowest.end_ns)
-        title = (f"Step time varies {cv:.0%} (CV) over {n} steps, slowest {ratio:.2f}x the "
-                 f"median: slow steps idle the GPU {saving:.2f} ms per step "
-                 f"({pct(ctx.share(saving))})")
-        method = (f"mean minus median of the per-step GPU idle time over {n} steps (warm-up "
-                  f"excluded): the idle time the steps slower than the typical one add per "
-                  f"step on average")
+        head = (f"Step time varies {cv:.0%} (CV) over {n} steps, slowest {ratio:.2f}x the "
+                f"median: ")
+        if gpu:
+            title = head + f"slow steps idle the GPU {saving:.2f} ms per step ({pct(ctx.share(saving))})"
+            method = (f"mean minus median of the per-step GPU idle time over {n} steps (warm-up "
+                      f"excluded): the idle time the steps slower than the typical one add per "
+                      f"step on average")
+        else:
+            title = head + (f"slow steps add {saving:.2f} ms per step ({pct(ctx.share(saving))})"
+                            + (" of host time (no GPU work)" if ra.gpu.host_only
+                               else " (GPU activity not recorded)"))
+            method = (f"mean minus median of the step time over {n} steps (warm-up excluded; no "
+                      f"GPU work recorded, so the step's time is host time): what the steps "
+                      f"slower than the typical one add per step on average")
+        conf = Confidence.HIGH if gpu else _host.confidence(ra)
         return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
                            method=method, evidence=evidence, fix=FIX, where=where,
-                           max_severity=cap)
+                           confidence=conf, note="" if conf is Confidence.HIGH else
+                           f"GPU activity was not recorded ({ra.gpu.reason})", max_severity=cap)
 
 
 RULE = UnstableSteps()

@@ -12,6 +12,16 @@
  * Memory is bounded: when the buffers handed out reach `max_bytes`, ss_buffer_requested returns
  * no buffer and CUPTI drops records (it counts them; cuptiActivityGetNumDroppedRecords).
  *
+ * Buffers are handed to CUPTI zero-filled, so that CUPTI need not zero them itself
+ * (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER = 1, set by the capture): left to CUPTI, each
+ * buffer is zeroed in the program's thread that asks for it ("stalls in the critical path",
+ * cupti_activity.h), which CUPTI's own overhead records put at 2-6 ms per 8 MB buffer on the
+ * H100 (activity_buffer_request, docs/data/capture-2026-11-25e). Here a new buffer is fresh
+ * anonymous memory (zero pages from the kernel; ss_prepare makes a few ahead, their pages
+ * already mapped), and a buffer given back (ss_release, on the thread that drains buffers) has
+ * its written bytes cleared there and the rest of its pages dropped (madvise MADV_DONTNEED:
+ * zero again on the next touch) before it is handed out again.
+ *
  * Also here: ss_walk, the record walk (kind + offset of every record of a buffer) given the
  * record size of each activity kind, so that decoding can be vectorised in numpy; and what a
  * capture needs to keep the raw records instead of decoding them in the profiled process (see
@@ -22,19 +32,27 @@
  * next CUDA call, as NVIDIA documents it (CUPTI left attached keeps its hooks in every CUDA
  * call of the rest of the program). And the runtime/driver call records taken from CUPTI's
  * Callback API for the calls that matter only (ss_callback, ss_api_begin/ss_api_end): written
- * into the same buffers, in the layout of CUPTI's own API records.
+ * into the same buffers, in the layout of CUPTI's own API records; a driver call made inside a
+ * recorded runtime call on the same thread (the runtime's own cuLaunchKernel) is not written.
  *
  * Built as a plain shared library (no Python.h), loaded with ctypes.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* MAP_ANONYMOUS, MAP_POPULATE, MADV_DONTNEED under a strict -std */
+#endif
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#define SS_ALIGN 8
 #define SS_MAX_KIND 64
+#ifndef MAP_POPULATE
+#define MAP_POPULATE 0 /* not Linux: pages mapped at their first touch */
+#endif
 
 typedef struct ss_node {
     uint8_t *data;
@@ -46,7 +64,7 @@ static pthread_mutex_t ss_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t ss_buf_size = 8u << 20;
 static size_t ss_max_bytes = (size_t)1 << 30;
 static size_t ss_allocated = 0;    /* bytes of buffers that exist (handed out, completed, free) */
-static ss_node *ss_free_head = NULL; /* nodes whose data is a free buffer */
+static ss_node *ss_free_head = NULL; /* nodes whose data is a free, zero-filled buffer */
 static ss_node *ss_done_head = NULL; /* completed buffers, FIFO */
 static ss_node *ss_done_tail = NULL;
 static ss_node *ss_spare = NULL;   /* empty nodes kept for reuse */
@@ -61,6 +79,28 @@ static ss_node *node_get(void) {
 
 static void node_put(ss_node *n) { n->data = NULL; n->next = ss_spare; ss_spare = n; }
 
+/* A new buffer of `size` bytes, zero-filled (anonymous memory); `populate`: its pages mapped now
+ * rather than at their first touch. NULL when the system has no memory for it. */
+static uint8_t *buf_new(size_t size, int populate) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+    return p == MAP_FAILED ? NULL : (uint8_t *)p;
+}
+
+static void buf_free(uint8_t *p, size_t size) { munmap(p, size); }
+
+/* Zero a buffer CUPTI (or the call records) wrote `valid` bytes of: those bytes cleared, the
+ * pages after them dropped (zero at their next touch; nothing should have written there). */
+static void buf_clear(uint8_t *p, size_t size, size_t valid) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (valid > size) valid = size;
+    size_t keep = (valid + page - 1) / page * page;
+    if (keep > size) keep = size;
+    memset(p, 0, keep);
+    if (keep < size && madvise(p + keep, size - keep, MADV_DONTNEED) != 0)
+        memset(p + keep, 0, size - keep);
+}
+
 /* Set the buffer size and the memory cap. Only while no buffer exists (before enabling). */
 int ss_configure(size_t buf_size, size_t max_bytes) {
     int rc = 0;
@@ -68,33 +108,73 @@ int ss_configure(size_t buf_size, size_t max_bytes) {
     if (ss_allocated != 0 && buf_size != ss_buf_size) {
         rc = -1;
     } else {
-        if (buf_size >= 4096) ss_buf_size = (buf_size + SS_ALIGN - 1) & ~(size_t)(SS_ALIGN - 1);
+        if (buf_size >= 4096) ss_buf_size = (buf_size + 4095) & ~(size_t)4095;
         if (max_bytes >= ss_buf_size) ss_max_bytes = max_bytes;
     }
     pthread_mutex_unlock(&ss_lock);
     return rc;
 }
 
+/* Make free buffers ahead, their pages mapped, until `n` are free (within the memory cap), so
+ * that the first buffers CUPTI asks for during a capture cost it nothing. Call before enabling
+ * (it maps n buffers' worth of memory, ~1 ms per 8 MB). Returns how many are free. */
+int ss_prepare(int n) {
+    int have = 0;
+    pthread_mutex_lock(&ss_lock);
+    for (ss_node *f = ss_free_head; f; f = f->next) have++;
+    size_t size = ss_buf_size;
+    while (have < n && ss_allocated + size <= ss_max_bytes) {
+        ss_allocated += size; /* reserved while it is made outside the lock */
+        pthread_mutex_unlock(&ss_lock);
+        uint8_t *data = buf_new(size, 1);
+        pthread_mutex_lock(&ss_lock);
+        ss_node *node = data ? node_get() : NULL;
+        if (!node) {
+            ss_allocated -= size;
+            if (data) buf_free(data, size);
+            break;
+        }
+        node->data = data;
+        node->valid = 0;
+        node->next = ss_free_head;
+        ss_free_head = node;
+        have++;
+    }
+    pthread_mutex_unlock(&ss_lock);
+    return have;
+}
+
 void ss_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     uint8_t *data = NULL;
+    int fresh = 0;
     pthread_mutex_lock(&ss_lock);
     ss_n_requested++;
+    size_t bytes = ss_buf_size;
     if (ss_free_head) {
         ss_node *n = ss_free_head;
         ss_free_head = n->next;
         data = n->data;
         node_put(n);
-    } else if (ss_allocated + ss_buf_size <= ss_max_bytes) {
-        void *p = NULL;
-        if (posix_memalign(&p, SS_ALIGN, ss_buf_size) == 0) {
-            data = (uint8_t *)p;
-            ss_allocated += ss_buf_size;
+    } else if (ss_allocated + bytes <= ss_max_bytes) {
+        ss_allocated += bytes; /* reserved while it is made outside the lock */
+        fresh = 1;
+    }
+    pthread_mutex_unlock(&ss_lock);
+    if (fresh) {
+        data = buf_new(bytes, 0);
+        if (!data) {
+            pthread_mutex_lock(&ss_lock);
+            ss_allocated -= bytes;
+            pthread_mutex_unlock(&ss_lock);
         }
     }
-    if (!data) ss_n_refused++;
-    pthread_mutex_unlock(&ss_lock);
+    if (!data) {
+        pthread_mutex_lock(&ss_lock);
+        ss_n_refused++;
+        pthread_mutex_unlock(&ss_lock);
+    }
     *buffer = data;
-    *size = data ? ss_buf_size : 0;
+    *size = data ? bytes : 0;
     *max_records = 0;
 }
 
@@ -102,6 +182,7 @@ void ss_buffer_completed(void *context, uint32_t stream_id, uint8_t *buffer, siz
                          size_t valid) {
     (void)context; (void)stream_id; (void)size;
     if (!buffer) return;
+    if (valid == 0) buf_clear(buffer, ss_buf_size, 0); /* back to the free list: zero it */
     pthread_mutex_lock(&ss_lock);
     ss_node *n = node_get();
     if (!n) { /* out of memory for 24 bytes: give the buffer up rather than crash */
@@ -145,9 +226,11 @@ int ss_take(uint8_t **buffers, size_t *valid, int cap) {
     return k;
 }
 
-/* Give a buffer taken with ss_take back for reuse. */
-void ss_release(uint8_t *buffer) {
+/* Give a buffer taken with ss_take back for reuse: `valid` is the byte count ss_take gave with
+ * it (cleared here, on the caller's thread, so that it goes back zero-filled). */
+void ss_release(uint8_t *buffer, size_t valid) {
     if (!buffer) return;
+    buf_clear(buffer, ss_buf_size, valid);
     pthread_mutex_lock(&ss_lock);
     ss_node *n = node_get();
     if (n) {
@@ -156,7 +239,7 @@ void ss_release(uint8_t *buffer) {
         n->next = ss_free_head;
         ss_free_head = n;
     } else {
-        free(buffer);
+        buf_free(buffer, ss_buf_size);
         ss_allocated -= ss_buf_size;
     }
     pthread_mutex_unlock(&ss_lock);
@@ -168,7 +251,7 @@ void ss_trim(void) {
     while (ss_free_head) {
         ss_node *n = ss_free_head;
         ss_free_head = n->next;
-        free(n->data);
+        buf_free(n->data, ss_buf_size);
         ss_allocated -= ss_buf_size;
         node_put(n);
     }
@@ -205,8 +288,9 @@ size_t ss_walk(const uint8_t *buf, size_t valid, const uint32_t *sizes, uint32_t
     return n;
 }
 
-/* Bumped whenever a function's signature changes: a stale prebuilt library is then rebuilt. */
-int ss_abi_version(void) { return 5; }
+/* Bumped whenever a function's signature changes: a stale prebuilt library is then rebuilt.
+ * 6: ss_release takes the valid bytes, ss_prepare, ss_api_begin's keep_nested, ss_api_stats 4. */
+int ss_abi_version(void) { return 7; }
 
 typedef int (*ss_next_fn)(uint8_t *buffer, size_t valid, void **record);
 
@@ -429,6 +513,22 @@ int ss_detach_reset(void **subscriber) {
  * (kind, cbid, start, end, processId, threadId, correlationId, returnValue: 40 bytes) into
  * buffers of the pool above, which are completed like CUPTI's own: ss_take sees both.
  *
+ * Nested driver calls. A runtime call runs the driver's own call inside it (cudaLaunchKernel ->
+ * cuLaunchKernel, cudaMemcpyAsync -> cuMemcpy...), and CUPTI calls back for that driver call too
+ * when its callback is on (it is: cuBLASLt, Triton, JAX and CuPy launch through the driver
+ * directly). Its record was written and then dropped at decode (decode.drop_nested): on the
+ * H100, 1,668 records written for 902 kept. Now a driver call made while this thread is inside
+ * a runtime call being recorded is not timed or written. The kernel, copy and memset records
+ * carry the runtime call's correlation id (CUPTI's activity kinds write no record for the
+ * nested driver call, and the GPU records link to the runtime record; tests/data/cupti), which
+ * is the id the runtime call's callback gets (CUpti_CallbackData.correlationId equals that of
+ * the call's API activity record). A driver call made outside any recorded runtime call (JAX,
+ * CuPy, cuBLASLt, Triton) is recorded as before. Per thread, the runtime calls entered while
+ * recording are counted (depth) under the capture's generation (bumped by each ss_api_begin),
+ * so a call whose exit was never seen (recording stopped inside it) cannot leave a thread
+ * marked as inside a call in a later capture. ss_api_begin(..., keep_nested = 1) writes them
+ * all, as before.
+ *
  * CUpti_CallbackData (cupti_callbacks.h, unchanged since CUPTI 4.1): callbackSite at byte 0,
  * functionReturnValue (a pointer) at 24, correlationData (uint64_t *) at 56, correlationId at 64.
  */
@@ -436,6 +536,8 @@ int ss_detach_reset(void **subscriber) {
 #define SS_CB_CORR_DATA 56
 #define SS_CB_CORR_ID 64
 #define SS_API_RECORD 40
+#define SS_DOMAIN_DRIVER 1
+#define SS_DOMAIN_RUNTIME 2
 
 static pthread_mutex_t ss_api_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ss_api_on = 0;
@@ -444,6 +546,27 @@ static uint32_t ss_api_pid = 0;
 static uint8_t *ss_api_buf = NULL;
 static size_t ss_api_cap = 0, ss_api_used = 0;
 static uint64_t ss_api_n = 0, ss_api_lost = 0;
+static uint32_t ss_api_gen = 0;         /* bumped by ss_api_begin */
+static int ss_api_keep_nested = 0;      /* 1: driver calls inside runtime calls are written too */
+static uint64_t ss_api_nested = 0;      /* driver calls not written: inside a runtime call */
+static uint64_t ss_api_nested_other = 0; /* of those, with another correlation id than it */
+
+/* This thread's runtime calls entered while recording (see above). */
+typedef struct { uint32_t gen, depth, corr; } ss_thread_calls;
+static __thread ss_thread_calls ss_tl_calls;
+
+/* This thread's system thread id (gettid), the id the host side of a capture (threads, stacks,
+ * input waits) and CUPTI's records with CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM use. Cached per
+ * thread with the process id it was read in: a forked child's copy of the thread reads its own. */
+static __thread uint32_t ss_tl_tid = 0, ss_tl_tid_pid = 0;
+
+static uint32_t thread_id(void) {
+    if (ss_tl_tid_pid != ss_api_pid || ss_tl_tid == 0) {
+        ss_tl_tid = (uint32_t)syscall(SYS_gettid);
+        ss_tl_tid_pid = ss_api_pid;
+    }
+    return ss_tl_tid;
+}
 
 /* Hand the current API buffer over as a completed buffer (caller holds ss_api_lock). */
 static void api_complete(void) {
@@ -480,11 +603,14 @@ static void api_write(const uint8_t *rec) {
 }
 
 /* Start recording the calls whose callbacks are enabled: `clock` is cuptiGetTimestamp, `pid`
- * the process id written into the records. */
-void ss_api_begin(int (*clock)(uint64_t *), uint32_t pid) {
+ * the process id written into the records, `keep_nested` 1 to write the driver calls made
+ * inside recorded runtime calls too (see above). */
+void ss_api_begin(int (*clock)(uint64_t *), uint32_t pid, int keep_nested) {
     pthread_mutex_lock(&ss_api_lock);
     ss_api_clock = clock;
     ss_api_pid = pid;
+    ss_api_keep_nested = keep_nested;
+    __atomic_add_fetch(&ss_api_gen, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ss_api_lock);
     __atomic_store_n(&ss_api_on, 1, __ATOMIC_RELEASE);
 }
@@ -506,52 +632,88 @@ void ss_api_complete(void) {
     pthread_mutex_unlock(&ss_api_lock);
 }
 
-/* records written, records lost (no buffer: the memory cap) */
+/* records written, records lost (no buffer: the memory cap), nested driver calls not written,
+ * and of those the ones whose correlation id was not their runtime call's */
 void ss_api_stats(uint64_t *out) {
     pthread_mutex_lock(&ss_api_lock);
     out[0] = ss_api_n;
     out[1] = ss_api_lost;
     pthread_mutex_unlock(&ss_api_lock);
+    out[2] = __atomic_load_n(&ss_api_nested, __ATOMIC_RELAXED);
+    out[3] = __atomic_load_n(&ss_api_nested_other, __ATOMIC_RELAXED);
+}
+
+/* One site of a recorded call: the start time at the entry, the record at the exit. */
+static void api_site(int domain, uint32_t cbid, const uint8_t *cb, int site) {
+    uint64_t *slot;
+    memcpy(&slot, cb + SS_CB_CORR_DATA, sizeof slot);
+    if (site == 0) {
+        if (slot) {
+            uint64_t t = 0;
+            ss_api_clock(&t);
+            *slot = t;
+        }
+        return;
+    }
+    uint64_t end = 0, start = slot ? *slot : 0;
+    ss_api_clock(&end);
+    uint32_t corr, ret = 0;
+    const void *retp;
+    memcpy(&corr, cb + SS_CB_CORR_ID, sizeof corr);
+    memcpy(&retp, cb + SS_CB_RETURN, sizeof retp);
+    if (retp) memcpy(&ret, retp, sizeof ret);
+    uint8_t rec[SS_API_RECORD];
+    uint32_t kind = domain == SS_DOMAIN_DRIVER ? 4u : 5u; /* CUPTI_ACTIVITY_KIND_DRIVER, _RUNTIME */
+    uint32_t tid = thread_id(); /* the system id, as the host tables have it */
+    memcpy(rec, &kind, 4);
+    memcpy(rec + 4, &cbid, 4);
+    memcpy(rec + 8, &start, 8);
+    memcpy(rec + 16, &end, 8);
+    memcpy(rec + 24, &ss_api_pid, 4);
+    memcpy(rec + 28, &tid, 4);
+    memcpy(rec + 32, &corr, 4);
+    memcpy(rec + 36, &ret, 4);
+    api_write(rec);
+}
+
+/* A call of the runtime or driver domain while recording: its record, unless it is a driver
+ * call inside a runtime call of this thread (see above). */
+static void api_call(int domain, uint32_t cbid, const uint8_t *cb) {
+    int site;
+    memcpy(&site, cb, sizeof site);
+    if (site != 0 && site != 1) return;
+    ss_thread_calls *tc = &ss_tl_calls;
+    uint32_t gen = __atomic_load_n(&ss_api_gen, __ATOMIC_ACQUIRE);
+    if (tc->gen != gen) { /* first call of this thread in this capture */
+        tc->gen = gen;
+        tc->depth = 0;
+    }
+    if (domain == SS_DOMAIN_DRIVER && tc->depth && !ss_api_keep_nested) {
+        if (site == 0) {
+            uint32_t corr;
+            memcpy(&corr, cb + SS_CB_CORR_ID, sizeof corr);
+            __atomic_add_fetch(&ss_api_nested, 1, __ATOMIC_RELAXED);
+            if (corr != tc->corr) __atomic_add_fetch(&ss_api_nested_other, 1, __ATOMIC_RELAXED);
+        }
+        return;
+    }
+    if (domain == SS_DOMAIN_RUNTIME) {
+        if (site == 0) {
+            tc->depth++;
+            memcpy(&tc->corr, cb + SS_CB_CORR_ID, sizeof tc->corr);
+        } else if (tc->depth) {
+            tc->depth--;
+        }
+    }
+    api_site(domain, cbid, cb, site);
 }
 
 /* The one CUPTI callback of this library (CUPTI allows one subscriber per process): call
  * records while ss_api_begin is in force, and the detach once it is armed. */
 void ss_callback(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
     if (!cbdata) return;
-    if ((domain == 1 || domain == 2) && __atomic_load_n(&ss_api_on, __ATOMIC_ACQUIRE)
-        && ss_api_clock) {
-        const uint8_t *cb = (const uint8_t *)cbdata;
-        int site;
-        uint64_t *slot;
-        memcpy(&site, cb, sizeof site);
-        memcpy(&slot, cb + SS_CB_CORR_DATA, sizeof slot);
-        if (site == 0) {
-            if (slot) {
-                uint64_t t = 0;
-                ss_api_clock(&t);
-                *slot = t;
-            }
-        } else if (site == 1) {
-            uint64_t end = 0, start = slot ? *slot : 0;
-            ss_api_clock(&end);
-            uint32_t corr, ret = 0;
-            const void *retp;
-            memcpy(&corr, cb + SS_CB_CORR_ID, sizeof corr);
-            memcpy(&retp, cb + SS_CB_RETURN, sizeof retp);
-            if (retp) memcpy(&ret, retp, sizeof ret);
-            uint8_t rec[SS_API_RECORD];
-            uint32_t kind = domain == 1 ? 4u : 5u; /* CUPTI_ACTIVITY_KIND_DRIVER, _RUNTIME */
-            uint32_t tid = (uint32_t)(uintptr_t)pthread_self(); /* CUPTI's default thread id */
-            memcpy(rec, &kind, 4);
-            memcpy(rec + 4, &cbid, 4);
-            memcpy(rec + 8, &start, 8);
-            memcpy(rec + 16, &end, 8);
-            memcpy(rec + 24, &ss_api_pid, 4);
-            memcpy(rec + 28, &tid, 4);
-            memcpy(rec + 32, &corr, 4);
-            memcpy(rec + 36, &ret, 4);
-            api_write(rec);
-        }
-    }
+    if ((domain == SS_DOMAIN_DRIVER || domain == SS_DOMAIN_RUNTIME)
+        && __atomic_load_n(&ss_api_on, __ATOMIC_ACQUIRE) && ss_api_clock)
+        api_call(domain, cbid, (const uint8_t *)cbdata);
     ss_detach_callback(userdata, domain, cbid, cbdata);
 }

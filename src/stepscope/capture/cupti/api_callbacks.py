@@ -13,7 +13,11 @@ The shim's ``ss_callback`` times each call with ``cuptiGetTimestamp`` (the clock
 records) and writes a record laid out as CUPTI's ``CUpti_ActivityAPI`` into the same buffers as
 the activity records, so the rest of the capture (spill, decode, merge) takes them as it takes
 CUPTI's. The correlation id is CUPTI's (the callback's ``correlationId``), the one the kernels,
-copies and memsets carry.
+copies and memsets carry. A driver call made inside a recorded runtime call on the same thread
+(the runtime's own ``cuLaunchKernel``) is not written (``keep_nested`` False): its GPU records
+carry the runtime call's id. The shim counts those calls, and those whose id was not their
+runtime call's (``api_nested_driver_calls``, ``api_nested_other_correlation``: a GPU check of
+that premise, in the manifest).
 
 CUPTI allows one subscriber per process. The subscription made here is handed to the detach
 at the end of the capture (``detach.arm``), whose callback is the same ``ss_callback``.
@@ -35,8 +39,8 @@ class ApiCallbacks:
     """Start and stop the call records of the given domains; ``subscriber`` is the handle
     while subscribed (handed to the detach, or unsubscribed, by the capture)."""
 
-    def __init__(self, lib: Any, shim: ctypes.CDLL) -> None:
-        self.lib, self.shim = lib, shim
+    def __init__(self, lib: Any, shim: ctypes.CDLL, keep_nested: bool = False) -> None:
+        self.lib, self.shim, self.keep_nested = lib, shim, keep_nested
         self.subscriber: ctypes.c_void_p | None = None
         self.domains: list[int] = []
         self.kept = 0
@@ -56,7 +60,7 @@ class ApiCallbacks:
             return f"cuptiSubscribe failed with {rc} (another CUPTI client in this process?)"
         self.subscriber = sub
         self.shim.ss_api_begin(ctypes.cast(self.lib.cuptiGetTimestamp, ctypes.c_void_p),
-                               os.getpid() & 0xFFFFFFFF)
+                               os.getpid() & 0xFFFFFFFF, int(self.keep_nested))
         for domain in domains:
             kept, _ = plan.plan(domain)
             for cbid in kept:
@@ -105,16 +109,19 @@ class ApiCallbacks:
             self.lib.cuptiUnsubscribe(self.subscriber)
             self.subscriber = None
 
-    def _raw(self) -> tuple[int, int]:
-        out = (ctypes.c_uint64 * 2)()
+    def _raw(self) -> tuple[int, ...]:
+        out = (ctypes.c_uint64 * 4)()
         self.shim.ss_api_stats(out)
-        return int(out[0]), int(out[1])
+        return tuple(int(x) for x in out)
 
     def stats(self) -> dict[str, int]:
-        """Records written, and lost for want of buffer memory (the cap), by this capture."""
+        """By this capture: records written, lost for want of buffer memory (the cap), driver
+        calls not written because they were made inside a recorded runtime call, and of those
+        the ones whose correlation id was not their runtime call's."""
         now = self._raw()
-        return {"api_records_written": now[0] - self._base[0],
-                "api_records_lost": now[1] - self._base[1]}
+        keys = ("api_records_written", "api_records_lost", "api_nested_driver_calls",
+                "api_nested_other_correlation")
+        return {k: a - b for k, a, b in zip(keys, now, self._base)}
 
 
 __all__ = ["ApiCallbacks"]

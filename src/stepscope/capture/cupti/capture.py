@@ -6,7 +6,8 @@ completed buffers (no GIL was needed to fill them) and either keeps them raw in 
 folder (``spill_dir`` given: ``spill``, decoded at merge by ``raw``; what a recording session
 does) or walks and decodes them here (``decode``); then hands the buffers back. ``stop()``
 disables, force-flushes and takes the rest. A driver call nested in a runtime call on the same
-thread (the runtime's own cuLaunchKernel) is dropped at decode, keeping the runtime call.
+thread (the runtime's own cuLaunchKernel) is not written by the shim when calls come through
+callbacks, and is dropped at decode otherwise, keeping the runtime call.
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ from stepscope.capture.cupti.api_calls import CallPlan
 from stepscope.capture.cupti.decode import DecodeContext, Decoder
 from stepscope.capture.cupti.dump import BufferDump
 from stepscope.capture.cupti.native import (
+    THREAD_ID_TYPE_SYSTEM,
     Unavailable,
     demangler,
     find_libcupti,
     load_libcupti,
     load_shim,
+    set_thread_id_type,
+    set_zeroed_buffers,
     shim_walk,
 )
 from stepscope.capture.cupti.settings import GpuSettings
@@ -94,6 +98,8 @@ class CuptiCapture:
         self.decode_s = 0.0  # decoding here (no spill_dir); spilling: the time moving buffers
         self._detacher = detach.Detacher(self.lib, self.shim, self.version, self.settings.detach)
         self._callbacks: ApiCallbacks | None = None
+        self._zeroed = False  # CUPTI told the buffers come zero-filled (settings.zeroed_buffers)
+        self._tid_type: int | None = None  # the thread id type CUPTI had before the capture
         self.api_via = "none" if self.settings.api == "none" else (
             "activity" if self.settings.api == "all" else self.settings.api_via)
         self.running = False
@@ -147,11 +153,15 @@ class CuptiCapture:
         self._requested_at_start = self.stats()["buffers_requested"]
         self._check(self.lib.cuptiActivityRegisterCallbacks(req, done),
                     "cuptiActivityRegisterCallbacks")
+        self.shim.ss_prepare(s.prepared_buffers)
+        self._zeroed = s.zeroed_buffers and set_zeroed_buffers(self.lib, True)  # before a record
+        self._tid_type = set_thread_id_type(self.lib, THREAD_ID_TYPE_SYSTEM)
         for kind in s.kinds():
             rc = self.lib.cuptiActivityEnable(kind)
             if rc == 0:
                 self._enabled.append(kind)
             elif kind == L.CONCURRENT_KERNEL:
+                self._unzero()
                 self.stop()
                 raise Unavailable(f"cannot enable CUPTI kernel records: {self._error(rc)}")
             else:
@@ -160,7 +170,7 @@ class CuptiCapture:
         if s.api == "filtered":
             domains = [L.DOMAIN_RUNTIME_API] + ([L.DOMAIN_DRIVER_API] if s.use_driver() else [])
             if self.api_via == "callbacks":
-                self._callbacks = ApiCallbacks(self.lib, self.shim)
+                self._callbacks = ApiCallbacks(self.lib, self.shim, s.nested_driver)
                 why = self._callbacks.start(self.calls, domains)
                 if why is not None:
                     self._callbacks = None
@@ -218,6 +228,7 @@ class CuptiCapture:
         if self._callbacks is not None:
             self._callbacks.end()
         self._read_dropped()  # before the detach is armed: CUPTI is not to be asked after it
+        self._unzero()
         out = self._drain()
         if self._spill is not None:
             if self._spill.error:
@@ -239,6 +250,14 @@ class CuptiCapture:
         if why is not None:
             self._diag("cupti_stays_attached", why, level="info")
         return out
+
+    def _unzero(self) -> None:
+        """CUPTI to zero its buffers again: torch.profiler's, say, are not zero-filled."""
+        if self._zeroed:
+            set_zeroed_buffers(self.lib, False)
+        if self._tid_type is not None:  # another client of CUPTI (torch.profiler) expects its own
+            set_thread_id_type(self.lib, self._tid_type)
+            self._tid_type = None
 
     def _final_flush(self, wait_s: float = 1.0) -> None:
         """Forced flushes until every buffer CUPTI asked for has come back (CUPTI may hand a
@@ -282,7 +301,7 @@ class CuptiCapture:
                 try:
                     take(int(bufs[i] or 0), int(valid[i]))
                 finally:
-                    self.shim.ss_release(bufs[i])
+                    self.shim.ss_release(bufs[i], valid[i])
         if self._spill is not None:
             self._spill.end_flush()
             self.decode_s += time.perf_counter() - t0
@@ -409,6 +428,7 @@ class CuptiCapture:
                 "record_layout": self._layout.name, "settings": self.settings.as_dict(),
                 "api_calls_kept": self.calls.kept, "api_calls_off": self.calls.off,
                 "api_records_via": self.api_via,
+                "buffers_zeroed_by": "stepscope" if self._zeroed else "cupti",
                 **(self._callbacks.stats() if self._callbacks is not None else {}),
                 "driver_api": self.settings.use_driver(),
                 "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,

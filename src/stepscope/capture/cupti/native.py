@@ -73,7 +73,7 @@ def find_libcupti(environ: Mapping[str, str] | None = None,
     return ctypes.util.find_library("cupti")
 
 
-SHIM_ABI = 5  # ss_abi_version() of _shim.c
+SHIM_ABI = 7  # ss_abi_version() of _shim.c
 
 
 def _abi(path: Path) -> int | None:
@@ -136,8 +136,10 @@ def load_shim(path: Path | None = None) -> ctypes.CDLL:
     lib.ss_configure.restype = ctypes.c_int
     lib.ss_take.argtypes = [ctypes.POINTER(vp), ctypes.POINTER(sz), ctypes.c_int]
     lib.ss_take.restype = ctypes.c_int
-    lib.ss_release.argtypes = [vp]
+    lib.ss_release.argtypes = [vp, sz]
     lib.ss_release.restype = None
+    lib.ss_prepare.argtypes = [ctypes.c_int]
+    lib.ss_prepare.restype = ctypes.c_int
     lib.ss_trim.argtypes = []
     lib.ss_trim.restype = None
     lib.ss_stats.argtypes = [u64p]
@@ -163,7 +165,7 @@ def load_shim(path: Path | None = None) -> ctypes.CDLL:
     lib.ss_buffer_requested.restype = None
     lib.ss_buffer_completed.argtypes = [vp, ctypes.c_uint32, vp, sz, sz]
     lib.ss_buffer_completed.restype = None
-    lib.ss_api_begin.argtypes = [vp, ctypes.c_uint32]
+    lib.ss_api_begin.argtypes = [vp, ctypes.c_uint32, ctypes.c_int]
     lib.ss_api_begin.restype = None
     lib.ss_api_end.argtypes = []
     lib.ss_api_end.restype = None
@@ -198,10 +200,11 @@ def load_libcupti(path: str) -> ctypes.CDLL:
         "cuptiUnsubscribe": [vp],
         "cuptiEnableDomain": [u32, vp, i],
         "cuptiEnableCallback": [u32, vp, i, u32],
+        "cuptiActivitySetAttribute": [i, ctypes.POINTER(sz), vp],
     }
     optional = {"cuptiActivityEnableRuntimeApi", "cuptiActivityEnableDriverApi",  # older CUPTI:
                 "cuptiFinalize", "cuptiSubscribe", "cuptiUnsubscribe", "cuptiEnableDomain",
-                "cuptiEnableCallback"}
+                "cuptiEnableCallback", "cuptiActivitySetAttribute"}
     for name, args in sigs.items():
         fn = getattr(lib, name, None)
         if fn is None:
@@ -211,6 +214,38 @@ def load_libcupti(path: str) -> ctypes.CDLL:
         fn.argtypes = args
         fn.restype = i
     return lib
+
+
+ZEROED_OUT_ACTIVITY_BUFFER = 5  # CUpti_ActivityAttribute: CUPTI_ACTIVITY_ATTR_ZEROED_OUT_...
+
+
+def set_zeroed_buffers(lib: object, on: bool) -> bool:
+    """Tell CUPTI whether the buffers it is given are zero-filled already (the shim's are), so
+    that it does not zero each one itself in the program's thread that asks for it. Set before
+    the buffer callbacks are registered; set back to off after the capture (another CUPTI client
+    of the process, torch.profiler, hands CUPTI buffers that are not). True when CUPTI took it."""
+    fn = getattr(lib, "cuptiActivitySetAttribute", None)
+    if fn is None:
+        return False
+    value, size = ctypes.c_uint8(1 if on else 0), ctypes.c_size_t(1)
+    return bool(fn(ZEROED_OUT_ACTIVITY_BUFFER, ctypes.byref(size), ctypes.byref(value)) == 0)
+
+
+THREAD_ID_TYPE_SYSTEM = 1  # CUpti_ActivityThreadIdType: CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM
+
+
+def set_thread_id_type(lib: object, kind: int) -> int | None:
+    """Make CUPTI's activity records carry ``kind`` thread ids (SYSTEM: ``gettid``, the ids of the
+    host tables, as the shim's call records have them; CUPTI's default is ``pthread_self``).
+    Returns the type it had, to set back after the capture; None where it could not be set."""
+    get = getattr(lib, "cuptiGetThreadIdType", None)
+    put = getattr(lib, "cuptiSetThreadIdType", None)
+    if get is None or put is None:
+        return None
+    prev = ctypes.c_int(0)
+    if get(ctypes.byref(prev)) != 0 or put(ctypes.c_int(kind)) != 0:
+        return None
+    return int(prev.value)
 
 
 def shim_walk(shim: ctypes.CDLL, ptr: int, valid: int, sizes: ctypes.Array[ctypes.c_uint32]

@@ -13,6 +13,19 @@ table) are off by default: the analysis times syncs from the sync calls themselv
 SYNCHRONIZATION kind hooks every call too. Measured on the H100 (docs/benchmarks.md, 2026-11-25
 fifth session): with both, the GPT step's capture cost x1.03-1.04 instead of x1.18-1.19.
 Knobs: ``STEPSCOPE_CUPTI_API_VIA=activity``, ``STEPSCOPE_CUPTI_SYNC=1``.
+
+Through callbacks, a driver call made inside a recorded runtime call of the same thread (the
+runtime's own ``cuLaunchKernel`` under ``cudaLaunchKernel``) is not written (``nested_driver``
+False, the default): its record used to be written and then dropped at decode. The GPU records
+carry the runtime call's correlation id. ``STEPSCOPE_CUPTI_NESTED_DRIVER=1`` writes them again
+(the knob the overhead benchmark turns).
+
+Buffers: CUPTI zeroes every buffer it is given, in the program's thread that asks for it (2-6 ms
+per 8 MB buffer in CUPTI's own overhead records on the H100), unless told they are zero-filled
+already. The shim's are (``_shim.c``), so CUPTI is told so (``zeroed_buffers``;
+``STEPSCOPE_CUPTI_ZEROED_BUFFERS=0`` leaves it to CUPTI), and ``prepared_buffers`` (4; knob
+``STEPSCOPE_CUPTI_PREPARED_BUFFERS``) are made ahead at start, their pages mapped, so that the
+first buffers of a window cost the program nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +63,24 @@ def _sync() -> bool:
     return os.environ.get("STEPSCOPE_CUPTI_SYNC", "0").strip() == "1"
 
 
+def _nested_driver() -> bool:
+    """``STEPSCOPE_CUPTI_NESTED_DRIVER=1`` records the driver calls made inside recorded runtime
+    calls too (``nested_driver``)."""
+    return os.environ.get("STEPSCOPE_CUPTI_NESTED_DRIVER", "0").strip() == "1"
+
+
+def _zeroed_buffers() -> bool:
+    """``STEPSCOPE_CUPTI_ZEROED_BUFFERS=0`` leaves the zeroing of each buffer to CUPTI
+    (``zeroed_buffers``)."""
+    return os.environ.get("STEPSCOPE_CUPTI_ZEROED_BUFFERS", "1").strip() != "0"
+
+
+def _prepared_buffers() -> int:
+    """``STEPSCOPE_CUPTI_PREPARED_BUFFERS=N`` (default 4) buffers made ahead at start."""
+    raw = os.environ.get("STEPSCOPE_CUPTI_PREPARED_BUFFERS", "4").strip()
+    return max(0, int(raw)) if raw.isdigit() else 4
+
+
 def _torch_driver_calls() -> frozenset[str]:
     """``STEPSCOPE_TORCH_DRIVER_CALLS`` (comma-separated; empty = none) overrides the default: the
     knob the overhead benchmark turns."""
@@ -77,6 +108,12 @@ class GpuSettings:
     max_mb: int = 1024
     detach: bool = field(default_factory=_detach)  # cuptiFinalize after the capture (detach.py)
     api_via: str = field(default_factory=_api_via)  # "callbacks" | "activity" (module doc)
+    # through callbacks: also write driver calls made inside recorded runtime calls (module doc)
+    nested_driver: bool = field(default_factory=_nested_driver)
+    # buffers handed to CUPTI zero-filled by the shim, so CUPTI does not zero each one in the
+    # program's thread (module doc); and this many made ahead at start, their pages mapped
+    zeroed_buffers: bool = field(default_factory=_zeroed_buffers)
+    prepared_buffers: int = field(default_factory=_prepared_buffers)
 
     def use_driver(self) -> bool:
         if self.driver is None:

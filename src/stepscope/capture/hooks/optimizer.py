@@ -6,6 +6,7 @@ optimizer paces the steps is the host capture's decision (``capture.host``).
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -67,3 +68,27 @@ def hook_optimizer(module: ModuleType, handles: list[Any], *, on_step: OnOptimiz
         on_error("optimizer_hook_unavailable", f"optimizer steps not hooked: {e}")
         return f"not hooked: {e}"
     return "hooked"
+
+
+def optimizer_built() -> bool:
+    """Whether the program has built a ``torch.optim`` optimizer, without importing torch or
+    patching anything: the first instance of an optimizer class wraps that class's ``step`` and
+    marks it ``hooked`` (``Optimizer._patch_step_function``, torch >= 1.8). Never raises."""
+    module = sys.modules.get(OPTIMIZER_MODULE)
+    base = getattr(module, "Optimizer", None) if module is not None else None
+    if not isinstance(base, type):
+        return False
+    try:
+        todo: list[type] = [base]
+        seen: set[type] = set()
+        while todo:
+            cls = todo.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            if getattr(cls.__dict__.get("step"), "hooked", False):
+                return True
+            todo.extend(cls.__subclasses__())
+    except Exception:  # noqa: BLE001 - a probe must never break the program
+        return False
+    return False

@@ -307,7 +307,8 @@ function makePalette() {
     ['annotation', '#2a9fd6', 'annotation'], ['nvtx', '#16a37f', 'NVTX range'],
     ['gpu_annotation', '#6f8196', 'GPU annotation'], ['profiler_step', '#5f6f82', 'profiler step'],
     ['input_wait', '#d9342b', 'input wait'], ['step', '#23867a', 'step'], ['step:b', '#2fa595', null],
-    ['step:warm', '#9aa3ad', 'step (not steady)'], ['gpu_sync', '#cc4444', 'GPU sync'], ['other', '#8e99a8', null],
+    ['step:warm', '#9aa3ad', 'step (not steady)'], ['gpu_sync', '#cc4444', 'GPU sync'],
+    ['stack', dark ? '#3f6b52' : '#9fcfb0', 'sampled stack'], ['other', '#8e99a8', null],
   ];
   const index = {}, colors = [], text = [], labels = [];
   entries.forEach(([k, c, label], i) => {
@@ -415,7 +416,18 @@ function lineChart(container, t, series, opts) {
   clear(container).appendChild(svg);
 }
 
-function breakdownBar(parts) {
+// a run without GPU records: every category is host time (analysis/breakdown.py)
+const HOST_CAT = {
+  input_wait: ['input wait', 'the host waits for the next batch'],
+  sync: ['sync', 'a host thread is blocked in a sync or blocking copy'],
+  launch: ['launch', 'the host is in a launch call or the op issuing it'],
+  host: ['host ops', 'the host runs framework ops / Python functions / annotations'],
+  idle: ['host, nothing recorded', 'host time with no recorded event: on a CPU-only program, typically the model\'s own compute'],
+};
+
+function breakdownBar(parts, hostOnly) {
+  const label = c => hostOnly && HOST_CAT[c] ? HOST_CAT[c][0] : CAT_LABEL[c];
+  const help = c => hostOnly && HOST_CAT[c] ? HOST_CAT[c][1] : CAT_HELP[c];
   const total = CATS.reduce((a, c) => a + (parts[c] || 0), 0);
   const bar = h('div', {class: 'bar', role: 'img', 'aria-label': 'average step-time breakdown'});
   const legend = h('div', {class: 'legend'});
@@ -423,11 +435,11 @@ function breakdownBar(parts) {
     const v = parts[c] || 0;
     if (v <= 0 || total <= 0) continue;
     const seg = h('div', {style: {width: (100 * v / total) + '%', background: catColor(c)}});
-    seg.addEventListener('mousemove', e => showTip(e, [CAT_LABEL[c], fmtMs(v) + ' per step (' + pct(v / total, 1) + ')', CAT_HELP[c]]));
+    seg.addEventListener('mousemove', e => showTip(e, [label(c), fmtMs(v) + ' per step (' + pct(v / total, 1) + ')', help(c)]));
     seg.addEventListener('mouseleave', hideTip);
     bar.appendChild(seg);
-    legend.appendChild(h('span', {title: CAT_HELP[c]}, h('span', {class: 'sw', style: {background: catColor(c)}}),
-      CAT_LABEL[c] + ' ', h('b', {text: fmtMs(v)}), ' (' + pct(v / total, 0) + ')'));
+    legend.appendChild(h('span', {title: help(c)}, h('span', {class: 'sw', style: {background: catColor(c)}}),
+      label(c) + ' ', h('b', {text: fmtMs(v)}), ' (' + pct(v / total, 0) + ')'));
   }
   return [bar, legend];
 }
@@ -474,20 +486,24 @@ function overheadText() {
         'The window\'s median step is compared with the steps right after it; that only measures the capture when the program\'s steps are alike. ' +
         'The capture\'s cost measured side by side with torch.profiler is in docs/benchmarks.md.'];
     }
+    // only the steps right after the window measure the capture: those before it are the
+    // program's warm-up (hooks and samplers on), and a ratio under 1 is no cost at all
     const after = pick('step_time_ratio_in_window_vs_after');
-    const ratios = after.length ? after : pick('step_time_ratio_in_window_vs_before');
     const shares = pick('sampler_threads_cpu_share');
-    const worst = ratios.length ? Math.max(...ratios) : null;
-    const worstRank = after.length ? ranks.find(k => o[k].step_time_ratio_in_window_vs_after === worst) : null;
+    const samplers = shares.length ? 'sampler threads ' + pct(Math.max(...shares), 1) + ' of a core' : null;
+    const bench = 'The capture\'s cost measured side by side with torch.profiler is in docs/benchmarks.md.';
+    if (!after.length) {
+      return ['not measured', ['fewer than 3 steps ran after the window to compare with', samplers].filter(Boolean).join('; '),
+        'The capture\'s cost is the window\'s median step over the steps right after it; the steps before the window are warm-up steps and say nothing of it. ' + bench];
+    }
+    const worst = Math.max(...after);
+    const worstRank = ranks.find(k => o[k].step_time_ratio_in_window_vs_after === worst);
     const ci = worstRank ? o[worstRank].step_time_ratio_after_ci90 : null;
-    const v = worst !== null ? 'x' + num(worst, 2) + (Array.isArray(ci) && ci.length === 2 ? ' (90% CI ' + num(ci[0], 2) + '–' + num(ci[1], 2) + ')' : '') : 'measured';
-    const vs = after.length ? 'the steps right after it (capture off: samplers stopped, CUPTI detached)' : 'the steps before it';
-    const sub = [worst !== null ? 'step time in the window vs ' + vs + (ranks.length > 1 ? ' (worst rank)' : '') : null,
-      shares.length ? 'sampler threads ' + pct(Math.max(...shares), 1) + ' of a core' : null].filter(Boolean).join('; ');
-    return [v, sub, (after.length
-      ? 'Measured on this run: the window\'s median step over the median of up to 10 steps after it. '
-      : 'The steps before the window are warm-up steps: a rough indicator only. ') +
-      'The capture\'s cost measured side by side with torch.profiler is in docs/benchmarks.md.'];
+    const x = 'x' + num(worst, 2) + (Array.isArray(ci) && ci.length === 2 ? ' (90% CI ' + num(ci[0], 2) + '–' + num(ci[1], 2) + ')' : '');
+    const vs = 'step time in the window vs the steps right after it (capture off: samplers stopped, CUPTI detached)' + (ranks.length > 1 ? ' (worst rank)' : '');
+    const v = worst >= 1 ? x : 'none measurable';
+    const sub = [worst >= 1 ? vs : 'steps in the window were not slower than those right after it: ' + x, samplers].filter(Boolean).join('; ');
+    return [v, sub, 'Measured on this run: the window\'s median step over the median of up to 10 steps after it. ' + bench];
   }
   const keys = Object.keys(o);
   if (keys.length) {
@@ -502,13 +518,41 @@ function overheadText() {
   return ['not measured', 'imported trace: the profiler\'s own cost is not known; host-side findings assume it is small'];
 }
 
+function gpuBusyCard(sm) {
+  // per rank over the devices it used, or pooled over ranks with each rank's figure: never a
+  // sum over ranks divided by one rank's wall (analysis/summary.py)
+  if (!sm.devices_used) {
+    const notes = [...new Set(R.ranks.map(r => r.gpu_note).filter(Boolean))];
+    return card('GPU busy', 'none recorded', notes[0] || 'no GPU activity in this run', null, notes.join('\n') || null);
+  }
+  const rs = R.ranks.filter(r => r.devices_used);
+  if (R.ranks.length === 1) {
+    const r = R.ranks[0];
+    const on = r.devices_used > 1 ? ` × ${r.devices_used} GPUs` : '';
+    return card('GPU busy', num(sm.gpu_busy_pct, 1) + '%', `${fmtMs(r.gpu_busy_in_steps_ms)} of ${fmtMs(r.wall_ms)}${on} of step time`);
+  }
+  const per = rs.map(r => 'rank ' + r.rank + ' ' + num(r.gpu_busy_pct, 1) + '%');
+  const pcts = rs.map(r => r.gpu_busy_pct);
+  const sub = per.length <= 4 ? per.join(' · ') : `ranks ${num(Math.min(...pcts), 1)}–${num(Math.max(...pcts), 1)}%`;
+  return card('GPU busy', num(sm.gpu_busy_pct, 1) + '%', sub, null,
+    `${fmtMs(sm.gpu_busy_in_steps_ms)} busy of ${fmtMs(sm.gpu_time_ms)} of GPU time in the steps, over ${R.ranks.length} ranks (step time × GPUs used, per rank).\n` + per.join('\n'));
+}
+
+function stepsCard(sm) {
+  const detail = sm.step_detail || '';
+  const how = detail.replace(/^\d+:?\s*/, '') || 'from ' + sm.step_source;
+  return card('Steps', String(sm.steps), (sm.steps ? `${sm.steady_steps} steady · ` : '') + how, null, detail || null);
+}
+
 function renderOverview() {
   const el = clear(body('overview'));
   const sm = R.summary, st = sm.step_ms;
   const run = R.run;
   el.appendChild(h('div', {class: 'runline'},
     h('span', {text: U.title}), ' · ', run.source + (run.tool ? ' (' + run.tool + ')' : ''), ' · ',
-    RANKS.length + ' rank' + (RANKS.length > 1 ? 's' : ''), run.partial ? h('b', {class: 'warnnote', text: ' · PARTIAL run'}) : null,
+    RANKS.length + ' rank' + (RANKS.length > 1 ? 's' : ''),
+    run.ending && run.ending.text ? h('b', {class: 'warnnote', id: 'run-ending',
+      text: ' · ' + (run.ending.cut_short ? 'PARTIAL: ' : '') + run.ending.text}) : (run.partial ? h('b', {class: 'warnnote', text: ' · PARTIAL run'}) : null),
     ' · ', h('span', {class: 'mono', text: run.path})));
   const [dev, devSub] = deviceSummary();
   const prec = U.precision_ms || {};
@@ -525,17 +569,18 @@ function renderOverview() {
   const [ovV, ovS, ovTitle] = overheadText();
   el.appendChild(h('div', {class: 'cards', id: 'cards'},
     card('Device', dev, devSub),
-    card('Steps', String(sm.steps), `${sm.steady_steps} steady · from ${sm.step_source}`),
+    stepsCard(sm),
     card('Step time (median)', st ? fmtMs(st.median) : '–', st ? `mean ${fmtMs(st.mean)} · p95 ${fmtMs(st.p95)} · cv ${num(st.cv, 2)}` : 'no steps'),
-    card('GPU busy', num(sm.gpu_busy_pct, 1) + '%', `${fmtMs(sm.gpu_busy_in_steps_ms)} of ${fmtMs(sm.wall_ms)} of step time`),
+    gpuBusyCard(sm),
     card('Est. SM efficiency', pct(sm.est_sm_efficiency), 'duration-weighted min(1, blocks / SMs)' + (U.mean_occupancy !== null ? ' · mean theor. occupancy ' + pct(U.mean_occupancy) : '')),
     card('Tensor cores', pct(sm.tensor_core_share), `of ${fmtMs(sm.kernel_time_ms)} kernel time (${sm.kernels} kernels)`),
     card('Precision mix', precParts.length ? precParts.slice(0, 2).map(([p, v]) => p + ' ' + pct(v / precTotal)).join(' · ') : '–',
       precParts.length ? 'of GEMM / conv / attention time' : 'no matmul kernels', precParts.length ? precBar : null),
     card('Capture overhead', ovV, ovS, null, ovTitle)));
 
-  el.appendChild(h('h3', {text: 'Where a step\'s time goes (mean of steady steps)'}));
-  el.appendChild(h('div', {}, ...breakdownBar(R.breakdown)));
+  const hostOnly = sm.devices_used === 0;
+  el.appendChild(h('h3', {text: 'Where a step\'s time goes (mean of steady steps)' + (hostOnly ? ': all host time, no GPU activity recorded' : '')}));
+  el.appendChild(h('div', {}, ...breakdownBar(R.breakdown, hostOnly)));
 
   el.appendChild(h('h3', {text: 'Step time per step'}));
   const ctl = h('div', {class: 'tablebar'});
@@ -549,7 +594,8 @@ function renderOverview() {
   ctl.appendChild(h('span', {class: 'note', text: 'Stacked by breakdown category; faded bars are steps left out of the steady-state means. Hover for numbers, click to open the step in the timeline.'}));
   el.appendChild(ctl);
   el.appendChild(chart);
-  el.appendChild(h('div', {class: 'legend'}, ...CATS.map(c => h('span', {title: CAT_HELP[c]}, h('span', {class: 'sw', style: {background: catColor(c)}}), CAT_LABEL[c]))));
+  const lab = c => hostOnly && HOST_CAT[c] ? HOST_CAT[c][0] : CAT_LABEL[c];
+  el.appendChild(h('div', {class: 'legend'}, ...CATS.map(c => h('span', {title: hostOnly && HOST_CAT[c] ? HOST_CAT[c][1] : CAT_HELP[c]}, h('span', {class: 'sw', style: {background: catColor(c)}}), lab(c)))));
   const draw = () => {
     const steps = U.steps.filter(x => x.rank === rank);
     if (!steps.length) { clear(chart).appendChild(h('p', {class: 'note', text: 'No steps were found in this run.'})); return; }
@@ -557,8 +603,8 @@ function renderOverview() {
       label: String(x.number), parts: x.breakdown, dim: !x.steady,
       onclick: () => openTimeline(x.start_us, x.end_us, {rank: x.rank}),
       tip: ['Step ' + x.number + (x.steady ? '' : ' (not steady' + (x.note ? ': ' + x.note : '') + ')'),
-        'wall ' + fmtMs(x.wall_ms) + ' · GPU busy ' + fmtMs(x.gpu_busy_ms)]
-        .concat(CATS.filter(c => x.breakdown[c] > 0).map(c => CAT_LABEL[c] + ': ' + fmtMs(x.breakdown[c]) + ' (' + pct(x.breakdown[c] / x.wall_ms, 1) + ')')),
+        'wall ' + fmtMs(x.wall_ms) + (hostOnly ? ' · no GPU activity recorded' : ' · GPU busy ' + fmtMs(x.gpu_busy_ms))]
+        .concat(CATS.filter(c => x.breakdown[c] > 0).map(c => lab(c) + ': ' + fmtMs(x.breakdown[c]) + ' (' + pct(x.breakdown[c] / x.wall_ms, 1) + ')')),
     })), {fmtY: v => num(v, v < 10 ? 1 : 0) + ' ms', xlabel: 'step', aria: 'per-step time breakdown'});
   };
   draw();
@@ -568,7 +614,9 @@ function renderOverview() {
 function debounce(fn, ms) { let t = 0; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; }
 
 const FRAMEWORKS = [['pytorch', 'PyTorch'], ['tensorflow', 'TensorFlow'], ['jax', 'JAX'], ['cuda', 'CUDA']];
-let preferredFw = 'pytorch';
+// the fix shown first: in the program's framework (run.frameworks), PyTorch where it does not say
+const FW_TAB = {pytorch: 'pytorch', jax: 'jax', tensorflow: 'tensorflow', cupy: 'cuda', triton: 'cuda', numba: 'cuda'};
+let preferredFw = FW_TAB[((R.run || {}).frameworks || [])[0]] || 'pytorch';
 
 function renderFindings() {
   const el = clear(body('findings'));
@@ -636,13 +684,14 @@ function renderFindings() {
 const KIND_LABEL = {
   kernel: 'kernel', memcpy: 'copy', memset: 'memset', api: 'API call', op: 'framework op', python: 'Python frame',
   annotation: 'annotation', nvtx: 'NVTX range', gpu_annotation: 'GPU annotation', profiler_step: 'profiler step',
-  input_wait: 'input wait', step: 'step', gpu_sync: 'GPU sync',
+  input_wait: 'input wait', step: 'step', gpu_sync: 'GPU sync', stack: 'sampled stack',
 };
+const STACK_TIP_FRAMES = 12;  // innermost frames of a sampled stack shown in the tooltip
 
 class Timeline {
   constructor(root, ev) {
     this.ev = ev;
-    this.gutter = 220; this.axisH = 24; this.laneH = 14; this.streamLaneH = 18; this.counterH = 44;
+    this.gutter = 220; this.axisH = 24; this.laneH = 14; this.streamLaneH = 18; this.counterH = 44; this.memberH = 30;
     this.view = {s: 0, e: ev.endUs};
     this.scrollY = 0;
     this.sel = null;          // [a, b] µs, measured range
@@ -653,6 +702,7 @@ class Timeline {
     this.frames = [];         // draw times, ms
     this.mode = 'pan';
     this.collapsed = new Set();
+    this.openGroups = new Set();  // summary counters (indices into TM.counters) shown expanded
     this.defaultCollapse();
     this.build(root);
     this.layout();
@@ -720,7 +770,13 @@ class Timeline {
     this.ev.tracks.forEach((t, ti) => {
       if (MULTI && t.rank !== lastRank) { rows.push({kind: 'rank', rank: t.rank, y, h: 20}); y += 20; }
       lastRank = t.rank;
-      if (t.type === 'counter') { rows.push({kind: 'counter', t, ti, y, h: this.counterH}); y += this.counterH; return; }
+      if (t.type === 'counter') {
+        // folded sample groups: a summary row, its member rows only while it is expanded
+        const c = TM.counters[t.counter], role = c.role || 'single';
+        if (role === 'member' && !this.openGroups.has(c.parent)) return;
+        const hh = role === 'member' ? this.memberH : this.counterH;
+        rows.push({kind: 'counter', t, ti, y, h: hh, role}); y += hh; return;
+      }
       if (!t.lanes) return;
       const lh = t.type === 'stream' ? this.streamLaneH : this.laneH;
       const shown = this.collapsed.has(ti) ? 1 : t.lanes;
@@ -919,13 +975,14 @@ class Timeline {
       ctx.strokeStyle = colors[si % colors.length]; ctx.lineWidth = 1.25; ctx.beginPath();
       let lastX = -1e9, started = false;
       for (let i = i0; i < i1; i++) {
+        if (v[i] === null) { started = false; continue; }  // a summary part not sampled yet
         const x = this.xOf(t[i]), yy = base - v[i] / max * hh;
         if (!started) { ctx.moveTo(x, yy); started = true; }
         else if (c.kind === 'memory') { ctx.lineTo(x, base - v[i - 1] / max * hh); ctx.lineTo(x, yy); }
         else if (x - lastX >= 0.5 || i === i1 - 1) ctx.lineTo(x, yy);
         lastX = x;
       }
-      if (c.kind === 'memory' && started) ctx.lineTo(this.gutter + this.plotW, base - v[i1 - 1] / max * hh);
+      if (c.kind === 'memory' && started && i1 > 0) ctx.lineTo(this.gutter + this.plotW, base - v[i1 - 1] / max * hh);
       ctx.stroke();
     });
     ctx.lineWidth = 1;
@@ -946,20 +1003,28 @@ class Timeline {
       const t = row.t;
       ctx.font = '12px ' + cssVar('--sans'); ctx.fillStyle = fg;
       let label = t.label;
-      const expandable = row.kind === 'track' && t.lanes > 1;
-      const prefix = expandable ? (this.collapsed.has(row.ti) ? '▸ ' : '▾ ') : '  ';
-      const maxCh = Math.floor((g - 14) / 6.6);
+      const summary = row.role === 'summary', indent = row.role === 'member' || t.type === 'stacks' ? 12 : 0;
+      const expandable = (row.kind === 'track' && t.lanes > 1) || summary;
+      const open = summary ? this.openGroups.has(t.counter) : !this.collapsed.has(row.ti);
+      const prefix = expandable ? (open ? '▾ ' : '▸ ') : '  ';
+      const maxCh = Math.floor((g - 14 - indent) / 6.6);
       if ((prefix + label).length > maxCh) label = label.slice(0, maxCh - prefix.length - 1) + '…';
-      ctx.fillText(prefix + label, 6, y + 14);
+      if (indent) ctx.fillStyle = muted;
+      ctx.fillText(prefix + label, 6 + indent, y + 14);
       ctx.font = '10.5px ' + cssVar('--sans'); ctx.fillStyle = muted;
       let sub = '';
       if (row.kind === 'counter') {
         const c = TM.counters[t.counter];
-        sub = (row.max ? 'max ' + (c.unit === 'B' ? fmtBytes(row.max) : num(row.max, 1) + (c.unit ? ' ' + c.unit : '')) : '') + ' · ' + Object.keys(c.series).join(' / ');
+        const keys = Object.keys(c.series);
+        const names = keys.length === 1 && t.label.endsWith(keys[0]) ? '' : keys.join(' / ');
+        sub = [summary ? c.members.length + ' lanes' : '', row.max ? 'max ' + (c.unit === 'B' ? fmtBytes(row.max) : num(row.max, 1) + (c.unit ? ' ' + c.unit : '')) : '', names].filter(x => x).join(' · ');
       } else if (row.h >= 28) {
-        sub = this.ev.trackEvents[row.ti].toLocaleString() + ' events' + (t.lanes > 1 ? ' · ' + t.lanes + ' levels' : '');
+        sub = (t.type === 'thread' && t.tid !== undefined ? 'tid ' + t.tid + ' · ' : '') +
+          this.ev.trackEvents[row.ti].toLocaleString() + (t.type === 'stacks' ? ' stacks' : ' events') + (t.lanes > 1 ? ' · ' + t.lanes + ' levels' : '');
       }
-      if (sub) ctx.fillText(sub, 18, y + 27);
+      const subCh = Math.floor((g - 24 - indent) / 5.6);
+      if (sub.length > subCh) sub = sub.slice(0, subCh - 1) + '…';
+      if (sub) ctx.fillText(sub, 18 + indent, y + 27);
       ctx.strokeStyle = border; ctx.beginPath(); ctx.moveTo(0, Math.round(y + row.h) + 0.5); ctx.lineTo(g, Math.round(y + row.h) + 0.5); ctx.stroke();
     }
     ctx.restore();
@@ -1109,7 +1174,9 @@ class Timeline {
       const c = TM.counters[hit.row.t.counter], t = this.tOf(x);
       const k = Math.max(0, upperBound(c.t_us, t, 0, c.t_us.length) - 1);
       const f = v => c.unit === 'B' ? fmtBytes(v) : num(v, 2) + (c.unit ? ' ' + c.unit : '');
-      showTip(e, [c.label + ' at ' + fmtUs(c.t_us[k] || 0)].concat(Object.keys(c.series).map(n => n + ': ' + f(c.series[n][k]))));
+      const lines = [c.label + ' at ' + fmtUs(c.t_us[k] || 0)].concat(Object.keys(c.series).map(n => n + ': ' + f(c.series[n][k])));
+      if (c.role === 'summary') lines.push((this.openGroups.has(hit.row.t.counter) ? 'click to fold the ' : 'click to show the ') + c.members.length + ' lanes');
+      showTip(e, lines);
       if (this.hover !== null) { this.hover = null; this.render(); }
       return;
     }
@@ -1131,6 +1198,12 @@ class Timeline {
       const b = A.c_bytes[r];
       out.push(fmtBytes(b) + ' · ' + num(b / (ev.dur[i] * 1000), 1) + ' GB/s · ' + TM.memory_kinds[A.c_src[r]] + ' → ' + TM.memory_kinds[A.c_dst[r]]);
     } else if (k === 'memset') out.push(fmtBytes(A.m_bytes[r]));
+    else if (k === 'stack') {
+      const n = A.s_n[r], frames = ev.strings[A.s_stack[r]].split('\n');
+      out[1] = 'sampled stack' + (n > 1 ? ' · ' + n + ' samples in a row' : '') + ' · at ' + fmtUs(ev.start[i]) + ' · spans ' + fmtUs(ev.dur[i]);
+      if (frames.length > STACK_TIP_FRAMES) out.push('… ' + (frames.length - STACK_TIP_FRAMES) + ' outer frames');
+      for (const f of frames.slice(-STACK_TIP_FRAMES)) out.push(f.length > 160 ? '…' + f.slice(-159) : f);
+    }
     const tr = ev.trackOf(i);
     out.push(tr.label + (MULTI ? ' · rank ' + tr.rank : ''));
     return out;
@@ -1139,12 +1212,19 @@ class Timeline {
   onClick(x, y) {
     const hit = this.hit(x, y);
     if (!hit) return;
+    if (hit.row.kind === 'counter' && hit.row.role === 'summary') { this.toggleGroup(hit.row.t.counter); return; }
     if (x < this.gutter && hit.row.kind === 'track' && hit.row.t.lanes > 1) {
       if (this.collapsed.has(hit.row.ti)) this.collapsed.delete(hit.row.ti); else this.collapsed.add(hit.row.ti);
       this.layout(); this.resize(); this.render(); return;
     }
     this.selected = hit.event;
     this.showDetails(hit.event);
+  }
+
+  /** Expand or fold a summary counter's member lanes. */
+  toggleGroup(ci) {
+    if (this.openGroups.has(ci)) this.openGroups.delete(ci); else this.openGroups.add(ci);
+    hideTip(); this.layout(); this.resize(); this.render();
   }
 
   showDetails(i) {
@@ -1157,7 +1237,7 @@ class Timeline {
     add('kind', KIND_LABEL[k]);
     add('start', fmtUs(ev.start[i]) + ' after the run start');
     add('duration', fmtUs(ev.dur[i]) + ' (' + Math.round(ev.dur[i] * 1000).toLocaleString() + ' ns)');
-    add('track', tr.label + (MULTI ? ' · rank ' + tr.rank : '') + (tr.pid !== undefined ? ' · pid ' + tr.pid : ''));
+    add('track', tr.label + (MULTI ? ' · rank ' + tr.rank : '') + (tr.pid !== undefined ? ' · pid ' + tr.pid : '') + (tr.tid !== undefined ? ' · tid ' + tr.tid : ''));
     if (k === 'kernel') {
       const cfg = TM.kernel_configs.rows[A.k_cfg[r]], C = ev.cfgCols, cl = ev.kernelClass(i);
       if (cfg) {
@@ -1188,6 +1268,9 @@ class Timeline {
       add('bytes', fmtBytes(A.m_bytes[r]));
     } else if (k === 'api') {
       add('API kind', TM.api_kinds[A.a_kind[r]]);
+    } else if (k === 'stack') {
+      add('samples', A.s_n[r] + (A.s_n[r] > 1 ? ' in a row with this stack' : '') + ' (a sample lasts until the next one)');
+      add('stack (innermost last)', h('div', {class: 'stack', text: ev.strings[A.s_stack[r]]}));
     } else if (k === 'step') {
       const st = U.steps.find(x => x.rank === tr.rank && Math.abs(x.start_us - ev.start[i]) < 0.01);
       if (st) {
@@ -1322,8 +1405,10 @@ class Timeline {
         for (let i = lowerBound(this.ev.start, this.view.s, o0, o1); i < o1 && this.ev.start[i] < this.view.e; i++) {
           if (this.ev.kind[i] !== K) continue;
           const box = this.eventBox(i);
-          if (!box || box.w < 4 || box.y < this.axisH || box.y + box.h > this.H) continue;
-          return {x: rect.left + box.x + box.w / 2, y: rect.top + box.y + box.h / 2, name: this.ev.str(i), index: i};
+          if (!box || box.y < this.axisH || box.y + box.h > this.H) continue;
+          const x0 = Math.max(box.x, this.gutter), x1 = Math.min(box.x + box.w, this.W);  // its visible part
+          if (x1 - x0 < 4) continue;
+          return {x: rect.left + (x0 + x1) / 2, y: rect.top + box.y + box.h / 2, name: this.ev.str(i), index: i};
         }
       }
     }

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""A scenario as the program a user would run: its step in a plain loop, nothing else.
+
+    python benchmarks/scenarios/program.py NAME [--fixed] [--device cuda|cpu]
+        [--seconds S | --steps N] [--inflight N]
+
+This is what ``record_suite.py`` hands to ``stepscope record -- python program.py NAME``: no
+stepscope import, no profiler, no timing harness. The step is the scenario's own (``build``),
+so a torch scenario that calls a ``torch.optim`` optimizer fires record's optimizer step hook,
+and a JAX, CuPy, Triton, manual-SGD or inference loop fires none.
+
+Length: a step-hook program runs ``PROGRAM_STEPS`` steps (default 66: record's 3 warm-up steps,
+its 50-step window and ~10 steps after it); any other program runs ``PROGRAM_SECONDS`` from its
+first step (default 14 s: record's time window opens 3 s after the GPU is seen in use and lasts
+10 s). ``--steps`` / ``--seconds`` override.
+
+Torch steps on CUDA keep at most ``--inflight`` steps queued on the GPU (default 2, a CUDA event
+per step, as the timing harness does and as a loss read or a full launch queue does in a real
+loop), so the recorded program is the one whose saving was measured; JAX and CuPy steps run
+unbounded (their runtimes bound their own queues).
+
+Exit status 0; 3 with one line on stderr when the scenario cannot run here (no CUDA, no JAX...);
+2 for a bad name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import timing  # after the sys.path setup
+
+EXIT_SKIPPED = 3
+
+
+def default_device(framework: str) -> str:
+    if framework != "torch":
+        return "cuda"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("name", help="scenario: " + ", ".join(timing.SCENARIOS))
+    ap.add_argument("--fixed", action="store_true", help="run the fixed variant")
+    ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    length = ap.add_mutually_exclusive_group()
+    length.add_argument("--seconds", type=float, default=None, help="run for S seconds")
+    length.add_argument("--steps", type=int, default=None, help="run N steps")
+    ap.add_argument("--inflight", type=int, default=2,
+                    help="torch on CUDA: max steps queued on the GPU (0: unbounded)")
+    args = ap.parse_args(argv)
+    if args.name not in timing.SCENARIOS:
+        print(f"program.py: unknown scenario {args.name!r}", file=sys.stderr)
+        return 2
+    mod = importlib.import_module(args.name)
+    meta = timing.ScenarioMeta.of(mod)
+    device = args.device or default_device(meta.framework)
+    try:
+        step = timing.as_step(mod.build(args.fixed, device))
+    except timing.SkipScenario as exc:
+        print(f"program.py: {args.name}: cannot run here: {exc}", file=sys.stderr)
+        return EXIT_SKIPPED
+    if step.sync is None and meta.framework == "torch":
+        import common
+
+        runner: timing.StepRunner = common.make_runner(step, device, args.inflight)
+    else:
+        runner = timing.PlainRunner(step)
+
+    steps = args.steps
+    seconds = args.seconds
+    if steps is None and seconds is None:
+        steps, seconds = meta.program_steps, meta.program_seconds
+    n = 0
+    t0 = time.perf_counter()
+    if steps is not None:
+        for n in range(1, steps + 1):
+            runner()
+    else:
+        assert seconds is not None
+        end = t0 + seconds
+        while time.perf_counter() < end:
+            runner()
+            n += 1
+    runner.sync()
+    wall = time.perf_counter() - t0
+    step.close()
+    variant = "fixed" if args.fixed else "baseline"
+    print(f"program.py: {args.name} ({variant}, {device}): {n} steps in {wall:.2f} s, "
+          f"{1e3 * wall / max(n, 1):.3f} ms/step", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

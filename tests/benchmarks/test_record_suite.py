@@ -1,0 +1,178 @@
+"""benchmarks/scenarios/record_suite.py: scoring, tables and merging (pure), program.py, the
+torch-free timing child of the JAX/CuPy scenarios, and one real ``stepscope record`` of a
+scenario program on the CPU, advised as the suite does it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCEN = Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios"
+if str(SCEN) not in sys.path:
+    sys.path.insert(0, str(SCEN))
+
+import record_report as rr
+import timing
+
+TIMING = {"baseline_ms": 10.0, "fixed_ms": 4.0, "saving_ms": 6.0, "saving_pct": 60.0}
+
+
+def f(id_: str, severity: str, pct: float, ms: float = 0.0) -> dict[str, Any]:
+    return {"id": id_, "severity": severity, "est_saving_pct": pct, "est_saving_ms": ms,
+            "confidence": "high", "title": id_}
+
+
+# -- scoring --------------------------------------------------------------------------------
+
+
+def test_score_ignores_info_findings_ranked_above_the_planted_rule() -> None:
+    sc = timing.score_first_serious(
+        "small_grid", TIMING, [f("sync_calls", "info", 90.0), f("small_grid", "critical", 51.0)])
+    assert sc["top"] == "small_grid" and sc["ranked_first"]
+    assert sc["expected_rank"] == 2
+    assert sc["ratio_pct"] == 0.85  # 51 / 60
+    assert sc["within_tolerance"] and sc["passed"]
+
+
+def test_score_fails_when_another_warning_comes_first_or_estimate_is_off() -> None:
+    other_first = timing.score_first_serious(
+        "host_bound", TIMING, [f("unstable_steps", "warning", 20.0), f("host_bound", "warning",
+                                                                       60.0)])
+    assert other_first["top"] == "unstable_steps" and not other_first["ranked_first"]
+    assert other_first["within_tolerance"] and not other_first["passed"]
+    off = timing.score_first_serious("host_bound", TIMING, [f("host_bound", "critical", 40.0)])
+    assert off["ranked_first"] and off["ratio_pct"] == 0.667 and not off["within_tolerance"]
+    assert not off["passed"]
+
+
+def test_score_healthy_and_missing_report() -> None:
+    assert timing.score_first_serious("", TIMING, [f("sync_calls", "info", 1.0)])["passed"]
+    assert not timing.score_first_serious("", TIMING, [f("step_gaps", "warning", 5.0)])["passed"]
+    none = timing.score_first_serious("launch_bound", TIMING, None)
+    assert not none["has_report"] and not none["passed"] and none["est_saving_pct"] is None
+
+
+# -- scenario declarations ----------------------------------------------------------------
+
+
+def test_scenario_meta_defaults_and_declarations() -> None:
+    import importlib
+
+    healthy = timing.ScenarioMeta.of(importlib.import_module("healthy"))
+    assert (healthy.framework, healthy.step_hook, healthy.table) == ("torch", True, "PyTorch")
+    assert healthy.program_steps == timing.HOOK_PROGRAM_STEPS and healthy.program_seconds is None
+    for name, fw, table in (("launch_bound", "torch", "PyTorch"),
+                            ("torch_manual_sgd", "torch", "PyTorch"),
+                            ("triton_small_grid", "torch", "CuPy/Triton"),
+                            ("jax_eager", "jax", "JAX"), ("jax_jit", "jax", "JAX"),
+                            ("cupy_pageable", "cupy", "CuPy/Triton"),
+                            ("torch_inference", "torch", "PyTorch")):
+        m = timing.ScenarioMeta.of(importlib.import_module(name))
+        assert (m.framework, m.step_hook, m.table) == (fw, False, table), name
+        assert m.program_seconds == timing.TIMED_PROGRAM_SECONDS and m.program_steps is None
+        assert m.expected
+    assert timing.ScenarioMeta.of(importlib.import_module("small_grid")).table == "CuPy/Triton"
+
+
+# -- the table and merging ----------------------------------------------------------------
+
+
+def result(name: str, expected: str, table: str, rec: list[dict[str, Any]] | None,
+           prof: list[dict[str, Any]] | None, framework: str = "torch") -> dict[str, Any]:
+    profiler = ({"status": "n/a", "why": f"{framework} program"} if framework != "torch"
+                else {"status": "ok", "findings": prof or []})
+    return {
+        "scenario": name, "expected": expected, "table": table, "framework": framework,
+        "status": "ok", "timing": TIMING,
+        "record": {"status": "ok", "findings": rec or [],
+                   "summary": {"steps": 120, "step_source": "time window"}},
+        "profiler": profiler,
+        "score": {"record": timing.score_first_serious(expected, TIMING, rec),
+                  "profiler": None if framework != "torch" else
+                  timing.score_first_serious(expected, TIMING, prof)},
+    }
+
+
+def test_accuracy_md_one_table_per_framework_with_both_paths() -> None:
+    results = [
+        result("healthy", "", "PyTorch", [f("sync_calls", "info", 1.0)], []),
+        result("fp32_no_tf32", "no_tensor_cores", "PyTorch",
+               [f("no_tensor_cores", "critical", 57.0)], [f("no_tensor_cores", "critical", 63.0)]),
+        result("jax_jit", "no_tensor_cores", "JAX", [f("host_bound", "warning", 10.0)], None,
+               framework="jax"),
+    ]
+    md = rr.accuracy_md(results, {"device_name": "GPU|X", "driver": "1.0", "versions": {}})
+    assert md.index("## PyTorch") < md.index("## JAX")
+    assert "## CuPy/Triton" not in md
+    assert ("| healthy | (healthy) | none (1 info) | none | – | – | pass / pass | "
+            "6.00 / 60.0% (10.00 → 4.00) | 120 (time window) |") in md
+    assert ("| fp32_no_tf32 | no_tensor_cores | no_tensor_cores (critical) | no_tensor_cores "
+            "(critical) | 57.0% / 60.0% = 0.95 ok | 63.0% / 60.0% = 1.05 ok | yes / yes |") in md
+    assert ("| jax_jit | no_tensor_cores | host_bound (warning) | n/a (jax program) | "
+            "not found | – | no (absent) / – |") in md
+    assert ("Record: ranked first 1/1, estimate within ±30% 1/1, healthy without "
+            "warning/critical 1/1") in md
+    assert "**All: record ranked first 1/2" in md
+
+
+def test_merge_later_folder_wins_and_registry_order(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, names, dev in ((a, ["jax_jit", "healthy"], "H100"), (b, ["healthy"], "H200")):
+        d.mkdir()
+        res = [dict(result(n, "", "PyTorch", [], []), note=d.name) for n in names]
+        (d / "results.json").write_text(json.dumps(
+            {"meta": {"device_name": dev, "command": f"run {d.name}"}, "scenarios": res}))
+    meta, results = rr.merge([a, b])
+    assert [(r["scenario"], r["note"]) for r in results] == [("healthy", "b"), ("jax_jit", "a")]
+    assert [m["command"] for m in meta["merged_from"]] == ["run a", "run b"]
+    assert "different devices" in meta["warning"]
+
+
+# -- programs and the torch-free timing child ---------------------------------------------
+
+
+def test_program_runs_the_step_loop_and_says_when_it_cannot(capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    import program
+
+    assert program.main(["healthy", "--device", "cpu", "--steps", "3"]) == 0
+    assert "program.py: healthy (baseline, cpu): 3 steps in" in capsys.readouterr().out
+    assert program.main(["jax_jit", "--device", "cpu"]) == program.EXIT_SKIPPED
+    assert "cannot run here: needs CUDA" in capsys.readouterr().err
+    assert program.main(["no_such_scenario"]) == 2
+
+
+def test_jax_and_cupy_timing_child_never_imports_torch(tmp_path: Path) -> None:
+    code = (
+        "import argparse, sys; sys.path.insert(0, sys.argv[1]); import run\n"
+        "ns = argparse.Namespace(device='cpu', rounds=1, steps=1, warmup=1, inflight=0)\n"
+        "out = [run.run_scenario(n, ns, None)['status'] for n in ('jax_eager', 'cupy_pageable')]\n"
+        "print(out, 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(SCEN)], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert r.stdout.strip() == "['skipped', 'skipped'] False"
+
+
+# -- one real record, advised as the suite does --------------------------------------------
+
+
+def test_record_and_advise_a_scenario_program_on_the_cpu(tmp_path: Path) -> None:
+    import record_suite
+
+    args = argparse.Namespace(device="cpu", program_seconds=None, record_timeout=120.0)
+    meta = timing.ScenarioMeta.of(__import__("healthy"))
+    rec = record_suite.record("healthy", meta, args, tmp_path)
+    assert rec["rc"] == 0, rec
+    assert rec["program_line"].startswith("program.py: healthy (baseline, cpu): 66 steps")
+    adv = record_suite.advise(Path(rec["run"]), tmp_path / "rec" / "healthy.report.json", 120.0)
+    assert "error" not in adv, adv
+    assert adv["summary"]["step_source"] == "hook" and adv["summary"]["steps"] == 50
+    report = json.loads((tmp_path / "rec" / "healthy.report.json").read_text())
+    assert report["schema"] == "stepscope.report/1"
+    assert [x["id"] for x in adv["findings"]] == [x["id"] for x in report["findings"]]

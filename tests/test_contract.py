@@ -1,0 +1,200 @@
+"""The producers' contract: every source writes the tables the advisor's rules require.
+
+For each source — ``stepscope import`` of Kineto traces (the real files of tests/data), ``record``
+with the default ``cupti`` backend (the real capture path: session, C shim, raw records decoded
+at merge; a stand-in libcupti and CUDA driver, as CI has no GPU) and with ``--backend torch``
+(a recorded torch.profiler trace through the backend's export-and-import) — the run it writes is
+checked against what each rule declares it ``requires``: no rule may be skipped for a missing
+table on a GPU source, except a table that only some programs fill (``PROGRAM_TABLES``). The runs
+come from the real producers, never from ``tests.builder`` (whose ``devices`` row hid that
+captured runs had none).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gzip
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.capture.cupti.fake_cupti import FakeCupti
+from tests.capture.cupti.records import kernel, record
+from tests.capture.fake_cuda import FakeCuda
+from tests.capture.test_bootstrap import FakeClock, FakeHost
+
+from stepscope.advisor.engine import advise
+from stepscope.advisor.rules import RULES
+from stepscope.analysis import analyze
+from stepscope.analysis.kernels import kernel_frame
+from stepscope.capture.bootstrap import CaptureConfig, Session
+from stepscope.capture.cuda_driver import CudaDriver
+from stepscope.capture.cupti import capture as capture_mod
+from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.native import build_shim, load_shim
+from stepscope.capture.gpu import GpuSlot
+from stepscope.capture.partitions import PartitionMeta, StagingPartition, merge
+from stepscope.capture.schedule import make_schedule
+from stepscope.capture.torch_backend import TorchCapture
+from stepscope.importers import import_traces, parse_kineto
+from stepscope.store.run import Run
+
+DATA = Path(__file__).parent / "data"
+# tables that only programs doing that thing fill: a rule needing them may be skipped
+PROGRAM_TABLES = {"memcpy": "host/device copies", "input_waits": "a data loader the hooks see"}
+REQUIRED = sorted({t for rule in RULES for t in rule.requires})
+DEVICE_RULES = {"small_grid", "low_occupancy", "no_tensor_cores", "tc_misaligned"}
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                              reason="no C compiler for the CUPTI buffer shim")
+
+
+def missing_tables(run: Run) -> dict[str, list[str]]:
+    """Rule id -> required tables the run lacks (the advisor's own test, ``engine.advise``)."""
+    out = {rule.id: [t for t in rule.requires if not run.has(t)] for rule in RULES}
+    return {k: v for k, v in out.items() if v}
+
+
+def check_contract(run: Run, *, program_has: tuple[str, ...] = ()) -> None:
+    """No rule lacks a table, but for the tables of ``PROGRAM_TABLES`` the program did not fill;
+    and the advisor agrees (its skips for a missing table are exactly those)."""
+    assert "devices" in REQUIRED and "kernels" in REQUIRED  # the rules still need them
+    missing = missing_tables(run)
+    allowed = set(PROGRAM_TABLES) - set(program_has)
+    assert {t for ts in missing.values() for t in ts} <= allowed, missing
+    advice = advise(run, analyze(run))
+    skipped = {s.id for s in advice.skipped if s.reason.endswith("(the run has none)")}
+    assert skipped == set(missing)
+    assert not (DEVICE_RULES & {s.id for s in advice.skipped}), advice.skipped
+
+
+# -- Kineto import -----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", [
+    "cnn_fp32_sync.pt.trace.json.gz", "h200_healthy_bf16.pt.trace.json.gz",
+    "gpt_bf16_adamw.pt.trace.json.gz",
+    "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
+    "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+])
+def test_kineto_import(tmp_path: Path, name: str) -> None:
+    run = Run(import_traces([DATA / name], tmp_path / "run"))
+    check_contract(run, program_has=("memcpy",))
+
+
+# -- record, default backend (cupti) -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    return load_shim(build_shim(tmp_path_factory.mktemp("shim")))  # a private copy: shim state
+
+
+def use_driver(monkeypatch: pytest.MonkeyPatch, fake: FakeCuda) -> None:
+    """The stand-in driver is the one "already in the process" for every capture of the test."""
+    monkeypatch.setattr(CudaDriver, "attach",
+                        classmethod(lambda cls, load=False, path="": fake.driver()))
+
+
+def recorded_cupti_run(tmp_path: Path, shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch,
+                       cuda: FakeCuda) -> Run:
+    """``stepscope record`` of a loop of fp32 GEMMs (cuBLAS's SIMT sgemm, small grids) with a
+    host-to-device copy per step, through the default backend: CUPTI's records kept raw in the
+    process and decoded at merge, as on a GPU."""
+    fake = FakeCupti(shim)
+    monkeypatch.setattr(capture_mod, "load_libcupti", lambda path: fake)
+    monkeypatch.setattr(capture_mod, "find_libcupti", lambda: "fake-libcupti.so")
+    monkeypatch.setattr(capture_mod, "load_shim", lambda: shim)
+    use_driver(monkeypatch, cuda)
+    clock = FakeClock()
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), schedule=make_schedule("3-10"))
+    s = Session(cfg, clock=clock, environ={}, host_factory=lambda c, r, clk: FakeHost(clk))
+    s.begin()
+    gemm = fake.name("ampere_sgemm_128x64_nn")
+    for i in range(14):
+        s.step()
+        t = clock.t
+        corr = 2 * i + 1
+        fake.clock = t + 100_000  # CUPTI's clock for the call records (callbacks)
+        fake.call(L.DOMAIN_RUNTIME_API, 211, correlation=corr)  # cudaLaunchKernel
+        fake.emit(record(L.MEMCPY, start=t + 200_000, end=t + 1_000_000, copy_kind=1,
+                         src_kind=1, dst_kind=3, bytes=4 << 20, device=0, stream=7,
+                         correlation=corr + 1),
+                  kernel(t + 1_000_000, t + 9_000_000, name=gemm, corr=corr, grid=(8, 1, 1),
+                         block=(256, 1, 1), regs=120, smem=(32768, 0)))
+        fake.clock = 0
+        clock.t += 10_000_000
+    s.finish()
+    return Run(merge(tmp_path / "staging", tmp_path / "run", command=["train.py"], returncode=0))
+
+
+@needs_cc
+def test_cupti_capture(tmp_path: Path, shim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = FakeCuda(devices=2, active={0})  # the program used GPU 0 of two
+    run = recorded_cupti_run(tmp_path, shim, monkeypatch, cuda)
+    assert run.table("kernels").num_rows == 8  # steps 3..10
+    devices = run.table("devices").to_pylist()
+    assert [(d["rank"], d["device"], d["name"], d["sm_count"]) for d in devices] == [
+        (0, 0, "NVIDIA H100 80GB HBM3", 132)]
+    assert devices[0]["memory_bandwidth_gbs"] == pytest.approx(3352.32)
+    check_contract(run, program_has=("memcpy",))
+    # theoretical occupancy from the driver's limits: 256 threads x 120 registers -> 30720
+    # registers a block (allocated per warp in 256s: 8 warps x 3840), 2 blocks of 65536 per SM:
+    # 16 of 64 warps = 25%
+    occ = kernel_frame(run).column("occupancy").to_pylist()
+    assert occ == [pytest.approx(0.25)] * 8
+    found = {f.id for f in advise(run, analyze(run)).findings}
+    assert {"no_tensor_cores", "small_grid"} <= found  # fp32 SIMT GEMM; 8 blocks on 132 SMs
+    assert "cuInit" not in cuda.log
+
+
+# -- record --backend torch --------------------------------------------------------------------
+class ExportOnly:
+    """A stopped torch.profiler whose export is a trace recorded on a GPU."""
+
+    def __init__(self, trace: Path) -> None:
+        self.trace = trace
+
+    def stop(self) -> None:
+        pass
+
+    def export_chrome_trace(self, path: str) -> None:
+        Path(path).write_bytes(gzip.decompress(self.trace.read_bytes()))
+
+
+class RecordedTorch(TorchCapture):
+    """``--backend torch`` whose profiler recorded ``trace`` (stop, export and import are the
+    backend's own)."""
+
+    def __init__(self, trace: Path) -> None:
+        super().__init__()
+        self.trace = trace
+
+    def start(self) -> None:
+        self._prof = ExportOnly(self.trace)
+
+
+def recorded_torch_run(tmp_path: Path, trace: Path, cuda: FakeCuda | None) -> Run:
+    slot = GpuSlot("torch", "filtered", lambda b, a: RecordedTorch(trace),
+                   driver=lambda: cuda.driver() if cuda else None)
+    assert slot.start() is None
+    tables, diags = slot.data(final=True)
+    # the host side's steps (the optimizer hook's): the trace's own ProfilerStep ranges
+    tables["steps"] = parse_kineto(trace, default_rank=0).tables["steps"]
+    part = StagingPartition(tmp_path / "staging" / "p1-1")
+    part.write_chunk(tables)
+    part.write_meta(PartitionMeta(pid=1, start_ns=1, ended="exit",
+                                  settings={"gpu": slot.status}, diagnostics=tuple(diags)))
+    return Run(merge(tmp_path / "staging", tmp_path / "run", command=["train.py"], returncode=0))
+
+
+@pytest.mark.parametrize("with_driver", [True, False])
+def test_torch_backend(tmp_path: Path, with_driver: bool) -> None:
+    """The fp32 conv net of issue 17: its tensor-core finding comes through --backend torch too.
+    With the driver, its row replaces Kineto's (and adds clocks, bandwidth, L2); without it,
+    Kineto's row stands."""
+    cuda = FakeCuda(devices=1, active={0}) if with_driver else None
+    run = recorded_torch_run(tmp_path, DATA / "cnn_fp32_sync.pt.trace.json.gz", cuda)
+    devices = run.table("devices").to_pylist()
+    assert [(d["device"], d["name"], d["sm_count"]) for d in devices] == [
+        (0, "NVIDIA H100 80GB HBM3", 132)]
+    bandwidth: Any = pytest.approx(3352.32) if with_driver else None
+    assert devices[0]["memory_bandwidth_gbs"] == bandwidth
+    check_contract(run, program_has=("memcpy",))
+    assert "no_tensor_cores" in {f.id for f in advise(run, analyze(run)).findings}
