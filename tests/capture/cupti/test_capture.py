@@ -493,3 +493,35 @@ def test_records_carry_system_thread_ids_and_cupti_gets_its_type_back(fake: Fake
     cap.stop()
     assert fake.thread_id_type == 0
     assert ("thread_id_type", 1) in fake.log and fake.log[-1] != ("thread_id_type", 1)
+
+
+@pytest.mark.parametrize("env", ["1", "always"])
+def test_no_detach_after_the_program_launched_cuda_graphs_under_cupti(
+        fake: FakeCupti, monkeypatch: pytest.MonkeyPatch, env: str) -> None:
+    """Detaching CUPTI after a graph was launched under it made that graph's next launch fail
+    (CUDA_ERROR_LAUNCH_FAILED, JAX on an H100): the capture stays attached and says why;
+    STEPSCOPE_CUPTI_DETACH=always detaches anyway (to check the hazard on a GPU)."""
+    from tests.capture.cupti import fake_cupti
+
+    monkeypatch.setenv("STEPSCOPE_CUPTI_DETACH", env)
+    monkeypatch.setitem(fake_cupti.CALLS, (L.DOMAIN_RUNTIME_API, 311), "cudaGraphLaunch_v10000")
+    fake.shim.ss_api_graph_forget()
+    try:
+        cap = CuptiCapture(GpuSettings())
+        cap.start()
+        fake.call(L.DOMAIN_RUNTIME_API, 311, correlation=3)  # cudaGraphLaunch: counted
+        fake.call(L.DOMAIN_DRIVER_API, 307, correlation=4)
+        cap.stop()
+        assert int(fake.shim.ss_api_graph_launches()) == 1
+        diags = {d.code: d.message for d in cap.diagnostics}
+        if env == "always":
+            assert detach.state(fake.shim) == "armed: at the next CUDA call"
+            assert "cupti_stays_attached" not in diags
+        else:
+            assert detach.state(fake.shim) == "idle"
+            assert "CUDA graphs" in diags["cupti_stays_attached"]
+            assert cap.settings_for_manifest()["cupti_detach"] == "not armed: CUDA graphs"
+            assert fake.unsubscribed  # the calls' subscription let go
+    finally:
+        fake.shim.ss_api_graph_forget()
+        detach.reset(fake, fake.shim)

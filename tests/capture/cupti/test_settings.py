@@ -29,6 +29,8 @@ def test_with_torch_only_the_launches_the_runtime_does_not_make(monkeypatch: pyt
     assert s.torch_driver_calls == TORCH_DRIVER_CALLS and s.use_driver()
     assert s.keep_call(DRV, "cuLaunchKernelEx") and s.keep_call(DRV, "cuLaunchKernel_ptsz")
     assert not s.keep_call(DRV, "cuStreamSynchronize")  # torch syncs through the runtime
+    # another framework's (XLA's) graph launches: the detach must know of them
+    assert s.keep_call(DRV, "cuGraphLaunch") and s.keep_call(DRV, "cuGraphLaunch_ptsz")
     assert s.keep_call(RT, "cudaStreamSynchronize_v3020")
     assert GpuSettings(driver=True).keep_call(DRV, "cuStreamSynchronize")  # explicit: all that matter
     assert not GpuSettings(driver=False).use_driver()

@@ -290,7 +290,7 @@ size_t ss_walk(const uint8_t *buf, size_t valid, const uint32_t *sizes, uint32_t
 
 /* Bumped whenever a function's signature changes: a stale prebuilt library is then rebuilt.
  * 6: ss_release takes the valid bytes, ss_prepare, ss_api_begin's keep_nested, ss_api_stats 4. */
-int ss_abi_version(void) { return 7; }
+int ss_abi_version(void) { return 8; }
 
 typedef int (*ss_next_fn)(uint8_t *buffer, size_t valid, void **record);
 
@@ -550,6 +550,27 @@ static uint32_t ss_api_gen = 0;         /* bumped by ss_api_begin */
 static int ss_api_keep_nested = 0;      /* 1: driver calls inside runtime calls are written too */
 static uint64_t ss_api_nested = 0;      /* driver calls not written: inside a runtime call */
 static uint64_t ss_api_nested_other = 0; /* of those, with another correlation id than it */
+/* CUDA graph launches seen while recording, over the process's life (never reset): detaching
+ * CUPTI (cuptiFinalize) after a graph was launched under it makes later launches of that graph
+ * fail (CUDA_ERROR_LAUNCH_FAILED, seen with XLA's command buffers; PyTorch's profiler keeps
+ * CUPTI for CUDA graphs too), so the capture does not detach then. */
+static uint64_t ss_api_graph_calls = 0;
+static uint8_t ss_graph_cbids[2][128]; /* per domain (driver, runtime): a bit per cbid < 1024 */
+
+/* Mark a callback id of the driver (1) or runtime (2) domain as a graph launch. */
+void ss_api_mark_graph(int domain, uint32_t cbid) {
+    if ((domain == SS_DOMAIN_DRIVER || domain == SS_DOMAIN_RUNTIME) && cbid < 1024)
+        ss_graph_cbids[domain - 1][cbid >> 3] |= (uint8_t)(1u << (cbid & 7));
+}
+
+uint64_t ss_api_graph_launches(void) {
+    return __atomic_load_n(&ss_api_graph_calls, __ATOMIC_RELAXED);
+}
+
+/* For tests only (one process runs many captures with stand-ins): forget the graph launches. */
+void ss_api_graph_forget(void) {
+    __atomic_store_n(&ss_api_graph_calls, 0, __ATOMIC_RELAXED);
+}
 
 /* This thread's runtime calls entered while recording (see above). */
 typedef struct { uint32_t gen, depth, corr; } ss_thread_calls;
@@ -682,6 +703,8 @@ static void api_call(int domain, uint32_t cbid, const uint8_t *cb) {
     int site;
     memcpy(&site, cb, sizeof site);
     if (site != 0 && site != 1) return;
+    if (site == 0 && cbid < 1024 && (ss_graph_cbids[domain - 1][cbid >> 3] >> (cbid & 7)) & 1u)
+        __atomic_add_fetch(&ss_api_graph_calls, 1, __ATOMIC_RELAXED);
     ss_thread_calls *tc = &ss_tl_calls;
     uint32_t gen = __atomic_load_n(&ss_api_gen, __ATOMIC_ACQUIRE);
     if (tc->gen != gen) { /* first call of this thread in this capture */

@@ -29,7 +29,9 @@ import ctypes
 import os
 from typing import Any
 
+from stepscope.apis import classify_api
 from stepscope.capture.cupti.api_calls import CallPlan
+from stepscope.schema import ApiKind
 
 NEEDED = ("cuptiSubscribe", "cuptiUnsubscribe", "cuptiEnableCallback", "cuptiEnableDomain",
           "cuptiGetTimestamp")
@@ -63,7 +65,10 @@ class ApiCallbacks:
                                os.getpid() & 0xFFFFFFFF, int(self.keep_nested))
         for domain in domains:
             kept, _ = plan.plan(domain)
+            names = plan.names.get(domain, {})
             for cbid in kept:
+                if classify_api(names.get(cbid, "")) is ApiKind.GRAPH_LAUNCH:
+                    self.shim.ss_api_mark_graph(domain, cbid)  # counted: see detach
                 if self.lib.cuptiEnableCallback(1, sub, domain, cbid) == 0:
                     self.kept += 1
                 else:

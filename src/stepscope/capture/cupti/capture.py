@@ -39,7 +39,7 @@ from stepscope.capture.cupti.native import (
     set_zeroed_buffers,
     shim_walk,
 )
-from stepscope.capture.cupti.settings import GpuSettings
+from stepscope.capture.cupti.settings import GpuSettings, detach_with_graphs
 from stepscope.capture.cupti.size_check import check_sizes
 from stepscope.capture.cupti.spill import SpillWriter
 from stepscope.store.manifest import Diagnostic
@@ -244,7 +244,8 @@ class CuptiCapture:
         if self._dump:
             self._dump.write_meta({"cupti_api_version": self.version, "layout": self._layout.name,
                                    "settings": self.settings.as_dict()})
-        why = self._detacher.after_stop(self._callbacks.subscriber if self._callbacks else None)
+        why = self._detacher.after_stop(self._callbacks.subscriber if self._callbacks else None,
+                                        with_graphs=detach_with_graphs())
         if self._callbacks is not None:
             self._callbacks.subscriber = None  # the detach's now (or let go)
         if why is not None:

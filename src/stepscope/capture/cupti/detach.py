@@ -12,7 +12,11 @@ in the same process first calls off a detach that has not happened yet (``reset`
 initialises itself again on its next call.
 
 Not armed where it could do harm: CUPTI older than 12.6 (``cuptiFinalize`` crashed with CUDA
-graphs there), or another CUPTI client subscribed in the process (the subscription fails).
+graphs there), a program that launched CUDA graphs while CUPTI was attached (the shim counts
+the graph launch calls it records: detaching then made the next launch of such a graph fail
+with CUDA_ERROR_LAUNCH_FAILED on the H100, libcupti 13.0, JAX 0.11.2's command buffers, 2026-11-26;
+``STEPSCOPE_CUPTI_DETACH=always`` detaches anyway, to check that on a GPU), or another CUPTI
+client subscribed in the process (the subscription fails).
 PyTorch 2.11's profiler keeps its subscription after its capture unless Kineto's
 ``TEARDOWN_CUPTI=1`` is set before torch is imported; with it set, stepscope's later windows
 detached (checked on the H100 2026-11-25: 18 stepscope captures, each after a torch.profiler
@@ -28,6 +32,11 @@ from typing import Any
 from stepscope.capture.cupti import layouts as L
 
 FIRST_SAFE_VERSION = 24  # CUPTI API version of CUDA 12.6 (cupti_version.h)
+GRAPHS_STAY = ("CUPTI stays attached after the window: the program launched CUDA graphs under it "
+               "({n} launches), and detaching CUPTI then makes later launches of those graphs "
+               "fail (CUDA_ERROR_LAUNCH_FAILED, seen on an H100 with JAX's command buffers; "
+               "PyTorch's profiler keeps CUPTI for CUDA graphs too). The program's later CUDA "
+               "calls keep CUPTI's small per-call cost")
 DETACHED, FAILED, RUNNING = 3, 4, 2
 _STATES = {0: "idle", 1: "armed: at the next CUDA call", RUNNING: "detaching", DETACHED: "detached",
            FAILED: "cuptiFinalize failed"}
@@ -103,15 +112,21 @@ class Detacher:
     def before_start(self) -> None:
         reset(self.lib, self.shim)
 
-    def after_stop(self, subscriber: ctypes.c_void_p | None = None) -> str | None:
-        """``subscriber``: the capture's own subscription, if it made one (reused, or let go)."""
-        if not self.enabled:
+    def after_stop(self, subscriber: ctypes.c_void_p | None = None,
+                   with_graphs: bool = False) -> str | None:
+        """``subscriber``: the capture's own subscription, if it made one (reused, or let go).
+        ``with_graphs``: detach even when the program launched CUDA graphs under CUPTI."""
+        graphs = int(self.shim.ss_api_graph_launches())
+        if not self.enabled or (graphs and not with_graphs):
             if subscriber is not None and subscriber.value:
                 self.lib.cuptiUnsubscribe(subscriber)
+            if self.enabled:
+                self.note = "not armed: CUDA graphs"
+                return GRAPHS_STAY.format(n=graphs)
             return None
         why = arm(self.lib, self.shim, self.version, subscriber)
         self.note = "armed" if why is None else "not armed"
         return why
 
 
-__all__ = ["FIRST_SAFE_VERSION", "Detacher", "arm", "reset", "state"]
+__all__ = ["FIRST_SAFE_VERSION", "GRAPHS_STAY", "Detacher", "arm", "reset", "state"]

@@ -73,7 +73,7 @@ def find_libcupti(environ: Mapping[str, str] | None = None,
     return ctypes.util.find_library("cupti")
 
 
-SHIM_ABI = 7  # ss_abi_version() of _shim.c
+SHIM_ABI = 8  # ss_abi_version() of _shim.c
 
 
 def _abi(path: Path) -> int | None:
@@ -173,6 +173,12 @@ def load_shim(path: Path | None = None) -> ctypes.CDLL:
     lib.ss_api_complete.restype = None
     lib.ss_api_stats.argtypes = [u64p]
     lib.ss_api_stats.restype = None
+    lib.ss_api_mark_graph.argtypes = [ctypes.c_int, ctypes.c_uint32]
+    lib.ss_api_mark_graph.restype = None
+    lib.ss_api_graph_launches.argtypes = []
+    lib.ss_api_graph_launches.restype = ctypes.c_uint64
+    lib.ss_api_graph_forget.argtypes = []
+    lib.ss_api_graph_forget.restype = None
     return lib
 
 

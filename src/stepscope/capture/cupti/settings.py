@@ -36,8 +36,10 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from stepscope.apis import classify_api
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.decode import api_base_name, wanted_call
+from stepscope.schema import ApiKind
 
 # Driver calls kept in a torch process: the launches that do not come from torch's runtime calls
 # (cuBLASLt's GEMMs launch with cuLaunchKernelEx, Triton's kernels with cuLaunchKernel).
@@ -49,6 +51,13 @@ def _detach() -> bool:
     """``STEPSCOPE_CUPTI_DETACH=0`` leaves CUPTI attached after the capture (``detach``): the
     knob the overhead benchmark turns to show what detaching is worth."""
     return os.environ.get("STEPSCOPE_CUPTI_DETACH", "1").strip() != "0"
+
+
+def detach_with_graphs() -> bool:
+    """``STEPSCOPE_CUPTI_DETACH=always`` detaches even after the program launched CUDA graphs
+    under CUPTI (``capture.cupti.detach``: that makes later launches of those graphs fail). For
+    checking that hazard on a GPU only."""
+    return os.environ.get("STEPSCOPE_CUPTI_DETACH", "1").strip() == "always"
 
 
 def _api_via() -> str:
@@ -130,7 +139,10 @@ class GpuSettings:
         if not wanted_call(raw):
             return False
         if domain == L.DOMAIN_DRIVER_API and self.driver is None and "torch" in sys.modules:
-            return _PER_THREAD_STREAM.sub("", api_base_name(raw)) in self.torch_driver_calls
+            # graph launches always: another framework of the process (JAX's XLA) launches its
+            # graphs through the driver, and the detach must know of them (capture.cupti.detach)
+            return (_PER_THREAD_STREAM.sub("", api_base_name(raw)) in self.torch_driver_calls
+                    or classify_api(raw) is ApiKind.GRAPH_LAUNCH)
         return True
 
     def kinds(self) -> list[int]:
