@@ -95,3 +95,38 @@ def test_gpt_fixture_low_confidence(tmp_path: Path) -> None:
     assert "with_stack" in f.note
     assert f.evidence[0].startswith("437 launches per step; median launch call 8.5 µs")
     assert any(e.startswith("host times scaled by 0.74") for e in f.evidence)
+
+
+def _eager_pairs(b: Any, n: int) -> None:
+    """An eager loop of two tiny ops with no step marker (a JAX or PyTorch loop without a step
+    hook): launch calls of 4 µs every 10 µs (6 µs of framework dispatch between them), each
+    1 µs kernel starting 1 µs after its call returns. The period of the kernel stream is one
+    op pair (20 µs), not the program's step."""
+    for k in range(n):
+        t = 10 * k
+        b.kernel("mul_kernel" if k % 2 == 0 else "add_kernel", t + 5, 1, launch=(t, 4))
+
+
+def test_fires_on_an_eager_loop_whose_steps_are_kernel_periods(builder: Any,
+                                                               tmp_path: Path) -> None:
+    """The kernel stream repeats every op pair (20 µs): the periods are grouped into 2 ms steps
+    of 100 pairs (200 launches). Per period the GPU runs 2 µs; its idle time waits for the
+    next launch: the call, and the dispatch before it."""
+    _eager_pairs(builder, 4000)
+    run = builder.build(tmp_path / "run")
+    steps = analyze(run).ranks[0].steps
+    assert steps.source == "periodicity" and len(steps.steps) == 19
+    assert set(steps.spans_ns.tolist()) == {2_000_000}
+    assert "repeats every 2 kernels, 20 µs: 100 periods per step" in steps.detail
+    (f,) = _findings(run)
+    assert f.id == "launch_bound" and f.severity is Severity.CRITICAL
+    assert f.est_saving_pct == pytest.approx(90.0, abs=1.0)
+
+
+def test_few_launches_per_ms_do_not_fire_on_kernel_periods(builder: Any, tmp_path: Path) -> None:
+    """The same pairs 200 µs apart (5 launches per ms): the GPU idles for host work, not for
+    launches."""
+    for k in range(200):
+        t = 200 * k
+        builder.kernel("mul_kernel" if k % 2 == 0 else "add_kernel", t + 5, 1, launch=(t, 4))
+    assert _findings(builder.build(tmp_path / "run")) == ()

@@ -105,3 +105,19 @@ def test_fixtures(tmp_path: Path) -> None:
     assert "only 3 steps" in "\n".join(f.evidence)
     cnn = Run(import_traces([DATA / "cnn_fp32_sync.pt.trace.json.gz"], tmp_path / "cnn"))
     assert _findings(cnn) == ()
+
+
+def test_kernel_periods_are_judged_at_info_only(builder: Any, tmp_path: Path) -> None:
+    """No step marker: the steps are periods of the kernel stream (a 1 ms and a 0.5 ms kernel,
+    launched 3 ms apart, one period in every 5 taking 12 ms). They vary a lot, but where a
+    period's boundary falls is not the program's step: info, never a warning."""
+    t = 0
+    for i in range(30):
+        builder.kernel("fwd", t, 1000, launch=(t - 20, 10))
+        builder.kernel("bwd", t + 1500, 500, launch=(t + 1480, 10))
+        t += 12_000 if i % 5 == 4 else 3_000
+    run = builder.build(tmp_path / "run")
+    assert analyze(run).ranks[0].steps.source == "periodicity"
+    (f,) = _findings(run)
+    assert f.severity is Severity.INFO
+    assert any("periods of the kernel stream" in e for e in f.evidence)

@@ -222,3 +222,29 @@ def test_launch_bound_gaps_without_any_api_call(tmp_path) -> None:  # type: igno
     b.kernel("a", 0, 10).kernel("b", 50, 10)  # kernels only: no launch calls to blame
     s, e = launch_bound_gaps(b.build(tmp_path / "r"), 0)
     assert s.size == 0 and e.size == 0
+
+
+def test_dispatch_between_launches_counts_as_launching_without_framework_ops(
+        builder: Any, tmp_path: Path) -> None:
+    """A live capture has the CUDA calls but no framework ops: the launching thread's short
+    gaps between launch calls are the eager framework's per-op dispatch (launch), a long one is
+    other host work. Launches 10-14, 40-44, 60-64 (tid 1) and 300-304; another thread's call at
+    45-49 does not bridge tid 1's gaps. Gaps of tid 1: 14-40 (26 µs), 44-60 (16 µs), 64-300
+    (236 µs > 100 µs: not dispatch)."""
+    b = builder.step(0, 400)
+    for ts, corr in ((10, 1), (40, 2), (60, 3), (300, 4)):
+        b.api("cudaLaunchKernel", ts, 4, correlation=corr, tid=1)
+    b.api("cudaLaunchKernel", 45, 4, correlation=5, tid=2)
+    s, e = launch_intervals(b.build(tmp_path / "r"), 0)
+    assert list(zip((s // US).tolist(), (e // US).tolist(), strict=True)) == [
+        (10, 64), (300, 304)]
+
+
+def test_framework_ops_keep_their_own_dispatch(builder: Any, tmp_path: Path) -> None:
+    """With framework ops recorded (a torch.profiler trace), the op around each launch is the
+    dispatch, and the gaps between ops are not added."""
+    b = builder.step(0, 400)
+    b.cpu_op("aten::mul", 5, 12, kind="framework", tid=1).api("cudaLaunchKernel", 10, 4, tid=1)
+    b.cpu_op("aten::add", 35, 12, kind="framework", tid=1).api("cudaLaunchKernel", 40, 4, tid=1)
+    s, e = launch_intervals(b.build(tmp_path / "r"), 0)
+    assert list(zip((s // US).tolist(), (e // US).tolist(), strict=True)) == [(5, 17), (35, 47)]

@@ -9,7 +9,11 @@ Where steps come from, first match wins (per rank):
    sequence of a training loop repeats with the step; the period is the lag
    ``p`` maximising the match rate ``mean(seq[i] == seq[i+p])`` (smallest
    such lag within 2% of the best, and at least 90% matching); boundaries are
-   placed before the kernel phase preceded by the longest median GPU gap;
+   placed before the kernel phase preceded by the longest median GPU gap
+   (the period is found in the first :data:`MAX_PERIODIC_KERNELS` kernels and
+   continued over the rest); a period shorter than :data:`MIN_PERIODIC_STEP_NS`
+   (2 ms: one op of an eager loop, whose step no marker shows) is grouped into
+   steps of whole periods at least that long, and the detail says so;
 4. otherwise the whole trace is one step.
 
 Steady state: the first step is dropped as warm-up when it is more than 25%
@@ -41,6 +45,10 @@ STEP_NAME = re.compile(
 MIN_PERIOD_MATCH = 0.90
 LAG_SHARE = 0.10
 MAX_PERIODIC_KERNELS = 200_000
+# a kernel-stream period shorter than this is one op of an eager loop, not a training step: the
+# periods are grouped into steps at least this long (percentages are unchanged; per-step
+# figures then mean per group)
+MIN_PERIODIC_STEP_NS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -268,12 +276,11 @@ def find_period(seq: np.ndarray) -> tuple[int, float]:
 
 
 def periodic_steps(run: Run, rank: int) -> StepInfo | None:
-    k = run.table("kernels", rank)
-    if k.num_rows < 8:
+    full = run.table("kernels", rank)
+    if full.num_rows < 8:
         return None
-    k = k.sort_by([("ts_ns", "ascending")])
-    if k.num_rows > MAX_PERIODIC_KERNELS:
-        k = k.slice(0, MAX_PERIODIC_KERNELS)
+    full = full.sort_by([("ts_ns", "ascending")])
+    k = full.slice(0, MAX_PERIODIC_KERNELS) if full.num_rows > MAX_PERIODIC_KERNELS else full
     names = k.column("name")
     if isinstance(names, pa.ChunkedArray):
         names = names.combine_chunks()
@@ -289,15 +296,30 @@ def periodic_steps(run: Run, rank: int) -> StepInfo | None:
     phases = np.arange(ts.size) % p
     med = np.array([np.median(gap_before[phases == j]) for j in range(p)])
     phase = int(np.argmax(med))
-    idx = np.arange(phase, ts.size, p)
+    all_ts = full.column("ts_ns").to_numpy()  # the period found in the first kernels goes on
+    idx = np.arange(phase, all_ts.size, p)
     if idx.size < 2:
         return None
-    s = ts[idx[:-1]]
-    e = ts[idx[1:]]
+    period_ns = float(np.median(np.diff(all_ts[idx])))
+    group = 1
+    if 0 < period_ns < MIN_PERIODIC_STEP_NS:  # an eager loop of tiny ops: one op is a period
+        group = int(np.ceil(MIN_PERIODIC_STEP_NS / period_ns))
+        if idx.size // group >= 2:
+            idx = idx[::group]
+        else:
+            group = 1
+    s = all_ts[idx[:-1]]
+    e = all_ts[idx[1:]]
     nums = np.arange(s.size, dtype=np.int64)
     hook = "no step hook fired; " if _no_hook(run, rank) else ""
-    detail = (f"{s.size} recovered from the periodicity of the GPU work ({hook}{p} kernels "
-              f"per step, {rate:.0%} of kernels repeat)")
+    if group > 1:
+        detail = (f"{s.size} recovered from the periodicity of the GPU work ({hook}the kernel "
+                  f"stream repeats every {p} kernels, {period_ns / 1e3:.3g} µs: {group} periods "
+                  f"per step, about {group * period_ns / 1e6:.3g} ms; {rate:.0%} of kernels "
+                  "repeat)")
+    else:
+        detail = (f"{s.size} recovered from the periodicity of the GPU work ({hook}{p} kernels "
+                  f"per step, {rate:.0%} of kernels repeat)")
     return _make(rank, StepSource.PERIODICITY, s, e, nums, detail)
 
 

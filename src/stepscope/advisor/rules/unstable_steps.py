@@ -8,7 +8,8 @@ rule is about), with at least :data:`MIN_STEPS` steps:
   ``cv > CV_WARN`` (0.25) or ``max / median > RATIO_WARN`` (2.0);
 * fires when it varies and the saving is worth reporting, or when it varies a lot;
 * may be a warning (never critical) only when it varies a lot, the saving is at least
-  5% of the step and the GPU is busy less than 90% of the steps; else info.
+  5% of the step and the GPU is busy less than 90% of the steps, and the steps come from a
+  marker (hook, profiler step, NVTX), not from the period of the kernel stream; else info.
 
 Saving per step = ``mean - median`` of the per-step GPU idle time (wall minus GPU busy,
 from the step-time breakdown): the idle time the slow steps add on average (the median
@@ -38,6 +39,7 @@ from stepscope.advisor.rules._evidence import max_severity, pct
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.breakdown import GPU_CATEGORIES
 from stepscope.analysis.steps import Step
+from stepscope.schema import StepSource
 
 MIN_STEPS = 3
 CV_INFO = 0.10
@@ -155,6 +157,12 @@ class UnstableSteps:
             evidence.append(f"rank {ra.rank} varies most of {len(ctx.ranks)} ranks")
         cap = Severity.WARNING if big and max_severity(ctx, ra, host_side=False) != Severity.INFO \
             else Severity.INFO
+        if ra.steps.source == StepSource.PERIODICITY.value:
+            # no step marker: the "steps" are periods of the kernel stream, whose lengths vary
+            # with where the period's boundary falls, not with the program's steps
+            cap = Severity.INFO
+            evidence.append("the steps are periods of the kernel stream (no step marker): "
+                            "mark steps (stepscope.step(), --nvtx) to judge their variation")
         slowest = steps[slow[0]] if slow else steps[int(np.argmax(walls))]
         where = Where(rank=ra.rank, steps=tuple(steps[i].index for i in slow[:5])
                       or (slowest.index,), start_ns=slowest.start_ns, end_ns=slowest.end_ns)
