@@ -224,3 +224,20 @@ def test_frames_are_written_whole(shim: ctypes.CDLL, tmp_path: Path) -> None:
         off += 16 + n
     assert got == payloads
     assert shim.ss_write_frame(-1, ctypes.addressof(raw), 3) < 0  # a bad file: -errno, no crash
+
+
+def test_gil_held_calls_the_same_function_without_releasing_the_gil() -> None:
+    """The switches of CUPTI are called through a PYFUNCTYPE of the same address (the GIL
+    stays held); a stand-in object is returned as it is."""
+    import ctypes
+
+    from stepscope.capture.cupti.native import gil_held
+
+    libc = ctypes.CDLL("libc.so.6")
+    fn = libc.abs
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    held = gil_held(fn)
+    assert held is not fn and held(-7) == 7
+    assert type(held)._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]
+    stand_in = object()
+    assert gil_held(stand_in) is stand_in

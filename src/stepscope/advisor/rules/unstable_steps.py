@@ -181,6 +181,12 @@ class UnstableSteps:
                       f"GPU work recorded, so the step's time is host time): what the steps "
                       f"slower than the typical one add per step on average")
         conf = Confidence.HIGH if gpu else _host.confidence(ra)
+        if ra.steps.source == StepSource.PERIODICITY.value:
+            # periods of the kernel stream: a slow phase in the window (compilation, warm-up)
+            # shows, but what its removal would save per step of the program is not known
+            title = head + "the window holds slower phases (steps are kernel-stream periods)"
+            method = "not estimated: the steps are periods of the kernel stream, not marked steps"
+            saving = 0.0
         return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
                            method=method, evidence=evidence, fix=FIX, where=where,
                            confidence=conf, note="" if conf is Confidence.HIGH else

@@ -31,6 +31,7 @@ from typing import Any
 
 from stepscope.apis import classify_api
 from stepscope.capture.cupti.api_calls import CallPlan
+from stepscope.capture.cupti.native import gil_held
 from stepscope.schema import ApiKind
 
 NEEDED = ("cuptiSubscribe", "cuptiUnsubscribe", "cuptiEnableCallback", "cuptiEnableDomain",
@@ -56,7 +57,8 @@ class ApiCallbacks:
         if missing:
             return f"this libcupti lacks {', '.join(missing)}"
         sub = ctypes.c_void_p()
-        rc = self.lib.cuptiSubscribe(ctypes.byref(sub), ctypes.cast(self.shim.ss_callback,
+        subscribe, enable = gil_held(self.lib.cuptiSubscribe), gil_held(self.lib.cuptiEnableCallback)
+        rc = subscribe(ctypes.byref(sub), ctypes.cast(self.shim.ss_callback,
                                                                     ctypes.c_void_p), None)
         if rc != 0:
             return f"cuptiSubscribe failed with {rc} (another CUPTI client in this process?)"
@@ -69,7 +71,7 @@ class ApiCallbacks:
             for cbid in kept:
                 if classify_api(names.get(cbid, "")) is ApiKind.GRAPH_LAUNCH:
                     self.shim.ss_api_mark_graph(domain, cbid)  # counted: see detach
-                if self.lib.cuptiEnableCallback(1, sub, domain, cbid) == 0:
+                if enable(1, sub, domain, cbid) == 0:
                     self.kept += 1
                 else:
                     self.failed += 1

@@ -33,6 +33,7 @@ from stepscope.capture.cupti.native import (
     Unavailable,
     demangler,
     find_libcupti,
+    gil_held,
     load_libcupti,
     load_shim,
     set_thread_id_type,
@@ -156,8 +157,9 @@ class CuptiCapture:
         self.shim.ss_prepare(s.prepared_buffers)
         self._zeroed = s.zeroed_buffers and set_zeroed_buffers(self.lib, True)  # before a record
         self._tid_type = set_thread_id_type(self.lib, THREAD_ID_TYPE_SYSTEM)
+        activity_enable = gil_held(self.lib.cuptiActivityEnable)
         for kind in s.kinds():
-            rc = self.lib.cuptiActivityEnable(kind)
+            rc = activity_enable(kind)
             if rc == 0:
                 self._enabled.append(kind)
             elif kind == L.CONCURRENT_KERNEL:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -235,6 +236,24 @@ def set_zeroed_buffers(lib: object, on: bool) -> bool:
         return False
     value, size = ctypes.c_uint8(1 if on else 0), ctypes.c_size_t(1)
     return bool(fn(ZEROED_OUT_ACTIVITY_BUFFER, ctypes.byref(size), ctypes.byref(value)) == 0)
+
+
+def gil_held(fn: Any) -> Any:
+    """``fn``, a function of libcupti loaded with its argument types, called *without* releasing
+    the GIL (ctypes releases it for every foreign call), for the calls that switch CUPTI on.
+    The default window's fallback starts the capture from its watcher thread, and with the GIL
+    released the program's thread ran on into CUDA calls while CUPTI switched them on: an eager
+    launch loop crashed (SIGSEGV) in 2 of 9 such recordings on the H100 (2026-11-26), with the
+    watcher inside those calls. Holding the GIL keeps the program's Python threads between two
+    bytecodes meanwhile (threads in C++ that released it still run); docs/record.md says what
+    was checked after. Anything else (the tests' stand-in libcupti) is returned as it is."""
+    cfuncptr: type = getattr(ctypes, "_CFuncPtr")
+    if not isinstance(fn, cfuncptr) or getattr(fn, "argtypes", None) is None:
+        return fn
+    f: Any = fn
+    proto = ctypes.PYFUNCTYPE(f.restype, *f.argtypes)
+    addr = ctypes.cast(f, ctypes.c_void_p).value
+    return proto(addr) if addr else fn
 
 
 THREAD_ID_TYPE_SYSTEM = 1  # CUpti_ActivityThreadIdType: CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM
