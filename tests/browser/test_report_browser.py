@@ -327,3 +327,14 @@ def test_recorded_run_shows_threads_under_the_gpu_and_folds_samples(
     assert "/w/train.py:30 <module>" in p.locator("#tl-details .stack").inner_text()
     assert r.errors() == [] and p.evaluate("window.__stepscope.errors") == []
     p.close()
+
+
+def test_a_findings_steps_read_as_ranges(browser: Any, reports: dict[str, Path]) -> None:
+    """A finding over every step of a long window listed 846 numbers; runs of steps read as
+    ranges."""
+    r = load(browser, reports["cnn"])
+    p = r.page
+    assert p.evaluate("window.__stepscope.stepRanges([3, 0, 1, 2, 7, 9, 10])") == "0-3, 7, 9, 10"
+    many = p.evaluate("window.__stepscope.stepRanges(Array.from({length: 40}, (_, i) => 2 * i))")
+    assert many.startswith("0, 2, 4") and many.endswith("… (40 steps)")
+    assert r.errors() == []

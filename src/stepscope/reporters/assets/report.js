@@ -613,6 +613,17 @@ function renderOverview() {
 
 function debounce(fn, ms) { let t = 0; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; }
 
+// step indexes as runs: "0-845" rather than 846 numbers; "3, 7, 10-12" where they are scattered
+function stepRanges(steps) {
+  const xs = steps.slice().sort((a, b) => a - b), out = [];
+  for (let i = 0; i < xs.length;) {
+    let j = i;
+    while (j + 1 < xs.length && xs[j + 1] === xs[j] + 1) j++;
+    out.push(j > i + 1 ? xs[i] + '-' + xs[j] : (j === i + 1 ? xs[i] + ', ' + xs[j] : String(xs[i])));
+    i = j + 1;
+  }
+  return out.length > 12 ? out.slice(0, 12).join(', ') + ', … (' + xs.length + ' steps)' : out.join(', ');
+}
 const FRAMEWORKS = [['pytorch', 'PyTorch'], ['tensorflow', 'TensorFlow'], ['jax', 'JAX'], ['cuda', 'CUDA']];
 // the fix shown first: in the program's framework (run.frameworks), PyTorch where it does not say
 const FW_TAB = {pytorch: 'pytorch', jax: 'jax', tensorflow: 'tensorflow', cupy: 'cuda', triton: 'cuda', numba: 'cuda'};
@@ -656,7 +667,7 @@ function renderFindings() {
     const wh = f.where || {};
     const bits = [];
     if (wh.rank !== null && wh.rank !== undefined && MULTI) bits.push('rank ' + wh.rank);
-    if (wh.steps && wh.steps.length) bits.push('steps ' + wh.steps.slice().sort((a, b) => a - b).join(', '));
+    if (wh.steps && wh.steps.length) bits.push('steps ' + stepRanges(wh.steps));
     const short = x => x.length > 90 ? x.slice(0, 89) + '…' : x;
     if (wh.kernels && wh.kernels.length) bits.push('kernels: ' + wh.kernels.map(short).join(' · '));
     if (wh.call_sites && wh.call_sites.length) bits.push('call sites: ' + wh.call_sites.join(' · '));
@@ -1695,7 +1706,7 @@ function renderFooter() {
 // ============================================================================================
 // 7. boot
 // ============================================================================================
-const HOOK = window.__stepscope = {ready: false, errors: []};
+const HOOK = window.__stepscope = {ready: false, errors: [], stepRanges};
 
 function safe(name, fn) {
   try { fn(); } catch (err) {
