@@ -198,3 +198,21 @@ def test_torch_backend(tmp_path: Path, with_driver: bool) -> None:
     assert devices[0]["memory_bandwidth_gbs"] == bandwidth
     check_contract(run, program_has=("memcpy",))
     assert "no_tensor_cores" in {f.id for f in advise(run, analyze(run)).findings}
+
+
+def test_a_run_recorded_on_an_h100_skips_no_rule_for_a_missing_table() -> None:
+    """A real `stepscope record` run (tests/data/recorded/h100_healthy, PROVENANCE.md): the
+    devices table comes from the driver, GPU memory from the NVML samples, and no rule is
+    skipped for want of a table the capture should have made (input waits: the program has no
+    DataLoader). Before, `memory_underused` was skipped: it looked for a sample name the NVML
+    sampler never wrote."""
+    from stepscope.report import build_report
+    from stepscope.store.run import Run
+
+    run = Run(Path(__file__).parent / "data" / "recorded" / "h100_healthy")
+    assert run.manifest.source.kind == "capture"
+    (dev,) = run.table("devices").to_pylist()
+    assert (dev["name"], dev["sm_count"], dev["compute_major"]) == ("NVIDIA H100 80GB HBM3", 132, 9)
+    rep = build_report(run)
+    assert [s.id for s in rep.advice.skipped] == ["input_bound"]
+    assert not [f for f in rep.advice.findings if f.severity.value != "info"]  # healthy

@@ -94,7 +94,7 @@ def test_near_capacity_without_churn_is_info(builder: Any, tmp_path: Path) -> No
 def test_near_capacity_from_samples_adds_to_the_churn_finding(builder: Any,
                                                              tmp_path: Path) -> None:
     _churn(builder)
-    builder.sample("gpu.memory_used", 100, 82 * GB, device=0)
+    builder.sample("gpu.memory_used_bytes", 100, 82 * GB, device=0)
     (f,) = _findings(builder.build(tmp_path / "run"))
     assert f.est_saving_ms == pytest.approx(0.115)
     assert ("peak device memory 82 GB of 85 GB (96%) on device 0, from samples"

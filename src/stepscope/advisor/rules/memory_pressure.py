@@ -20,7 +20,7 @@ the host has launched new work. Estimate per step::
     saving  = calls + refill
 
 **Near capacity.** Peak device memory (``memory_events``: max of total_reserved, else
-total_allocated; or a ``gpu.memory_used`` sample in bytes) >= 90% of the device's
+total_allocated; or a ``gpu.memory_used_bytes`` NVML sample) >= 90% of the device's
 ``total_memory``: out-of-memory risk, and the allocator has to free cached blocks and retry.
 Being full costs no time by itself: INFO with no saving, unless churn is also seen (then
 it is evidence of the churn finding).
@@ -50,7 +50,7 @@ ID = "memory_pressure"
 CATEGORY = "memory"
 NEAR_FULL = 0.90
 BURST_GAP_NS = 100_000
-MEMORY_USED_METRICS = ("gpu.memory_used", "gpu.mem_used")  # bytes
+MEMORY_USED_METRICS = ("gpu.memory_used_bytes", "gpu.memory_used", "gpu.mem_used")  # bytes (NVML samples: the first)
 
 FIX_CHURN = Fix(
     pytorch=("Do not call torch.cuda.empty_cache() (or gc + empty_cache) inside the training "

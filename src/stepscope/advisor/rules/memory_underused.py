@@ -3,7 +3,7 @@
 Fires when, on a rank, both hold (see docs/rules/memory_underused.md):
 
 * peak device memory (``memory_events``: max total_reserved, else total_allocated; or a
-  ``gpu.memory_used`` sample) is below 30% of the device's ``total_memory``;
+  ``gpu.memory_used_bytes`` NVML sample) is below 30% of the device's ``total_memory``;
 * the GPU is underused for reasons a larger batch amortises: busy less than 70% of the
   device-side step (the span from the first GPU work issued in a step to the first of the
   next one; when the trace cannot link GPU work to its calls, the breakdown's GPU
