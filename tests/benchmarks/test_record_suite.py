@@ -62,6 +62,7 @@ def test_score_healthy_and_missing_report() -> None:
 
 
 def test_scenario_meta_defaults_and_declarations() -> None:
+    pytest.importorskip("torch")  # the scenarios are PyTorch programs
     import importlib
 
     healthy = timing.ScenarioMeta.of(importlib.import_module("healthy"))
@@ -139,6 +140,7 @@ def test_merge_later_folder_wins_and_registry_order(tmp_path: Path) -> None:
 
 def test_program_runs_the_step_loop_and_says_when_it_cannot(capsys: pytest.CaptureFixture[str]
                                                              ) -> None:
+    pytest.importorskip("torch")  # the scenarios are PyTorch programs
     import program
 
     assert program.main(["healthy", "--device", "cpu", "--steps", "3"]) == 0
@@ -163,6 +165,7 @@ def test_jax_and_cupy_timing_child_never_imports_torch(tmp_path: Path) -> None:
 
 
 def test_record_and_advise_a_scenario_program_on_the_cpu(tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # the scenarios are PyTorch programs
     import record_suite
 
     args = argparse.Namespace(device="cpu", program_seconds=None, record_timeout=120.0)
