@@ -2,7 +2,9 @@
 on both sides); prints one line per run folder under the given folder."""
 import sys
 from pathlib import Path
+
 from stepscope.store.run import Run
+
 for d in sorted(Path(sys.argv[1]).glob("*")):
     if not (d / "manifest.json").exists():
         continue

@@ -102,18 +102,28 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
                 log(f"    stepscope failed: {res['advice_error']}")
             res["score"] = common.score(res["expected"], res["timing"], res.get("advice"))
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
-        res["error"] = f"{type(exc).__name__}: {exc}"
-        res["traceback"] = traceback.format_exc()
-        log(f"    ERROR: {res['error']}")
+        _failed(res, exc)
     finally:
-        for s in (base, fixed):
-            if s is not None:
-                try:
-                    s.close()
-                except Exception as exc:  # noqa: BLE001
-                    log(f"    close failed: {exc}")
-        res["wall_s"] = round(time.perf_counter() - t0, 3)
+        _close(res, (base, fixed), t0)
     return res
+
+
+def _failed(res: dict[str, Any], exc: Exception) -> None:
+    """One scenario's error, kept in its result (the suite goes on)."""
+    res["error"] = f"{type(exc).__name__}: {exc}"
+    res["traceback"] = traceback.format_exc()
+    log(f"    ERROR: {res['error']}")
+
+
+def _close(res: dict[str, Any], steps: tuple[Any, ...], t0: float) -> None:
+    """Free what the scenario's builds made (loader workers...) and note its wall time."""
+    for s in steps:
+        if s is not None:
+            try:
+                s.close()
+            except Exception as exc:  # noqa: BLE001
+                log(f"    close failed: {exc}")
+    res["wall_s"] = round(time.perf_counter() - t0, 3)
 
 
 def run_timed_only(mod: Any, args: argparse.Namespace, res: dict[str, Any],
@@ -139,17 +149,9 @@ def run_timed_only(mod: Any, args: argparse.Namespace, res: dict[str, Any],
         res["status"] = "measured"
         res["score"] = timing.score(res["expected"], res["timing"], None)
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
-        res["error"] = f"{type(exc).__name__}: {exc}"
-        res["traceback"] = traceback.format_exc()
-        log(f"    ERROR: {res['error']}")
+        _failed(res, exc)
     finally:
-        for s in (base, fixed):
-            if s is not None:
-                try:
-                    s.close()
-                except Exception as exc:  # noqa: BLE001
-                    log(f"    close failed: {exc}")
-        res["wall_s"] = round(time.perf_counter() - t0, 3)
+        _close(res, (base, fixed), t0)
     return res
 
 

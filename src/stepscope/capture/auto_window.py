@@ -138,11 +138,6 @@ class DriverProbe:
             return False
 
 
-def default_probe() -> bool:
-    """One look through a fresh :class:`DriverProbe` (sessions keep their own)."""
-    return DriverProbe()()
-
-
 class Fallback:
     """One session's fallback state (see the module doc). Not thread-safe: the session calls it
     under its lock, except ``ask`` (the probe), which it calls outside."""
@@ -327,7 +322,6 @@ __all__ = [
     "Window",
     "WindowUsed",
     "DriverProbe",
-    "default_probe",
     "describe_auto",
     "describe_tail",
     "describe_warmup_end",

@@ -7,6 +7,7 @@ the window's wall and CPU time."""
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 
@@ -19,7 +20,7 @@ from stepscope.capture.window_writer import IoGate, WindowWriter
 from stepscope.store.manifest import Diagnostic
 
 
-class WindowIO:
+class WindowIO(ABC):
     """Thread-safe via one re-entrant lock (``_lock``); the subclass closes the window
     (``_close``), writes the partition's meta (``_write_meta``) and may hand over GPU tables
     recorded before the window (``_pre_window_gpu``)."""
@@ -43,11 +44,13 @@ class WindowIO:
         self._io = IoGate(self._lock)  # one flush writes at a time, outside the lock
         self._closed = threading.Event()
 
+    @abstractmethod
     def _close(self) -> None:
-        raise NotImplementedError
+        """Close the window (the subclass decides when and what its end writes)."""
 
+    @abstractmethod
     def _write_meta(self) -> None:
-        raise NotImplementedError
+        """Write the partition's meta (who, how it ended, settings, overhead, diagnostics)."""
 
     def _pre_window_gpu(self) -> list[Tables]:
         return []

@@ -9,10 +9,9 @@ of the kernels" (``rules._idle``: outside input waits, syncs and step-boundary g
 scaled by the profiler correction). It never exceeds the short launch-bound idle of
 ``analysis.launches``; that figure, the breakdown's ``launch`` category and the whole
 launch-bound idle are shown as cross-checks. Longer waits are host work
-(``host_bound``). Fires with at least :data:`MIN_LAUNCHES` launches per step, or, where the
-steps were recovered from the period of the kernel stream and one period is a few tiny kernels
-(an eager loop: the period is one op, not a step), at least that many per millisecond
-(:func:`enough_launches`).
+(``host_bound``). Fires with at least :data:`MIN_LAUNCHES` launches per step (an eager loop
+without a step hook qualifies: its kernel-stream periods are grouped into steps of at least
+2 ms, ``analysis.steps``).
 """
 
 from __future__ import annotations
@@ -36,11 +35,9 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.kernel_names import signature_head
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
-from stepscope.schema import StepSource
 from stepscope.store.run import Run
 
 MIN_LAUNCHES = 10
-PERIOD_WINDOW_MS = 1.0  # launch rate that counts as many launches where steps are periods
 NAME_CHARS = 60
 
 FIX = Fix(
@@ -95,21 +92,6 @@ def kernel_launch_stats(run: Run, rank: int, ws: np.ndarray, we: np.ndarray, top
     return float(np.median(dur)), out
 
 
-def enough_launches(ra: RankAnalysis) -> bool:
-    """At least :data:`MIN_LAUNCHES` launches per step; or, where the steps are the period of
-    the kernel stream and a period is a handful of kernels shorter than their launches (an
-    eager loop of tiny ops with no step hook: the period is one op pair, not the program's
-    step), at least :data:`MIN_LAUNCHES` launches per :data:`PERIOD_WINDOW_MS` ms."""
-    la = ra.launches
-    if la.mean_launches_per_step >= MIN_LAUNCHES:
-        return True
-    spans = ra.steps.spans_ns
-    if ra.steps.source != StepSource.PERIODICITY.value or spans.size == 0:
-        return False
-    per_ms = la.mean_launches_per_step / max(float(np.median(spans)) / 1e6, 1e-9)
-    return la.short_kernel_share >= 0.5 and per_ms * PERIOD_WINDOW_MS >= MIN_LAUNCHES
-
-
 class LaunchBound:
     id = "launch_bound"
     title = "Launch-bound: the GPU waits for kernel launches"
@@ -118,7 +100,7 @@ class LaunchBound:
 
     def check(self, ctx: Context) -> Sequence[Finding]:
         best = worst_rank(ctx, lambda split: split.mean_ms(split.launch) * split.host_factor,
-                          enough_launches)
+                          lambda ra: ra.launches.mean_launches_per_step >= MIN_LAUNCHES)
         return [] if best is None else [self._finding(ctx, *best)]
 
     def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
