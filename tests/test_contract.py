@@ -27,6 +27,7 @@ from tests.capture.test_bootstrap import FakeClock, FakeHost
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
 from stepscope.analysis import analyze
+from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.capture.bootstrap import CaptureConfig, Session
 from stepscope.capture.cuda_driver import CudaDriver
@@ -62,7 +63,7 @@ def check_contract(run: Run, *, program_has: tuple[str, ...] = ()) -> None:
     missing = missing_tables(run)
     allowed = set(PROGRAM_TABLES) - set(program_has)
     assert {t for ts in missing.values() for t in ts} <= allowed, missing
-    advice = advise(run, analyze(run))
+    advice = advise(analyze(run))
     skipped = {s.id for s in advice.skipped if s.reason.endswith("(the run has none)")}
     assert skipped == set(missing)
     assert not (DEVICE_RULES & {s.id for s in advice.skipped}), advice.skipped
@@ -137,9 +138,9 @@ def test_cupti_capture(tmp_path: Path, shim: ctypes.CDLL, monkeypatch: pytest.Mo
     # theoretical occupancy from the driver's limits: 256 threads x 120 registers -> 30720
     # registers a block (allocated per warp in 256s: 8 warps x 3840), 2 blocks of 65536 per SM:
     # 16 of 64 warps = 25%
-    occ = kernel_frame(run).column("occupancy").to_pylist()
+    occ = kernel_frame(rank_graph(run, None)).column("occupancy").to_pylist()
     assert occ == [pytest.approx(0.25)] * 8
-    found = {f.id for f in advise(run, analyze(run)).findings}
+    found = {f.id for f in advise(analyze(run)).findings}
     assert {"no_tensor_cores", "small_grid"} <= found  # fp32 SIMT GEMM; 8 blocks on 132 SMs
     assert "cuInit" not in cuda.log
 
@@ -197,7 +198,7 @@ def test_torch_backend(tmp_path: Path, with_driver: bool) -> None:
     bandwidth: Any = pytest.approx(3352.32) if with_driver else None
     assert devices[0]["memory_bandwidth_gbs"] == bandwidth
     check_contract(run, program_has=("memcpy",))
-    assert "no_tensor_cores" in {f.id for f in advise(run, analyze(run)).findings}
+    assert "no_tensor_cores" in {f.id for f in advise(analyze(run)).findings}
 
 
 def test_a_run_recorded_on_an_h100_skips_no_rule_for_a_missing_table() -> None:

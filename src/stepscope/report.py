@@ -106,7 +106,7 @@ def fix_for(fix: Fix, frameworks: tuple[str, ...]) -> str:
 def build_report(run: Run) -> Report:
     analysis = analyze(run)
     return Report(run_path=run.path, manifest=run.manifest, analysis=analysis,
-                  advice=advise(run, analysis))
+                  advice=advise(analysis))
 
 
 def _signal_name(num: int) -> str:

@@ -32,7 +32,7 @@ UNKNOWN = {"ranks": {"rank0": {"gpu": {"backend": "auto", "state": "unavailable"
 
 
 def _advise(run: Run, rules: Any = None) -> Advice:
-    return advise(run, analyze(run), rules)
+    return advise(analyze(run), rules)
 
 
 def _only(run: Run, rule: Any) -> tuple[Finding, ...]:

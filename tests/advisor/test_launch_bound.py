@@ -19,7 +19,7 @@ TINY = "void add_kernel<float>(float*, int)"
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _tiny_kernels(b: Any, steps: int = 3) -> None:

@@ -21,7 +21,7 @@ ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFuncto
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _steps(b: Any, name: str = STREAM, dur: float = 600, other: float = 200, *,

@@ -19,7 +19,7 @@ GB = 1_000_000_000
 
 
 def _advice(run: Run) -> Any:
-    return advise(run, analyze(run), [RULE])
+    return advise(analyze(run), [RULE])
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:

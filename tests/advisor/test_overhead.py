@@ -11,6 +11,7 @@ from builder import TraceBuilder
 from stepscope.advisor.base import Confidence
 from stepscope.advisor.overhead import capture_trust, host_trust
 from stepscope.analysis import analyze
+from stepscope.analysis.graph import run_graph
 from stepscope.capture.partitions import merge
 from stepscope.store.run import Run
 
@@ -33,7 +34,7 @@ def test_the_capture_cost_sets_the_host_confidence(tmp_path: Path, in_ms: int,
                                                    conf: Confidence, pct: str | None) -> None:
     run = recorded(tmp_path, in_ms, 10)
     assert run.manifest.overhead["rank0"]["step_time_ratio_in_window_vs_after"] == pytest.approx(in_ms / 10)
-    trust = host_trust(run, analyze(run))
+    trust = host_trust(analyze(run))
     assert trust.confidence is conf
     assert trust.est_inflation_ms == 0.0  # not taken off the speed-up estimates
     if pct is None:
@@ -48,7 +49,7 @@ def test_no_after_window_figure_no_note(tmp_path: Path) -> None:
     run_steps(s, clock, 10)
     s.finish()  # the window ended with the program: nothing timed after it
     run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
-    assert capture_trust(run).confidence is Confidence.HIGH and capture_trust(run).note == ""
+    assert capture_trust(run_graph(run)).confidence is Confidence.HIGH and capture_trust(run_graph(run)).note == ""
 
 
 def test_imported_traces_are_not_read_as_captures(tmp_path: Path) -> None:
@@ -56,7 +57,7 @@ def test_imported_traces_are_not_read_as_captures(tmp_path: Path) -> None:
     b.step(0, 1000, step=0)
     b.kernel("k", 100, 500, launch=(20, 10))
     run = b.build(tmp_path / "r.stepscope")
-    assert capture_trust(run).confidence is Confidence.HIGH
+    assert capture_trust(run_graph(run)).confidence is Confidence.HIGH
 
 
 def test_a_program_that_changed_speed_does_not_lower_the_confidence(tmp_path: Path) -> None:
@@ -66,5 +67,5 @@ def test_a_program_that_changed_speed_does_not_lower_the_confidence(tmp_path: Pa
 
     run = changed_speed_run(tmp_path)
     assert run.manifest.overhead["rank0"]["step_time_ratio_in_window_vs_after"] == 2.5
-    trust = capture_trust(run)
+    trust = capture_trust(run_graph(run))
     assert trust.confidence is Confidence.HIGH and trust.note == ""

@@ -23,7 +23,7 @@ REDUCE = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _steps(b: Any, small: str = SCALE, blocks: int = 16, dur: float = 500,

@@ -23,7 +23,7 @@ MINE = ("input_bound", "host_bound", "step_gaps", "launch_bound", "sync_calls")
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _item_each_step(b: Any, steps: int = 3) -> None:
@@ -80,7 +80,7 @@ def test_drain_is_capped_by_the_head_start(builder: Any, tmp_path: Path) -> None
         builder.sync("cudaDeviceSynchronize", t0 + 200, 10)
         builder.kernel("kernel_b", t0 + 620, 370, launch=(t0 + 610, 5))
     run = builder.build(tmp_path / "run")
-    byid = {f.id: f for f in advise(run, analyze(run), [r for r in RULES if r.id in MINE]).findings}
+    byid = {f.id: f for f in advise(analyze(run), [r for r in RULES if r.id in MINE]).findings}
     assert "sync_calls" not in byid  # 10 µs per step: under 0.05 ms
     # idle 100-620 minus the 10 µs blocked: 510 µs of host time (505 with no host event)
     assert byid["host_bound"].est_saving_ms == pytest.approx(0.51)
@@ -91,7 +91,7 @@ def test_rules_never_claim_the_same_idle_time(builder: Any, tmp_path: Path) -> N
     _item_each_step(builder)
     run = builder.build(tmp_path / "run")
     a = analyze(run)
-    found = advise(run, a, [r for r in RULES if r.id in MINE]).findings
+    found = advise(a, [r for r in RULES if r.id in MINE]).findings
     bd = a.ranks[0].breakdown.mean_ms
     idle = sum(bd[c] for c in ("input_wait", "sync", "launch", "host", "idle"))
     assert sum(f.est_saving_ms for f in found) <= idle + 1e-9

@@ -34,7 +34,7 @@ SGEMM_ALIGN1 = ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_alig
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _run(tmp_path: Path, device: dict[str, Any], name: str = ALIGN1, dur: float = 500) -> Run:

@@ -33,7 +33,7 @@ import numpy as np
 from stepscope.advisor.base import Confidence
 from stepscope.advisor.profiler_cost import costs_for, host_events
 from stepscope.analysis import Analysis
-from stepscope.store.run import Run
+from stepscope.analysis.graph import RunGraph
 
 LOW_SHARE = 0.25
 MEDIUM_SHARE = 0.10
@@ -54,13 +54,13 @@ def _confidence(share: float) -> Confidence:
     return Confidence.MEDIUM if share >= MEDIUM_SHARE else Confidence.HIGH
 
 
-def capture_trust(run: Run) -> HostTrust:
+def capture_trust(graph: RunGraph) -> HostTrust:
     """A recorded run: what the capture measured of its own cost (module doc)."""
-    measured = [o for o in run.manifest.overhead.values() if isinstance(o, dict)
+    measured = [o for o in graph.manifest.overhead.values() if isinstance(o, dict)
                 and isinstance(o.get("step_time_ratio_in_window_vs_after"), (int, float))
                 and o["step_time_ratio_in_window_vs_after"] > 0
                 and not o.get("step_time_ratio_after_unmeasurable")]
-    if run.manifest.source.kind != "capture" or not measured:
+    if graph.manifest.source.kind != "capture" or not measured:
         return HostTrust(Confidence.HIGH, "", 0.0, 0.0, False)
     # the lower end of each rank's 90% interval where it has one: only a cost the steps show
     # beyond their own spread lowers the confidence
@@ -83,13 +83,19 @@ def _low_end(overhead: dict[str, Any]) -> float:
     return ratio
 
 
-def host_trust(run: Run, analysis: Analysis) -> HostTrust:
-    costs = costs_for(run)
+def host_trust(analysis: Analysis) -> HostTrust:
+    """How far the host-side timings of ``analysis``'s run can be trusted; computed once."""
+    return analysis.memo("host_trust", lambda: _host_trust(analysis))
+
+
+def _host_trust(analysis: Analysis) -> HostTrust:
+    graph = analysis.graph
+    costs = costs_for(graph)
     if costs is None:
-        return capture_trust(run)
+        return capture_trust(graph)
     flags = [k for k in ("with_stack", "record_shapes", "profile_memory")
              if any(isinstance(f, dict) and f.get(k)
-                    for f in run.manifest.source.details.get("files", []))]
+                    for f in graph.manifest.source.details.get("files", []))]
     per_step_ns: list[float] = []
     per_step_events: list[float] = []
     per_step_wall: list[float] = []
@@ -97,7 +103,7 @@ def host_trust(run: Run, analysis: Analysis) -> HostTrust:
         steady = ra.steps.steady
         if not steady:
             continue
-        ts, cost = host_events(run, ra.rank, costs)
+        ts, cost = host_events(graph.rank(ra.rank), costs)
         n_ns = n_ev = 0
         for st in steady:
             lo, hi = np.searchsorted(ts, [st.start_ns, st.end_ns])

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import bounds, column_i64, gpu_records, str_in
 from stepscope.schema import CpuOpKind
-from stepscope.store.run import Run
 
 OP_NS = 2_000
 SHAPES_NS = 300
@@ -62,8 +62,8 @@ class EventCosts:
     memory_ns: int
 
 
-def _flags(run: Run) -> dict[str, bool]:
-    files = run.manifest.source.details.get("files", [])
+def _flags(graph: RunGraph) -> dict[str, bool]:
+    files = graph.manifest.source.details.get("files", [])
     out = {"with_stack": False, "record_shapes": False, "profile_memory": False}
     for f in files if isinstance(files, list) else []:
         if isinstance(f, dict):
@@ -71,24 +71,24 @@ def _flags(run: Run) -> dict[str, bool]:
     return out
 
 
-def costs_for(run: Run) -> EventCosts | None:
+def costs_for(graph: RunGraph) -> EventCosts | None:
     """Per-event profiler cost of this run's trace (None when it is not a torch.profiler one)."""
-    if run.manifest.source.kind != "kineto":
+    if graph.manifest.source.kind != "kineto":
         return None
-    f = _flags(run)
+    f = _flags(graph)
     op = OP_NS + (SHAPES_NS if f["record_shapes"] else 0) + (STACK_NS if f["with_stack"] else 0)
     return EventCosts(op_ns=op, python_ns=PYTHON_NS, api_ns=API_NS,
                       memory_ns=MEMORY_NS if f["profile_memory"] else 0)
 
 
-def host_events(run: Run, rank: int, costs: EventCosts) -> tuple[I64, I64]:
+def host_events(g: StepGraph, costs: EventCosts) -> tuple[I64, I64]:
     """Start time and estimated profiler cost of every recorded host event, sorted by time."""
-    ops = run.table("cpu_ops", rank)
+    ops = g.table("cpu_ops")
     o_s = bounds(ops)[0]
     py = str_in(ops, "kind", (CpuOpKind.PYTHON.value,))
     o_c = np.where(py, costs.python_ns, costs.op_ns).astype(np.int64)
-    a_s = bounds(run.table("api_calls", rank))[0]
-    m_s = column_i64(run.table("memory_events", rank), "ts_ns", 0)
+    a_s = bounds(g.table("api_calls"))[0]
+    m_s = column_i64(g.table("memory_events"), "ts_ns", 0)
     ts = np.concatenate((o_s, a_s, m_s))
     cost = np.concatenate((o_c, np.full(a_s.size, costs.api_ns, dtype=np.int64),
                            np.full(m_s.size, costs.memory_ns, dtype=np.int64)))
@@ -96,14 +96,14 @@ def host_events(run: Run, rank: int, costs: EventCosts) -> tuple[I64, I64]:
     return ts[order], cost[order]
 
 
-def gpu_slack(run: Run, rank: int, ts: I64) -> I64:
+def gpu_slack(g: StepGraph, ts: I64) -> I64:
     """For each time: how much GPU work issued before it was still ahead of it (ns): the
     latest end of the GPU work of every launch/copy call that returned by then, minus the
     time (negative: the GPU had run out of work)."""
-    api = run.table("api_calls", rank)
+    api = g.table("api_calls")
     a_e = bounds(api)[1]
     corr = column_i64(api, "correlation", -1)
-    _, g_e, _, g_c = gpu_records(run, rank)
+    _, g_e, _, g_c = gpu_records(g)
     keep = g_c >= 0
     g_c, g_e = g_c[keep], g_e[keep]
     if g_c.size == 0 or ts.size == 0:

@@ -55,9 +55,9 @@ import pyarrow.compute as pc
 from stepscope.advisor.base import Context, Where
 from stepscope.advisor.overhead import host_trust
 from stepscope.analysis import RankAnalysis
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
-from stepscope.store.run import Run
 
 PLACEHOLDER = None
 """A ratio not measured yet: run ``benchmarks/gemm_speedups.py`` on that GPU and paste its
@@ -253,10 +253,10 @@ def scaling_for(ctx: Context, ra: RankAnalysis, sk: SteadyKernels) -> Scaling:
     ``max(0, X - GPU time waiting on the host)``: nothing for a host-bound step whose GPU waits
     longer than the overhead, about ``X`` for a GPU-bound one.
     """
-    run = ctx.run
+    g = ctx.graph_of(ra.rank)
     share = gpu_bound_share(ra)
-    api = run.table("api_calls", ra.rank)
-    k = run.table("kernels", ra.rank)
+    api = g.table("api_calls")
+    k = g.table("kernels")
     if api.num_rows == 0 or k.num_rows == 0:
         return Scaling(None, share)
     kind = api.column("kind")
@@ -287,7 +287,7 @@ def scaling_for(ctx: Context, ra: RankAnalysis, sk: SteadyKernels) -> Scaling:
     if ((host_done < 0) | (gpu_done < 0)).any():
         return Scaling(None, share)
     backlog = np.maximum(gpu_done - host_done, 0).astype(np.float64)
-    inflation = host_trust(run, ctx.analysis).est_inflation_ms * 1e6
+    inflation = host_trust(ctx.analysis).est_inflation_ms * 1e6
     if inflation > 0:
         by_slot = sorted(ra.steps.steady, key=lambda st: st.start_ns)
         waits = np.array([sum(ra.breakdown.per_step[st.index].get(c, 0) for c in HOST_WAITS)
@@ -354,13 +354,13 @@ class SteadyKernels:
         return self.cols[name]
 
 
-def steady_kernels(run: Run, ra: RankAnalysis) -> SteadyKernels | None:
+def steady_kernels(g: StepGraph, ra: RankAnalysis) -> SteadyKernels | None:
     """The enriched kernel frame (``analysis.kernels.kernel_frame``) of rank ``ra`` restricted to
     launches that start in a steady step; ``None`` without steady steps or kernels."""
     steady = ra.steps.steady
     if not steady:
         return None
-    frame = kernel_frame(run, ra.rank)
+    frame = kernel_frame(g)
     if frame.num_rows == 0:
         return None
     starts = np.array([s.start_ns for s in steady], dtype=np.int64)
@@ -408,9 +408,9 @@ def column_objects(col: pa.ChunkedArray) -> npt.NDArray[np.object_]:
     return np.asarray(values[codes], dtype=object)
 
 
-def op_names(run: Run, rank: int) -> dict[int, str]:
+def op_names(g: StepGraph) -> dict[int, str]:
     """external_id -> name of the framework op (``cpu_ops``) that launched the GPU work."""
-    ops = run.table("cpu_ops", rank)
+    ops = g.table("cpu_ops")
     if ops.num_rows == 0:
         return {}
     ops = ops.filter(pc.is_valid(ops.column("external_id")))

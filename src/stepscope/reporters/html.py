@@ -111,7 +111,8 @@ def _kernels(run: Run, report: Report) -> tuple[list[dict[str, Any]], bool]:
         if ra.kernel_count > FULL_TABLE_MAX_LAUNCHES:
             table, partial = ra.kernels, partial or ra.kernel_count > len(ra.kernels)
         else:
-            table = kernel_table(run, ra.rank, window=ra.steady_window, limit=KERNEL_ROWS)
+            table = kernel_table(report.analysis.graph.rank(ra.rank), window=ra.steady_window,
+                                 limit=KERNEL_ROWS)
         for k in table:
             d = jsonable(k)
             d["rank"] = ra.rank

@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis import Analysis
+from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.reporters.timeline_columns import (
     ESC,
@@ -104,7 +105,7 @@ def _gpu(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
         return key_ids(tracks, [np.full(t.num_rows, r), i64(t, "device"), i64(t, "stream")],
                        make)
 
-    k = kernel_frame(run, r)
+    k = kernel_frame(rank_graph(run, r))
     if k.num_rows:
         cfg_cols = [i64(k, c) for c in _CFG_INT] + [i64(k, "device"), np.full(k.num_rows, r)]
         inv, first = row_groups(cfg_cols)

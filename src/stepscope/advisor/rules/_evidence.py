@@ -24,12 +24,12 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.breakdown import GPU_CATEGORIES
 from stepscope.analysis.busy import IntervalSet
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
 from stepscope.analysis.steps import STEP_NAME
 from stepscope.analysis.syncs import is_user_frame
 from stepscope.schema import AnnotationSource, ApiKind, CpuOpKind
-from stepscope.store.run import Run
 
 GPU_WORK_KINDS = (*LAUNCH_KINDS, ApiKind.MEMCPY.value, ApiKind.MEMSET.value)
 
@@ -94,15 +94,15 @@ class OpTime:
     cpu_only_ns: int  # part of it in op instances that issued no GPU work (framework ops)
 
 
-def _containers(run: Run, rank: int, kind: str) -> pa.Table:
+def _containers(g: StepGraph, kind: str) -> pa.Table:
     if kind == "annotation":
-        t = run.table("annotations", rank)
+        t = g.table("annotations")
         if t.num_rows == 0:
             return t
         keep = str_in(t, "source", (AnnotationSource.USER.value, AnnotationSource.NVTX.value))
         keep &= _name_mask(t, lambda n: not STEP_NAME.match(n.strip()))
         return t.filter(pa.array(keep, type=pa.bool_()))
-    t = run.table("cpu_ops", rank)
+    t = g.table("cpu_ops")
     if t.num_rows == 0:
         return t
     keep = str_in(t, "kind", (kind,))
@@ -134,7 +134,7 @@ def _segments(s: IntervalSet, o_s: I64, o_e: I64) -> tuple[I64, I64]:
     return seg_s[keep], seg_e[keep]
 
 
-def host_time_by_op(run: Run, rank: int, s: IntervalSet, *,
+def host_time_by_op(g: StepGraph, s: IntervalSet, *,
                     kind: str = CpuOpKind.FRAMEWORK.value, top: int = 5,
                     min_share: float = 0.01) -> list[OpTime]:
     """Exclusive time of ``s`` by innermost op of ``kind`` ("framework", "python" = user
@@ -142,7 +142,7 @@ def host_time_by_op(run: Run, rank: int, s: IntervalSet, *,
     names under ``min_share`` of ``s`` left out (module docstring)."""
     if s.starts.size == 0:
         return []
-    ops = _containers(run, rank, kind)
+    ops = _containers(g, kind)
     if ops.num_rows == 0:
         return []
     o_s, o_e = bounds(ops)
@@ -155,7 +155,7 @@ def host_time_by_op(run: Run, rank: int, s: IntervalSet, *,
     dictionary = [str(x) for x in enc.dictionary.to_pylist()]
     codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
     framework = kind == CpuOpKind.FRAMEWORK.value
-    api = run.table("api_calls", rank)
+    api = g.table("api_calls")
     work = str_in(api, "kind", GPU_WORK_KINDS)
     a_s, a_pid, a_tid = bounds(api)[0][work], column_i64(api, "pid")[work], \
         column_i64(api, "tid")[work]

@@ -30,10 +30,10 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.gpu_use import GpuUse
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import column_i64, column_str
-from stepscope.store.run import Run
 
 PROCESS_CPU = "process.cpu_pct"  # the training process, % of one core
 LIBRARY_PATHS = ("site-packages/", "dist-packages/", "/lib/python3", "<frozen", "<string>")
@@ -63,11 +63,11 @@ class HostTime:
         return float(per.mean()) / 1e6 if per.size else 0.0
 
 
-def host_time(run: Run, ra: RankAnalysis) -> HostTime:
+def host_time(g: StepGraph, ra: RankAnalysis) -> HostTime:
     steady = ra.steps.steady
     ws = np.array([s.window[0] for s in steady], dtype=np.int64)
     we = np.array([s.window[1] for s in steady], dtype=np.int64)
-    waits = IntervalSet.of(*input_wait_intervals(run, ra.rank))
+    waits = IntervalSet.of(*input_wait_intervals(g))
     inp = waits.within(ws, we)
     return HostTime(rank=ra.rank, step_index=tuple(s.index for s in steady), win_start=ws,
                     win_end=we, input_ns=inp, host_ns=(we - ws) - inp)
@@ -96,10 +96,10 @@ def gpu_line(ra: RankAnalysis) -> str:
             f"work that ran unseen during the host time would make this smaller")
 
 
-def mean_sample(run: Run, rank: int, metric: str, win_start: I64, win_end: I64
+def mean_sample(g: StepGraph, metric: str, win_start: I64, win_end: I64
                 ) -> tuple[float, int] | None:
     """Mean of a (device-less) metric over its samples inside the windows, and their count."""
-    t = run.table("samples", rank)
+    t = g.table("samples")
     if t.num_rows == 0 or win_start.size == 0:
         return None
     names = np.array(column_str(t, "metric").to_pylist(), dtype=object)
@@ -126,11 +126,11 @@ def _user_frame(frames: str) -> str | None:
     return None
 
 
-def stack_frames(run: Run, rank: int, s: IntervalSet) -> tuple[list[tuple[str, int]], int]:
+def stack_frames(g: StepGraph, s: IntervalSet) -> tuple[list[tuple[str, int]], int]:
     """The innermost user frames of the stacks sampled inside ``s`` on the thread sampled
     most there: ``[(frame, samples)]`` largest first (at most :data:`TOP_FRAMES`), and the
     number of samples of that thread inside ``s``."""
-    t = run.table("stacks", rank)
+    t = g.table("stacks")
     if t.num_rows == 0 or s.starts.size == 0:
         return [], 0
     ts = column_i64(t, "ts_ns", 0)

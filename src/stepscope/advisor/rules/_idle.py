@@ -193,25 +193,25 @@ def split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
 
 def _split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
     """The claims of every idle-time rule on rank ``ra`` (module docstring)."""
-    run, rank = ctx.run, ra.rank
+    g = ctx.graph_of(ra.rank)
     steps = ra.steps.steady
     # the steps' windows on the GPU timeline (the markers unless the GPU lags the host)
     ws = np.array([s.window[0] for s in steps], dtype=np.int64)
     we = np.array([s.window[1] for s in steps], dtype=np.int64)
     window = IntervalSet.of(ws, we)
-    busy = rank_union(gpu_activity(run, rank)).busy
+    busy = rank_union(gpu_activity(g)).busy
     idle = window - busy
-    inp = idle & IntervalSet.of(*input_wait_intervals(run, rank))
+    inp = idle & IntervalSet.of(*input_wait_intervals(g))
     rest = idle - inp
-    blocked = rest & IntervalSet.of(*sync_intervals(run, rank))
+    blocked = rest & IntervalSet.of(*sync_intervals(g))
     rest = rest - blocked
-    costs = costs_for(run)
+    costs = costs_for(ctx.graph)
     factor, prof, share_keep = 1.0, 0.0, 1.0
     ev_ts = ev_off = None
     if costs is not None and steps:
-        ev_ts, ev_cost = host_events(run, rank, costs)
+        ev_ts, ev_cost = host_events(g, costs)
         in_win = iv.assign_to_windows(ev_ts, ws, we) >= 0
-        path = gpu_slack(run, rank, ev_ts) < LONG_GAP_NS
+        path = gpu_slack(g, ev_ts) < LONG_GAP_NS
         prof_ns = float(ev_cost[in_win & path].sum())
         ev_off = np.where(path, 0, ev_cost)
         prof = prof_ns / len(steps)
@@ -224,14 +224,14 @@ def _split_idle(ctx: Context, ra: RankAnalysis) -> IdleSplit:
     edges = np.unique(np.concatenate((ws, we)))
     gaps = rest & _touching(idle, edges)
     rest = rest - gaps
-    g_s, g_e = launch_bound_gaps(run, rank)
+    g_s, g_e = launch_bound_gaps(g)
     short = (g_e - g_s) <= LONG_GAP_NS
-    launch_path = IntervalSet.of(*launch_intervals(run, rank))
-    known = host_work_intervals(run, rank) | launch_path
+    launch_path = IntervalSet.of(*launch_intervals(g))
+    known = host_work_intervals(g) | launch_path
     launch = (rest & IntervalSet.of(g_s[short], g_e[short])) - (known - launch_path)
     host = rest - launch
     other = host - known
-    return IdleSplit(rank=rank, steps=steps, win_start=ws, win_end=we, busy=busy, idle=idle,
+    return IdleSplit(rank=ra.rank, steps=steps, win_start=ws, win_end=we, busy=busy, idle=idle,
                      input=inp, sync_blocked=blocked, sync_drain=drain, gaps=gaps, launch=launch,
                      host=host, other=other, host_factor=factor * share_keep,
                      share_keep=share_keep, profiler_ns_per_step=prof)

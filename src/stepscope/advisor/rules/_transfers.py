@@ -32,6 +32,7 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import DeviceActivity, IntervalSet, gpu_activity, rank_union
 from stepscope.analysis.copies import TINY_BYTES
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import (
     LAUNCH_KINDS,
@@ -43,7 +44,6 @@ from stepscope.analysis.launches import (
 )
 from stepscope.analysis.syncs import SyncPointKind, is_user_frame
 from stepscope.schema import CopyKind, CpuOpKind, MemoryKind
-from stepscope.store.run import Run
 
 __all__ = ["TINY_BYTES"]
 
@@ -116,8 +116,8 @@ class Api:
         return str_in(self.table, "kind", kinds)
 
 
-def load_api(run: Run, rank: int) -> Api:
-    t = run.table("api_calls", rank)
+def load_api(g: StepGraph) -> Api:
+    t = g.table("api_calls")
     s, e = bounds(t)
     return Api(table=t, s=s, e=e, pid=column_i64(t, "pid"), tid=column_i64(t, "tid"),
                corr=column_i64(t, "correlation"))
@@ -176,8 +176,8 @@ def linked_mostly(has_api: Bool) -> bool:
     return bool(has_api.size) and 2 * int(has_api.sum()) >= has_api.size
 
 
-def load_copies(run: Run, rank: int, win: Windows, api: Api) -> Copies:
-    mc = run.table("memcpy", rank)
+def load_copies(g: StepGraph, win: Windows, api: Api) -> Copies:
+    mc = g.table("memcpy")
     s, e = bounds(mc)
     htod = str_in(mc, "kind", (CopyKind.HTOD.value,))
     dtoh = str_in(mc, "kind", (CopyKind.DTOH.value,))
@@ -228,9 +228,9 @@ def call_end(c: Copies, ends: dict[tuple[int, int], int]) -> I64:
 # -- GPU activity --------------------------------------------------------------------------
 
 
-def activity(run: Run, rank: int) -> DeviceActivity:
+def activity(g: StepGraph) -> DeviceActivity:
     """All devices of the rank merged (what the step breakdown looks at)."""
-    return rank_union(gpu_activity(run, rank))
+    return rank_union(gpu_activity(g))
 
 
 def uncovered(busy: IntervalSet, s: I64, e: I64) -> I64:
@@ -295,9 +295,9 @@ class GpuSteps:
         return float(np.mean(self.ends - self.starts)) if self.starts.size else 0.0
 
 
-def gpu_steps(run: Run, rank: int, ra: RankAnalysis, api: Api) -> GpuSteps | None:
+def gpu_steps(g: StepGraph, ra: RankAnalysis, api: Api) -> GpuSteps | None:
     """None when some steady step has no GPU record linked to an API call."""
-    parts = [run.table(n, rank) for n in ("kernels", "memcpy", "memset")]
+    parts = [g.table(n) for n in ("kernels", "memcpy", "memset")]
     s = np.concatenate([bounds(t)[0] for t in parts])
     e = np.concatenate([bounds(t)[1] for t in parts])
     row = api.match(np.concatenate([column_i64(t, "correlation") for t in parts]))
@@ -340,8 +340,8 @@ def host_ahead_cap(saving_ms: float, host_step_ms: float,
 # -- call sites ----------------------------------------------------------------------------
 
 
-def _ops(run: Run, rank: int, kind: str) -> tuple[pa.Table, I64, I64]:
-    ops = run.table("cpu_ops", rank)
+def _ops(g: StepGraph, kind: str) -> tuple[pa.Table, I64, I64]:
+    ops = g.table("cpu_ops")
     m = str_in(ops, "kind", (kind,))
     ops = ops.filter(pa.array(m, type=pa.bool_())) if ops.num_rows else ops
     s, e = bounds(ops)
@@ -364,10 +364,10 @@ class Sites:
     op_e: I64  # (else of the innermost one, else -1)
 
 
-def call_sites(run: Run, rank: int, pid: I64, tid: I64, s: I64, e: I64) -> Sites:
+def call_sites(g: StepGraph, pid: I64, tid: I64, s: I64, e: I64) -> Sites:
     n = iv.as_i64(s).size
-    fw, fs, fe = _ops(run, rank, CpuOpKind.FRAMEWORK.value)
-    py, ps, pe = _ops(run, rank, CpuOpKind.PYTHON.value)
+    fw, fs, fe = _ops(g, CpuOpKind.FRAMEWORK.value)
+    py, ps, pe = _ops(g, CpuOpKind.PYTHON.value)
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return Sites((), z, z)

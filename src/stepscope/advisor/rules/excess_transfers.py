@@ -40,10 +40,10 @@ from stepscope.advisor.base import Context, Finding, Fix, Where
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import bounds, column_i64, column_str
-from stepscope.store.run import Run
 
 ID = "excess_transfers"
 CATEGORY = "memcpy"
@@ -137,8 +137,8 @@ class _HostOps:
     tid: I64
 
     @staticmethod
-    def of(run: Run, rank: int) -> _HostOps:
-        ops = run.table("cpu_ops", rank)
+    def of(g: StepGraph) -> _HostOps:
+        ops = g.table("cpu_ops")
         s, e = bounds(ops)
         order = np.argsort(s, kind="stable")
         return _HostOps(ops, order, s[order], e[order], column_i64(ops, "tid")[order])
@@ -187,7 +187,7 @@ def traffic(c: tr.Copies, win: tr.Windows, api: tr.Api) -> Traffic:
 def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, api: tr.Api,
                 busy: IntervalSet, kern: IntervalSet) -> tuple[RoundTrips | None, I64]:
     """The round trips of a rank, and the copies (indexes) that make them up."""
-    run = ctx.run
+    g = ctx.graph_of(ra.rank)
     none = np.zeros(0, dtype=np.int64)
     sel = np.flatnonzero((c.step >= 0) & (c.htod | c.dtoh))
     if sel.size == 0 or not c.dtoh[sel].any():
@@ -195,7 +195,7 @@ def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, a
     sel = sel[np.lexsort((c.s[sel], c.issue[sel]))]
     ls, ltid = _launch_calls(api)
     no_api = not c.has_api[sel].all()
-    ws, we = input_wait_intervals(run, ra.rank)
+    ws, we = input_wait_intervals(g)
     waits = IntervalSet.of(ws, we)
     ends = tr.call_end(c, tr.sync_ends(ra))
     kstarts = kern.starts
@@ -247,14 +247,14 @@ def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, a
         members[h] = True
     ops: dict[str, int] = {}
     host_ns = op_ns = 0
-    host_ops = _HostOps.of(run, ra.rank)
+    host_ops = _HostOps.of(g)
     for d, h in trips:
         lo, hi = _done(c, d), int(c.issue[h])
         host_ns += max(0, hi - lo)
         for name, ns in host_ops.outermost(int(c.tid[h]), lo, hi):
             ops[name] = ops.get(name, 0) + ns
             op_ns += ns
-    sites = tr.call_sites(run, ra.rank, c.pid[d_idx], c.tid[d_idx],
+    sites = tr.call_sites(g, c.pid[d_idx], c.tid[d_idx],
                           np.where(c.has_api[d_idx], c.api_s[d_idx], c.s[d_idx]),
                           np.where(c.has_api[d_idx], c.api_e[d_idx], c.e[d_idx]))
     first = int(np.argmin(span_s))
@@ -285,7 +285,7 @@ def tiny_copies(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows,
     ends = tr.call_end(c, tr.sync_ends(ra))
     api_s = np.where(c.has_api[idx], c.api_s[idx], c.s[idx])
     api_e = np.where(c.has_api[idx], c.api_e[idx], c.e[idx])
-    sites = tr.call_sites(ctx.run, ra.rank, c.pid[idx], c.tid[idx], api_s, api_e)
+    sites = tr.call_sites(ctx.graph_of(ra.rank), c.pid[idx], c.tid[idx], api_s, api_e)
     host_s = np.where(sites.op_s >= 0, np.minimum(sites.op_s, api_s), api_s)
     host_e = np.maximum.reduce([sites.op_e, api_e, ends[idx]])
     each = tr.uncovered_pair(kern, host_s, host_e, c.s[idx], c.e[idx])
@@ -320,11 +320,11 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     win = tr.steady_windows(ra)
     if win.n == 0:
         return None
-    api = tr.load_api(ctx.run, ra.rank)
-    c = tr.load_copies(ctx.run, ra.rank, win, api)
+    api = tr.load_api(ctx.graph_of(ra.rank))
+    c = tr.load_copies(ctx.graph_of(ra.rank), win, api)
     if not ((c.step >= 0) & (c.htod | c.dtoh)).any():
         return None
-    act = tr.activity(ctx.run, ra.rank)
+    act = tr.activity(ctx.graph_of(ra.rank))
     rt, in_trips = round_trips(ctx, ra, c, win, api, act.busy, act.kernels)
     tiny = tiny_copies(ctx, ra, c, win, act.kernels, in_trips)
     return RankResult(ra.rank, win.n, traffic(c, win, api), rt, tiny)

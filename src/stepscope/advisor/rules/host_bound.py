@@ -98,7 +98,7 @@ class HostBound:
                            f"not known ({ra0.gpu.reason})")
         best: tuple[float, RankAnalysis, _host.HostTime] | None = None
         for ra in eligible:
-            ht = _host.host_time(ctx.run, ra)
+            ht = _host.host_time(ctx.graph_of(ra.rank), ra)
             saving = ht.mean_ms(ht.host_ns)
             if best is None or saving > best[0]:
                 best = (saving, ra, ht)
@@ -117,13 +117,13 @@ class HostBound:
             f"GPU present: {names}" if len(g.gpus) == 1 else f"GPUs present: {names}",
             _host.gpu_line(ra),
         ]
-        cpu = _host.mean_sample(ctx.run, ra.rank, _host.PROCESS_CPU, ht.win_start, ht.win_end)
+        cpu = _host.mean_sample(ctx.graph_of(ra.rank), _host.PROCESS_CPU, ht.win_start, ht.win_end)
         if cpu is not None:
             evidence.append(f"the training process used {cpu[0]:.0f}% of a core "
                             f"({cpu[0] / 100:.1f} cores) in the steps ({cpu[1]} samples)")
         steps = IntervalSet.of(ht.win_start, ht.win_end)
-        work = steps - IntervalSet.of(*input_wait_intervals(ctx.run, ra.rank))
-        frames, n_stacks = _host.stack_frames(ctx.run, ra.rank, work)
+        work = steps - IntervalSet.of(*input_wait_intervals(ctx.graph_of(ra.rank)))
+        frames, n_stacks = _host.stack_frames(ctx.graph_of(ra.rank), work)
         if frames:
             evidence.append(f"sampled Python stacks outside input waits ({n_stacks} samples), "
                             f"innermost user frames: " + ", ".join(
@@ -167,9 +167,9 @@ class HostBound:
             f", 'idle' {ms(ra.breakdown.mean_ms['idle'] * 1e6)}; step-boundary gaps, syncs, "
             f"input waits and launch waits are counted by their own findings)"),
         ]
-        fw = host_time_by_op(ctx.run, ra.rank, split.host, kind=CpuOpKind.FRAMEWORK.value)
-        py = host_time_by_op(ctx.run, ra.rank, split.host, kind=CpuOpKind.PYTHON.value)
-        ann = host_time_by_op(ctx.run, ra.rank, split.host, kind="annotation")
+        fw = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind=CpuOpKind.FRAMEWORK.value)
+        py = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind=CpuOpKind.PYTHON.value)
+        ann = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind="annotation")
         if fw:
             evidence.append(f"framework ops (innermost) while the GPU waits: "
                             f"{op_list(fw, n, mark_cpu=True)} per step")

@@ -42,9 +42,9 @@ from stepscope.advisor.rules._idle import IdleSplit, split_idle
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import IntervalSet
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.launches import column_i64, column_str, distinct_names
-from stepscope.store.run import Run
 
 CPU_UTIL = "cpu.util_pct"  # system-wide CPU busy, % of all logical CPUs (0-100)
 WORKERS_CPU = "dataloader.workers_cpu_pct"  # summed over the loader's workers, % of one core
@@ -69,9 +69,9 @@ FIX = Fix(
 )
 
 
-def _window_samples(run: Run, rank: int, sets: Sequence[IntervalSet]) -> dict[str, float]:
+def _window_samples(g: StepGraph, sets: Sequence[IntervalSet]) -> dict[str, float]:
     """Mean of each metric over the samples inside the first of ``sets`` that has any."""
-    t = run.table("samples", rank)
+    t = g.table("samples")
     if t.num_rows == 0:
         return {}
     ts = column_i64(t, "ts_ns", 0)
@@ -217,10 +217,10 @@ class InputBound:
         else:
             evidence.append(f"worst: step {ra.steps.steady[worst].index}, waiting "
                             f"{ms(per[worst])} for input")
-        waits = IntervalSet.of(*input_wait_intervals(ctx.run, ra.rank))
+        waits = IntervalSet.of(*input_wait_intervals(ctx.graph_of(ra.rank)))
         window = IntervalSet.of(split.win_start, split.win_end)
-        samples = _window_samples(ctx.run, ra.rank, (waits & window, window))
-        evidence += diagnose(ia.dataloader, samples, ctx.run.manifest.source.kind)
+        samples = _window_samples(ctx.graph_of(ra.rank), (waits & window, window))
+        evidence += diagnose(ia.dataloader, samples, ctx.manifest.source.kind)
         nw = _num(ia.dataloader.get("num_workers")) if ia.dataloader else None
         if not gpu and nw:
             evidence.append("without GPU work the loader's workers share the CPUs with the "
@@ -231,7 +231,7 @@ class InputBound:
                             f"estimates the untraced speed-up")
         if len(ctx.ranks) > 1:
             evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
-        sites = distinct_names(ctx.run.table("input_waits", ra.rank), "name")[:3]
+        sites = distinct_names(ctx.graph_of(ra.rank).table("input_waits"), "name")[:3]
         where = where_worst(split, order.clip(min=0), call_sites=sites)
         if gpu:
             title = (f"Input-bound: the GPU idles {ms(saving * 1e6)} per step "

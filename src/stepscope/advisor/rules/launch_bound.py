@@ -33,9 +33,9 @@ from stepscope.advisor.rules._evidence import (
 from stepscope.advisor.rules._idle import IdleSplit, worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import signature_head
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
-from stepscope.store.run import Run
 
 MIN_LAUNCHES = 10
 NAME_CHARS = 60
@@ -60,18 +60,18 @@ def _short_name(name: str) -> str:
     return head if len(head) <= NAME_CHARS else head[: NAME_CHARS - 1] + "…"
 
 
-def kernel_launch_stats(run: Run, rank: int, ws: np.ndarray, we: np.ndarray, top: int = 3
+def kernel_launch_stats(g: StepGraph, ws: np.ndarray, we: np.ndarray, top: int = 3
                         ) -> tuple[float, list[tuple[str, int, float]]]:
     """Median kernel duration (ns) in the windows, and the kernels most often shorter than
     their launch call: ``(name, count, median ns)``, most frequent first."""
-    k = run.table("kernels", rank)
+    k = g.table("kernels")
     ks, ke = bounds(k)
     m = iv.assign_to_windows(ks, ws, we) >= 0
     if not m.any():
         return 0.0, []
     k = k.filter(pa.array(m, type=pa.bool_()))
     dur = (ke - ks)[m]
-    api = run.table("api_calls", rank)
+    api = g.table("api_calls")
     is_l = str_in(api, "kind", LAUNCH_KINDS)
     a_s, a_e = bounds(api)
     a_c, a_d = column_i64(api, "correlation", -1)[is_l], (a_e - a_s)[is_l]
@@ -108,7 +108,7 @@ class LaunchBound:
         la = ra.launches
         n = split.n
         per = split.per_step(split.launch).astype(np.float64) * split.host_factor
-        med_k, tiny = kernel_launch_stats(ctx.run, ra.rank, split.win_start, split.win_end)
+        med_k, tiny = kernel_launch_stats(ctx.graph_of(ra.rank), split.win_start, split.win_end)
         evidence = [
             (f"{la.mean_launches_per_step:.0f} launches per step; median launch call "
             f"{us(la.median_api_ns)}, median kernel {us(med_k)}"),

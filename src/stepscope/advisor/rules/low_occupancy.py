@@ -123,7 +123,7 @@ def _fix(limiters: list[str], custom: bool) -> Fix:
 
 
 def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
-    sk = steady_kernels(ctx.run, ra)
+    sk = steady_kernels(ctx.graph_of(ra.rank), ra)
     if sk is None:
         return {}
     dur, occ = sk.col("dur_ns"), sk.col("occupancy")

@@ -40,11 +40,11 @@ from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.launches import column_str, str_in
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.schema import ApiKind, DeviceType
-from stepscope.store.run import Run
 
 ID = "memory_pressure"
 CATEGORY = "memory"
@@ -101,11 +101,11 @@ def _capacities(ra: RankAnalysis) -> dict[int, int]:
             if d.get("total_memory")}
 
 
-def peaks(run: Run, ra: RankAnalysis) -> list[Peak]:
+def peaks(g: StepGraph, ra: RankAnalysis) -> list[Peak]:
     """Peak device memory per device with a known capacity (memory events, else samples)."""
     cap = _capacities(ra)
     out: list[Peak] = []
-    me = run.table("memory_events", ra.rank)
+    me = g.table("memory_events")
     if me.num_rows:
         gpu = me.filter(pc.fill_null(pc.equal(me.column("device_type").cast(pa.string()),
                                               DeviceType.GPU.value), False))
@@ -120,7 +120,7 @@ def peaks(run: Run, ra: RankAnalysis) -> list[Peak]:
                 out.append(Peak(dev, int(peak), int(alloc or 0), cap[dev], "memory_events"))
     if out:
         return out
-    sm = run.table("samples", ra.rank)
+    sm = g.table("samples")
     if sm.num_rows:
         m = str_in(sm, "metric", MEMORY_USED_METRICS)
         if m.any():
@@ -134,11 +134,11 @@ def peaks(run: Run, ra: RankAnalysis) -> list[Peak]:
     return out
 
 
-def has_memory_data(run: Run, rank: int) -> bool:
-    me = run.table("memory_events", rank)
+def has_memory_data(g: StepGraph) -> bool:
+    me = g.table("memory_events")
     if me.num_rows:
         return True
-    sm = run.table("samples", rank)
+    sm = g.table("samples")
     return bool(sm.num_rows and str_in(sm, "metric", MEMORY_USED_METRICS).any())
 
 
@@ -171,8 +171,8 @@ def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
     win = tr.steady_windows(ra)
     if win.n == 0:
         return None
-    run = ctx.run
-    api = tr.load_api(run, ra.rank)
+    g = ctx.graph_of(ra.rank)
+    api = tr.load_api(g)
     m = api.kind_is(ApiKind.ALLOC.value, ApiKind.FREE.value)
     step = win.assign(api.s)
     m &= step >= 0
@@ -181,7 +181,7 @@ def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
     idx = np.flatnonzero(m)
     idx = idx[np.lexsort((api.s[idx], api.tid[idx]))]
     names = column_str(api.table, "name").take(pa.array(idx)).to_pylist()
-    busy = tr.activity(run, ra.rank).busy
+    busy = tr.activity(g).busy
     s, e, tid, st = api.s[idx], api.e[idx], api.tid[idx], step[idx]
     calls = IntervalSet.of(s, e) - busy
     calls_idle = calls.within(win.starts, win.ends)
@@ -202,8 +202,8 @@ def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
         syncing[b] |= _is_sync_free(str(name))
     waited = busy.within(b_s, b_e)  # GPU work the host waited through in the burst
     gap = tr.gap_to_next(busy, b_e, win.ends[b_step])
-    w_s, w_e = input_wait_intervals(run, ra.rank)
-    y_s, y_e = sync_intervals(run, ra.rank)
+    w_s, w_e = input_wait_intervals(g)
+    y_s, y_e = sync_intervals(g)
     other = (IntervalSet.of(w_s, w_e) | IntervalSet.of(y_s, y_e)) - IntervalSet.of(s, e)
     gap = gap - other.within(b_e, b_e + gap)
     refill = np.where(syncing, np.minimum(np.maximum(gap, 0), waited), 0)
@@ -213,7 +213,7 @@ def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
     counts: dict[str, int] = {}
     for name in names:
         counts[str(name)] = counts.get(str(name), 0) + 1
-    sites = tr.call_sites(run, ra.rank, api.pid[idx], tid, s, e)
+    sites = tr.call_sites(g, api.pid[idx], tid, s, e)
     bare = sum(1 for nm, lab in zip(names, sites.label) if _is_sync_free(str(nm)) and not lab)
     first = st == st.min()
     return Churn(
@@ -238,12 +238,12 @@ def _peak_line(p: Peak) -> str:
 
 
 def check(ctx: Context) -> Sequence[Finding]:
-    has_api = ctx.run.manifest.tables.get("api_calls", 0) > 0
-    if not has_api and not any(has_memory_data(ctx.run, ra.rank) for ra in ctx.ranks):
+    has_api = ctx.manifest.tables.get("api_calls", 0) > 0
+    if not has_api and not any(has_memory_data(ctx.graph_of(ra.rank)) for ra in ctx.ranks):
         raise SkipRule("needs allocator API calls, memory_events (torch.profiler "
                        "profile_memory=True) or GPU memory samples; the run has none")
     n_ranks = max(1, len(ctx.ranks))
-    full = [(ra.rank, p) for ra in ctx.ranks for p in peaks(ctx.run, ra)
+    full = [(ra.rank, p) for ra in ctx.ranks for p in peaks(ctx.graph_of(ra.rank), ra)
             if p.share >= NEAR_FULL]
     churns = [c for c in (churn(ctx, ra) for ra in ctx.ranks) if c is not None]
     out: list[Finding] = []

@@ -61,15 +61,15 @@ FIX = Fix(
 def cpu_compute_ns(ctx: Context, ra: RankAnalysis, win: tr.Windows) -> float:
     """Mean per step of the GPU-idle time inside framework ops of >= 50 us that issue no
     launch on their thread (CPU computation that scales with the batch)."""
-    run = ctx.run
-    ops = run.table("cpu_ops", ra.rank)
+    g = ctx.graph_of(ra.rank)
+    ops = g.table("cpu_ops")
     if ops.num_rows == 0 or win.n == 0:
         return 0.0
     s, e = bounds(ops)
     fw = str_in(ops, "kind", (CpuOpKind.FRAMEWORK.value,)) & (e - s >= MIN_CPU_OP_NS)
     if not fw.any():
         return 0.0
-    api = tr.load_api(run, ra.rank)
+    api = tr.load_api(g)
     lm = api.kind_is(*LAUNCH_KINDS)
     tid = column_i64(ops, "tid")
     launches = np.zeros(s.size, dtype=np.int64)
@@ -80,7 +80,7 @@ def cpu_compute_ns(ctx: Context, ra: RankAnalysis, win: tr.Windows) -> float:
     cpu = fw & (launches == 0)
     if not cpu.any():
         return 0.0
-    idle = IntervalSet.of(s[cpu], e[cpu]) - tr.activity(run, ra.rank).busy
+    idle = IntervalSet.of(s[cpu], e[cpu]) - tr.activity(g).busy
     return float(np.mean(idle.within(win.starts, win.ends)))
 
 
@@ -98,7 +98,7 @@ class RankResult:
 
 
 def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
-    ps = peaks(ctx.run, ra)
+    ps = peaks(ctx.graph_of(ra.rank), ra)
     if not ps:
         return None
     peak = max(ps, key=lambda p: p.share)
@@ -111,9 +111,9 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     win = tr.steady_windows(ra)
     cpu_ms = cpu_compute_ns(ctx, ra, win) / 1e6
     idle = max(0.0, sum(bd.get(k, 0.0) for k in HOST_IDLE) - cpu_ms) / step
-    gs = tr.gpu_steps(ctx.run, ra.rank, ra, tr.load_api(ctx.run, ra.rank))
+    gs = tr.gpu_steps(ctx.graph_of(ra.rank), ra, tr.load_api(ctx.graph_of(ra.rank)))
     if gs is not None and gs.mean_ns > 0:
-        busy = tr.activity(ctx.run, ra.rank).busy.within(gs.starts, gs.ends)
+        busy = tr.activity(ctx.graph_of(ra.rank)).busy.within(gs.starts, gs.ends)
         busy_share = float(np.sum(busy)) / float(np.sum(gs.ends - gs.starts))
         basis = "of the device-side step"
     else:
@@ -127,7 +127,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
 
 
 def check(ctx: Context) -> Sequence[Finding]:
-    if not any(has_memory_data(ctx.run, ra.rank) for ra in ctx.ranks):
+    if not any(has_memory_data(ctx.graph_of(ra.rank)) for ra in ctx.ranks):
         raise SkipRule("no device memory data: needs memory_events (torch.profiler "
                        "profile_memory=True) or GPU memory samples")
     results = [r for r in (analyze_rank(ctx, ra) for ra in ctx.ranks) if r is not None]

@@ -105,26 +105,26 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     win = tr.steady_windows(ra)
     if win.n == 0:
         return None
-    run = ctx.run
-    api = tr.load_api(run, ra.rank)
-    c = tr.load_copies(run, ra.rank, win, api)
+    g = ctx.graph_of(ra.rank)
+    api = tr.load_api(g)
+    c = tr.load_copies(g, win, api)
     sel = (c.step >= 0) & (c.htod | c.dtoh) & ~c.pageable & ~c.tiny
     if not sel.any():
         return None
-    act = tr.activity(run, ra.rank)
+    act = tr.activity(g)
     kern = act.kernels
     exposed = tr.uncovered(kern, c.s, c.e)
     sel &= exposed > 0
     if not sel.any():
         return None
-    k = run.table("kernels", ra.rank)
+    k = g.table("kernels")
     ks, ke = bounds(k)
     kd = column_i64(k, "device", 0)
     krow = api.match(column_i64(k, "correlation"))
     has_launch = krow >= 0
     launch_end = np.where(has_launch, api.e[np.maximum(krow, 0)] if api.e.size else 0, 0)
     queued = _queued_behind((ks, ke, kd, krow), c.e, c.device, launch_end, has_launch)
-    ss, se = sync_intervals(run, ra.rank)
+    ss, se = sync_intervals(g)
     waited = IntervalSet(ss, se).within(c.e - 1, c.e) > 0
     crit = sel & (queued | waited)
     if not tr.recurring(c.step[crit], win.n):
@@ -146,7 +146,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     first = idx[c.step[idx] == c.step[idx].min()]
     api_s = np.where(c.has_api[idx], c.api_s[idx], c.s[idx])
     api_e = np.where(c.has_api[idx], c.api_e[idx], c.e[idx])
-    sites = tr.call_sites(run, ra.rank, c.pid[idx], c.tid[idx], api_s, api_e)
+    sites = tr.call_sites(g, c.pid[idx], c.tid[idx], api_s, api_e)
     dirs = tuple(d for d, m in (("HtoD", c.htod), ("DtoH", c.dtoh)) if (m[idx]).any())
     return RankResult(
         rank=ra.rank, n_steps=win.n, count=int(idx.size), nbytes=int(c.nbytes[idx].sum()),
@@ -156,7 +156,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
         streams=tuple(sorted({int(s) for s in c.stream[idx]})),
         steps=tuple(win.steps[int(s)] for s in hit),
         start_ns=int(c.s[first].min()), end_ns=int(c.e[first].max()),
-        sites=tr.top_labels(sites.label), gpu=tr.gpu_steps(run, ra.rank, ra, api),
+        sites=tr.top_labels(sites.label), gpu=tr.gpu_steps(g, ra, api),
     )
 
 

@@ -118,7 +118,7 @@ def _kinds(sk: SteadyKernels, ops: dict[int, str], cand: npt.NDArray[np.bool_]
 
 
 def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
-    sk = steady_kernels(ctx.run, ra)
+    sk = steady_kernels(ctx.graph_of(ra.rank), ra)
     if sk is None:
         return None
     cat, tcs, prec = sk.col("category"), sk.col("tensor_cores"), sk.col("precision")
@@ -132,7 +132,7 @@ def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
     cand &= np.array([speed.get(int(d)) is not None for d in dev], dtype=bool)
     if not cand.any():
         return None
-    ops = op_names(ctx.run, ra.rank)
+    ops = op_names(ctx.graph_of(ra.rank))
     kind = _kinds(sk, ops, cand)
     dur = sk.col("dur_ns")
     tf32_div = np.ones(dur.size)

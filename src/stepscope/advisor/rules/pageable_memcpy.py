@@ -100,9 +100,9 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     win = tr.steady_windows(ra)
     if win.n == 0:
         return None
-    run = ctx.run
-    api = tr.load_api(run, ra.rank)
-    c = tr.load_copies(run, ra.rank, win, api)
+    g = ctx.graph_of(ra.rank)
+    api = tr.load_api(g)
+    c = tr.load_copies(g, win, api)
     sel = (c.step >= 0) & c.pageable & (c.htod | c.dtoh) & ~c.tiny
     if not tr.recurring(c.step[sel], win.n):
         return None
@@ -117,7 +117,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
         if not dm.any():
             continue
         directions.append(d)
-        pe = pageable_at_pinned_ns(run, ra.rank, win.starts, win.ends, d)
+        pe = pageable_at_pinned_ns(g, win.starts, win.ends, d)
         est[dm] = np.minimum(c.ns[dm], np.ceil(c.nbytes[dm] / pe.bandwidth_gbs).astype(np.int64))
         if not basis or pe.pageable_ns > 0:
             bw_used, basis, samples = pe.bandwidth_gbs, pe.basis, pe.pinned_samples
@@ -130,7 +130,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     call_s = np.where(host, c.api_s, c.s)
     call_e = np.where(host, end_call, c.s)
     span_s, span_e = np.minimum(call_s, c.s), np.maximum(call_e, c.e)
-    act = tr.activity(run, ra.rank)
+    act = tr.activity(g)
     kern, busy = act.kernels, act.busy
     exposed = tr.uncovered_pair(kern, call_s, call_e, c.s, c.e)
     step_end = win.ends[np.maximum(c.step, 0)]
@@ -146,7 +146,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     blocked = np.where(host, call_e - call_s, 0)
     hit_steps = sorted({int(win.steps[int(k)]) for k in np.unique(c.step[idx])})
     first = idx[c.step[idx] == c.step[idx].min()]
-    sites = tr.call_sites(run, ra.rank, c.pid[idx], c.tid[idx],
+    sites = tr.call_sites(g, c.pid[idx], c.tid[idx],
                           np.where(c.has_api[idx], c.api_s[idx], c.s[idx]),
                           np.where(c.has_api[idx], c.api_e[idx], c.e[idx]))
     dev = ra.devices[0] if ra.devices else {}

@@ -123,7 +123,7 @@ def _exposed(sk: SteadyKernels, cand: B) -> F64:
 
 def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
     """Per rank: {True: user kernels, False: library/framework kernels}."""
-    sk = steady_kernels(ctx.run, ra)
+    sk = steady_kernels(ctx.graph_of(ra.rank), ra)
     if sk is None:
         return {}
     dur, cov, blocks = sk.col("dur_ns"), sk.col("sm_coverage"), sk.col("blocks")

@@ -117,7 +117,7 @@ class StepGaps:
             f"{ms(floor)} per step ({FLOOR_LAUNCHES} x the median launch call) is "
             f"unavoidable"),
         ]
-        groups = [host_time_by_op(ctx.run, ra.rank, split.gaps, kind=k)
+        groups = [host_time_by_op(ctx.graph_of(ra.rank), split.gaps, kind=k)
                   for k in ("annotation", CpuOpKind.PYTHON.value, CpuOpKind.FRAMEWORK.value)]
         for label, ops in zip(("annotations", "user Python", "framework ops"), groups):
             if ops:

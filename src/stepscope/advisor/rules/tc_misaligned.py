@@ -110,7 +110,7 @@ def why(name: str, category: str | None, precision: str | None, tc: bool | None)
 
 
 def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
-    sk = steady_kernels(ctx.run, ra)
+    sk = steady_kernels(ctx.graph_of(ra.rank), ra)
     if sk is None:
         return None
     cat, prec, tcs = sk.col("category"), sk.col("precision"), sk.col("tensor_cores")
@@ -132,7 +132,7 @@ def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
     dur = sk.col("dur_ns")
     saving = np.where(cand, shorter(dur, 1.0 / div), 0.0)
     scaling = scaling_for(ctx, ra, sk)
-    ops = op_names(ctx.run, ra.rank)
+    ops = op_names(ctx.graph_of(ra.rank))
     op_count: dict[str, int] = {}
     for e in sk.col("external_id")[cand]:
         if not np.isnan(e) and int(e) in ops:
