@@ -6,9 +6,10 @@ from pathlib import Path
 
 from builder import TraceBuilder
 from stepscope.advisor import Finding, Fix, Severity, advise, rank_findings
-from stepscope.advisor.base import Confidence, Context, Where
+from stepscope.advisor.base import Context, Where
 from stepscope.advisor.rules import RULE_IDS, RULES
 from stepscope.analysis import analyze
+from stepscope.model.confidence import Confidence
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
 

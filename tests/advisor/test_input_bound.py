@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules.input_bound import (
     CPU_UTIL,
@@ -18,6 +18,7 @@ from stepscope.advisor.rules.input_bound import (
 )
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"

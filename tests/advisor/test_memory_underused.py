@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
 from stepscope.advisor.rules.memory_underused import RULE
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"

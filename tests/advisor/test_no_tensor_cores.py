@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from builder import H100, TraceBuilder
-from stepscope.advisor.base import Confidence, Context, Finding, Severity
+from stepscope.advisor.base import Context, Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules.no_tensor_cores import RULE
 from stepscope.advisor.speedups import (
@@ -23,6 +23,7 @@ from stepscope.analysis import Analysis, analyze
 from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.summary import summarize
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"

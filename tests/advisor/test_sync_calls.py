@@ -8,14 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
-from stepscope.advisor.rules._idle import _first_after
 from stepscope.advisor.rules.sync_calls import RULE
 from stepscope.analysis import analyze
 from stepscope.analysis.busy import IntervalSet
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
+from stepscope.model.idle import _first_after
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from builder import H100, TraceBuilder
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules.tc_misaligned import RULE, min_alignment, why
 from stepscope.analysis import analyze
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 A100 = dict(H100, name="NVIDIA A100-SXM4-80GB", compute_major=8, compute_minor=0, sm_count=108,

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.summary import RunSummary
+from stepscope.model.confidence import Confidence
 
 T = TypeVar("T")
 
@@ -24,12 +25,6 @@ class Severity(str, Enum):
     CRITICAL = "critical"
     WARNING = "warning"
     INFO = "info"
-
-
-class Confidence(str, Enum):
-    HIGH = "high"
-    MEDIUM = "medium"
-    LOW = "low"
 
 
 # Severity from the estimated saving as a share of the step (rules may lower it, never raise it)

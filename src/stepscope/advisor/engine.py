@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stepscope.advisor.base import Context, Finding, Rule, Severity, Skipped
-from stepscope.advisor.overhead import HostTrust, host_trust
 from stepscope.analysis import Analysis
 from stepscope.analysis.summary import summarize
+from stepscope.model.overhead import HostTrust, host_trust
 
 
 class SkipRule(Exception):

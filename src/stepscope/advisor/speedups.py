@@ -53,11 +53,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.advisor.base import Context, Where
-from stepscope.advisor.overhead import host_trust
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
+from stepscope.model.overhead import host_trust
 
 PLACEHOLDER = None
 """A ratio not measured yet: run ``benchmarks/gemm_speedups.py`` on that GPU and paste its
@@ -246,7 +246,7 @@ class Scaling:
 def scaling_for(ctx: Context, ra: RankAnalysis, sk: SteadyKernels) -> Scaling:
     """The backlog of every steady step, or the busy share when launches cannot be paired.
 
-    Profiler overhead (``advisor.overhead``: ``X`` ms of host time per step) makes the host
+    Profiler overhead (``model.overhead``: ``X`` ms of host time per step) makes the host
     look slower than it is; without it the host would finish issuing a step earlier, and the
     GPU's waits for the host (breakdown: ``input_wait`` + ``launch`` + ``host`` + ``idle``)
     would shrink by as much as they can. So each step's backlog grows by

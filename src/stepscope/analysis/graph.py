@@ -112,11 +112,12 @@ class GpuRecords:
 @dataclass(frozen=True)
 class GpuByCorrelation:
     """The GPU records grouped by correlation: sorted distinct keys (:func:`correlation_keys`),
-    the first start and the summed duration of the records of each."""
+    the first start, the summed duration and the last end of the records of each."""
 
     keys: I64
     first_start: I64
     total_ns: I64
+    last_end: I64
 
     def lookup(self, corr: I64) -> I64:
         """Position of each correlation in :attr:`keys`, or -1."""
@@ -212,11 +213,12 @@ class StepGraph:
         s, e, c = g.start[keep], g.end[keep], g.key[keep]
         if c.size == 0:
             z = np.zeros(0, dtype=np.int64)
-            return GpuByCorrelation(z, z.copy(), z.copy())
+            return GpuByCorrelation(z, z.copy(), z.copy(), z.copy())
         order = np.argsort(c, kind="stable")
-        c, s, d = c[order], s[order], (e - s)[order]
+        c, s, e = c[order], s[order], e[order]
         uniq, first = np.unique(c, return_index=True)
-        return GpuByCorrelation(uniq, np.minimum.reduceat(s, first), np.add.reduceat(d, first))
+        return GpuByCorrelation(uniq, np.minimum.reduceat(s, first),
+                                np.add.reduceat(e - s, first), np.maximum.reduceat(e, first))
 
     @cached_property
     def issued_ns(self) -> I64:

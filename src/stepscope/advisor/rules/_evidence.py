@@ -18,8 +18,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.advisor.base import Confidence, Context, Severity, Where
-from stepscope.advisor.rules._idle import HEALTHY_BUSY_SHARE, IdleSplit
+from stepscope.advisor.base import Context, Severity, Where
+from stepscope.advisor.rules._idle import HEALTHY_BUSY_SHARE
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.breakdown import GPU_CATEGORIES
@@ -29,6 +29,8 @@ from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
 from stepscope.analysis.steps import STEP_NAME
 from stepscope.analysis.syncs import is_user_frame
+from stepscope.model.confidence import Confidence
+from stepscope.model.idle import IdleSplit
 from stepscope.schema import AnnotationSource, ApiKind, CpuOpKind
 
 GPU_WORK_KINDS = (*LAUNCH_KINDS, ApiKind.MEMCPY.value, ApiKind.MEMSET.value)

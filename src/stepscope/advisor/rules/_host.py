@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import IntervalSet
@@ -34,6 +33,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import column_i64, column_str
+from stepscope.model.confidence import Confidence
 
 PROCESS_CPU = "process.cpu_pct"  # the training process, % of one core
 LIBRARY_PATHS = ("site-packages/", "dist-packages/", "/lib/python3", "<frozen", "<string>")

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import (
@@ -46,11 +46,13 @@ from stepscope.advisor.rules._evidence import (
     profiler_line,
     where_worst,
 )
-from stepscope.advisor.rules._idle import IdleSplit, worst_rank
+from stepscope.advisor.rules._idle import worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.gpu_use import GpuUse
 from stepscope.analysis.input import input_wait_intervals
+from stepscope.model.confidence import Confidence
+from stepscope.model.idle import IdleSplit
 from stepscope.schema import CpuOpKind
 
 UNSEEN_SHARE = 0.5  # more than this share with no host event: at most medium confidence

@@ -35,16 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity
+from stepscope.advisor.base import Context, Finding, Fix, Severity
 from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import max_severity, ms, pct, where_worst
-from stepscope.advisor.rules._idle import IdleSplit, split_idle
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.launches import column_i64, column_str, distinct_names
+from stepscope.model.confidence import Confidence
+from stepscope.model.idle import IdleSplit, split_idle
 
 CPU_UTIL = "cpu.util_pct"  # system-wide CPU busy, % of all logical CPUs (0-100)
 WORKERS_CPU = "dataloader.workers_cpu_pct"  # summed over the loader's workers, % of one core
@@ -167,7 +168,7 @@ class InputBound:
                 continue
             skip_first = ra.input.first_step_outlier and per.size >= 2
             used = per[1:] if skip_first else per
-            split = split_idle(ctx, ra)
+            split = split_idle(ctx.analysis, ra)
             keep = split.share_keep if ra.devices_used else 1.0  # no GPU: no profiler scaling
             saving = float(used.mean()) / 1e6 * keep
             if best is None or saving > best[0]:

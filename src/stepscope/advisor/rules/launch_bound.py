@@ -30,12 +30,13 @@ from stepscope.advisor.rules._evidence import (
     us,
     where_worst,
 )
-from stepscope.advisor.rules._idle import IdleSplit, worst_rank
+from stepscope.advisor.rules._idle import worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import signature_head
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
+from stepscope.model.idle import IdleSplit
 
 MIN_LAUNCHES = 10
 NAME_CHARS = 60

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity
+from stepscope.advisor.base import Context, Finding, Fix, Severity
 from stepscope.advisor.speedups import (
     CUSTOM,
     LIBRARY,
@@ -68,6 +68,7 @@ from stepscope.advisor.speedups import (
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.kernel_names import MATMUL
 from stepscope.analysis.occupancy import DeviceLimits
+from stepscope.model.confidence import Confidence
 
 MAX_OCCUPANCY = 0.25
 TARGET = 0.5

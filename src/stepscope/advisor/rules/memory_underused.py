@@ -27,13 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.advisor.rules.memory_pressure import Peak, has_memory_data, peaks
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, str_in
+from stepscope.model.confidence import Confidence
 from stepscope.schema import CpuOpKind
 
 ID = "memory_underused"

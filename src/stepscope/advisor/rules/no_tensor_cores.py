@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix
+from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.speedups import (
     KernelSaving,
     Ratio,
@@ -53,6 +53,7 @@ from stepscope.advisor.speedups import (
 )
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.kernel_names import MATMUL
+from stepscope.model.confidence import Confidence
 
 TC_HINT = re.compile(r"tf32|tensorop|warpgroup|wgmma|hmma|tensor\d+x\d+x\d+|_mma_|tcgen05",
                      re.IGNORECASE)

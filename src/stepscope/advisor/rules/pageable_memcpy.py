@@ -31,11 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Where
+from stepscope.advisor.base import Context, Finding, Fix, Where
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.copies import pageable_at_pinned_ns
+from stepscope.model.confidence import Confidence
 
 ID = "pageable_memcpy"
 CATEGORY = "memcpy"

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow.compute as pc
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.speedups import (
     CUSTOM,
     MIN_KERNEL_NS,
@@ -51,6 +51,7 @@ from stepscope.advisor.speedups import (
 )
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.intervals import overlap_with_windows, union
+from stepscope.model.confidence import Confidence
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]

@@ -32,8 +32,8 @@ from stepscope.advisor.rules._evidence import (
     profiler_line,
     where_worst,
 )
-from stepscope.advisor.rules._idle import IdleSplit, split_idle
 from stepscope.analysis import RankAnalysis
+from stepscope.model.idle import IdleSplit, split_idle
 from stepscope.schema import CpuOpKind
 
 FLOOR_LAUNCHES = 2
@@ -93,7 +93,7 @@ class StepGaps:
         for ra in ctx.ranks:
             if not ra.steps.steady or not ra.devices_used:  # no GPU records: no GPU gaps
                 continue
-            split = split_idle(ctx, ra)
+            split = split_idle(ctx.analysis, ra)
             floor = FLOOR_LAUNCHES * ra.launches.median_api_ns
             saving = float(_per_step(split, floor)[0].mean()) / 1e6
             if best is None or saving > best[0]:

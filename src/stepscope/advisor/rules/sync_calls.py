@@ -28,9 +28,10 @@ import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.rules._evidence import max_severity, ms, pct, profiler_line, where_worst
-from stepscope.advisor.rules._idle import IdleSplit, worst_rank
+from stepscope.advisor.rules._idle import worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.syncs import SyncPointKind
+from stepscope.model.idle import IdleSplit
 
 _FIX_BY_KIND = {
     SyncPointKind.SCALAR_READ.value: (

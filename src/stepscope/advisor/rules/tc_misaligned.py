@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix
+from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.speedups import (
     KernelSaving,
     Ratio,
@@ -52,6 +52,7 @@ from stepscope.advisor.speedups import (
     where_for,
 )
 from stepscope.analysis import RankAnalysis
+from stepscope.model.confidence import Confidence
 
 HALF = frozenset({"fp16", "bf16", "fp16/bf16"})
 ALIGN = re.compile(r"align[abc]?(\d+)(?!\d)", re.IGNORECASE)

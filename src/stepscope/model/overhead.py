@@ -8,7 +8,7 @@ traced with all three options.
 
 The estimate: the profiler's cost of every host event recorded inside the steady
 steps (framework ops, Python functions, API calls, memory events), per step, with
-the per-event costs of :mod:`stepscope.advisor.profiler_cost` (fitted on the GPT
+the per-event costs of :mod:`stepscope.model.profiler_cost` (fitted on the GPT
 fixture and the planted-bottleneck suite; the idle-time rules use the same model).
 Host findings are "low" confidence when that inflation is at least 25% of the
 step, "medium" at 10%, else "high".
@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence
-from stepscope.advisor.profiler_cost import costs_for, host_events
 from stepscope.analysis import Analysis
 from stepscope.analysis.graph import RunGraph
+from stepscope.model.confidence import Confidence
+from stepscope.model.profiler_cost import costs_for, host_events
 
 LOW_SHARE = 0.25
 MEDIUM_SHARE = 0.10

@@ -8,11 +8,11 @@ import pytest
 from tests.capture.test_bootstrap import run_steps, session
 
 from builder import TraceBuilder
-from stepscope.advisor.base import Confidence
-from stepscope.advisor.overhead import capture_trust, host_trust
 from stepscope.analysis import analyze
 from stepscope.analysis.graph import run_graph
 from stepscope.capture.partitions import merge
+from stepscope.model.confidence import Confidence
+from stepscope.model.overhead import capture_trust, host_trust
 from stepscope.store.run import Run
 
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import bounds, column_i64, gpu_records, str_in
+from stepscope.analysis.launches import bounds, column_i64, str_in
 from stepscope.schema import CpuOpKind
 
 OP_NS = 2_000
@@ -100,20 +100,13 @@ def gpu_slack(g: StepGraph, ts: I64) -> I64:
     """For each time: how much GPU work issued before it was still ahead of it (ns): the
     latest end of the GPU work of every launch/copy call that returned by then, minus the
     time (negative: the GPU had run out of work)."""
-    api = g.table("api_calls")
-    a_e = bounds(api)[1]
-    corr = column_i64(api, "correlation", -1)
-    _, g_e, _, g_c = gpu_records(g)
-    keep = g_c >= 0
-    g_c, g_e = g_c[keep], g_e[keep]
-    if g_c.size == 0 or ts.size == 0:
+    by = g.gpu_by_correlation
+    if by.keys.size == 0 or ts.size == 0:
         return np.zeros(ts.size, dtype=np.int64)
-    order = np.argsort(g_c, kind="stable")
-    uniq, first = np.unique(g_c[order], return_index=True)
-    last_end = np.maximum.reduceat(g_e[order], first)
-    pos = np.minimum(np.searchsorted(uniq, corr), uniq.size - 1)
-    hit = (corr >= 0) & (uniq[pos] == corr)
-    issued, done = a_e[hit], last_end[pos[hit]]
+    a_e = bounds(g.table("api_calls"))[1]
+    pos = by.lookup(g.keys("api_calls"))  # the GPU work of each API call
+    hit = pos >= 0
+    issued, done = a_e[hit], by.last_end[pos[hit]]
     o = np.argsort(issued, kind="stable")
     issued, ahead = issued[o], np.maximum.accumulate(done[o])
     i = np.searchsorted(issued, ts, side="right") - 1
