@@ -44,6 +44,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import bounds, column_i64, column_str
+from stepscope.model import transfers as mt
 
 ID = "excess_transfers"
 CATEGORY = "memcpy"
@@ -162,21 +163,21 @@ class _HostOps:
         return sorted(out.items(), key=lambda kv: -kv[1])
 
 
-def _launch_calls(api: tr.Api) -> tuple[I64, I64]:
+def _launch_calls(api: mt.Api) -> tuple[I64, I64]:
     m = api.kind_is("launch", "graph_launch")
     order = np.argsort(api.s[m], kind="stable")
     return api.s[m][order], api.tid[m][order]
 
 
-def traffic(c: tr.Copies, win: tr.Windows, api: tr.Api) -> Traffic:
+def traffic(c: mt.Copies, win: mt.Windows, api: mt.Api) -> Traffic:
     n = max(win.n, 1)
     ls, _ = _launch_calls(api)
-    first_launch = np.full(win.n, tr.NONE, dtype=np.int64)
+    first_launch = np.full(win.n, mt.NONE, dtype=np.int64)
     if ls.size:
         j = np.searchsorted(ls, win.starts, side="left")
         ok = (j < ls.size)
         cand = ls[np.minimum(j, ls.size - 1)]
-        first_launch = np.where(ok & (cand < win.ends), cand, tr.NONE)
+        first_launch = np.where(ok & (cand < win.ends), cand, mt.NONE)
     inside = c.step >= 0
     before = inside & (c.issue < first_launch[np.maximum(c.step, 0)])
     return Traffic(htod=float(c.nbytes[inside & c.htod].sum()) / n,
@@ -184,7 +185,7 @@ def traffic(c: tr.Copies, win: tr.Windows, api: tr.Api) -> Traffic:
                    dtoh=float(c.nbytes[inside & c.dtoh].sum()) / n)
 
 
-def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, api: tr.Api,
+def round_trips(ctx: Context, ra: RankAnalysis, c: mt.Copies, win: mt.Windows, api: mt.Api,
                 busy: IntervalSet, kern: IntervalSet) -> tuple[RoundTrips | None, I64]:
     """The round trips of a rank, and the copies (indexes) that make them up."""
     g = ctx.graph_of(ra.rank)
@@ -197,7 +198,7 @@ def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, a
     no_api = not c.has_api[sel].all()
     ws, we = input_wait_intervals(g)
     waits = IntervalSet.of(ws, we)
-    ends = tr.call_end(c, tr.sync_ends(ra))
+    ends = mt.call_end(c, mt.sync_ends(ra))
     kstarts = kern.starts
 
     def launches_between(tid: int, lo: int, hi: int) -> bool:
@@ -230,14 +231,14 @@ def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, a
                 or waits.within(np.array([lo]), np.array([max(hi, lo)]))[0] > 0):
             continue
         trips.append((d, i))
-    if not tr.recurring(c.step[np.array([h for _, h in trips], dtype=np.int64)], win.n):
+    if not mt.recurring(c.step[np.array([h for _, h in trips], dtype=np.int64)], win.n):
         return None, none
     d_idx = np.array([d for d, _ in trips], dtype=np.int64)
     h_idx = np.array([h for _, h in trips], dtype=np.int64)
     span_s = np.minimum(c.s[d_idx], np.where(c.has_api[d_idx], c.api_s[d_idx], c.s[d_idx]))
     span_e = np.maximum(c.e[h_idx], ends[h_idx])
     step_end = win.ends[c.step[h_idx]]
-    idle = tr.uncovered(kern, span_s, span_e) + tr.gap_to_next(busy, span_e, step_end)
+    idle = mt.uncovered(kern, span_s, span_e) + mt.gap_to_next(busy, span_e, step_end)
     # several DtoH copies feeding one round trip: count their bytes and copy time too
     members = np.zeros(c.s.size, dtype=bool)
     for d, h in trips:
@@ -254,7 +255,7 @@ def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, a
         for name, ns in host_ops.outermost(int(c.tid[h]), lo, hi):
             ops[name] = ops.get(name, 0) + ns
             op_ns += ns
-    sites = tr.call_sites(g, c.pid[d_idx], c.tid[d_idx],
+    sites = mt.call_sites(g, c.pid[d_idx], c.tid[d_idx],
                           np.where(c.has_api[d_idx], c.api_s[d_idx], c.s[d_idx]),
                           np.where(c.has_api[d_idx], c.api_e[d_idx], c.e[d_idx]))
     first = int(np.argmin(span_s))
@@ -264,31 +265,31 @@ def round_trips(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows, a
         htod_bytes=int(c.nbytes[members & c.htod].sum()),
         copy_ns=int(c.ns[members].sum()), host_ns=host_ns, op_ns=op_ns,
         ops=tuple(n for n, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:4]),
-        sites=tr.top_labels(sites.label),
+        sites=mt.top_labels(sites.label),
         steps=tuple(sorted({win.steps[int(k)] for k in c.step[h_idx]})),
         start_ns=int(span_s[first]), end_ns=int(span_e[first]),
     ), np.flatnonzero(members)
 
 
-def _done(c: tr.Copies, i: int) -> int:
+def _done(c: mt.Copies, i: int) -> int:
     """When the host could go on after copy ``i``: its call's end, or the copy's end."""
     return int(max(c.e[i], c.api_e[i])) if c.has_api[i] else int(c.e[i])
 
 
-def tiny_copies(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows,
+def tiny_copies(ctx: Context, ra: RankAnalysis, c: mt.Copies, win: mt.Windows,
                 kern: IntervalSet, exclude: I64) -> TinyCopies | None:
     sel = (c.step >= 0) & c.htod & c.tiny
     sel[exclude] = False
-    if sel.sum() < MIN_TINY_PER_STEP * win.n or not tr.recurring(c.step[sel], win.n):
+    if sel.sum() < MIN_TINY_PER_STEP * win.n or not mt.recurring(c.step[sel], win.n):
         return None
     idx = np.flatnonzero(sel)
-    ends = tr.call_end(c, tr.sync_ends(ra))
+    ends = mt.call_end(c, mt.sync_ends(ra))
     api_s = np.where(c.has_api[idx], c.api_s[idx], c.s[idx])
     api_e = np.where(c.has_api[idx], c.api_e[idx], c.e[idx])
-    sites = tr.call_sites(ctx.graph_of(ra.rank), c.pid[idx], c.tid[idx], api_s, api_e)
+    sites = mt.call_sites(ctx.graph_of(ra.rank), c.pid[idx], c.tid[idx], api_s, api_e)
     host_s = np.where(sites.op_s >= 0, np.minimum(sites.op_s, api_s), api_s)
     host_e = np.maximum.reduce([sites.op_e, api_e, ends[idx]])
-    each = tr.uncovered_pair(kern, host_s, host_e, c.s[idx], c.e[idx])
+    each = mt.uncovered_pair(kern, host_s, host_e, c.s[idx], c.e[idx])
     spans = IntervalSet.of(np.concatenate((host_s, c.s[idx])),
                            np.concatenate((host_e, c.e[idx])))
     per_step = (spans - kern).within(win.starts, win.ends)
@@ -301,7 +302,7 @@ def tiny_copies(ctx: Context, ra: RankAnalysis, c: tr.Copies, win: tr.Windows,
     return TinyCopies(
         rank=ra.rank, n_steps=win.n, count=int(idx.size), nbytes=int(c.nbytes[idx].sum()),
         span_ns=int(per_step.sum()), saving_ns=int(saving.sum()),
-        sites=tr.top_labels(sites.label),
+        sites=mt.top_labels(sites.label),
         steps=tuple(win.steps[int(k)] for k in steps_hit),
         start_ns=int(span_s[fi].min()), end_ns=int(span_e[fi].max()),
     )
@@ -317,14 +318,14 @@ class RankResult:
 
 
 def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
-    win = tr.steady_windows(ra)
+    win = mt.steady_windows(ra)
     if win.n == 0:
         return None
-    api = tr.load_api(ctx.graph_of(ra.rank))
-    c = tr.load_copies(ctx.graph_of(ra.rank), win, api)
+    api = mt.load_api(ctx.graph_of(ra.rank))
+    c = mt.load_copies(ctx.graph_of(ra.rank), win, api)
     if not ((c.step >= 0) & (c.htod | c.dtoh)).any():
         return None
-    act = tr.activity(ctx.graph_of(ra.rank))
+    act = mt.activity(ctx.graph_of(ra.rank))
     rt, in_trips = round_trips(ctx, ra, c, win, api, act.busy, act.kernels)
     tiny = tiny_copies(ctx, ra, c, win, act.kernels, in_trips)
     return RankResult(ra.rank, win.n, traffic(c, win, api), rt, tiny)

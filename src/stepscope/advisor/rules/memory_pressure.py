@@ -44,6 +44,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.launches import column_str, str_in
 from stepscope.analysis.syncs import sync_intervals
+from stepscope.model import transfers as mt
 from stepscope.schema import ApiKind, DeviceType
 
 ID = "memory_pressure"
@@ -168,20 +169,20 @@ def _is_sync_free(name: str) -> bool:
 
 
 def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
-    win = tr.steady_windows(ra)
+    win = mt.steady_windows(ra)
     if win.n == 0:
         return None
     g = ctx.graph_of(ra.rank)
-    api = tr.load_api(g)
+    api = mt.load_api(g)
     m = api.kind_is(ApiKind.ALLOC.value, ApiKind.FREE.value)
     step = win.assign(api.s)
     m &= step >= 0
-    if not tr.recurring(step[m], win.n):
+    if not mt.recurring(step[m], win.n):
         return None
     idx = np.flatnonzero(m)
     idx = idx[np.lexsort((api.s[idx], api.tid[idx]))]
     names = column_str(api.table, "name").take(pa.array(idx)).to_pylist()
-    busy = tr.activity(g).busy
+    busy = mt.activity(g).busy
     s, e, tid, st = api.s[idx], api.e[idx], api.tid[idx], step[idx]
     calls = IntervalSet.of(s, e) - busy
     calls_idle = calls.within(win.starts, win.ends)
@@ -191,7 +192,7 @@ def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
                | (s[1:] - np.maximum.accumulate(e)[:-1] > BURST_GAP_NS))
     bid = np.cumsum(new) - 1
     nb = int(bid[-1]) + 1
-    b_s = np.full(nb, tr.NONE, dtype=np.int64)
+    b_s = np.full(nb, mt.NONE, dtype=np.int64)
     b_e = np.zeros(nb, dtype=np.int64)
     np.minimum.at(b_s, bid, s)
     np.maximum.at(b_e, bid, e)
@@ -201,7 +202,7 @@ def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
     for b, name in zip(bid.tolist(), names):
         syncing[b] |= _is_sync_free(str(name))
     waited = busy.within(b_s, b_e)  # GPU work the host waited through in the burst
-    gap = tr.gap_to_next(busy, b_e, win.ends[b_step])
+    gap = mt.gap_to_next(busy, b_e, win.ends[b_step])
     w_s, w_e = input_wait_intervals(g)
     y_s, y_e = sync_intervals(g)
     other = (IntervalSet.of(w_s, w_e) | IntervalSet.of(y_s, y_e)) - IntervalSet.of(s, e)
@@ -213,7 +214,7 @@ def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
     counts: dict[str, int] = {}
     for name in names:
         counts[str(name)] = counts.get(str(name), 0) + 1
-    sites = tr.call_sites(g, api.pid[idx], tid, s, e)
+    sites = mt.call_sites(g, api.pid[idx], tid, s, e)
     bare = sum(1 for nm, lab in zip(names, sites.label) if _is_sync_free(str(nm)) and not lab)
     first = st == st.min()
     return Churn(
@@ -221,7 +222,7 @@ def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
         names=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
         call_ns=int((e - s).sum()), calls_idle_ns=int(calls_idle.sum()),
         refill_ns=int(refill_step.sum()), saving_ns=int(saving.sum()),
-        sites=tr.top_labels(sites.label), bare_frees=bare,
+        sites=mt.top_labels(sites.label), bare_frees=bare,
         steps=tuple(win.steps[int(k)] for k in np.unique(st)),
         start_ns=int(s[first].min()), end_ns=int(e[first].max()),
     )

@@ -34,6 +34,7 @@ from stepscope.advisor.rules.memory_pressure import Peak, has_memory_data, peaks
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, str_in
+from stepscope.model import transfers as mt
 from stepscope.model.confidence import Confidence
 from stepscope.schema import CpuOpKind
 
@@ -59,7 +60,7 @@ FIX = Fix(
 )
 
 
-def cpu_compute_ns(ctx: Context, ra: RankAnalysis, win: tr.Windows) -> float:
+def cpu_compute_ns(ctx: Context, ra: RankAnalysis, win: mt.Windows) -> float:
     """Mean per step of the GPU-idle time inside framework ops of >= 50 us that issue no
     launch on their thread (CPU computation that scales with the batch)."""
     g = ctx.graph_of(ra.rank)
@@ -70,7 +71,7 @@ def cpu_compute_ns(ctx: Context, ra: RankAnalysis, win: tr.Windows) -> float:
     fw = str_in(ops, "kind", (CpuOpKind.FRAMEWORK.value,)) & (e - s >= MIN_CPU_OP_NS)
     if not fw.any():
         return 0.0
-    api = tr.load_api(g)
+    api = mt.load_api(g)
     lm = api.kind_is(*LAUNCH_KINDS)
     tid = column_i64(ops, "tid")
     launches = np.zeros(s.size, dtype=np.int64)
@@ -81,7 +82,7 @@ def cpu_compute_ns(ctx: Context, ra: RankAnalysis, win: tr.Windows) -> float:
     cpu = fw & (launches == 0)
     if not cpu.any():
         return 0.0
-    idle = IntervalSet.of(s[cpu], e[cpu]) - tr.activity(g).busy
+    idle = IntervalSet.of(s[cpu], e[cpu]) - mt.activity(g).busy
     return float(np.mean(idle.within(win.starts, win.ends)))
 
 
@@ -109,12 +110,12 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     step = sum(bd.values())
     if step <= 0:
         return None
-    win = tr.steady_windows(ra)
+    win = mt.steady_windows(ra)
     cpu_ms = cpu_compute_ns(ctx, ra, win) / 1e6
     idle = max(0.0, sum(bd.get(k, 0.0) for k in HOST_IDLE) - cpu_ms) / step
-    gs = tr.gpu_steps(ctx.graph_of(ra.rank), ra, tr.load_api(ctx.graph_of(ra.rank)))
+    gs = mt.gpu_steps(ctx.graph_of(ra.rank), ra, mt.load_api(ctx.graph_of(ra.rank)))
     if gs is not None and gs.mean_ns > 0:
-        busy = tr.activity(ctx.graph_of(ra.rank)).busy.within(gs.starts, gs.ends)
+        busy = mt.activity(ctx.graph_of(ra.rank)).busy.within(gs.starts, gs.ends)
         busy_share = float(np.sum(busy)) / float(np.sum(gs.ends - gs.starts))
         basis = "of the device-side step"
     else:

@@ -34,6 +34,7 @@ from stepscope.analysis.busy import IntervalSet, is_communication
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import bounds, column_i64
 from stepscope.analysis.syncs import sync_intervals
+from stepscope.model import transfers as mt
 
 ID = "no_copy_overlap"
 CATEGORY = "memcpy"
@@ -74,7 +75,7 @@ class RankResult:
     start_ns: int
     end_ns: int
     sites: tuple[str, ...]
-    gpu: tr.GpuSteps | None
+    gpu: mt.GpuSteps | None
 
     @property
     def saving_ms(self) -> float:
@@ -102,41 +103,41 @@ def _queued_behind(run_kernels: tuple[I64, I64, I64, I64], copy_e: I64, copy_dev
 
 
 def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
-    win = tr.steady_windows(ra)
+    win = mt.steady_windows(ra)
     if win.n == 0:
         return None
     g = ctx.graph_of(ra.rank)
-    api = tr.load_api(g)
-    c = tr.load_copies(g, win, api)
+    api = mt.load_api(g)
+    c = mt.load_copies(g, win, api)
     sel = (c.step >= 0) & (c.htod | c.dtoh) & ~c.pageable & ~c.tiny
     if not sel.any():
         return None
-    act = tr.activity(g)
+    act = mt.activity(g)
     kern = act.kernels
-    exposed = tr.uncovered(kern, c.s, c.e)
+    exposed = mt.uncovered(kern, c.s, c.e)
     sel &= exposed > 0
     if not sel.any():
         return None
     k = g.table("kernels")
     ks, ke = bounds(k)
     kd = column_i64(k, "device", 0)
-    krow = api.match(column_i64(k, "correlation"))
+    krow = g.api_row(g.keys("kernels"))  # the launch call of each kernel
     has_launch = krow >= 0
     launch_end = np.where(has_launch, api.e[np.maximum(krow, 0)] if api.e.size else 0, 0)
     queued = _queued_behind((ks, ke, kd, krow), c.e, c.device, launch_end, has_launch)
     ss, se = sync_intervals(g)
     waited = IntervalSet(ss, se).within(c.e - 1, c.e) > 0
     crit = sel & (queued | waited)
-    if not tr.recurring(c.step[crit], win.n):
+    if not mt.recurring(c.step[crit], win.n):
         return None
     idx = np.flatnonzero(crit)
     # compute issued per step: kernels assigned to steps by their launch call's start
     comp = ~is_communication(k.column("name")) if k.num_rows else np.zeros(0, dtype=bool)
     k_issue = np.where(has_launch, api.s[np.maximum(krow, 0)] if api.s.size else 0, ks)
     k_step = win.assign(k_issue)
-    if tr.linked_mostly(has_launch):
+    if mt.linked_mostly(has_launch):
         k_step = np.where(has_launch, k_step, -1)
-    compute = tr.union_per_group(ks, ke, np.where(comp, k_step, -1), win.n)
+    compute = mt.union_per_group(ks, ke, np.where(comp, k_step, -1), win.n)
     exp_step = np.zeros(win.n, dtype=np.int64)
     np.add.at(exp_step, c.step[idx], exposed[idx])
     saving = np.minimum(exp_step, compute)
@@ -146,7 +147,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     first = idx[c.step[idx] == c.step[idx].min()]
     api_s = np.where(c.has_api[idx], c.api_s[idx], c.s[idx])
     api_e = np.where(c.has_api[idx], c.api_e[idx], c.e[idx])
-    sites = tr.call_sites(g, c.pid[idx], c.tid[idx], api_s, api_e)
+    sites = mt.call_sites(g, c.pid[idx], c.tid[idx], api_s, api_e)
     dirs = tuple(d for d, m in (("HtoD", c.htod), ("DtoH", c.dtoh)) if (m[idx]).any())
     return RankResult(
         rank=ra.rank, n_steps=win.n, count=int(idx.size), nbytes=int(c.nbytes[idx].sum()),
@@ -156,7 +157,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
         streams=tuple(sorted({int(s) for s in c.stream[idx]})),
         steps=tuple(win.steps[int(s)] for s in hit),
         start_ns=int(c.s[first].min()), end_ns=int(c.e[first].max()),
-        sites=tr.top_labels(sites.label), gpu=tr.gpu_steps(g, ra, api),
+        sites=mt.top_labels(sites.label), gpu=mt.gpu_steps(g, ra, api),
     )
 
 

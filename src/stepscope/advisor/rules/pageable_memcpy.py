@@ -36,6 +36,7 @@ from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.copies import pageable_at_pinned_ns
+from stepscope.model import transfers as mt
 from stepscope.model.confidence import Confidence
 
 ID = "pageable_memcpy"
@@ -98,14 +99,14 @@ def _basis_text(r: RankResult) -> str:
 
 
 def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
-    win = tr.steady_windows(ra)
+    win = mt.steady_windows(ra)
     if win.n == 0:
         return None
     g = ctx.graph_of(ra.rank)
-    api = tr.load_api(g)
-    c = tr.load_copies(g, win, api)
+    api = mt.load_api(g)
+    c = mt.load_copies(g, win, api)
     sel = (c.step >= 0) & c.pageable & (c.htod | c.dtoh) & ~c.tiny
-    if not tr.recurring(c.step[sel], win.n):
+    if not mt.recurring(c.step[sel], win.n):
         return None
     idx = np.flatnonzero(sel)
     # pinned bandwidth per direction (this run's pinned copies, else nominal PCIe)
@@ -125,17 +126,17 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
         pinned_calls = m & c.pinned & c.has_api & (c.step >= 0)
         if pinned_calls.any():
             call[dm] = int(np.median((c.api_e - c.api_s)[pinned_calls]))
-    host = tr.on_launch_thread(c, api)
-    end_call = tr.call_end(c, tr.sync_ends(ra))
+    host = mt.on_launch_thread(c, api)
+    end_call = mt.call_end(c, mt.sync_ends(ra))
     # the host call (with the sync waiting for it) and the GPU copy: two intervals
     call_s = np.where(host, c.api_s, c.s)
     call_e = np.where(host, end_call, c.s)
     span_s, span_e = np.minimum(call_s, c.s), np.maximum(call_e, c.e)
-    act = tr.activity(g)
+    act = mt.activity(g)
     kern, busy = act.kernels, act.busy
-    exposed = tr.uncovered_pair(kern, call_s, call_e, c.s, c.e)
+    exposed = mt.uncovered_pair(kern, call_s, call_e, c.s, c.e)
     step_end = win.ends[np.maximum(c.step, 0)]
-    refill = np.where(host, tr.gap_to_next(busy, span_e, step_end), 0)
+    refill = np.where(host, mt.gap_to_next(busy, span_e, step_end), 0)
     per_call = np.where(host, call, 0)
     saving = np.maximum(0, exposed - per_call - np.maximum(0, est - refill))
     # per step, never more than the non-kernel time of the union of calls and copies
@@ -147,7 +148,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     blocked = np.where(host, call_e - call_s, 0)
     hit_steps = sorted({int(win.steps[int(k)]) for k in np.unique(c.step[idx])})
     first = idx[c.step[idx] == c.step[idx].min()]
-    sites = tr.call_sites(g, c.pid[idx], c.tid[idx],
+    sites = mt.call_sites(g, c.pid[idx], c.tid[idx],
                           np.where(c.has_api[idx], c.api_s[idx], c.s[idx]),
                           np.where(c.has_api[idx], c.api_e[idx], c.e[idx]))
     dev = ra.devices[0] if ra.devices else {}
@@ -162,7 +163,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
         basis=basis, pinned_samples=samples, compute=cc,
         call_ns=int(np.median(pinned_call)) if pinned_call.size else PINNED_CALL_NS,
         steps=tuple(hit_steps), start_ns=int(span_s[first].min()),
-        end_ns=int(span_e[first].max()), sites=tr.top_labels(sites.label),
+        end_ns=int(span_e[first].max()), sites=mt.top_labels(sites.label),
     )
 
 
