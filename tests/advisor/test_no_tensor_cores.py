@@ -12,18 +12,16 @@ import pytest
 from builder import H100, TraceBuilder
 from stepscope.advisor.base import Context, Finding, Severity
 from stepscope.advisor.engine import advise
+from stepscope.advisor.rules._kernels import scaling_for
 from stepscope.advisor.rules.no_tensor_cores import RULE
-from stepscope.advisor.speedups import (
-    gpu_bound_share,
-    scaling_for,
-    speedups_for,
-    steady_kernels,
-)
 from stepscope.analysis import Analysis, analyze
 from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.summary import summarize
 from stepscope.importers import import_traces
 from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import steady_kernels
+from stepscope.model.scaling import gpu_bound_share
+from stepscope.model.speedups import speedups_for
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"

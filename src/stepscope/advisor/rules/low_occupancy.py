@@ -46,29 +46,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix, Severity
-from stepscope.advisor.speedups import (
-    CUSTOM,
-    LIBRARY,
-    MIN_KERNEL_NS,
-    KernelSaving,
-    Scaling,
-    SteadyKernels,
-    by_name,
-    device_rows,
-    kernel_owner,
-    largest_per_key,
-    per_name,
-    per_step_ms,
-    scaling_for,
-    short,
-    shorter,
-    steady_kernels,
-    where_for,
-)
+from stepscope.advisor.rules._kernels import largest_per_key, scaling_for, short, where_for
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.kernel_names import MATMUL
 from stepscope.analysis.occupancy import DeviceLimits
 from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import (
+    CUSTOM,
+    LIBRARY,
+    KernelSaving,
+    SteadyKernels,
+    by_name,
+    device_rows,
+    kernel_owner,
+    per_name,
+    per_step_ms,
+    steady_kernels,
+)
+from stepscope.model.scaling import Scaling
+from stepscope.model.speedups import MIN_KERNEL_NS, shorter
 
 MAX_OCCUPANCY = 0.25
 TARGET = 0.5

@@ -7,7 +7,7 @@ kernels), on an NVIDIA GPU of compute capability 7.0 or newer (TF32 needs 8.0). 
 name-classifier gaps: a name that mentions tf32, tensor ops or warp-group MMA is never flagged,
 nor are split-K reduction / epilogue helpers.
 
-Estimate, per launch, with the measured speed-ups of ``advisor.speedups`` (GEMM ratios for
+Estimate, per launch, with the measured speed-ups of ``model.speedups`` (GEMM ratios for
 GEMMs, convolution ratios for kernels of a convolution: category conv, or launched by a
 framework op whose name says conv)::
 
@@ -32,28 +32,22 @@ import numpy as np
 import numpy.typing as npt
 
 from stepscope.advisor.base import Context, Finding, Fix
-from stepscope.advisor.speedups import (
-    KernelSaving,
-    Ratio,
-    Scaling,
-    Speedups,
-    SteadyKernels,
-    by_name,
-    device_rows,
-    largest,
-    op_names,
-    per_name,
-    per_step_ms,
-    scaling_for,
-    short,
-    shorter,
-    speedups_for,
-    steady_kernels,
-    where_for,
-)
+from stepscope.advisor.rules._kernels import largest, scaling_for, short, where_for
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.kernel_names import MATMUL
 from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import (
+    KernelSaving,
+    SteadyKernels,
+    by_name,
+    device_rows,
+    op_names,
+    per_name,
+    per_step_ms,
+    steady_kernels,
+)
+from stepscope.model.scaling import Scaling
+from stepscope.model.speedups import Ratio, Speedups, shorter, speedups_for
 
 TC_HINT = re.compile(r"tf32|tensorop|warpgroup|wgmma|hmma|tensor\d+x\d+x\d+|_mma_|tcgen05",
                      re.IGNORECASE)

@@ -30,28 +30,24 @@ import numpy.typing as npt
 import pyarrow.compute as pc
 
 from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
-from stepscope.advisor.speedups import (
+from stepscope.advisor.rules._kernels import largest_per_key, scaling_for, short, where_for
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.intervals import overlap_with_windows, union
+from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import (
     CUSTOM,
-    MIN_KERNEL_NS,
     KernelSaving,
-    Scaling,
     SteadyKernels,
     by_name,
     column_objects,
     device_rows,
     kernel_owner,
-    largest_per_key,
     per_name,
     per_step_ms,
-    scaling_for,
-    short,
-    shorter,
     steady_kernels,
-    where_for,
 )
-from stepscope.analysis import RankAnalysis
-from stepscope.analysis.intervals import overlap_with_windows, union
-from stepscope.model.confidence import Confidence
+from stepscope.model.scaling import Scaling
+from stepscope.model.speedups import MIN_KERNEL_NS, shorter
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]

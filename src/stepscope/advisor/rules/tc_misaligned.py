@@ -14,7 +14,7 @@ cores (SIMT / ``hgemm`` / ``ffma`` names). Not flagged: GEMV and small-N kernels
 times a vector is memory-bound whatever the alignment), split-K reductions, convolutions
 (a 3-channel first layer is misaligned by nature; left out for now).
 
-Estimate, per launch, with ``half_misaligned`` from ``advisor.speedups``::
+Estimate, per launch, with ``half_misaligned`` from ``model.speedups``::
 
     saving = dur - max(2 us, dur / half_misaligned)
 
@@ -33,26 +33,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix
-from stepscope.advisor.speedups import (
+from stepscope.advisor.rules._kernels import largest, scaling_for, short, where_for
+from stepscope.analysis import RankAnalysis
+from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import (
     KernelSaving,
-    Ratio,
-    Scaling,
     SteadyKernels,
     by_name,
     device_rows,
-    largest,
     op_names,
     per_name,
     per_step_ms,
-    scaling_for,
-    short,
-    shorter,
-    speedups_for,
     steady_kernels,
-    where_for,
 )
-from stepscope.analysis import RankAnalysis
-from stepscope.model.confidence import Confidence
+from stepscope.model.scaling import Scaling
+from stepscope.model.speedups import Ratio, shorter, speedups_for
 
 HALF = frozenset({"fp16", "bf16", "fp16/bf16"})
 ALIGN = re.compile(r"align[abc]?(\d+)(?!\d)", re.IGNORECASE)

@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 
 from builder import H100, TraceBuilder
-from stepscope.advisor import speedups as sp
-from stepscope.advisor.speedups import (
+from stepscope.analysis import analyze
+from stepscope.model import speedups as sp
+from stepscope.model.kernels import kernel_owner
+from stepscope.model.scaling import gpu_bound_share
+from stepscope.model.speedups import (
     DATASHEET,
     DATASHEET_SOURCE,
     MEASURED,
     RATIOS,
     Measured,
-    gpu_bound_share,
-    kernel_owner,
     shorter,
     speedups_for,
 )
-from stepscope.analysis import analyze
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "gemm_speedups.py"
