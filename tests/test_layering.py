@@ -1,5 +1,7 @@
-"""The dependency direction: cli -> reporters -> report -> advisor -> analysis -> store <- importers,
-capture (<- api); capture -> importers (the torch backend imports its own Kineto trace).
+"""The dependency direction: cli -> reporters -> report -> advisor -> model -> analysis -> store <-
+importers, capture (<- api); capture -> importers (the torch backend imports its own Kineto
+trace). Inside analysis only the step graph (analysis/graph.py) reads a run: the other analysis
+modules, the model and the advisor are functions of the graph.
 
 schema, errors and apis may be imported by every layer; nothing imports cli.
 """
@@ -17,7 +19,8 @@ ALLOWED = {
     "importers": {"store"},
     "capture": {"store", "importers"},  # --backend torch reads its Kineto trace back
     "analysis": {"store"},
-    "advisor": {"analysis", "store"},
+    "model": {"analysis", "store"},
+    "advisor": {"model", "analysis"},
     "report": {"advisor", "analysis", "store"},
     "reporters": {"report", "advisor", "analysis", "store"},
     "cli": {"reporters", "report", "advisor", "analysis", "store", "importers", "capture", "api"},
@@ -55,7 +58,26 @@ def test_imports_follow_the_pipeline() -> None:
     assert bad == []
 
 
+def test_only_the_graph_reads_a_run_in_analysis_model_and_advisor() -> None:
+    # run.table( / run.query( / store imports: only analysis/graph.py (the step graph)
+    bad = []
+    for layer in ("analysis", "model", "advisor"):
+        for path in (SRC / layer).rglob("*.py"):
+            rel = path.relative_to(SRC).as_posix()
+            if rel == "analysis/graph.py":
+                continue
+            text = path.read_text()
+            if "run.table(" in text or "run.query(" in text or ".derived(" in text:
+                bad.append(rel)
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                        "stepscope.store") and rel != "analysis/__init__.py":
+                    bad.append(f"{rel} imports {node.module}")
+    assert bad == []
+
+
 def test_layering_check_sees_violations(tmp_path: Path) -> None:
     # the checker itself must be able to fail: analysis importing reporters is caught
     assert "reporters" not in ALLOWED["analysis"]
+    assert "store" not in ALLOWED["advisor"] and "advisor" not in ALLOWED["model"]
     assert "cli" not in set().union(*ALLOWED.values())

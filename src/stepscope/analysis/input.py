@@ -32,7 +32,15 @@ import numpy as np
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import bounds, count_window, gpu_records, ints, mean_of, median_of
+from stepscope.analysis.launches import (
+    bounds,
+    count_window,
+    distinct_names,
+    gpu_records,
+    ints,
+    mean_of,
+    median_of,
+)
 
 FIRST_STEP_FACTOR = 2.0
 FIRST_STEP_MIN_EXCESS_NS = 1_000_000
@@ -67,6 +75,11 @@ class InputAnalysis:
 def input_wait_intervals(g: StepGraph) -> tuple[I64, I64]:
     """Union of the rank's input-wait intervals (all threads). Sorted, disjoint."""
     return iv.union(*bounds(g.table("input_waits")))
+
+
+def wait_sites(g: StepGraph, top: int = 3) -> list[str]:
+    """The first ``top`` distinct names of the rank's input waits (where the loop waited)."""
+    return distinct_names(g.table("input_waits"), "name")[:top]
 
 
 def analyze_input(g: StepGraph, win_start: I64, win_end: I64) -> InputAnalysis:

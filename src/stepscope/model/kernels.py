@@ -14,9 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis import RankAnalysis
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.busy import is_communication
 from stepscope.analysis.graph import StepGraph
-from stepscope.analysis.intervals import assign_to_windows
+from stepscope.analysis.intervals import I64, assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
+from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
 
 # -- who wrote a kernel ---------------------------------------------------------------------
 
@@ -192,3 +195,56 @@ def per_name(sk: SteadyKernels, fn: Callable[[str, int], Any]) -> npt.NDArray[An
     for c, i in zip(present, first):
         vals[c] = fn(str(sk.name_values[c]), int(i))
     return np.asarray(vals[codes], dtype=object)
+
+
+def kernel_launch_stats(g: StepGraph, ws: I64, we: I64, top: int = 3
+                        ) -> tuple[float, list[tuple[str, int, float]]]:
+    """Median kernel duration (ns) in the windows, and the kernels most often shorter than
+    their launch call: ``(name, count, median ns)``, most frequent first."""
+    k = g.table("kernels")
+    ks, ke = bounds(k)
+    m = iv.assign_to_windows(ks, ws, we) >= 0
+    if not m.any():
+        return 0.0, []
+    k = k.filter(pa.array(m, type=pa.bool_()))
+    dur = (ke - ks)[m]
+    api = g.table("api_calls")
+    is_l = str_in(api, "kind", LAUNCH_KINDS)
+    a_s, a_e = bounds(api)
+    row = g.gpu_api_row[: g.gpu.n_kernels][m]  # each kernel's launch call
+    hit = row >= 0
+    if hit.any():
+        r = np.maximum(row, 0)
+        short = hit & is_l[r] & (dur < (a_e - a_s)[r])
+    else:
+        short = np.zeros(dur.size, dtype=bool)
+    names = np.array(column_str(k, "name").to_pylist(), dtype=object)
+    out: list[tuple[str, int, float]] = []
+    if short.any():
+        uniq, inv, counts = np.unique(names[short], return_inverse=True, return_counts=True)
+        sd = dur[short]
+        for i in np.argsort(-counts, kind="stable")[:top].tolist():
+            out.append((str(uniq[i]), int(counts[i]), float(np.median(sd[inv == i]))))
+    return float(np.median(dur)), out
+
+
+@dataclass(frozen=True)
+class KernelColumns:
+    """Every kernel of the rank (the ``kernels`` table's rows) as columns, with its launch call
+    (an ``api_calls`` row, -1 without) and whether it is a communication kernel."""
+
+    start: I64
+    end: I64
+    device: I64  # null: 0
+    stream: I64  # null: -1
+    communication: npt.NDArray[np.bool_]
+    api_row: I64
+
+
+def kernel_columns(g: StepGraph) -> KernelColumns:
+    k = g.table("kernels")
+    nk = g.gpu.n_kernels
+    comm = is_communication(k.column("name")) if k.num_rows else np.zeros(0, dtype=bool)
+    return KernelColumns(start=g.gpu.start[:nk], end=g.gpu.end[:nk], device=g.gpu.device[:nk],
+                         stream=column_i64(k, "stream"), communication=comm,
+                         api_row=g.gpu_api_row[:nk])

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
+from stepscope.analysis.launches import LAUNCH_KINDS, bounds, str_in
 from stepscope.model.kernels import SteadyKernels
 
 HOST_WAITS = ("input_wait", "launch", "host", "idle")
@@ -96,31 +95,23 @@ def scaling_for(g: StepGraph, ra: RankAnalysis, sk: SteadyKernels, inflation_ms:
     k = g.table("kernels")
     if api.num_rows == 0 or k.num_rows == 0:
         return Scaling(None, share)
-    kind = api.column("kind")
-    if pa.types.is_dictionary(kind.type):
-        kind = kind.cast(pa.string())
-    api = api.filter(pc.and_(pc.is_in(kind, pa.array(["launch", "graph_launch"])),
-                             pc.is_valid(api.column("correlation"))))
-    if api.num_rows == 0:
+    # the launch calls with a correlation, and the steady step of each
+    launch = str_in(api, "kind", LAUNCH_KINDS) & (g.keys("api_calls") >= 0)
+    if not launch.any():
         return Scaling(None, share)
-    a_ts = np.asarray(api.column("ts_ns").to_numpy(), dtype=np.int64)
-    a_end = a_ts + np.asarray(api.column("dur_ns").to_numpy(), dtype=np.int64)
-    a_corr = np.asarray(api.column("correlation").to_numpy(), dtype=np.int64)
-    a_slot = assign_to_windows(a_ts, sk.starts, sk.ends)
+    a_ts, a_end = bounds(api)
+    a_slot = np.where(launch, assign_to_windows(a_ts, sk.starts, sk.ends), -1)
     m = a_slot >= 0
     host_done = np.full(sk.n_steps, -1, dtype=np.int64)
     np.maximum.at(host_done, a_slot[m], a_end[m])
-    # GPU end of the work each step's launches issued
-    order = np.argsort(a_corr[m], kind="stable")
-    corr_sorted, slot_sorted = a_corr[m][order], a_slot[m][order]
-    k = k.filter(pc.is_valid(k.column("correlation")))
-    k_corr = np.asarray(k.column("correlation").to_numpy(), dtype=np.int64)
-    k_end = (np.asarray(k.column("ts_ns").to_numpy(), dtype=np.int64)
-             + np.asarray(k.column("dur_ns").to_numpy(), dtype=np.int64))
-    pos = np.searchsorted(corr_sorted, k_corr)
-    hit = (pos < corr_sorted.size) & (corr_sorted[np.minimum(pos, corr_sorted.size - 1)] == k_corr)
+    # GPU end of the work each step's launches issued: each kernel's launch call (the graph's
+    # correlation join), when it is one of those
+    nk = g.gpu.n_kernels
+    row = g.gpu_api_row[:nk]
+    slot = np.where(row >= 0, a_slot[np.maximum(row, 0)], -1)
+    hit = slot >= 0
     gpu_done = np.full(sk.n_steps, -1, dtype=np.int64)
-    np.maximum.at(gpu_done, slot_sorted[pos[hit]], k_end[hit])
+    np.maximum.at(gpu_done, slot[hit], g.gpu.end[:nk][hit])
     if ((host_done < 0) | (gpu_done < 0)).any():
         return Scaling(None, share)
     backlog = np.maximum(gpu_done - host_done, 0).astype(np.float64)

@@ -34,17 +34,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from stepscope.advisor.base import Context, Finding, Fix, Where
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
-from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import bounds, column_i64, column_str
 from stepscope.model import transfers as mt
+from stepscope.model.host_ops import HostOps
 
 ID = "excess_transfers"
 CATEGORY = "memcpy"
@@ -127,40 +125,7 @@ class Traffic:
     dtoh: float
 
 
-@dataclass(frozen=True)
-class _HostOps:
-    """The rank's host ops sorted by start (read once per rank)."""
 
-    table: pa.Table
-    order: I64  # row of the table at each sorted position
-    s: I64
-    e: I64
-    tid: I64
-
-    @staticmethod
-    def of(g: StepGraph) -> _HostOps:
-        ops = g.table("cpu_ops")
-        s, e = bounds(ops)
-        order = np.argsort(s, kind="stable")
-        return _HostOps(ops, order, s[order], e[order], column_i64(ops, "tid")[order])
-
-    def outermost(self, tid: int, lo: int, hi: int) -> list[tuple[str, int]]:
-        """Outermost ops of thread ``tid`` inside ``[lo, hi)``: time per name, most first."""
-        if hi <= lo or self.s.size == 0:
-            return []
-        a, b = np.searchsorted(self.s, [lo, hi])
-        idx = a + np.flatnonzero((self.tid[a:b] == tid) & (self.e[a:b] <= hi))
-        if idx.size == 0:
-            return []
-        names = column_str(self.table, "name").take(pa.array(self.order[idx])).to_pylist()
-        out: dict[str, int] = {}
-        reach = -1
-        for i, name in zip(idx.tolist(), names):
-            if self.s[i] < reach:  # nested in an earlier op
-                continue
-            reach = int(self.e[i])
-            out[str(name)] = out.get(str(name), 0) + int(self.e[i] - self.s[i])
-        return sorted(out.items(), key=lambda kv: -kv[1])
 
 
 def _launch_calls(api: mt.Api) -> tuple[I64, I64]:
@@ -248,7 +213,7 @@ def round_trips(ctx: Context, ra: RankAnalysis, c: mt.Copies, win: mt.Windows, a
         members[h] = True
     ops: dict[str, int] = {}
     host_ns = op_ns = 0
-    host_ops = _HostOps.of(g)
+    host_ops = HostOps.of(g)
     for d, h in trips:
         lo, hi = _done(c, d), int(c.issue[h])
         host_ns += max(0, hi - lo)

@@ -20,7 +20,7 @@ so the rule never speaks of it. Only when no rank recorded GPU work, a GPU is kn
 there (a ``devices`` row or an NVML GPU) and the run says the program did no GPU work on it
 (``GpuUse.NONE``: the GPU capture ran through the window and recorded nothing, or NVML saw
 the GPU idle in the steps) does it fire, saying the model runs on the CPU: saving = mean over
-the steady steps of the host time outside input waits (``_host.host_time``), an *upper bound*
+the steady steps of the host time outside input waits (``host_time``), an *upper bound*
 (that is the work that would move to the GPU; what it would take there is not known), so
 confidence is low and severity at most a warning. Evidence: the step time, the GPU(s) and
 their NVML utilisation, the training process's CPU use (``process.cpu_pct``), the
@@ -38,7 +38,6 @@ from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import (
-    host_time_by_op,
     max_severity,
     ms,
     op_list,
@@ -52,6 +51,8 @@ from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.gpu_use import GpuUse
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.model.confidence import Confidence
+from stepscope.model.host import HostTime, host_time, mean_sample, stack_frames
+from stepscope.model.host_ops import host_time_by_op
 from stepscope.model.idle import IdleSplit
 from stepscope.schema import CpuOpKind
 
@@ -98,9 +99,9 @@ class HostBound:
                                f"known to be there (no devices row, no NVML GPU)")
             raise SkipRule(f"no GPU work was recorded and whether the program used a GPU is "
                            f"not known ({ra0.gpu.reason})")
-        best: tuple[float, RankAnalysis, _host.HostTime] | None = None
+        best: tuple[float, RankAnalysis, HostTime] | None = None
         for ra in eligible:
-            ht = _host.host_time(ctx.graph_of(ra.rank), ra)
+            ht = host_time(ctx.graph_of(ra.rank), ra)
             saving = ht.mean_ms(ht.host_ns)
             if best is None or saving > best[0]:
                 best = (saving, ra, ht)
@@ -108,7 +109,7 @@ class HostBound:
             return []
         return [self._model_on_cpu(ctx, *best)]
 
-    def _model_on_cpu(self, ctx: Context, saving: float, ra: RankAnalysis, ht: _host.HostTime
+    def _model_on_cpu(self, ctx: Context, saving: float, ra: RankAnalysis, ht: HostTime
                       ) -> Finding:
         g = ra.gpu
         wall = ht.mean_ms(ht.wall_ns)
@@ -119,13 +120,13 @@ class HostBound:
             f"GPU present: {names}" if len(g.gpus) == 1 else f"GPUs present: {names}",
             _host.gpu_line(ra),
         ]
-        cpu = _host.mean_sample(ctx.graph_of(ra.rank), _host.PROCESS_CPU, ht.win_start, ht.win_end)
+        cpu = mean_sample(ctx.graph_of(ra.rank), _host.PROCESS_CPU, ht.win_start, ht.win_end)
         if cpu is not None:
             evidence.append(f"the training process used {cpu[0]:.0f}% of a core "
                             f"({cpu[0] / 100:.1f} cores) in the steps ({cpu[1]} samples)")
         steps = IntervalSet.of(ht.win_start, ht.win_end)
         work = steps - IntervalSet.of(*input_wait_intervals(ctx.graph_of(ra.rank)))
-        frames, n_stacks = _host.stack_frames(ctx.graph_of(ra.rank), work)
+        frames, n_stacks = stack_frames(ctx.graph_of(ra.rank), work)
         if frames:
             evidence.append(f"sampled Python stacks outside input waits ({n_stacks} samples), "
                             f"innermost user frames: " + ", ".join(

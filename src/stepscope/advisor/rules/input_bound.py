@@ -39,12 +39,10 @@ from stepscope.advisor.base import Context, Finding, Fix, Severity
 from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import max_severity, ms, pct, where_worst
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import IntervalSet
-from stepscope.analysis.graph import StepGraph
-from stepscope.analysis.input import input_wait_intervals
-from stepscope.analysis.launches import column_i64, column_str, distinct_names
+from stepscope.analysis.input import input_wait_intervals, wait_sites
 from stepscope.model.confidence import Confidence
+from stepscope.model.host import window_samples
 from stepscope.model.idle import IdleSplit, split_idle
 
 CPU_UTIL = "cpu.util_pct"  # system-wide CPU busy, % of all logical CPUs (0-100)
@@ -70,28 +68,7 @@ FIX = Fix(
 )
 
 
-def _window_samples(g: StepGraph, sets: Sequence[IntervalSet]) -> dict[str, float]:
-    """Mean of each metric over the samples inside the first of ``sets`` that has any."""
-    t = g.table("samples")
-    if t.num_rows == 0:
-        return {}
-    ts = column_i64(t, "ts_ns", 0)
-    names = np.array(column_str(t, "metric").to_pylist(), dtype=object)
-    vals = np.asarray(t.column("value").to_numpy(), dtype=np.float64)
-    for s in sets:
-        if s.starts.size == 0:
-            continue
-        m = iv.assign_to_windows(ts, s.starts, s.ends) >= 0
-        if not m.any():
-            continue
-        out = {}
-        for metric in (CPU_UTIL, WORKERS_CPU, DISK_READ):
-            mm = m & (names == metric)
-            if mm.any():
-                out[metric] = float(vals[mm].mean())
-        if out:
-            return out
-    return {}
+
 
 
 def _num(x: Any) -> float | None:
@@ -220,7 +197,8 @@ class InputBound:
                             f"{ms(per[worst])} for input")
         waits = IntervalSet.of(*input_wait_intervals(ctx.graph_of(ra.rank)))
         window = IntervalSet.of(split.win_start, split.win_end)
-        samples = _window_samples(ctx.graph_of(ra.rank), (waits & window, window))
+        samples = window_samples(ctx.graph_of(ra.rank), (waits & window, window),
+                                 (CPU_UTIL, WORKERS_CPU, DISK_READ))
         evidence += diagnose(ia.dataloader, samples, ctx.manifest.source.kind)
         nw = _num(ia.dataloader.get("num_workers")) if ia.dataloader else None
         if not gpu and nw:
@@ -232,7 +210,7 @@ class InputBound:
                             f"estimates the untraced speed-up")
         if len(ctx.ranks) > 1:
             evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
-        sites = distinct_names(ctx.graph_of(ra.rank).table("input_waits"), "name")[:3]
+        sites = wait_sites(ctx.graph_of(ra.rank))
         where = where_worst(split, order.clip(min=0), call_sites=sites)
         if gpu:
             title = (f"Input-bound: the GPU idles {ms(saving * 1e6)} per step "

@@ -33,25 +33,23 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
-from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
-from stepscope.analysis.launches import column_str, str_in
+from stepscope.analysis.launches import column_str
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.model import transfers as mt
-from stepscope.schema import ApiKind, DeviceType
+from stepscope.model.memory import Peak, has_memory_data, peaks
+from stepscope.schema import ApiKind
 
 ID = "memory_pressure"
 CATEGORY = "memory"
 NEAR_FULL = 0.90
 BURST_GAP_NS = 100_000
-MEMORY_USED_METRICS = ("gpu.memory_used_bytes", "gpu.memory_used", "gpu.mem_used")  # bytes (NVML samples: the first)
 
 FIX_CHURN = Fix(
     pytorch=("Do not call torch.cuda.empty_cache() (or gc + empty_cache) inside the training "
@@ -82,65 +80,6 @@ FIX_FULL = Fix(
          "XLA_PYTHON_CLIENT_PREALLOCATE=false to see the real peak."),
     cuda="Reduce the working set, or reuse buffers instead of holding several generations.",
 )
-
-
-@dataclass(frozen=True)
-class Peak:
-    device: int
-    peak: int  # bytes
-    allocated: int  # peak total_allocated (0 when unknown)
-    capacity: int
-    source: str  # "memory_events" | "samples"
-
-    @property
-    def share(self) -> float:
-        return self.peak / self.capacity if self.capacity else 0.0
-
-
-def _capacities(ra: RankAnalysis) -> dict[int, int]:
-    return {int(d["device"]): int(d["total_memory"]) for d in ra.devices
-            if d.get("total_memory")}
-
-
-def peaks(g: StepGraph, ra: RankAnalysis) -> list[Peak]:
-    """Peak device memory per device with a known capacity (memory events, else samples)."""
-    cap = _capacities(ra)
-    out: list[Peak] = []
-    me = g.table("memory_events")
-    if me.num_rows:
-        gpu = me.filter(pc.fill_null(pc.equal(me.column("device_type").cast(pa.string()),
-                                              DeviceType.GPU.value), False))
-        for dev in sorted(cap):
-            t = gpu.filter(pc.fill_null(pc.equal(gpu.column("device"), dev), False))
-            if t.num_rows == 0:
-                continue
-            res = pc.max(t.column("total_reserved")).as_py()
-            alloc = pc.max(t.column("total_allocated")).as_py()
-            peak = res if res is not None else alloc
-            if peak is not None:
-                out.append(Peak(dev, int(peak), int(alloc or 0), cap[dev], "memory_events"))
-    if out:
-        return out
-    sm = g.table("samples")
-    if sm.num_rows:
-        m = str_in(sm, "metric", MEMORY_USED_METRICS)
-        if m.any():
-            t = sm.filter(pa.array(m))
-            devs = t.column("device").fill_null(0).to_numpy()
-            vals = t.column("value").to_numpy()
-            for dev in sorted(cap):
-                dm = devs == dev
-                if dm.any():
-                    out.append(Peak(dev, int(vals[dm].max()), 0, cap[dev], "samples"))
-    return out
-
-
-def has_memory_data(g: StepGraph) -> bool:
-    me = g.table("memory_events")
-    if me.num_rows:
-        return True
-    sm = g.table("samples")
-    return bool(sm.num_rows and str_in(sm, "metric", MEMORY_USED_METRICS).any())
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,10 @@ import numpy as np
 from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _transfers as tr
-from stepscope.advisor.rules.memory_pressure import Peak, has_memory_data, peaks
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis.busy import IntervalSet
-from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, str_in
 from stepscope.model import transfers as mt
 from stepscope.model.confidence import Confidence
-from stepscope.schema import CpuOpKind
+from stepscope.model.memory import Peak, cpu_compute_ns, has_memory_data, peaks
 
 ID = "memory_underused"
 CATEGORY = "memory"
@@ -44,7 +41,6 @@ MAX_MEMORY_SHARE = 0.30
 MAX_BUSY_SHARE = 0.70
 MIN_HOST_IDLE_SHARE = 0.30
 HOST_IDLE = ("launch", "host", "sync", "idle")
-MIN_CPU_OP_NS = 50_000
 
 FIX = Fix(
     pytorch=("Try a larger batch (scale the learning rate, e.g. linearly with warm-up) so the "
@@ -58,32 +54,6 @@ FIX = Fix(
     cuda="Give each launch more work (larger batches per kernel), or capture the step in a "
          "CUDA graph.",
 )
-
-
-def cpu_compute_ns(ctx: Context, ra: RankAnalysis, win: mt.Windows) -> float:
-    """Mean per step of the GPU-idle time inside framework ops of >= 50 us that issue no
-    launch on their thread (CPU computation that scales with the batch)."""
-    g = ctx.graph_of(ra.rank)
-    ops = g.table("cpu_ops")
-    if ops.num_rows == 0 or win.n == 0:
-        return 0.0
-    s, e = bounds(ops)
-    fw = str_in(ops, "kind", (CpuOpKind.FRAMEWORK.value,)) & (e - s >= MIN_CPU_OP_NS)
-    if not fw.any():
-        return 0.0
-    api = mt.load_api(g)
-    lm = api.kind_is(*LAUNCH_KINDS)
-    tid = column_i64(ops, "tid")
-    launches = np.zeros(s.size, dtype=np.int64)
-    for t in np.unique(tid[fw]).tolist():
-        ls = np.sort(api.s[lm & (api.tid == t)])
-        m = fw & (tid == t)
-        launches[m] = np.searchsorted(ls, e[m]) - np.searchsorted(ls, s[m])
-    cpu = fw & (launches == 0)
-    if not cpu.any():
-        return 0.0
-    idle = IntervalSet.of(s[cpu], e[cpu]) - mt.activity(g).busy
-    return float(np.mean(idle.within(win.starts, win.ends)))
 
 
 @dataclass(frozen=True)
@@ -111,7 +81,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     if step <= 0:
         return None
     win = mt.steady_windows(ra)
-    cpu_ms = cpu_compute_ns(ctx, ra, win) / 1e6
+    cpu_ms = cpu_compute_ns(ctx.graph_of(ra.rank), win) / 1e6
     idle = max(0.0, sum(bd.get(k, 0.0) for k in HOST_IDLE) - cpu_ms) / step
     gs = mt.gpu_steps(ctx.graph_of(ra.rank), ra, mt.load_api(ctx.graph_of(ra.rank)))
     if gs is not None and gs.mean_ns > 0:

@@ -30,11 +30,11 @@ import numpy as np
 from stepscope.advisor.base import Context, Finding, Fix, Where
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis.busy import IntervalSet, is_communication
+from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import bounds, column_i64
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.model import transfers as mt
+from stepscope.model.kernels import kernel_columns
 
 ID = "no_copy_overlap"
 CATEGORY = "memcpy"
@@ -118,10 +118,9 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     sel &= exposed > 0
     if not sel.any():
         return None
-    k = g.table("kernels")
-    ks, ke = bounds(k)
-    kd = column_i64(k, "device", 0)
-    krow = g.api_row(g.keys("kernels"))  # the launch call of each kernel
+    kc = kernel_columns(g)
+    ks, ke, kd = kc.start, kc.end, kc.device
+    krow = kc.api_row  # the launch call of each kernel
     has_launch = krow >= 0
     launch_end = np.where(has_launch, api.e[np.maximum(krow, 0)] if api.e.size else 0, 0)
     queued = _queued_behind((ks, ke, kd, krow), c.e, c.device, launch_end, has_launch)
@@ -132,7 +131,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
         return None
     idx = np.flatnonzero(crit)
     # compute issued per step: kernels assigned to steps by their launch call's start
-    comp = ~is_communication(k.column("name")) if k.num_rows else np.zeros(0, dtype=bool)
+    comp = ~kc.communication
     k_issue = np.where(has_launch, api.s[np.maximum(krow, 0)] if api.s.size else 0, ks)
     k_step = win.assign(k_issue)
     if mt.linked_mostly(has_launch):
@@ -142,7 +141,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     np.add.at(exp_step, c.step[idx], exposed[idx])
     saving = np.minimum(exp_step, compute)
     hit = np.unique(c.step[idx])
-    streams_with_compute = set(column_i64(k, "stream")[comp].tolist())
+    streams_with_compute = set(kc.stream[comp].tolist())
     same = np.array([int(s) in streams_with_compute for s in c.stream[idx]], dtype=bool)
     first = idx[c.step[idx] == c.step[idx].min()]
     api_s = np.where(c.has_api[idx], c.api_s[idx], c.s[idx])

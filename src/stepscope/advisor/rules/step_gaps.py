@@ -23,8 +23,6 @@ import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.rules._evidence import (
-    OpTime,
-    host_time_by_op,
     max_severity,
     ms,
     op_list,
@@ -33,6 +31,7 @@ from stepscope.advisor.rules._evidence import (
     where_worst,
 )
 from stepscope.analysis import RankAnalysis
+from stepscope.model.host_ops import OpTime, host_time_by_op
 from stepscope.model.idle import IdleSplit, split_idle
 from stepscope.schema import CpuOpKind
 
