@@ -34,6 +34,7 @@ from stepscope.model.kernels import SteadyKernels
 HOST_WAITS = ("input_wait", "launch", "host", "idle")
 """Breakdown categories in which the GPU is idle waiting for the host (not for a sync)."""
 
+
 def gpu_bound_share(ra: RankAnalysis) -> float:
     """Share of the steady steps' wall time the GPU was busy (union over streams, mean over
     the devices the rank used: those with GPU records, not every device it listed), 0..1."""

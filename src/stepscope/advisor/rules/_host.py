@@ -27,7 +27,6 @@ from stepscope.model.confidence import Confidence
 PROCESS_CPU = "process.cpu_pct"  # the training process, % of one core
 
 
-
 def host_ranks(ranks: tuple[RankAnalysis, ...]) -> list[RankAnalysis]:
     """Ranks with steady steps and no GPU records (their steps are judged as host time)."""
     return [ra for ra in ranks if ra.steps.steady and not ra.devices_used]

@@ -68,9 +68,6 @@ FIX = Fix(
 )
 
 
-
-
-
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 

@@ -58,9 +58,6 @@ def _short_name(name: str) -> str:
     return head if len(head) <= NAME_CHARS else head[: NAME_CHARS - 1] + "…"
 
 
-
-
-
 class LaunchBound:
     id = "launch_bound"
     title = "Launch-bound: the GPU waits for kernel launches"
