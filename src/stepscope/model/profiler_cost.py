@@ -28,7 +28,7 @@ host time, per step):
   (op + launch), 1.4-2.5 µs per in-place one, 0.6-0.75 µs per CPU-only op: 2-3x less than the
   constants. Host speed differs from process to process (DEVICE.md), and with it this cost.
 
-The idle-time rules use these costs through shares of the step (``rules._idle``), so an error
+The idle-time rules use these costs through shares of the step (``model.idle``), so an error
 in them matters little when the host is the bottleneck; when the GPU is partly busy it moves
 the split between host-side findings and the size of their estimates.
 

@@ -1,7 +1,7 @@
 """Host time of ranks without GPU records, for the rules that judge it.
 
 On a rank with no kernel, copy or memset (``analysis.gpu_use``) there is no GPU idle time to
-split (``rules._idle``): the step's time is host time. Per steady step window ``w``::
+split (``model.idle``): the step's time is host time. Per steady step window ``w``::
 
     input_ns[w] = |input waits ∩ w|           (the thread waited for the next batch)
     host_ns[w]  = |w| - input_ns[w]           (everything else the step did on the host)

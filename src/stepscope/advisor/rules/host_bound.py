@@ -2,7 +2,7 @@
 
 Saving per step = mean over the steady steps of the GPU-idle time left once input waits,
 syncs, step-boundary gaps and short launch waits are claimed by their own rules
-(``rules._idle``): time during which a host thread ran framework ops, Python functions or
+(``model.idle``): time during which a host thread ran framework ops, Python functions or
 user annotations (the ``host`` category of the step-time breakdown), launch-path time in
 waits longer than 100 µs (a framework op computing on the CPU before it launches), and
 idle time with no host event at all (Python the trace did not record: the breakdown's
@@ -11,7 +11,7 @@ ahead of the GPU), the GPU would be fed instead of waiting. When more than half 
 no host event, confidence is at most medium.
 
 Evidence: the innermost framework ops, user Python frames and user annotations on the
-training thread during that time (exclusive time, ``rules._evidence``); framework ops
+training thread during that time (exclusive time, ``model.host_ops``); framework ops
 that issued no GPU work are marked as run on the CPU. Host-side timings of a heavy
 profiler are flagged through ``ctx.host_confidence`` / ``ctx.host_note``.
 

@@ -5,7 +5,7 @@ waits*: the GPU had finished all its work and waited at most 100 µs for work wh
 call had not returned yet (``analysis.launches``), while the host was in the launch path
 (the launch call or the framework op issuing it) or ran nothing recorded (the
 interpreter between two launching ops) - the issue's "launch gaps shrunk to the GPU time
-of the kernels" (``rules._idle``: outside input waits, syncs and step-boundary gaps,
+of the kernels" (``model.idle``: outside input waits, syncs and step-boundary gaps,
 scaled by the profiler correction). It never exceeds the short launch-bound idle of
 ``analysis.launches``; that figure, the breakdown's ``launch`` category and the whole
 launch-bound idle are shown as cross-checks. Longer waits are host work

@@ -1,7 +1,7 @@
 """step_gaps: the GPU idles between steps while the host logs, checkpoints, evaluates...
 
 The gap at a step boundary is the GPU-idle interval that contains (or touches) the
-boundary: from the last GPU activity before it to the first after it (``rules._idle``,
+boundary: from the last GPU activity before it to the first after it (``model.idle``,
 clipped to the steady windows, so each step holds its leading and trailing part). Parts
 already claimed by input waits (``input_bound``) and syncs and their drain
 (``sync_calls``) are left out, the rest is scaled by the profiler correction.
