@@ -34,8 +34,9 @@ from stepscope.capture.cupti import capture as capture_mod
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.native import build_shim, load_shim
 from stepscope.capture.gpu import GpuSlot
-from stepscope.capture.partitions import PartitionMeta, StagingPartition, merge
+from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import make_schedule
+from stepscope.capture.staging import PartitionMeta, StagingPartition
 from stepscope.capture.torch_backend import TorchCapture
 from stepscope.importers import import_traces, parse_kineto
 from stepscope.store.run import Run
@@ -159,11 +160,11 @@ class ExportOnly:
 
 
 class RecordedTorch(TorchCapture):
-    """``--backend torch`` whose profiler recorded ``trace`` (stop, export and import are the
-    backend's own)."""
+    """``--backend torch`` whose profiler recorded ``trace`` (stop and export are the backend's
+    own; the merge reads the exported trace with the Kineto importer's reader)."""
 
-    def __init__(self, trace: Path) -> None:
-        super().__init__()
+    def __init__(self, trace: Path, spill_dir: Path) -> None:
+        super().__init__(spill_dir)
         self.trace = trace
 
     def start(self) -> None:
@@ -171,17 +172,19 @@ class RecordedTorch(TorchCapture):
 
 
 def recorded_torch_run(tmp_path: Path, trace: Path, cuda: FakeCuda | None) -> Run:
-    slot = GpuSlot("torch", "filtered", lambda b, a: RecordedTorch(trace),
+    part = StagingPartition(tmp_path / "staging" / "p1-1")
+    slot = GpuSlot("torch", "filtered", lambda b, a: RecordedTorch(trace, part.path),
                    driver=lambda: cuda.driver() if cuda else None)
     assert slot.start() is None
     tables, diags = slot.data(final=True)
+    assert set(tables) <= {"devices"}  # the trace's tables come at the merge
     # the host side's steps (the optimizer hook's): the trace's own ProfilerStep ranges
     tables["steps"] = parse_kineto(trace, default_rank=0).tables["steps"]
-    part = StagingPartition(tmp_path / "staging" / "p1-1")
     part.write_chunk(tables)
     part.write_meta(PartitionMeta(pid=1, start_ns=1, ended="exit",
                                   settings={"gpu": slot.status}, diagnostics=tuple(diags)))
-    return Run(merge(tmp_path / "staging", tmp_path / "run", command=["train.py"], returncode=0))
+    return Run(merge(tmp_path / "staging", tmp_path / "run", command=["train.py"], returncode=0,
+                     read_trace=parse_kineto))
 
 
 @pytest.mark.parametrize("with_driver", [True, False])

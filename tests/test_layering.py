@@ -1,5 +1,7 @@
 """The dependency direction: cli -> reporters -> report -> advisor -> analysis -> store <- importers,
-capture (<- api); capture -> importers (the torch backend imports its own Kineto trace).
+capture (<- api). Capture and importers meet only in the store (``store.produce``: rank bundles,
+the assembler, device rows); where capture needs an importer (``--backend torch`` reads its Kineto
+trace at the merge) the caller that knows both injects it (cli, api).
 
 schema, errors and apis may be imported by every layer; nothing imports cli.
 """
@@ -15,13 +17,14 @@ SRC = Path(__file__).parent.parent / "src" / "stepscope"
 ALLOWED = {
     "store": set(),
     "importers": {"store"},
-    "capture": {"store", "importers"},  # --backend torch reads its Kineto trace back
+    "capture": {"store"},
     "analysis": {"store"},
     "advisor": {"analysis", "store"},
     "report": {"advisor", "analysis", "store"},
     "reporters": {"report", "advisor", "analysis", "store"},
     "cli": {"reporters", "report", "advisor", "analysis", "store", "importers", "capture", "api"},
-    "api": {"capture", "store"},  # stepscope.record() / step(): the Python twin of `record`
+    # stepscope.record() / step(): the Python twin of `record` (importers: the torch trace reader)
+    "api": {"capture", "store", "importers"},
 }
 SHARED = {"schema", "errors", "apis", "__init__", "__main__"}
 
@@ -58,4 +61,5 @@ def test_imports_follow_the_pipeline() -> None:
 def test_layering_check_sees_violations(tmp_path: Path) -> None:
     # the checker itself must be able to fail: analysis importing reporters is caught
     assert "reporters" not in ALLOWED["analysis"]
+    assert ALLOWED["capture"] == ALLOWED["importers"] == {"store"}  # producers meet in the store
     assert "cli" not in set().union(*ALLOWED.values())

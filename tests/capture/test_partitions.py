@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.capture.partitions import Partition, PartitionMeta, ended_by, settle_launched
+from stepscope.capture.partitions import Partition, ended_by, settle_launched
+from stepscope.capture.staging import PartitionMeta
 
 
 def part(pid: int, start: int, ended: str, host: str = "h") -> Partition:

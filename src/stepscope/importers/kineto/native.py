@@ -5,8 +5,8 @@ chunk of the event array and returns, for the events of the categories the table
 columns, packed arrays (category, phase, position, name id, the integer fields and their
 states, ``ts``/``dur``/occupancy, grid/block, sync kind) and one string table; events of
 categories the builder keeps as objects (annotations) come back as byte spans, decoded here
-with the msgspec Structs; ignored categories are only counted. :mod:`kineto_scanned` turns
-the arrays into the same columns :mod:`kineto_tables` makes from decoded events.
+with the msgspec Structs; ignored categories are only counted. :mod:`scanned` turns
+the arrays into the same columns :mod:`tables` makes from decoded events.
 
 Whenever the scanner meets anything it does not reproduce exactly (see the C file's header:
 an unknown or missing category, an odd phase, a used field of another type, a key with an
@@ -27,13 +27,13 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from stepscope.importers.kineto_build import (
+from stepscope.importers.kineto.build import (
     API_CATEGORIES,
     CPU_OP_CATEGORIES,
     GPU_CATEGORIES,
     IGNORED_CATEGORIES,
 )
-from stepscope.importers.kineto_events import Event
+from stepscope.importers.kineto.events import Event
 from stepscope.schema import CpuOpKind
 
 
@@ -64,7 +64,7 @@ COLUMN_CATEGORIES = frozenset(c for c, k in _KINDS.items() if k not in (SKIP, OB
 CODES: dict[str, int] = {c: i for i, c in enumerate(CATEGORIES)}
 _KIND_BYTES = bytes(_KINDS.values())
 
-# Columns of the integer matrix (the C scanner's order: pid, tid, then kineto_events.Args').
+# Columns of the integer matrix (the C scanner's order: pid, tid, then events.Args').
 INT_COLUMNS = ("pid", "tid", "external_id", "sequence", "queued", "device", "stream", "cbid",
                "correlation", "registers", "shared_memory", "bytes", "to_device", "graph_id",
                "wait_event", "total_reserved", "total_allocated", "mem_bytes", "device_id",
@@ -124,7 +124,7 @@ def scan(data: Any, start: int, stop: int, *, tail: bool,
          decoder: msgspec.json.Decoder[Any]) -> Scanned | None:
     """The events in ``data[start:stop]`` (with ``tail``: up to the array's end) as columns,
     or None when this chunk must be decoded by msgspec. ``decoder`` decodes the object
-    categories' events (the fast union, kineto_fast)."""
+    categories' events (the fast union, fast.py)."""
     if EXTENSION is None:
         return None
     got = EXTENSION.scan(data, start, stop, CATEGORIES, _KIND_BYTES, tail)
