@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from stepscope.importers.detect import detect
-from stepscope.importers.kineto import parse_kineto
+from stepscope.importers.kineto.parse import parse_kineto
 from stepscope.schema import SourceKind
 from stepscope.store.produce import TraceReader
 

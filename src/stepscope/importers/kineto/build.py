@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.importers.kineto import tables as kt
+import stepscope.importers.kineto.tables as kt
 from stepscope.importers.kineto.columns import Drops, Timed, timed
 from stepscope.importers.kineto.events import DeviceProps, Event
 from stepscope.importers.kineto.fast import Decoders

@@ -17,6 +17,7 @@ never depend on which path read a chunk. ``STEPSCOPE_KINETO_NATIVE=0`` (or
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from types import ModuleType
@@ -38,11 +39,13 @@ from stepscope.schema import CpuOpKind
 
 
 def _load() -> ModuleType | None:
+    """The compiled scanner, if built. Its module path stays ``stepscope.importers._ss_kineto``
+    (pyproject.toml), beside its sources ``importers/_kineto_*``: moving it into ``kineto/``
+    would mean rebuilding every existing install."""
     try:
-        from stepscope.importers import _ss_kineto  # type: ignore[attr-defined]
+        return importlib.import_module("stepscope.importers._ss_kineto")
     except ImportError:
         return None
-    return _ss_kineto  # type: ignore[no-any-return]
 
 
 EXTENSION = _load()

@@ -33,8 +33,8 @@ from typing import Any, cast
 
 import msgspec
 
+import stepscope.importers.kineto.native as kineto_native
 from stepscope.errors import TraceFormatError
-from stepscope.importers.kineto import native as kineto_native
 from stepscope.importers.kineto.build import decoders
 from stepscope.importers.kineto.events import (
     EVENT,

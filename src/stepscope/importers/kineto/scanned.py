@@ -18,8 +18,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import stepscope.importers.kineto.tables as kt
 from stepscope.apis import classify_api
-from stepscope.importers.kineto import tables as kt
 from stepscope.importers.kineto.build import (
     API_CATEGORIES,
     CPU_OP_CATEGORIES,
