@@ -56,3 +56,17 @@ def test_a_trace_cut_short_costs_its_records_only(tmp_path: Path) -> None:
     assert run.table("kernels").num_rows == 0
     (diag,) = [d for d in run.manifest.diagnostics if d.code == "torch_trace_unreadable"]
     assert diag.level == "error" and diag.file == "rank 0 (pid 1)"
+
+
+def test_kinetos_row_fills_in_for_a_used_gpu_the_driver_did_not_describe(tmp_path: Path) -> None:
+    """The driver described GPU 3 (an active context); the trace's kernels ran on GPU 0, which
+    only Kineto describes: both rows, by device; Kineto's other GPUs are not listed."""
+    staging = staged(tmp_path, gzip.decompress(TRACE.read_bytes()))
+    StagingPartition(staging / "p1-1").write_chunk(
+        {"devices": {"device": [3], "name": ["driver's GPU"], "sm_count": [132]}})
+    run = Run(merge(staging, tmp_path / "run", command=["x.py"], returncode=0,
+                    read_trace=parse_kineto))
+    rows = run.table("devices").to_pylist()
+    assert [(r["device"], r["name"]) for r in rows] == [(0, "NVIDIA H100 80GB HBM3"),
+                                                        (3, "driver's GPU")]
+    assert set(run.table("kernels").column("device").to_pylist()) == {0}

@@ -107,6 +107,8 @@ class Partition:
         t = pa.concat_tables(parts)
         if name in ("threads", "processes", "devices"):  # noted again by every drain: one each
             t = pa.Table.from_pylist(_unique(t.to_pylist()), schema=t.schema)
+        if name == "devices":  # the driver's rows, then any a torch trace added at the merge
+            t = t.sort_by("device")
         return t
 
 
