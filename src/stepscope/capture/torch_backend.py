@@ -12,7 +12,9 @@ program ended, as the ``cupti`` backend's raw records are decoded, not inside th
 The program must have imported torch before the window opens (it always has, when the window is
 opened by the optimizer-step hook). torch.profiler cannot hand over events mid-window: ``flush``
 returns nothing and a process killed mid-window loses the window's GPU events (the CUPTI backend
-does not).
+does not). The trace's rows do not count toward the session's row cap (``max_rows``,
+``capture.window_writer``): they are not known before the merge reads the trace (before the
+trace was read at the merge, a window past the cap lost its GPU tables whole).
 
 The ``devices`` table is made as for the other backends (``capture.devices``, by ``GpuSlot``):
 the driver's rows for the GPUs the process used; at the merge, Kineto's ``deviceProperties`` row
