@@ -18,9 +18,10 @@ ALLOWED = {
     "capture": {"store", "importers"},  # --backend torch reads its Kineto trace back
     "analysis": {"store"},
     "advisor": {"analysis", "store"},
-    "report": {"advisor", "analysis", "store"},
-    "reporters": {"report", "advisor", "analysis", "store"},
-    "cli": {"reporters", "report", "advisor", "analysis", "store", "importers", "capture", "api"},
+    "reporters": {"advisor", "analysis", "store"},
+    "exporters": {"store"},  # run -> Perfetto / Chrome trace events
+    "cli": {"reporters", "exporters", "advisor", "analysis", "store", "importers", "capture",
+            "api"},
     "api": {"capture", "store"},  # stepscope.record() / step(): the Python twin of `record`
 }
 SHARED = {"schema", "errors", "apis", "__init__", "__main__"}
