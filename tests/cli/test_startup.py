@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import stepscope
 from stepscope.cli.main import VERBS, main
 
 
 def _run(code: str) -> str:
+    # the sources under test, not whichever stepscope the interpreter has installed
+    src = str(Path(stepscope.__file__).parent.parent)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PATH": "/usr/bin:/bin"})
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src})
     return out.stdout.strip()
 
 

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.errors import StepscopeError
 
 # Command -> its module in stepscope.cli (each has add_parser and run), in --help order

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.capture.bootstrap import CaptureConfig
 from stepscope.capture.endings import status_text
 from stepscope.capture.gpu import BACKENDS

@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.reporters.json_report import jsonable, report_dict
 from stepscope.reporters.report import Report
 from stepscope.reporters.timeline_data import Page, Timeline, rel_us
