@@ -1,9 +1,9 @@
 """The dependency direction: cli -> reporters -> advisor -> analysis -> store <- importers,
-capture (<- api); cli -> exporters -> store; capture -> importers (the torch backend imports its
-own Kineto trace).
+capture (<- recording); cli -> exporters -> store; capture -> importers (the torch backend imports
+its own Kineto trace).
 
 Inside reporters, only the modules that build the Report from a run (:data:`BUILDERS`) read the
-store; the render modules take the Report. schema, errors, settings, _version and apis may be
+store; the render modules take the Report. schema, errors, settings, _version and call_kinds may be
 imported by every layer; nothing imports cli.
 """
 
@@ -25,10 +25,10 @@ ALLOWED = {
     "reporters": {"advisor", "model", "analysis"},
     "exporters": {"store"},  # run -> Perfetto / Chrome trace events
     "cli": {"reporters", "exporters", "advisor", "model", "analysis", "store", "importers",
-            "capture", "api"},
-    "api": {"capture", "store"},  # stepscope.record() / step(): the Python twin of `record`
+            "capture", "recording"},
+    "recording": {"capture", "store"},  # stepscope.record() / step(): the twin of `record`
 }
-SHARED = {"schema", "errors", "settings", "_version", "apis", "__init__", "__main__"}
+SHARED = {"schema", "errors", "settings", "_version", "call_kinds", "__init__", "__main__"}
 # modules with more than their layer may import: the Report's builders read the run
 BUILDERS = {"reporters/report.py": {"store"}, "reporters/timeline_build.py": {"store"}}
 

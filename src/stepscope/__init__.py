@@ -30,14 +30,15 @@ from stepscope.errors import (
 )
 
 if TYPE_CHECKING:
-    from stepscope.api import Recording, record, step
+    from stepscope.recording import Recording, record, step
     from stepscope.reporters.report import Report
     from stepscope.store.run import Run
 
 __all__ = ["CaptureError", "QueryError", "Recording", "RunError", "StepscopeError",
            "TraceFormatError", "__version__", "analyze", "load", "record", "report", "step"]
 
-_LAZY = {"Recording": "stepscope.api", "record": "stepscope.api", "step": "stepscope.api"}
+_LAZY = {"Recording": "stepscope.recording", "record": "stepscope.recording",
+         "step": "stepscope.recording"}
 FORMATS = ("text", "json", "html")
 
 

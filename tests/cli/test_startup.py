@@ -21,7 +21,7 @@ def _run(code: str) -> str:
 
 
 def test_import_stepscope_is_light_and_the_api_still_works() -> None:
-    assert _run("import sys, stepscope; print(sorted({'numpy', 'pyarrow', 'stepscope.api'}"
+    assert _run("import sys, stepscope; print(sorted({'numpy', 'pyarrow', 'stepscope.recording'}"
                 " & set(sys.modules)))") == "[]"
     assert _run("from stepscope import Recording, record, step; import stepscope;"
                 "print(stepscope.record is record, callable(step), Recording.__name__)") \

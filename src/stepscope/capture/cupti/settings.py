@@ -35,7 +35,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from stepscope.apis import classify_api
+from stepscope.call_kinds import classify_api
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.decode import api_base_name, wanted_call
 from stepscope.schema import ApiKind
