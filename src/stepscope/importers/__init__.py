@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.errors import TraceFormatError
 from stepscope.importers.detect import detect
 from stepscope.importers.kineto import KinetoFile, parse_kineto

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.apis import classify_api
+from stepscope.call_kinds import classify_api
 from stepscope.importers import kineto_tables as kt
 from stepscope.importers.kineto_build import (
     API_CATEGORIES,
