@@ -214,7 +214,7 @@ def test_a_run_recorded_on_an_h100_skips_no_rule_for_a_missing_table() -> None:
     skipped for want of a table the capture should have made (input waits: the program has no
     DataLoader). Before, `memory_underused` was skipped: it looked for a sample name the NVML
     sampler never wrote."""
-    from stepscope.report import build_report
+    from stepscope.reporters.report import build_report
     from stepscope.store.run import Run
 
     run = Run(Path(__file__).parent / "data" / "recorded" / "h100_healthy")

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.capture.bootstrap import CaptureConfig
 from stepscope.capture.endings import status_text
 from stepscope.capture.gpu import BACKENDS
@@ -185,7 +185,7 @@ def summary_line(path: Path, code: int, partial: bool) -> str:
 def _summary(path: Path, code: int) -> None:
     from rich.console import Console
 
-    from stepscope.report import build_report
+    from stepscope.reporters.report import build_report
     from stepscope.reporters.terminal import WIDTH, print_report
     from stepscope.store.run import Run
 

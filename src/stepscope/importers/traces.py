@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.errors import TraceFormatError
 from stepscope.importers.registry import FORMATS, Format, format_of
 from stepscope.store.manifest import Diagnostic, Manifest, SourceInfo

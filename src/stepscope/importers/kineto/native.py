@@ -18,7 +18,6 @@ never depend on which path read a chunk. ``STEPSCOPE_KINETO_NATIVE=0`` (or
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -36,6 +35,7 @@ from stepscope.importers.kineto.build import (
 )
 from stepscope.importers.kineto.events import Event
 from stepscope.schema import CpuOpKind
+from stepscope.settings import Settings
 
 
 def _load() -> ModuleType | None:
@@ -83,7 +83,7 @@ def enabled(native: bool | None = None) -> bool:
         return False
     if native is not None:
         return native
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return Settings.from_env().kineto_native
 
 
 @dataclass(frozen=True)

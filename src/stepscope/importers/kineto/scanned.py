@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import stepscope.importers.kineto.tables as kt
-from stepscope.apis import classify_api
+from stepscope.call_kinds import classify_api
 from stepscope.importers.kineto.build import (
     API_CATEGORIES,
     CPU_OP_CATEGORIES,

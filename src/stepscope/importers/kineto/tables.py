@@ -13,7 +13,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.apis import classify_api
+from stepscope.call_kinds import classify_api
 from stepscope.importers.kineto.columns import (
     Timed,
     args_of,
