@@ -14,19 +14,23 @@ memory event                     :data:`MEMORY_NS` (``profile_memory`` only; sta
                                  allocator work the profiler adds to ops that allocate)
 ===============================  ===================================================
 
-Where the numbers come from (H200 and H100, torch 2.11, 2026-11-22; traced minus untraced
-host time, per step):
+Where the numbers come from (H100, torch 2.11; traced median step minus untraced baseline, per
+step, on the planted-bottleneck suite: ``benchmarks/scenarios``, CPU + CUDA + ``profile_memory``):
 
-* planted-bottleneck suite (``benchmarks/scenarios``, CPU + CUDA + ``profile_memory``):
-  2,000 tiny CUDA ops (2,000 ops + 2,003 API calls + 8,000 memory events) cost 21.0 ms; in
-  ``item_every_step`` the events on the critical path (493 ops, 427 API calls, 835 memory
-  events) cost 5.5 ms and those off it (291, 74, 131) about 1.4 ms. Fitted: ~2 µs per op,
-  ~8 µs per API call, ~0.4 µs per memory event (within 15% of each figure);
-* the GPT fixture (H100, all options): 3,242 ops + 2,130 Python events + 587 API calls + 917
-  memory events on the critical path cost 14.8 ms (25 -> 39.8 ms): the constants give 14.7;
+* 2026-11-22 and 2026-11-26, four GPU calls: 2,000 tiny CUDA ops per step (2,000 ops + 2,003
+  API calls + 8,000 memory events) cost 10.2, 10.9, 12.4 and 14.6 ms; the inference loop (341
+  ops, 100 calls, 290 memory events) 0.98 and 1.05 ms. The constants give 13.4 and 1.12 ms.
+  ``benchmarks/scenarios/profiler_cost_fit.py`` prints these figures from the saved traces
+  (``docs/data/accuracy-2026-11-26/profiler-traces/``) and re-scores the suite with any set of
+  constants: with these, 19 of 19 planted rules first and within +-30%; with the earlier
+  2 µs / 8 µs / 0.4 µs (fitted on an earlier call of 2026-11-22 that measured 21 ms for the 2,000
+  ops), the estimate of two ``launch_bound`` traces fell to 23% and 0% of a measured 84%;
 * a fresh process on the H200 (loops of 1,000 iterations): 5.1 µs per out-of-place CUDA op
-  (op + launch), 1.4-2.5 µs per in-place one, 0.6-0.75 µs per CPU-only op: 2-3x less than the
-  constants. Host speed differs from process to process (DEVICE.md), and with it this cost.
+  (op + launch), 1.4-2.5 µs per in-place one, 0.6-0.75 µs per CPU-only op;
+* the GPT fixture (H100, all options): 3,242 ops + 2,130 Python events + 587 API calls + 917
+  memory events on the critical path cost 14.8 ms (25 -> 39.8 ms): the constants give 11.9, 20%
+  under. Host speed differs from process to process (DEVICE.md), and with it this cost: the
+  launch loop's figure moved 44% between calls of one day.
 
 The idle-time rules use these costs through shares of the step (``model.idle``), so an error
 in them matters little when the host is the bottleneck; when the GPU is partly busy it moves
@@ -49,9 +53,9 @@ from stepscope.schema import CpuOpKind
 OP_NS = 2_000
 SHAPES_NS = 300
 STACK_NS = 0
-API_NS = 8_000
+API_NS = 3_500
 PYTHON_NS = 1_000
-MEMORY_NS = 400
+MEMORY_NS = 300
 
 
 @dataclass(frozen=True)
