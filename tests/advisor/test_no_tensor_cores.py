@@ -10,17 +10,16 @@ import numpy as np
 import pytest
 
 from builder import H100, TraceBuilder
-from stepscope.advisor.base import Context, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
-from stepscope.advisor.rules._kernels import scaling_for
 from stepscope.advisor.rules.no_tensor_cores import RULE
-from stepscope.analysis import Analysis, analyze
+from stepscope.analysis import analyze
 from stepscope.analysis.graph import rank_graph
-from stepscope.analysis.summary import summarize
 from stepscope.importers import import_traces
 from stepscope.model.confidence import Confidence
 from stepscope.model.kernels import steady_kernels
-from stepscope.model.scaling import gpu_bound_share
+from stepscope.model.overhead import host_trust
+from stepscope.model.scaling import gpu_bound_share, scaling_for
 from stepscope.model.speedups import speedups_for
 from stepscope.store.run import Run
 
@@ -41,11 +40,6 @@ WINOGRAD = ("void cudnn::winograd_nonfused::winogradWgradData4x4<float, float>"
             "(cudnn::winograd_nonfused::WinogradDataParams<float, float>)")
 CF32 = ("sm80_xmma_gemm_cf32cf32_f32f32_cf32_nt_n_tilesize64x64x8_stage3_warpsize2x2x1_ffma_"
         "aligna8_alignc8_execute_kernel__5x_cublas")
-
-
-def _ctx(run: Run, analysis: Analysis) -> Context:
-    return Context(analysis=analysis, summary=summarize(analysis),
-                   host_confidence=Confidence.HIGH, host_note="")
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
@@ -150,7 +144,8 @@ def test_cnn_fp32_fixture(cnn: Run) -> None:
     # loss.item() every step: the host waits for the GPU, whose work is all still queued
     sk = steady_kernels(rank_graph(cnn, ra.rank), ra)
     assert sk is not None and sk.n_steps == 3
-    backlog = scaling_for(_ctx(cnn, analysis), ra, sk).backlog_ns
+    backlog = scaling_for(rank_graph(cnn, ra.rank), ra, sk,
+                          host_trust(analysis).est_inflation_ms).backlog_ns
     assert backlog is not None and (backlog > 7e6).all()  # 7.2-7.6 ms: more than the saving
     approx = 10.757 * (1 - 1 / conv.value) + 0.022 * (1 - 1 / gemm.value)
     assert f.est_saving_ms == pytest.approx(approx, rel=0.01)

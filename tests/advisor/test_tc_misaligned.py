@@ -10,8 +10,9 @@ import pytest
 from builder import H100, TraceBuilder
 from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
-from stepscope.advisor.rules.tc_misaligned import RULE, min_alignment, why
+from stepscope.advisor.rules.tc_misaligned import RULE
 from stepscope.analysis import analyze
+from stepscope.model.alignment import min_alignment, why
 from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 

@@ -1,6 +1,6 @@
 """The kernel rules' shared wording and judgement (``small_grid``, ``low_occupancy``,
 ``no_tensor_cores``, ``tc_misaligned``): names cut for titles, where to look, the largest
-saving over ranks, and the step scaling with the run's profiler overhead (``model.scaling``).
+saving over ranks.
 Not a rule: the registry only loads the modules named in ``RULE_IDS``."""
 
 from __future__ import annotations
@@ -8,18 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol, TypeVar
 
-from stepscope.advisor.base import Context, Where
+from stepscope.advisor.base import Where
 from stepscope.analysis import RankAnalysis
-from stepscope.model import scaling
 from stepscope.model.kernels import KernelSaving, SteadyKernels
-from stepscope.model.overhead import host_trust
-from stepscope.model.scaling import Scaling
-
-
-def scaling_for(ctx: Context, ra: RankAnalysis, sk: SteadyKernels) -> Scaling:
-    """``model.scaling.scaling_for`` with the run's profiler overhead added back."""
-    return scaling.scaling_for(ctx.graph_of(ra.rank), ra, sk,
-                               host_trust(ctx.analysis).est_inflation_ms)
 
 
 def short(name: str, width: int = 80) -> str:
