@@ -117,11 +117,6 @@ class Context:
         return self.analysis.graph.rank(rank)
 
     @property
-    def manifest(self) -> Any:
-        """The run's manifest (``store.manifest.Manifest``)."""
-        return self.analysis.graph.manifest
-
-    @property
     def step_ms(self) -> float:
         """Mean steady-state step time (ms), over ranks; 0 when there are no steps."""
         st = self.summary.step_time

@@ -196,7 +196,7 @@ class InputBound:
         window = IntervalSet.of(split.win_start, split.win_end)
         samples = window_samples(ctx.graph_of(ra.rank), (waits & window, window),
                                  (CPU_UTIL, WORKERS_CPU, DISK_READ))
-        evidence += diagnose(ia.dataloader, samples, ctx.manifest.source.kind)
+        evidence += diagnose(ia.dataloader, samples, ctx.graph.manifest.source.kind)
         nw = _num(ia.dataloader.get("num_workers")) if ia.dataloader else None
         if not gpu and nw:
             evidence.append("without GPU work the loader's workers share the CPUs with the "

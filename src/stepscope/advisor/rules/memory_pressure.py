@@ -83,7 +83,7 @@ def _peak_line(p: Peak) -> str:
 
 
 def check(ctx: Context) -> Sequence[Finding]:
-    has_api = ctx.manifest.tables.get("api_calls", 0) > 0
+    has_api = ctx.graph.has("api_calls")
     if not has_api and not any(has_memory_data(ctx.graph_of(ra.rank)) for ra in ctx.ranks):
         raise SkipRule("needs allocator API calls, memory_events (torch.profiler "
                        "profile_memory=True) or GPU memory samples; the run has none")
