@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from stepscope.advisor.base import Finding, Severity
@@ -13,10 +12,8 @@ from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
 from stepscope.advisor.rules.sync_calls import RULE
 from stepscope.analysis import analyze
-from stepscope.analysis.busy import IntervalSet
 from stepscope.importers import import_traces
 from stepscope.model.confidence import Confidence
-from stepscope.model.idle import _first_after
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -148,15 +145,6 @@ def test_cnn_fixture_item_and_pageable_copies(tmp_path: Path) -> None:
 def test_gpt_fixture_has_no_sync_in_its_steps(tmp_path: Path) -> None:
     run = Run(import_traces([DATA / "gpt_bf16_adamw.pt.trace.json.gz"], tmp_path / "run"))
     assert _findings(run) == ()
-
-
-def test_first_idle_after_each_point() -> None:
-    # idle 0-10, 20-30, 50-100 (ns); 15 ns from t=5 -> 5-10, 20-30; 100 ns from 25, but
-    # not beyond 60 -> 25-30, 50-60
-    s = IntervalSet.of(np.array([0, 20, 50]), np.array([10, 30, 100]))
-    got = _first_after(s, np.array([5, 25]), np.array([15, 100]),
-                       np.array([1000, 60]))
-    assert got.starts.tolist() == [5, 20, 50] and got.ends.tolist() == [10, 30, 60]
 
 
 def test_dynamic_loss_scaling_sync_is_named(builder: Any, tmp_path: Path) -> None:
