@@ -271,6 +271,8 @@ def scaling_for(ctx: Context, ra: RankAnalysis, sk: SteadyKernels) -> Scaling:
     a_corr = np.asarray(api.column("correlation").to_numpy(), dtype=np.int64)
     a_slot = assign_to_windows(a_ts, sk.starts, sk.ends)
     m = a_slot >= 0
+    if not m.any():  # no launch inside a steady step (a graph replayed from outside them)
+        return Scaling(None, share)
     host_done = np.full(sk.n_steps, -1, dtype=np.int64)
     np.maximum.at(host_done, a_slot[m], a_end[m])
     # GPU end of the work each step's launches issued
