@@ -13,6 +13,15 @@ from stepscope import __version__
 from stepscope.errors import TraceFormatError
 from stepscope.importers.detect import detect
 from stepscope.importers.kineto import KinetoFile, parse_kineto
+from stepscope.importers.trace_sets import (
+    FileFacts,
+    check_cycles_by_content,
+    check_cycles_by_name,
+    check_tensorboard_runs,
+    facts,
+    mixed_jobs,
+    walk,
+)
 from stepscope.store.manifest import Diagnostic, Manifest, RankInfo, SourceInfo
 from stepscope.store.writer import RunWriter
 
@@ -24,9 +33,11 @@ __all__ = ["KinetoFile", "detect", "import_traces", "parse_kineto", "trace_files
 def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnostic]]:
     """Expand files and folders into the trace files to import, one per rank.
 
-    A folder contributes every ``*.json`` / ``*.json.gz`` directly inside it that
-    looks like a PyTorch profiler trace; other JSON files there are skipped with
-    a diagnostic. A file named explicitly must be a trace.
+    A folder contributes every ``*.json`` / ``*.json.gz`` under it (recursively: a
+    TensorBoard log folder keeps them in ``plugins/profile/<run>/``) that looks like a
+    PyTorch profiler trace; other JSON files there are skipped with a diagnostic. A
+    file named explicitly must be a trace. Traces of several TensorBoard runs, or several
+    profiler cycles of one worker, are refused (``trace_sets``).
     """
     out: list[Path] = []
     diags: list[Diagnostic] = []
@@ -41,8 +52,7 @@ def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnosti
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            candidates = sorted(c for c in p.iterdir()
-                                if c.name.endswith(TRACE_SUFFIXES) and c.is_file())
+            candidates = walk(p, TRACE_SUFFIXES)
             if not candidates:
                 raise TraceFormatError(str(p), "no trace files (*.json, *.json.gz) in this folder")
             found = 0
@@ -66,6 +76,8 @@ def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnosti
     if not out:
         given = ", ".join(str(p) for p in paths) or "(no paths)"
         raise TraceFormatError(given, "no trace files given")
+    check_tensorboard_runs(", ".join(str(p) for p in paths), out)
+    check_cycles_by_name(out)
     return out, diags
 
 
@@ -78,10 +90,14 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
     tools: list[str] = []
     offsets: dict[str, int] = {}
     details: list[dict[str, Any]] = []
+    seen: list[FileFacts] = []
     with RunWriter(out, overwrite=overwrite) as writer:
         for i, f in enumerate(files):
             kf = parse_kineto(f, default_rank=i)
             r = kf.rank.rank
+            seen.append(facts(f, r, kf.details.get("rank_source") == "distributedInfo",
+                              kf.rank.pid, kf.rank.world_size, kf.tables))
+            check_cycles_by_content(seen)
             if r in ranks:
                 raise TraceFormatError(
                     str(f), f"rank {r} again (also the rank of {ranks[r].file}); "
@@ -94,6 +110,9 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
             offsets[str(f)] = kf.clock_offset_ns
             details.append(kf.details)
             del kf  # one file's tables in memory at a time
+        mixed = mixed_jobs(seen)
+        if mixed is not None:
+            diags.append(mixed)
         offset = next(iter(offsets.values()))
         manifest = Manifest(
             source=SourceInfo(
