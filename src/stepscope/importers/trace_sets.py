@@ -101,8 +101,8 @@ class FileFacts:
     pid: int | None
     world_size: int | None
     gpus: tuple[str, ...]  # deviceProperties names
-    start_ns: int | None  # the first and last event of the file
-    end_ns: int | None
+    start_ns: int | None  # the first event of the file
+    end_ns: int | None  # at or after the end of its last
 
 
 def facts(path: Path, rank: int, rank_given: bool, pid: int | None, world_size: int | None,
@@ -113,12 +113,13 @@ def facts(path: Path, rank: int, rank_given: bool, pid: int | None, world_size: 
         t = tables.get(name)
         if t is None or t.num_rows == 0:
             continue
-        ts = t.column("ts_ns")
-        mm = pc.min_max(ts)
-        end = pc.max(pc.add(ts, t.column("dur_ns")))
-        if mm["min"].is_valid and end.is_valid:
+        # the end as last start + longest duration: an upper bound that needs no new column
+        # (cycles and far-apart windows are judged conservatively by it)
+        mm = pc.min_max(t.column("ts_ns"))
+        dur = pc.max(t.column("dur_ns"))
+        if mm["min"].is_valid and mm["max"].is_valid:
             lo.append(mm["min"].as_py())
-            hi.append(end.as_py())
+            hi.append(mm["max"].as_py() + (dur.as_py() if dur.is_valid else 0))
     dev = tables.get("devices")
     gpus = tuple(sorted({str(n) for n in dev.column("name").to_pylist() if n})) \
         if dev is not None and "name" in dev.column_names else ()
