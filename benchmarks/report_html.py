@@ -22,13 +22,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from stepscope.report import build_report
 from stepscope.reporters.html import render_html
+from stepscope.reporters.report import build_report
+from stepscope.reporters.timeline_build import build_page
 from stepscope.store.manifest import Manifest, RankInfo, SourceInfo
 from stepscope.store.run import Run
 from stepscope.store.writer import write_run
@@ -186,8 +188,8 @@ def main() -> int:
         run = Run(run.path)  # cold table cache each time
         t = time.perf_counter()
         report = build_report(run)
-        t1 = time.perf_counter()
-        out = render_html(report, run)
+        t1 = time.perf_counter()  # the page (timeline payload, kernel table) counts as HTML
+        out = render_html(replace(report, page=build_page(run, report.analysis)))
         t2 = time.perf_counter()
         reps.append(t1 - t)
         gens.append(t2 - t1)

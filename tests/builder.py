@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from stepscope.apis import classify_api
+from stepscope.call_kinds import classify_api
 from stepscope.store.manifest import Manifest, RankInfo, SourceInfo
 from stepscope.store.run import Run
 from stepscope.store.writer import write_run

@@ -5,7 +5,7 @@ Each file is the test or sample trace of another tool, copied unchanged from
 tool concluded (from that folder's README: kineto tb_plugin's recommendations reproduced with
 its own code, HTA 0.5.0's temporal breakdown, TraceLens's committed ``gpu_timeline.csv`` and
 its IdleTimeAnalyser test) and what stepscope must say for it to agree. Each file is imported
-(``stepscope import``) and reported (``build_report``), once per session.
+(``stepscope import``) and reported (``reporters.report.build_report``), once per session.
 
 What agreeing means, check by check (the README's criterion):
 
@@ -43,7 +43,7 @@ import pytest
 from stepscope.advisor.rules import RULES
 from stepscope.analysis.summary import summarize
 from stepscope.importers import import_traces
-from stepscope.report import Report, build_report
+from stepscope.reporters.report import Report, build_report
 from stepscope.store.run import Run
 
 EXTERNAL = Path(__file__).parent / "data" / "external"

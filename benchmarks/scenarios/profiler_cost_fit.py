@@ -95,7 +95,7 @@ def event_counts(run: Path) -> tuple[float, float, float, float]:
 
 def score(cases: list[Case], costs: tuple[int, int, int, int]) -> list[tuple[Case, float | None, str]]:
     from stepscope.advisor import profiler_cost
-    from stepscope.report import build_report
+    from stepscope.reporters.report import build_report
     from stepscope.store.run import Run
 
     # swapped for this scoring only (module constants read at call time by costs_for)

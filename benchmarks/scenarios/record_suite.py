@@ -14,7 +14,7 @@ Per scenario, one after the other (nothing runs beside a measurement):
    scenarios are timed only.
 2. ``python -m stepscope record -o DIR/rec/NAME --quiet -- python program.py NAME``: the
    baseline as a user's program, with record's DEFAULT window (no option but -o and --quiet).
-3. The advisor on that run (``stepscope.report.build_report``, the JSON report of ``stepscope
+3. The advisor on that run (``stepscope.reporters.report.build_report``, the JSON report of ``stepscope
    report --format json``) in a child process with a time limit: DIR/rec/NAME.report.json.
 4. Both paths scored alike (``timing.score_first_serious``): the first warning/critical finding
    is the planted rule? its est_saving_pct within +-30% of the measured saving (% of the
@@ -166,8 +166,8 @@ def advise(run_dir: Path, dest: Path, timeout: float) -> dict[str, Any]:
 
 def advise_child(run_dir: str, dest: str) -> int:
     """In the child: build the report (analysis + advice) and write it as JSON."""
-    from stepscope.report import build_report
     from stepscope.reporters.json_report import report_dict
+    from stepscope.reporters.report import build_report
     from stepscope.store.run import Run
 
     t0 = time.perf_counter()

@@ -1,22 +1,108 @@
-"""stepscope: why is my GPU training step slow, and what should I change?"""
+"""stepscope: why is my GPU training step slow, and what should I change?
+
+The face, for Python:
+
+* ``record(out, ...)`` / ``step()``: capture this process (``with stepscope.record("run"):``),
+  marking steps where no optimizer hook does (:class:`Recording`);
+* ``load(path)``: a run folder, opened; or a trace (a Kineto ``.json``/``.json.gz`` file or a
+  folder of them), imported into a run folder first;
+* ``analyze(run)``: the run's analysis and the advice on it, as one ``Report``;
+* ``report(run, format)``: that report rendered as text, JSON or HTML;
+* the error tree: every error stepscope raises is a :class:`StepscopeError`.
+
+``import stepscope`` stays cheap (no numpy/pyarrow, nothing of the capture) for the command
+line: the capture, the store and the analysis are imported on first use.
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from stepscope._version import __version__
+from stepscope.errors import (
+    CaptureError,
+    QueryError,
+    RunError,
+    StepscopeError,
+    TraceFormatError,
+)
 
 if TYPE_CHECKING:
-    from stepscope.api import Recording, record, step
+    from stepscope.recording import Recording, record, step
+    from stepscope.reporters.report import Report
+    from stepscope.store.run import Run
 
-__all__ = ["Recording", "__version__", "record", "step"]
+__all__ = ["CaptureError", "QueryError", "Recording", "RunError", "StepscopeError",
+           "TraceFormatError", "__version__", "analyze", "load", "record", "report", "step"]
+
+_LAZY = {"Recording": "stepscope.recording", "record": "stepscope.recording",
+         "step": "stepscope.recording"}
+FORMATS = ("text", "json", "html")
 
 
 def __getattr__(name: str) -> Any:
-    """``Recording``, ``record`` and ``step`` (``stepscope.api``), imported on first use:
-    ``import stepscope`` stays cheap (no numpy/pyarrow) for the command line."""
-    if name in ("Recording", "record", "step"):
-        from stepscope import api
+    """``Recording``, ``record`` and ``step``, imported on first use (module docstring)."""
+    if name in _LAZY:
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'stepscope' has no attribute {name!r}")
+
+
+def load(path: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
+         overwrite: bool = False) -> Run:
+    """A run: ``path`` itself when it is a run folder, else the trace(s) at ``path`` imported
+    into ``out`` (default: ``<trace name>.stepscope`` beside it, as ``stepscope import`` does;
+    ``overwrite`` replaces a run already there)."""
+    from stepscope.store.run import Run
+
+    p = Path(path)
+    if (p / "manifest.json").is_file():
+        return Run(p)
+    from stepscope.importers import import_traces
+
+    target = Path(out) if out is not None else _default_run_folder(p)
+    return Run(import_traces([p], target, overwrite=overwrite))
+
+
+def _default_run_folder(trace: Path) -> Path:
+    name = trace.name
+    for suffix in (".gz", ".json", ".trace", ".pt"):
+        name = name.removesuffix(suffix)
+    return trace.with_name(name + ".stepscope")
+
+
+def analyze(run: Run | str | os.PathLike[str], *, page: bool = False) -> Report:
+    """The analysis of ``run`` (a ``Run`` or anything :func:`load` takes) and the advice on it;
+    with ``page``, also what the HTML report shows beyond them."""
+    from stepscope.reporters.report import build_report
+
+    return build_report(run if not isinstance(run, (str, os.PathLike)) else load(run), page=page)
+
+
+def report(run: Report | Run | str | os.PathLike[str], format: str = "text") -> str:
+    """``run``'s report (or a ``Report`` of :func:`analyze`) rendered as ``text``, ``json`` or
+    ``html`` (a self-contained page)."""
+    if format not in FORMATS:
+        raise StepscopeError(f"unknown report format {format!r} (one of {', '.join(FORMATS)})")
+    from stepscope.reporters.report import Report
+
+    if not isinstance(run, Report):
+        rep = analyze(run, page=format == "html")
+    elif format == "html" and run.page is None:
+        rep = analyze(run.run_path, page=True)
+    else:
+        rep = run
+    if format == "json":
+        from stepscope.reporters.json_report import to_json
+
+        return to_json(rep)
+    if format == "html":
+        from stepscope.reporters.html import to_html
+
+        return to_html(rep)
+    from stepscope.reporters.terminal import render_text
+
+    return render_text(rep)

@@ -17,8 +17,8 @@ import pytest
 
 from builder import TraceBuilder
 from stepscope.importers import import_traces
-from stepscope.report import build_report
 from stepscope.reporters.html import to_html
+from stepscope.reporters.report import build_report
 from stepscope.store.run import Run
 
 CHROMIUM = os.environ.get("STEPSCOPE_CHROMIUM", "/usr/bin/chromium")
@@ -53,7 +53,7 @@ def browser() -> Iterator[Any]:
 
 
 def _report(run: Run, out: Path) -> Path:
-    out.write_text(to_html(build_report(run), run), encoding="utf-8")
+    out.write_text(to_html(build_report(run, page=True)), encoding="utf-8")
     return out
 
 

@@ -8,8 +8,8 @@ from tests.capture.test_bootstrap import captured_run, run_steps, session
 
 from builder import TraceBuilder
 from stepscope.capture.partitions import merge
-from stepscope.report import build_report
 from stepscope.reporters.json_report import report_dict
+from stepscope.reporters.report import build_report
 from stepscope.reporters.terminal import render_text
 from stepscope.store.run import Run
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from builder import TraceBuilder
-from stepscope.report import Ending, build_report, run_ending
 from stepscope.reporters.json_report import to_json
+from stepscope.reporters.report import Ending, build_report, run_ending
 from stepscope.reporters.terminal import _capture_line, render_text
 from stepscope.store.manifest import Diagnostic, Manifest, RankInfo, SourceInfo
 

@@ -16,8 +16,9 @@ import pytest
 
 from builder import TraceBuilder
 from stepscope.cli.main import main
-from stepscope.report import build_report
 from stepscope.reporters.html import render_html, script_json
+from stepscope.reporters.report import build_report
+from stepscope.reporters.timeline_build import build_timeline
 from stepscope.reporters.timeline_columns import (
     ESC,
     lane_overlaps,
@@ -26,7 +27,7 @@ from stepscope.reporters.timeline_columns import (
     row_groups,
 )
 from stepscope.reporters.timeline_counters import decimate
-from stepscope.reporters.timeline_data import K, build_timeline
+from stepscope.reporters.timeline_data import K
 from stepscope.store.manifest import Manifest, RankInfo, SourceInfo
 from stepscope.store.writer import write_run
 
@@ -93,7 +94,7 @@ def small_run(tmp_path: Path, names: list[str] | None = None):  # type: ignore[n
 
 def test_payload_decodes_to_the_run(tmp_path: Path) -> None:
     run = small_run(tmp_path)
-    out = render_html(build_report(run), run)
+    out = render_html(build_report(run, page=True))
     data = _data(out.text)
     meta = data["timeline"]
     ev = decode(meta, _blob(out.text))
@@ -182,7 +183,7 @@ def test_event_budget_drops_python_frames_first(tmp_path: Path) -> None:
 
 def test_hostile_names_cannot_break_out(tmp_path: Path) -> None:
     run = small_run(tmp_path, HOSTILE)
-    html = render_html(build_report(run), run).text
+    html = render_html(build_report(run, page=True)).text
     # exactly the page's own three script elements, and no markup from the trace
     assert len(re.findall(r"<script", html, re.IGNORECASE)) == 3
     assert len(re.findall(r"</script", html, re.IGNORECASE)) == 3
@@ -194,9 +195,18 @@ def test_hostile_names_cannot_break_out(tmp_path: Path) -> None:
     assert "{{JS}} {{DATA}}" in json.dumps(data, ensure_ascii=False)
 
 
+def test_html_takes_the_report_with_its_page(tmp_path: Path) -> None:
+    run = small_run(tmp_path)
+    with pytest.raises(ValueError, match="page=True"):
+        render_html(build_report(run))  # the page is read from the run when the report is built
+    rep = build_report(run, page=True)
+    assert rep.page is not None and rep.page.api_calls == run.table("api_calls").num_rows
+    assert render_html(rep).timeline is rep.page.timeline
+
+
 def test_csp_allows_only_the_page_script(tmp_path: Path) -> None:
     run = small_run(tmp_path)
-    html = render_html(build_report(run), run).text
+    html = render_html(build_report(run, page=True)).text
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html)
     assert csp is not None
     policy = csp.group(1)
@@ -250,7 +260,7 @@ def _bulk_run(path: Path, n: int) -> Any:
 
 def test_size_per_event_keeps_200k_gpu_events_under_10_mb(tmp_path: Path) -> None:
     run = _bulk_run(tmp_path / "bulk", 30_000)
-    out = render_html(build_report(run), run)
+    out = render_html(build_report(run, page=True))
     assert out.timeline.events == 90_001  # and the one whole-trace step
     payload = len(base64.b64encode(out.timeline.blob))
     # ~3 host+GPU events per GPU event; 200k GPU events must stay well under 10 MB of HTML

@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 from builder import TraceBuilder
-from stepscope.report import build_report
 from stepscope.reporters.json_report import to_json
+from stepscope.reporters.report import build_report
 from stepscope.reporters.terminal import breakdown_bar, render_text
 
 HOSTILE = "[bold red]<img src=x onerror=alert(1)>[/bold red] \\[x]"
@@ -41,7 +41,7 @@ def test_breakdown_bar_width_is_exact() -> None:
 
 def test_the_fix_is_in_the_programs_framework() -> None:
     from stepscope.advisor.base import Fix
-    from stepscope.report import fix_for
+    from stepscope.reporters.report import fix_for
 
     fix = Fix(pytorch="torch fix", jax="jax fix", cuda="cuda fix")
     assert fix_for(fix, ("jax",)) == "jax fix"
@@ -53,7 +53,7 @@ def test_the_fix_is_in_the_programs_framework() -> None:
 
 
 def test_the_runs_frameworks_come_from_its_processes() -> None:
-    from stepscope.report import run_frameworks
+    from stepscope.reporters.report import run_frameworks
     from stepscope.store.manifest import Manifest, SourceInfo
 
     def m(kind: str, ranks: object) -> Manifest:

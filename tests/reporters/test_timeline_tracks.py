@@ -13,10 +13,11 @@ import pytest
 from tests.reporters.test_html import _data, decode
 
 from builder import TraceBuilder, imported
-from stepscope.report import build_report
 from stepscope.reporters.html import render_html
-from stepscope.reporters.timeline_data import K, build_timeline
-from stepscope.reporters.timeline_host import ThreadNames, leaf_label
+from stepscope.reporters.report import build_report
+from stepscope.reporters.timeline_build import build_timeline, thread_names
+from stepscope.reporters.timeline_data import K
+from stepscope.reporters.timeline_host import leaf_label
 from stepscope.store.run import Run
 
 PID, MAIN, AUTOGRAD, PIN, WORKER = 4242, 4242, 4300, 4400, 5000
@@ -146,7 +147,7 @@ def test_leaf_label() -> None:
 def test_thread_names_fall_back_to_the_process_then_the_tid(tmp_path: Path) -> None:
     b = TraceBuilder(pid=7, tid=7)
     b.thread("loader", 9).process("python3", 7).process("DataLoader worker 1", 8)
-    names = ThreadNames.of(b.build(tmp_path / "run"))
+    names = thread_names(b.build(tmp_path / "run"))
     assert names.label(0, 7, 9) == ("loader", False)
     assert names.label(0, 7, 7) == ("main thread", True)  # tid = pid of the main process
     assert names.label(0, 7, 11) == ("thread 11", False)
@@ -174,7 +175,7 @@ HOSTILE_FRAME = "/w/<b>x.py:1 </script><script>window.__pwned=2</script>"
 
 def test_hostile_thread_and_frame_names_stay_data(tmp_path: Path) -> None:
     run = recorded_run(tmp_path, main_name=HOSTILE_THREAD, frame=HOSTILE_FRAME)
-    html = render_html(build_report(run), run).text
+    html = render_html(build_report(run, page=True)).text
     assert len(re.findall(r"<script", html, re.IGNORECASE)) == 3
     assert len(re.findall(r"</script", html, re.IGNORECASE)) == 3
     assert "<img" not in html and "<b>" not in html

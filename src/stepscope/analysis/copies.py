@@ -7,7 +7,7 @@ Per copy (``memcpy`` row of the rank)::
     exposed_ns  = ns - overlap_ns          (copy time during which no kernel ran)
     host end    = src_kind for HtoD, dst_kind for DtoH (pageable | pinned | ...)
     api_async   = the call with the same correlation has "Async" in its name
-    host_blocking = that call is synchronous (apis.is_blocking_call), or the host end is
+    host_blocking = that call is synchronous (call_kinds.is_blocking_call), or the host end is
                     pageable (the driver stages pageable memory and returns when done,
                     whatever the call's name)
     tiny        = bytes < 64 KiB (latency-bound: batch them)
@@ -53,7 +53,7 @@ from stepscope.analysis.launches import (
     per_window,
     str_in,
 )
-from stepscope.apis import is_blocking_call
+from stepscope.call_kinds import is_blocking_call
 from stepscope.schema import CopyKind, MemoryKind
 from stepscope.store.run import Run
 

@@ -5,7 +5,7 @@ What blocks the host (``api_calls`` of the rank)
 * **sync calls**: ``kind == "sync"`` (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``,
   ``cudaEventSynchronize``, ``cuCtxSynchronize``, HIP equivalents);
 * **blocking copies**: ``kind == "memcpy"`` calls that are synchronous by name
-  (:func:`stepscope.apis.is_blocking_call`: ``cudaMemcpy``, ``cuMemcpyDtoH`` ...) or whose
+  (:func:`stepscope.call_kinds.is_blocking_call`: ``cudaMemcpy``, ``cuMemcpyDtoH`` ...) or whose
   memcpy record (same ``correlation``) is HtoD from pageable memory or DtoH into pageable
   memory (the driver stages those through a bounce buffer and returns only when done).
 
@@ -66,7 +66,7 @@ from stepscope.analysis.launches import (
     per_window,
     str_in,
 )
-from stepscope.apis import is_blocking_call
+from stepscope.call_kinds import is_blocking_call
 from stepscope.schema import ApiKind, CopyKind, CpuOpKind, MemoryKind
 from stepscope.store.run import Run
 

@@ -57,6 +57,7 @@ from stepscope.capture.samplers.numa import numa_node_cpus
 from stepscope.capture.samplers.remote import SamplerProcess
 from stepscope.capture.stacks import StackSampler
 from stepscope.schema import StepSource
+from stepscope.settings import Settings
 from stepscope.store.manifest import Diagnostic
 
 HOST_TABLES = ("samples", "stacks", "input_waits", "steps", "threads", "processes")
@@ -66,7 +67,7 @@ _JOIN_TIMEOUT_S = 2.0
 def _sampler_process_default() -> bool:
     """``STEPSCOPE_SAMPLER_PROCESS=0`` samples in a thread of the profiled process instead (the
     knob the overhead benchmark turns)."""
-    return os.environ.get("STEPSCOPE_SAMPLER_PROCESS", "1") != "0"
+    return Settings.from_env().sampler_process
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.importers import import_traces
-from stepscope.report import build_report
 from stepscope.reporters.html import to_html
 from stepscope.reporters.json_report import to_json
+from stepscope.reporters.report import build_report
 from stepscope.reporters.terminal import console_for_stdout, print_report, render_text
 from stepscope.store.run import Run
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         with resources.as_file(data / f"{name}.pt.trace.json.gz") as trace:
             run_dir = import_traces([trace], out / f"{name}.stepscope", overwrite=True)
         run_ = Run(run_dir)
-        report = build_report(run_)
+        report = build_report(run_, page=True)
         console.rule(f"[bold]{title}")
         print_report(report, console)
         json_path = out / f"{name}.report.json"
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         html_path = out / f"{name}.report.html"
         json_path.write_text(to_json(report), encoding="utf-8")
         txt_path.write_text(render_text(report), encoding="utf-8")
-        html_path.write_text(to_html(report, run_), encoding="utf-8")
+        html_path.write_text(to_html(report), encoding="utf-8")
         written += [run_dir, html_path, json_path, txt_path]
     console.rule("[bold]demo files")
     for p in written:

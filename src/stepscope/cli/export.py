@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.errors import StepscopeError
-from stepscope.reporters.trace_export import export_trace
+from stepscope.exporters.trace import export_trace
 from stepscope.store.run import Run
 
 SUFFIXES = (".json", ".json.gz")

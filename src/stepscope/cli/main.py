@@ -8,13 +8,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.errors import StepscopeError
 
-# Command -> its module in stepscope.cli (each has add_parser and run), in --help order.
+# Command -> its module in stepscope.cli (each has add_parser and run), in --help order
+# (`import` is a keyword: its module is import_).
 # Only the module of the command being run is imported: the others pull in the analysis,
 # reporters, capture, rich and DuckDB (~0.3 s of CPU at every start of `stepscope import`).
-VERBS = {"record": "record", "import": "export_import", "report": "report", "query": "query",
+VERBS = {"record": "record", "import": "import_", "report": "report", "query": "query",
          "export": "export", "demo": "demo"}
 
 

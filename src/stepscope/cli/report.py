@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.errors import StepscopeError
-from stepscope.report import build_report
 from stepscope.reporters.html import to_html
 from stepscope.reporters.json_report import to_json
+from stepscope.reporters.report import build_report
 from stepscope.reporters.terminal import print_report, render_text
 from stepscope.store.run import Run
 
@@ -31,8 +31,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     fmt = args.format or format_for(args.output)
     run_ = Run(args.run_dir)
-    report = build_report(run_)
-    text = to_json(report) if fmt == "json" else to_html(report, run_) if fmt == "html" else None
+    report = build_report(run_, page=fmt == "html")
+    text = to_json(report) if fmt == "json" else to_html(report) if fmt == "html" else None
     output = args.output or (str(run_.path / "report.html") if fmt == "html" else None)
     if output:
         out = Path(output)

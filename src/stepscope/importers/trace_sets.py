@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,7 +106,7 @@ class FileFacts:
 
 
 def facts(path: Path, rank: int, rank_given: bool, pid: int | None, world_size: int | None,
-          tables: dict[str, pa.Table]) -> FileFacts:
+          tables: Mapping[str, pa.Table]) -> FileFacts:
     lo: list[int] = []
     hi: list[int] = []
     for name in _TIMED:

@@ -31,21 +31,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from stepscope import __version__
-from stepscope.analysis.kernels import kernel_table
-from stepscope.report import Report
+from stepscope._version import __version__
 from stepscope.reporters.json_report import jsonable, report_dict
-from stepscope.reporters.timeline_data import Timeline, build_timeline
-from stepscope.store.run import Run
+from stepscope.reporters.report import Report
+from stepscope.reporters.timeline_data import Page, Timeline, rel_us
 
-KERNEL_ROWS = 1000  # per rank, by total time
-FULL_TABLE_MAX_LAUNCHES = 50_000  # above this, the kernels section shows the analysis' top rows
-COPY_ROWS = 500  # longest copies listed in the copies section
-DEFAULT_MAX_EVENTS = 3_000_000
 _ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
             "\u2029": "\\u2029"}
 _SLOT = re.compile(r"\{\{([A-Z_]+)\}\}")
@@ -67,16 +57,12 @@ def _asset(name: str) -> str:
     return (resources.files("stepscope.reporters") / "assets" / name).read_text(encoding="utf-8")
 
 
-def _rel_us(ns: int | None, t0: int) -> float | None:
-    return None if ns is None else round((int(ns) - t0) / 1e3, 3)
-
-
 def _steps(report: Report, t0: int) -> list[dict[str, Any]]:
     out = []
     for ra in report.analysis.ranks:
         for st, busy, bd in zip(ra.steps.steps, ra.step_busy_ns, ra.breakdown.per_step):
             out.append({"rank": ra.rank, "index": st.index, "number": st.number,
-                        "start_us": _rel_us(st.start_ns, t0), "end_us": _rel_us(st.end_ns, t0),
+                        "start_us": rel_us(st.start_ns, t0), "end_us": rel_us(st.end_ns, t0),
                         "wall_ms": st.wall_ns / 1e6, "gpu_busy_ms": busy / 1e6,
                         "steady": st.steady, "note": st.note,
                         "breakdown": {c: v / 1e6 for c, v in bd.items()}})
@@ -95,45 +81,9 @@ def _where(report: Report, t0: int) -> list[dict[str, Any] | None]:
             if st:
                 s, e = min(x.start_ns for x in st), max(x.end_ns for x in st)
         out.append(None if s is None or e is None else
-                   {"rank": w.rank, "start_us": _rel_us(s, t0), "end_us": _rel_us(e, t0),
+                   {"rank": w.rank, "start_us": rel_us(s, t0), "end_us": rel_us(e, t0),
                     "kernel": w.kernels[0] if w.kernels else None})
     return out
-
-
-def _kernels(run: Run, report: Report) -> tuple[list[dict[str, Any]], bool]:
-    """Kernel table rows of every rank, and whether some rank's table is only its top rows.
-
-    Ranks with more than :data:`FULL_TABLE_MAX_LAUNCHES` launches use the analysis' own top
-    kernels (:data:`stepscope.analysis.TOP_KERNELS`) instead of recomputing the full table.
-    """
-    rows, partial = [], False
-    for ra in report.analysis.ranks:
-        if ra.kernel_count > FULL_TABLE_MAX_LAUNCHES:
-            table, partial = ra.kernels, partial or ra.kernel_count > len(ra.kernels)
-        else:
-            table = kernel_table(run, ra.rank, window=ra.steady_window, limit=KERNEL_ROWS)
-        for k in table:
-            d = jsonable(k)
-            d["rank"] = ra.rank
-            rows.append(d)
-    return rows, partial
-
-
-def _copies(run: Run, t0: int) -> dict[str, Any]:
-    m = run.table("memcpy")
-    total = m.num_rows
-    if total > COPY_ROWS:
-        dur = m.column("dur_ns").to_numpy()
-        m = m.take(pa.array(np.argsort(-dur, kind="stable")[:COPY_ROWS]))
-    rows = []
-    for r in m.to_pylist():
-        rows.append({"rank": r["rank"], "start_us": _rel_us(r["ts_ns"], t0),
-                     "dur_us": r["dur_ns"] / 1e3, "kind": r["kind"], "bytes": r["bytes"],
-                     "src": r["src_kind"], "dst": r["dst_kind"], "device": r["device"],
-                     "stream": r["stream"],
-                     "gbs": (r["bytes"] / r["dur_ns"]) if r["bytes"] and r["dur_ns"] else None})
-    rows.sort(key=lambda r: -float(r["dur_us"]))
-    return {"total": total, "rows": rows}
 
 
 def _syncs(report: Report, t0: int) -> list[dict[str, Any]]:
@@ -141,18 +91,13 @@ def _syncs(report: Report, t0: int) -> list[dict[str, Any]]:
     for ra in report.analysis.ranks:
         for ev in ra.syncs.events:
             d = jsonable(ev)
-            d.update(rank=ra.rank, start_us=_rel_us(ev.ts_ns, t0), end_us=_rel_us(ev.end_ns, t0))
+            d.update(rank=ra.rank, start_us=rel_us(ev.ts_ns, t0), end_us=rel_us(ev.end_ns, t0))
             out.append(d)
     return out
 
 
-def _devices(run: Run) -> list[dict[str, Any]]:
-    t = run.table("devices")
-    return [jsonable(d) for d in t.to_pylist()]
-
-
-def ui_data(report: Report, run: Run, timeline: Timeline) -> dict[str, Any]:
-    t0 = int(timeline.meta["t0_ns"])
+def ui_data(report: Report, page: Page) -> dict[str, Any]:
+    t0 = int(page.timeline.meta["t0_ns"])
     ks = [ra.kernel_summary for ra in report.analysis.ranks]
     precision: dict[str, float] = {}
     categories: dict[str, float] = {}
@@ -163,8 +108,12 @@ def ui_data(report: Report, run: Run, timeline: Timeline) -> dict[str, Any]:
             categories[c] = categories.get(c, 0.0) + ns / 1e6
     occ = [(k.mean_occupancy, k.total_ns) for k in ks if k.mean_occupancy is not None]
     m = report.manifest
-    api = run.table("api_calls")
-    kernels, top_only = _kernels(run, report)
+    kernels = []
+    for rank, table in page.kernels:
+        for row in table:
+            d = jsonable(row)
+            d["rank"] = rank
+            kernels.append(d)
     return {
         "generator": f"stepscope {__version__}",
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -178,15 +127,13 @@ def ui_data(report: Report, run: Run, timeline: Timeline) -> dict[str, Any]:
                            if occ and sum(w for _, w in occ) else None),
         "overhead": jsonable(m.overhead),
         "settings": jsonable(m.settings),
-        "devices": _devices(run),
+        "devices": [jsonable(d) for d in page.devices],
         "kernels": kernels,
-        "kernels_top_only": top_only,
-        "copies": _copies(run, t0),
+        "kernels_top_only": page.kernels_top_only,
+        "copies": page.copies,
         "sync_events": _syncs(report, t0),
-        "api_calls": api.num_rows,
-        "launch_apis": int(pc.sum(pc.is_in(api.column("kind").cast(pa.string()),
-                                           pa.array(["launch", "graph_launch"]))).as_py() or 0)
-        if api.num_rows else 0,
+        "api_calls": page.api_calls,
+        "launch_apis": page.launch_apis,
     }
 
 
@@ -195,12 +142,14 @@ def _fill(template: str, slots: dict[str, str]) -> str:
     return _SLOT.sub(lambda m: slots[m.group(1)], template)
 
 
-def render_html(report: Report, run: Run | None = None, *,
-                max_events: int | None = DEFAULT_MAX_EVENTS) -> HtmlReport:
-    """The report as one HTML document (string) and the timeline payload it embeds."""
-    run = run if run is not None else Run(report.run_path)
-    timeline = build_timeline(run, report.analysis, max_events=max_events)
-    data = {"report": report_dict(report), "ui": ui_data(report, run, timeline),
+def render_html(report: Report) -> HtmlReport:
+    """The report as one HTML document (string) and the timeline payload it embeds; the report
+    must carry its page (``build_report(run, page=True)``)."""
+    page = report.page
+    if page is None:
+        raise ValueError("the HTML report needs the report's page: build_report(run, page=True)")
+    timeline = page.timeline
+    data = {"report": report_dict(report), "ui": ui_data(report, page),
             "timeline": timeline.meta}
     js = _asset("report.js")
     if "</script" in js.lower():
@@ -220,11 +169,11 @@ def render_html(report: Report, run: Run | None = None, *,
     return HtmlReport(text=text, timeline=timeline)
 
 
-def to_html(report: Report, run: Run | None = None) -> str:
-    return render_html(report, run).text
+def to_html(report: Report) -> str:
+    return render_html(report).text
 
 
-def write_html(report: Report, path: str | Path, run: Run | None = None) -> Path:
+def write_html(report: Report, path: str | Path) -> Path:
     out = Path(path)
-    out.write_text(to_html(report, run), encoding="utf-8")
+    out.write_text(to_html(report), encoding="utf-8")
     return out

@@ -43,7 +43,7 @@ import numpy as np
 
 from stepscope.advisor import Finding
 from stepscope.analysis.summary import StepTimeStats, summarize
-from stepscope.report import REPORT_SCHEMA, Report
+from stepscope.reporters.report import REPORT_SCHEMA, Report
 
 
 def jsonable(obj: Any) -> Any:

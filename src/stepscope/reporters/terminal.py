@@ -11,7 +11,7 @@ from rich.text import Text
 
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.analysis.summary import RunSummary, summarize
-from stepscope.report import Report, fix_for
+from stepscope.reporters.report import Report, fix_for
 
 WIDTH = 100
 BAR = 72

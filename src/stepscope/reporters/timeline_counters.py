@@ -17,22 +17,20 @@ the raw samples before decimation: CPU ``mean`` (``cpu.util_pct``, else the mean
 ``disk`` (read + write) and ``network`` (received + sent) in B/s. Where a summary combines
 metrics sampled at different times, each one holds its last value until its next sample.
 A group with one metric shows it alone (``role: "single"``), as do allocator memory counters.
+
+The series are read from the run by :mod:`stepscope.reporters.timeline_build` (``CounterData``);
+this module only shapes them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from itertools import pairwise
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from stepscope.store.run import Run
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -53,7 +51,8 @@ _ORDER = ("cpu.util_pct", "process.cpu_pct", "dataloader.workers_cpu_pct", "data
 
 @dataclass(frozen=True)
 class Series:
-    """One sampled metric of one rank (and device), times in ns relative to ``t0``."""
+    """One sampled metric of one rank (and device), times in ns (since the epoch as read,
+    relative to ``t0`` once :func:`build_counters` has them)."""
 
     rank: int
     device: int  # -1: not a GPU metric
@@ -61,11 +60,6 @@ class Series:
     unit: str
     ts: I64
     values: F64
-
-
-def _i64(t: pa.Table, name: str, fill: int = -1) -> I64:
-    return np.asarray(pc.fill_null(t.column(name), fill).to_numpy(zero_copy_only=False),
-                      dtype=np.int64)
 
 
 def decimate(ts: I64, values: list[F64], points: int, how: str) -> tuple[I64, list[F64]]:
@@ -84,54 +78,44 @@ def decimate(ts: I64, values: list[F64], points: int, how: str) -> tuple[I64, li
     return ts[starts], out
 
 
-def _memory(run: Run, t0: int, points: int) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class MemorySeries:
+    """One device's allocator totals after each of its events, times in ns since the epoch."""
+
+    rank: int
+    device_type: str  # "gpu" or a host kind
+    device: int
+    ts: I64
+    allocated: F64
+    reserved: F64
+    capacity: int | None  # the GPU's total memory, where the devices table has it
+
+
+@dataclass(frozen=True)
+class CounterData:
+    """What the counters are made of, as read from the run (:mod:`.timeline_build`)."""
+
+    memory: tuple[MemorySeries, ...]
+    samples: tuple[Series, ...]  # times in ns since the epoch
+
+
+def _memory(mems: tuple[MemorySeries, ...], t0: int, points: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    caps = {(int(d["rank"]), int(d["device"])): d.get("total_memory")
-            for d in run.table("devices").to_pylist()}
-    mem = run.table("memory_events")
-    if not mem.num_rows:
-        return out
-    mem = mem.sort_by([("rank", "ascending"), ("ts_ns", "ascending")])
-    dtype = pc.fill_null(mem.column("device_type").cast(pa.string()), "gpu").to_pylist()
-    keys = list(zip(_i64(mem, "rank").tolist(), dtype, _i64(mem, "device").tolist()))
-    for key in sorted(set(keys)):
-        sub = mem.filter(pa.array([k == key for k in keys]))
-        ts = _i64(sub, "ts_ns", 0) - t0
-        vals = [_i64(sub, c, 0).astype(np.float64) for c in ("total_allocated", "total_reserved")]
+    for m in mems:
+        ts = m.ts - t0
+        vals = [m.allocated, m.reserved]
         peaks = [float(v.max()) for v in vals]
         ts, vals = decimate(ts, vals, points, "max")
-        r, dev_type, dev = key
+        r, dev_type, dev = m.rank, m.device_type, m.device
         label = f"GPU {dev} memory" if dev_type == "gpu" else "host memory"
         out.append({"kind": "memory", "role": "single", "rank": r, "device": dev,
                     "device_type": dev_type, "label": label, "unit": "B",
                     "t_us": _round(ts / 1e3),
                     "series": {"allocated": _round(vals[0]), "reserved": _round(vals[1])},
                     "peak": {"allocated": peaks[0], "reserved": peaks[1]},
-                    "capacity": caps.get((r, dev)) if dev_type == "gpu" else None,
-                    "events": sub.num_rows})
+                    "capacity": m.capacity if dev_type == "gpu" else None,
+                    "events": int(m.ts.size)})
     return out
-
-
-def sample_series(run: Run, t0: int) -> list[Series]:
-    """The ``samples`` table as one time-sorted series per (rank, device, metric)."""
-    smp = run.table("samples")
-    if not smp.num_rows:
-        return []
-    rank, dev, ts = _i64(smp, "rank", 0), _i64(smp, "device"), _i64(smp, "ts_ns", 0) - t0
-    metric = pc.dictionary_encode(smp.column("metric").cast(pa.string())).combine_chunks()
-    names = [str(x) for x in metric.dictionary.to_pylist()]
-    code = np.asarray(metric.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    unit = pc.fill_null(smp.column("unit").cast(pa.string()), "").to_numpy(zero_copy_only=False)
-    value = np.asarray(pc.fill_null(smp.column("value"), np.nan).to_numpy(zero_copy_only=False),
-                       dtype=np.float64)
-    order = np.lexsort((ts, code, dev, rank))
-    rank, dev, code, ts, value, unit = (rank[order], dev[order], code[order], ts[order],
-                                        value[order], unit[order])
-    cut = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (dev[1:] != dev[:-1])
-                               | (code[1:] != code[:-1]), True])
-    return [Series(rank=int(rank[a]), device=int(dev[a]), metric=names[int(code[a])],
-                   unit=str(unit[a] or ""), ts=ts[a:b], values=value[a:b])
-            for a, b in pairwise(cut.tolist())]
 
 
 def _group_of(s: Series) -> str:
@@ -246,10 +230,11 @@ def _sample_counter(s: Series, points: int) -> dict[str, Any]:
             "events": int(s.ts.size)}
 
 
-def build_counters(run: Run, t0: int, points: int = COUNTER_POINTS) -> list[dict[str, Any]]:
+def build_counters(data: CounterData, t0: int, points: int = COUNTER_POINTS
+                   ) -> list[dict[str, Any]]:
     """Allocator memory per device, then each rank's sample groups (summary, then members)."""
-    out = _memory(run, t0, points)
-    for key, label, whole in _groups(sample_series(run, t0)):
+    out = _memory(data.memory, t0, points)
+    for key, label, whole in _groups([replace(s, ts=s.ts - t0) for s in data.samples]):
         if len(whole) == 1:
             out.append(_sample_counter(whole[0], points))
             continue

@@ -31,6 +31,9 @@ Counters (allocator memory, samples) are small JSON series in ``counters``
 (:mod:`stepscope.reporters.timeline_counters`). With ``max_events``, the shortest host
 ``python`` frames are dropped first (then framework ops) and ``dropped`` says how many; GPU
 events are always kept.
+
+:mod:`stepscope.reporters.timeline_build` reads the run's events into the accumulators of
+:mod:`stepscope.reporters.timeline_columns`; :func:`layout` sorts them into lanes and packs them.
 """
 
 from __future__ import annotations
@@ -42,11 +45,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from stepscope.analysis import Analysis
-from stepscope.analysis.kernels import kernel_frame
+from stepscope.analysis.kernels import KernelStats
 from stepscope.reporters.timeline_columns import (
     ESC,
     I64,
@@ -55,31 +56,20 @@ from stepscope.reporters.timeline_columns import (
     Parts,
     Strings,
     Tracks,
-    enum_codes,
-    i64,
-    key_ids,
     lanes,
     pack,
-    row_groups,
     u32_escaped,
 )
-from stepscope.reporters.timeline_counters import build_counters
-from stepscope.reporters.timeline_host import (
-    API_KINDS,
-    ThreadNames,
-    add_host,
-    order_key,
-    thread_events,
-)
+from stepscope.reporters.timeline_counters import CounterData, build_counters
+from stepscope.reporters.timeline_host import API_KINDS, order_key, thread_events
 from stepscope.schema import CopyKind, MemoryKind
-from stepscope.store.run import Run
 
-__all__ = ["KINDS", "K", "Timeline", "build_timeline"]
+__all__ = ["KINDS", "K", "Page", "Timeline", "add_steps", "layout", "rel_us"]
 COPY_KINDS = [c.value for c in CopyKind]
 MEM_KINDS = [m.value for m in MemoryKind]
-_CFG_INT = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
+CFG_INT = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
             "shared_memory", "static_smem", "dynamic_smem")
-_CFG_ALL = (*_CFG_INT, "occupancy", "occupancy_limiter", "active_blocks_per_sm", "sm_coverage",
+CFG_ALL = (*CFG_INT, "occupancy", "occupancy_limiter", "active_blocks_per_sm", "sm_coverage",
             "waves", "source_occupancy_pct")
 _U32_EXTRA = ("k_cfg", "s_stack", "s_n")  # per-kind columns that are indices or counts
 
@@ -92,51 +82,26 @@ class Timeline:
     raw_bytes: int
 
 
-def _gpu(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
-         stream_names: dict[tuple[int, int, int], str]) -> None:
-    def make(key: tuple[int, ...]) -> dict[str, Any]:
-        _, dev, stream = key
-        label = stream_names.get((r, dev, stream)) or f"stream {stream}"
-        return {"type": "stream", "rank": r, "device": dev, "stream": stream,
-                "label": f"GPU {dev} · {label}" if dev >= 0 else label, "order": (r, 1, dev, stream)}
+@dataclass(frozen=True)
+class Page:
+    """What the HTML page shows beyond the report, read from the run when the report is built
+    (:func:`stepscope.reporters.timeline_build.build_page`)."""
 
-    def ids(t: pa.Table) -> I64:
-        return key_ids(tracks, [np.full(t.num_rows, r), i64(t, "device"), i64(t, "stream")],
-                       make)
-
-    k = kernel_frame(run, r)
-    if k.num_rows:
-        cfg_cols = [i64(k, c) for c in _CFG_INT] + [i64(k, "device"), np.full(k.num_rows, r)]
-        inv, first = row_groups(cfg_cols)
-        rows = k.take(pa.array(first)).select(list(_CFG_ALL)).to_pylist()
-        base = len(parts.configs)
-        parts.configs.extend([row[c] for c in _CFG_ALL] for row in rows)
-        names = strings.column(k.column("name"))
-        _, firsts = np.unique(names, return_index=True)
-        cls = k.take(pa.array(firsts)).select(["category", "precision", "tensor_cores"]).to_pylist()
-        parts.classes.extend((int(names[i]), c) for i, c in zip(firsts, cls))
-        parts.add(K["kernel"], i64(k, "ts_ns", 0), i64(k, "dur_ns", 0), ids(k), names,
-                  k_corr=i64(k, "correlation", 0), k_cfg=inv + base)
-    m = run.table("memcpy", r)
-    if m.num_rows:
-        labels = np.array([strings.id(f"Memcpy {v}") for v in COPY_KINDS], dtype=np.uint32)
-        kind = enum_codes(m, "kind", COPY_KINDS)
-        parts.add(K["memcpy"], i64(m, "ts_ns", 0), i64(m, "dur_ns", 0), ids(m), labels[kind],
-                  c_corr=i64(m, "correlation", 0), c_bytes=i64(m, "bytes", 0), c_kind=kind,
-                  c_src=enum_codes(m, "src_kind", MEM_KINDS), c_dst=enum_codes(m, "dst_kind", MEM_KINDS))
-    s = run.table("memset", r)
-    if s.num_rows:
-        parts.add(K["memset"], i64(s, "ts_ns", 0), i64(s, "dur_ns", 0), ids(s),
-                  np.full(s.num_rows, strings.id("Memset"), dtype=np.uint32),
-                  m_corr=i64(s, "correlation", 0), m_bytes=i64(s, "bytes", 0))
-    y = run.table("sync", r)
-    if y.num_rows:
-        kinds = pc.fill_null(y.column("kind").cast(pa.string()), "unknown").to_pylist()
-        parts.add(K["gpu_sync"], i64(y, "ts_ns", 0), i64(y, "dur_ns", 0), ids(y),
-                  np.array([strings.id(f"sync ({v})") for v in kinds], dtype=np.uint32))
+    timeline: Timeline
+    kernels: tuple[tuple[int, tuple[KernelStats, ...]], ...]  # (rank, its kernel table)
+    kernels_top_only: bool  # some rank's table is only the analysis' top kernels
+    copies: dict[str, Any]  # {"total": memcpy rows, "rows": the longest, µs since t0}
+    devices: tuple[dict[str, Any], ...]  # the devices table's rows
+    api_calls: int
+    launch_apis: int  # kernel and graph launches among the API calls
 
 
-def _steps(analysis: Analysis, strings: Strings, tracks: Tracks, parts: Parts) -> None:
+def rel_us(ns: int | None, t0: int) -> float | None:
+    """``ns`` since the epoch as µs since ``t0`` (JavaScript numbers cannot hold the former)."""
+    return None if ns is None else round((int(ns) - t0) / 1e3, 3)
+
+
+def add_steps(analysis: Analysis, strings: Strings, tracks: Tracks, parts: Parts) -> None:
     for ra in analysis.ranks:
         st = ra.steps.steps
         if not st:
@@ -163,18 +128,9 @@ def _budget(kind: npt.NDArray[np.uint8], dur: I64, max_events: int | None) -> np
     return keep
 
 
-def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = None,
-                   level: int = 1) -> Timeline:
-    """Every event of ``run`` as the compact payload described in the module docstring."""
-    strings, tracks, parts = Strings(), Tracks(), Parts()
-    strings.id("")
-    stream_names = {(int(a["rank"]), int(a["device"]), int(a["stream"])): str(a["name"] or "")
-                    for a in run.table("streams").to_pylist()}
-    names = ThreadNames.of(run)
-    _steps(analysis, strings, tracks, parts)
-    for r in run.ranks:
-        _gpu(run, r, strings, tracks, parts, stream_names)
-        add_host(run, r, strings, tracks, parts, names)
+def layout(strings: Strings, tracks: Tracks, parts: Parts, counter_data: CounterData, *,
+           max_events: int | None = None, level: int = 1) -> Timeline:
+    """The gathered events (:mod:`.timeline_build`) as the payload of the module docstring."""
     if not parts.ts:
         parts.add(K["step"], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                   np.zeros(0, np.uint32))
@@ -237,7 +193,7 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
         info = {k: v for k, v in tracks.items[t].items() if k != "order"}
         info.update(lane0=int(lane0[t]), lanes=int(lanes_of[t]))
         track_list.append(info)
-    counters = build_counters(run, t0)
+    counters = build_counters(counter_data, t0)
     for i, c in enumerate(counters):
         track_list.append({"type": "counter", "rank": c["rank"], "label": c["label"], "counter": i,
                            "role": c["role"], "lane0": 0, "lanes": 0})
@@ -248,7 +204,7 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
         "version": 1, "t0_ns": str(t0), "end_us": float(((rel + dur).max() if rel.size else 0) / 1e3),
         "events": int(rel.size), "dropped": dropped, "kinds": list(KINDS), "strings": strings.items,
         "tracks": track_list, "arrays": layout, "encoding": "zlib",
-        "kernel_configs": {"columns": list(_CFG_ALL), "rows": _clean(parts.configs)},
+        "kernel_configs": {"columns": list(CFG_ALL), "rows": _clean(parts.configs)},
         "kernel_classes": class_map, "copy_kinds": COPY_KINDS, "memory_kinds": MEM_KINDS,
         "api_kinds": API_KINDS, "counters": counters,
     }

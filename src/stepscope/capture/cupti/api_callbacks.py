@@ -29,7 +29,7 @@ import ctypes
 import os
 from typing import Any
 
-from stepscope.apis import classify_api
+from stepscope.call_kinds import classify_api
 from stepscope.capture.cupti.api_calls import CallPlan
 from stepscope.capture.cupti.native import gil_held
 from stepscope.schema import ApiKind

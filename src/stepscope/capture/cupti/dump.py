@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from stepscope.settings import Settings
 
 
 class BufferDump:
@@ -22,7 +23,7 @@ class BufferDump:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BufferDump | None:
-        folder = (os.environ if environ is None else environ).get("STEPSCOPE_CUPTI_DUMP")
+        folder = Settings.from_env(environ).cupti_dump
         return cls(folder) if folder else None
 
     def buffer(self, index: int, ptr: int, valid: int) -> None:

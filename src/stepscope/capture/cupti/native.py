@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stepscope.errors import CaptureError
+from stepscope.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 SHIM_SOURCE = HERE / "_shim.c"
@@ -58,7 +59,7 @@ def find_libcupti(environ: Mapping[str, str] | None = None,
     got = mapped_libcupti()
     if got:
         return got
-    explicit = env.get("STEPSCOPE_CUPTI_LIB")
+    explicit = Settings.from_env(env).cupti_lib
     if explicit:
         return explicit if Path(explicit).is_file() else None
     for base in (sys.path if paths is None else paths):

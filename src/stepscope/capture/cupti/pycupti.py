@@ -21,7 +21,7 @@ import os
 import threading
 from typing import Any
 
-from stepscope.apis import classify_api
+from stepscope.call_kinds import classify_api
 from stepscope.capture.cupti import detach
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.api_calls import MAX_CBID

@@ -30,16 +30,16 @@ first buffers of a window cost the program nothing.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from stepscope.apis import classify_api
+from stepscope.call_kinds import classify_api
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.decode import api_base_name, wanted_call
 from stepscope.schema import ApiKind
+from stepscope.settings import Settings
 
 # Driver calls kept in a torch process: the launches that do not come from torch's runtime calls
 # (cuBLASLt's GEMMs launch with cuLaunchKernelEx, Triton's kernels with cuLaunchKernel).
@@ -50,53 +50,49 @@ _PER_THREAD_STREAM = re.compile(r"_pt(sz|ds)$")  # cuLaunchKernel_ptsz: the per-
 def _detach() -> bool:
     """``STEPSCOPE_CUPTI_DETACH=0`` leaves CUPTI attached after the capture (``detach``): the
     knob the overhead benchmark turns to show what detaching is worth."""
-    return os.environ.get("STEPSCOPE_CUPTI_DETACH", "1").strip() != "0"
+    return Settings.from_env().cupti_detach
 
 
 def detach_with_graphs() -> bool:
     """``STEPSCOPE_CUPTI_DETACH=always`` detaches even after the program launched CUDA graphs
     under CUPTI (``capture.cupti.detach``: that makes later launches of those graphs fail). For
     checking that hazard on a GPU only."""
-    return os.environ.get("STEPSCOPE_CUPTI_DETACH", "1").strip() == "always"
+    return Settings.from_env().cupti_detach_with_graphs
 
 
 def _api_via() -> str:
     """``STEPSCOPE_CUPTI_API_VIA=activity`` records the kept calls through CUPTI's activity kinds
     instead of its callbacks (``api_via``)."""
-    raw = os.environ.get("STEPSCOPE_CUPTI_API_VIA", "callbacks").strip()
-    return "activity" if raw == "activity" else "callbacks"
+    return Settings.from_env().cupti_api_via
 
 
 def _sync() -> bool:
     """``STEPSCOPE_CUPTI_SYNC=1`` records CUPTI's GPU-side synchronization records (``sync``)."""
-    return os.environ.get("STEPSCOPE_CUPTI_SYNC", "0").strip() == "1"
+    return Settings.from_env().cupti_sync
 
 
 def _nested_driver() -> bool:
     """``STEPSCOPE_CUPTI_NESTED_DRIVER=1`` records the driver calls made inside recorded runtime
     calls too (``nested_driver``)."""
-    return os.environ.get("STEPSCOPE_CUPTI_NESTED_DRIVER", "0").strip() == "1"
+    return Settings.from_env().cupti_nested_driver
 
 
 def _zeroed_buffers() -> bool:
     """``STEPSCOPE_CUPTI_ZEROED_BUFFERS=0`` leaves the zeroing of each buffer to CUPTI
     (``zeroed_buffers``)."""
-    return os.environ.get("STEPSCOPE_CUPTI_ZEROED_BUFFERS", "1").strip() != "0"
+    return Settings.from_env().cupti_zeroed_buffers
 
 
 def _prepared_buffers() -> int:
     """``STEPSCOPE_CUPTI_PREPARED_BUFFERS=N`` (default 4) buffers made ahead at start."""
-    raw = os.environ.get("STEPSCOPE_CUPTI_PREPARED_BUFFERS", "4").strip()
-    return max(0, int(raw)) if raw.isdigit() else 4
+    return Settings.from_env().cupti_prepared_buffers
 
 
 def _torch_driver_calls() -> frozenset[str]:
     """``STEPSCOPE_TORCH_DRIVER_CALLS`` (comma-separated; empty = none) overrides the default: the
     knob the overhead benchmark turns."""
-    raw = os.environ.get("STEPSCOPE_TORCH_DRIVER_CALLS")
-    if raw is None:
-        return TORCH_DRIVER_CALLS
-    return frozenset(x.strip() for x in raw.split(",") if x.strip())
+    calls = Settings.from_env().torch_driver_calls
+    return TORCH_DRIVER_CALLS if calls is None else calls
 
 
 @dataclass(frozen=True)

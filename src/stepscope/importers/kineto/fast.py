@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from stepscope.importers.kineto_events import EMPTY_ARGS, NAN, Args, IntLike, TraceDoc, _f
+from stepscope.importers.kineto.events import EMPTY_ARGS, NAN, Args, IntLike, TraceDoc, _f
 
 # Every phase of the Chrome trace-event format.
 PHASES = ("X", "B", "E", "i", "I", "s", "t", "f", "M", "b", "n", "e", "C", "P", "O", "N", "D",

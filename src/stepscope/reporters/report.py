@@ -1,4 +1,5 @@
-"""The one object every reporter takes: a run, its analysis and its advice.
+"""The one object every reporter takes: a run, its analysis and its advice (and, for the HTML
+page, its ``Page``); ``build_report`` builds it from the run.
 
 How the program ended (``Ending``, from the manifest), said the same way by every reporter:
 
@@ -32,6 +33,8 @@ from typing import Any
 from stepscope.advisor import Advice, advise
 from stepscope.advisor.base import Fix
 from stepscope.analysis import Analysis, analyze
+from stepscope.reporters.timeline_build import DEFAULT_MAX_EVENTS, build_page
+from stepscope.reporters.timeline_data import Page
 from stepscope.store.manifest import Manifest
 from stepscope.store.run import Run
 
@@ -56,6 +59,7 @@ class Report:
     manifest: Manifest
     analysis: Analysis
     advice: Advice
+    page: Page | None = None  # what the HTML page shows beyond this (build_report(page=True))
 
     @property
     def ending(self) -> Ending:
@@ -103,10 +107,15 @@ def fix_for(fix: Fix, frameworks: tuple[str, ...]) -> str:
     return ""
 
 
-def build_report(run: Run) -> Report:
+def build_report(run: Run, *, page: bool = False,
+                 max_events: int | None = DEFAULT_MAX_EVENTS) -> Report:
+    """The run's analysis and advice; with ``page``, also what the HTML page shows (its
+    timeline of at most ``max_events`` events, the full kernel table, the longest copies):
+    every reporter then renders the Report alone."""
     analysis = analyze(run)
     return Report(run_path=run.path, manifest=run.manifest, analysis=analysis,
-                  advice=advise(run, analysis))
+                  advice=advise(run, analysis),
+                  page=build_page(run, analysis, max_events=max_events) if page else None)
 
 
 def _signal_name(num: int) -> str:

@@ -1,12 +1,12 @@
 """The typed msgspec Structs a Kineto (PyTorch profiler) Chrome trace decodes into.
 
 Speed comes from decoding only what the importer needs. Events are first decoded
-per category (``kineto_fast``: each category's Struct holds only what its table
+per category (``fast``: each category's Struct holds only what its table
 uses); an event that does not fit there (no or an unknown category, an odd phase)
 is decoded into the generic ``Event`` here, with its ``args`` in an ``Args`` that
 holds every key some table uses (everything else, e.g. ``Input Dims``, is skipped
 by the decoder without allocating). The Structs are created with ``gc=False`` and
-``kineto_reader`` pauses the collector during the decode: object allocation, not
+``reader`` pauses the collector during the decode: object allocation, not
 JSON syntax, is the cost (docs/benchmarks.md, "Importer speed").
 
 Fields whose JSON type varies between real traces are unions: AMD traces carry

@@ -21,11 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.importers import kineto_tables as kt
-from stepscope.importers.kineto_columns import Drops, Timed, timed
-from stepscope.importers.kineto_events import DeviceProps, Event
-from stepscope.importers.kineto_fast import Decoders
+import stepscope.importers.kineto.tables as kt
+from stepscope.importers.kineto.columns import Drops, Timed, timed
+from stepscope.importers.kineto.events import DeviceProps, Event
+from stepscope.importers.kineto.fast import Decoders
 from stepscope.schema import AnnotationSource, ApiDomain, CpuOpKind
+from stepscope.store.produce.devices import DeviceProperties, device_row
+from stepscope.store.produce.devices import device_columns as device_columns_of
 
 API_CATEGORIES: dict[str, ApiDomain] = {
     "cuda_runtime": ApiDomain.RUNTIME, "cuda_driver": ApiDomain.DRIVER,
@@ -59,7 +61,7 @@ _CATS: list[str] = []  # code -> category
 
 @functools.cache
 def decoders(flows: bool = False) -> Decoders:
-    """The fast decode (kineto_fast): one Struct per category, with what its table uses.
+    """The fast decode (fast): one Struct per category, with what its table uses.
     ``ac2g`` flows are only needed for GPU events without a correlation id (old traces):
     decoded with ``flows``, else only counted (:class:`NeedFlows`)."""
     d = Decoders(
@@ -310,16 +312,14 @@ def vendor(d: DeviceProps) -> str:
 
 
 def device_columns(props: Sequence[DeviceProps]) -> kt.Columns:
-    rows = [{
-        "device": d.id, "name": d.name, "vendor": vendor(d),
-        "compute_major": d.computeMajor, "compute_minor": d.computeMinor,
-        "sm_count": d.numSms, "warp_size": d.warpSize,
-        "max_threads_per_block": d.maxThreadsPerBlock,
-        "max_threads_per_sm": d.maxThreadsPerMultiprocessor,
-        "regs_per_block": d.regsPerBlock, "regs_per_sm": d.regsPerMultiprocessor,
-        "smem_per_block": d.sharedMemPerBlock, "smem_per_block_optin": d.sharedMemPerBlockOptin,
-        "smem_per_sm": d.sharedMemPerMultiprocessor if d.sharedMemPerMultiprocessor is not None
+    """Kineto's ``deviceProperties`` as ``devices`` rows (``store.produce.devices``)."""
+    rows = [device_row(DeviceProperties(
+        device=d.id, name=d.name, compute_major=d.computeMajor, compute_minor=d.computeMinor,
+        sm_count=d.numSms, warp_size=d.warpSize, max_threads_per_block=d.maxThreadsPerBlock,
+        max_threads_per_sm=d.maxThreadsPerMultiprocessor, regs_per_block=d.regsPerBlock,
+        regs_per_sm=d.regsPerMultiprocessor, smem_per_block=d.sharedMemPerBlock,
+        smem_per_block_optin=d.sharedMemPerBlockOptin,
+        smem_per_sm=d.sharedMemPerMultiprocessor if d.sharedMemPerMultiprocessor is not None
         else d.maxSharedMemoryPerMultiProcessor,
-        "total_memory": d.totalGlobalMem,
-    } for d in props]
-    return {k: [r[k] for r in rows] for k in rows[0]}
+        total_memory=d.totalGlobalMem), vendor=vendor(d)) for d in props]
+    return device_columns_of(rows) or {}

@@ -13,8 +13,8 @@ import pytest
 
 from builder import TraceBuilder
 from stepscope.cli.main import main
+from stepscope.exporters.trace import TraceExport, export_trace, trace_json
 from stepscope.importers import import_traces
-from stepscope.reporters.trace_export import TraceExport, export_trace, trace_json
 from stepscope.store.run import Run
 
 DATA = Path(__file__).parent.parent / "data"

@@ -1,5 +1,5 @@
 """Column helpers for the Kineto importer: time conversion, tolerant typed
-arrays, event filtering, annotation nesting and copy-name parsing."""
+arrays, event filtering and copy-name parsing (nesting: ``store.produce.nesting``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from stepscope.importers.kineto_events import Args, Event
+from stepscope.importers.kineto.events import Args, Event
 from stepscope.schema import CopyKind, MemoryKind
 from stepscope.store.manifest import Diagnostic
 
@@ -204,35 +204,6 @@ def timed(events: list[Event], base_ns: int, drops: Drops, *, instant: bool = Fa
         events = [e for e, k in zip(events, keep.tolist()) if k]
         ts, dur = ts[keep], dur[keep]
     return Timed(events, us_to_ns(ts, base_ns), us_to_ns(dur))
-
-
-def nest(group: Sequence[Any], ts: I64, dur: I64) -> tuple[I64, npt.NDArray[np.int16]]:
-    """Parent (row index, -1 for none) and depth of each range, by containment
-    within its group (e.g. one thread). Ranges sort by start, longest first."""
-    n = len(ts)
-    parent = np.full(n, -1, dtype=np.int64)
-    depth = np.zeros(n, dtype=np.int16)
-    if not n:
-        return parent, depth
-    keys: dict[Any, int] = {}
-    gid = np.fromiter((keys.setdefault(g, len(keys)) for g in group), np.int64, n)
-    end = ts + dur
-    order = np.lexsort((-end, ts, gid)).tolist()
-    end_l, gid_l = end.tolist(), gid.tolist()
-    stack: list[int] = []
-    current = -1
-    for i in order:
-        if gid_l[i] != current:
-            current = gid_l[i]
-            stack.clear()
-        e = end_l[i]
-        while stack and end_l[stack[-1]] < e:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-            depth[i] = min(len(stack), 32767)
-        stack.append(i)
-    return parent, depth
 
 
 _COPY_KINDS = {

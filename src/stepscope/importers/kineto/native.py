@@ -5,8 +5,8 @@ chunk of the event array and returns, for the events of the categories the table
 columns, packed arrays (category, phase, position, name id, the integer fields and their
 states, ``ts``/``dur``/occupancy, grid/block, sync kind) and one string table; events of
 categories the builder keeps as objects (annotations) come back as byte spans, decoded here
-with the msgspec Structs; ignored categories are only counted. :mod:`kineto_scanned` turns
-the arrays into the same columns :mod:`kineto_tables` makes from decoded events.
+with the msgspec Structs; ignored categories are only counted. :mod:`scanned` turns
+the arrays into the same columns :mod:`tables` makes from decoded events.
 
 Whenever the scanner meets anything it does not reproduce exactly (see the C file's header:
 an unknown or missing category, an odd phase, a used field of another type, a key with an
@@ -17,7 +17,7 @@ never depend on which path read a chunk. ``STEPSCOPE_KINETO_NATIVE=0`` (or
 
 from __future__ import annotations
 
-import os
+import importlib
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -27,22 +27,25 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from stepscope.importers.kineto_build import (
+from stepscope.importers.kineto.build import (
     API_CATEGORIES,
     CPU_OP_CATEGORIES,
     GPU_CATEGORIES,
     IGNORED_CATEGORIES,
 )
-from stepscope.importers.kineto_events import Event
+from stepscope.importers.kineto.events import Event
 from stepscope.schema import CpuOpKind
+from stepscope.settings import Settings
 
 
 def _load() -> ModuleType | None:
+    """The compiled scanner, if built. Its module path stays ``stepscope.importers._ss_kineto``
+    (pyproject.toml), beside its sources ``importers/_kineto_*``: moving it into ``kineto/``
+    would mean rebuilding every existing install."""
     try:
-        from stepscope.importers import _ss_kineto  # type: ignore[attr-defined]
+        return importlib.import_module("stepscope.importers._ss_kineto")
     except ImportError:
         return None
-    return _ss_kineto  # type: ignore[no-any-return]
 
 
 EXTENSION = _load()
@@ -64,7 +67,7 @@ COLUMN_CATEGORIES = frozenset(c for c, k in _KINDS.items() if k not in (SKIP, OB
 CODES: dict[str, int] = {c: i for i, c in enumerate(CATEGORIES)}
 _KIND_BYTES = bytes(_KINDS.values())
 
-# Columns of the integer matrix (the C scanner's order: pid, tid, then kineto_events.Args').
+# Columns of the integer matrix (the C scanner's order: pid, tid, then events.Args').
 INT_COLUMNS = ("pid", "tid", "external_id", "sequence", "queued", "device", "stream", "cbid",
                "correlation", "registers", "shared_memory", "bytes", "to_device", "graph_id",
                "wait_event", "total_reserved", "total_allocated", "mem_bytes", "device_id",
@@ -80,7 +83,7 @@ def enabled(native: bool | None = None) -> bool:
         return False
     if native is not None:
         return native
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return Settings.from_env().kineto_native
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,7 @@ def scan(data: Any, start: int, stop: int, *, tail: bool,
          decoder: msgspec.json.Decoder[Any]) -> Scanned | None:
     """The events in ``data[start:stop]`` (with ``tail``: up to the array's end) as columns,
     or None when this chunk must be decoded by msgspec. ``decoder`` decodes the object
-    categories' events (the fast union, kineto_fast)."""
+    categories' events (the fast union, fast.py)."""
     if EXTENSION is None:
         return None
     got = EXTENSION.scan(data, start, stop, CATEGORIES, _KIND_BYTES, tail)

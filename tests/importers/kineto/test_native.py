@@ -1,4 +1,4 @@
-"""The compiled scanner (kineto_native / kineto_scanned) gives exactly the msgspec path's tables.
+"""The compiled scanner (kineto/native.py, kineto/scanned.py) gives exactly the msgspec path's tables.
 
 Every comparison parses the same file twice, ``native=True`` and ``native=False``, and asks for
 identical tables (``pyarrow.Table.equals``), diagnostics and details; the counts of chunks the
@@ -18,11 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from stepscope.errors import TraceFormatError
-from stepscope.importers import import_traces, kineto_native
-from stepscope.importers.kineto import KinetoFile, parse_kineto
+from stepscope.importers import import_traces
+from stepscope.importers.kineto import native as kineto_native
+from stepscope.importers.kineto import parse_kineto
 from stepscope.store.manifest import read_manifest
+from stepscope.store.produce import RankBundle
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parents[2] / "data"
 FILES = sorted(p for p in DATA.glob("*.json.gz") if not p.name.startswith("jax"))
 
 pytestmark = pytest.mark.skipif(kineto_native.EXTENSION is None,
@@ -44,7 +46,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
     yield calls
 
 
-def same(path: Path, chunk_bytes: int) -> KinetoFile:
+def same(path: Path, chunk_bytes: int) -> RankBundle:
     fast = parse_kineto(path, default_rank=0, chunk_bytes=chunk_bytes, native=True)
     slow = parse_kineto(path, default_rank=0, chunk_bytes=chunk_bytes, native=False)
     assert fast.tables.keys() == slow.tables.keys()

@@ -2,14 +2,13 @@
 
 One file is one rank. Times in the file are microseconds relative to
 ``baseTimeNanoseconds`` (or epoch microseconds when it is absent); tables get
-integer Unix nanoseconds. ``kineto_reader`` decodes the file (fast, in chunks),
-``kineto_build`` and ``kineto_tables`` map the categories onto tables.
+integer Unix nanoseconds. ``reader`` decodes the file (fast, in chunks),
+``build`` and ``tables`` map the categories onto tables.
 """
 
 from __future__ import annotations
 
 import mmap
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,37 +16,29 @@ import numpy as np
 import pyarrow as pa
 
 from stepscope.errors import TraceFormatError
-from stepscope.importers.kineto_build import (
+from stepscope.importers.kineto.build import (
     IGNORED_CATEGORIES,
     TABLE_CATEGORIES,
     NeedFlows,
     TableBuilder,
     vendor,
 )
-from stepscope.importers.kineto_columns import arrow
-from stepscope.importers.kineto_events import TraceDoc
-from stepscope.importers.kineto_native import Scanned
-from stepscope.importers.kineto_reader import CHUNK_BYTES, EventReader, SplitFailed, load_bytes
-from stepscope.importers.kineto_scanned import add_chunk
+from stepscope.importers.kineto.columns import arrow
+from stepscope.importers.kineto.events import TraceDoc
+from stepscope.importers.kineto.native import Scanned
+from stepscope.importers.kineto.reader import CHUNK_BYTES, EventReader, SplitFailed, load_bytes
+from stepscope.importers.kineto.scanned import add_chunk
+from stepscope.schema import SourceKind
 from stepscope.store.manifest import Diagnostic, RankInfo
+from stepscope.store.produce.bundle import RankBundle
 from stepscope.store.writer import conform
 
 
-@dataclass(frozen=True)
-class KinetoFile:
-    """One Kineto trace file as tables (schema-conformed Arrow) plus what the manifest needs."""
-
-    tables: dict[str, pa.Table]
-    rank: RankInfo
-    diagnostics: tuple[Diagnostic, ...]
-    clock_offset_ns: int
-    tool: str
-    details: dict[str, Any]
-
-
 def parse_kineto(path: str | Path, *, default_rank: int,
-                 chunk_bytes: int = CHUNK_BYTES, native: bool | None = None) -> KinetoFile:
-    """Read one Kineto trace (``.json`` or gzip, by content).
+                 chunk_bytes: int = CHUNK_BYTES, native: bool | None = None) -> RankBundle:
+    """Read one Kineto trace (``.json`` or gzip, by content) as one rank's bundle: its tables
+    (schema-conformed Arrow) and what the manifest needs (``tool``, ``clock_offset_ns``,
+    ``details``).
 
     ``default_rank`` is used when the file has no ``distributedInfo.rank``. ``native``:
     use the compiled scanner for the chunks it can read (default: when it is built and
@@ -109,7 +100,8 @@ def parse_kineto(path: str | Path, *, default_rank: int,
         "record_shapes": _flag(doc.record_shapes), "vendor": vend,
         "nccl_version": dist.nccl_version if dist is not None else None,
     }
-    return KinetoFile(
+    return RankBundle(
+        kind=SourceKind.KINETO,
         tables={k: _conformed(k, cols, rank) for k, cols in tables.items()},
         rank=info, diagnostics=tuple(diags), clock_offset_ns=base,
         tool=_tool(doc, vend), details=details)

@@ -20,7 +20,7 @@ from stepscope.importers import detect, import_traces
 from stepscope.importers.kineto import parse_kineto
 from stepscope.store import Run
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parents[2] / "data"
 GPT = DATA / "gpt_bf16_adamw.pt.trace.json.gz"
 CNN = DATA / "cnn_fp32_sync.pt.trace.json.gz"
 RANK0 = DATA / "trace_filter_sampled_rank-0.json.gz"
@@ -163,7 +163,13 @@ def test_folder_import_and_same_rank_twice(tmp_path: Path) -> None:
     out = import_traces([folder], tmp_path / "run")
     run = Run(out)
     assert run.ranks == (0, 1)
-    assert [d.code for d in run.manifest.diagnostics] == ["skipped_file"]
+    # these traces have no deviceProperties: each rank's missing devices table is said
+    diags = run.manifest.diagnostics
+    assert [d.code for d in diags] == ["skipped_file", "missing_tables", "missing_tables"]
+    assert [(d.file, d.level) for d in diags[1:]] == [
+        (str(folder / RANK0.name), "warning"), (str(folder / RANK1.name), "warning")]
+    assert diags[1].message.startswith("rank 0 (kineto source) has GPU activity but no devices "
+                                       "table")
     copy = tmp_path / "again.json.gz"
     copy.write_bytes(RANK0.read_bytes())
     with pytest.raises(TraceFormatError) as err:
@@ -380,7 +386,7 @@ def _old_format_events() -> list[dict[str, Any]]:
 @pytest.mark.parametrize("native", [False, True])
 def test_torch_1_8_categories_and_operator_steps(tmp_path: Path, native: bool,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepscope.importers import kineto_native
+    from stepscope.importers.kineto import native as kineto_native
 
     scanned = []
     scan = kineto_native.scan
@@ -408,7 +414,7 @@ def test_torch_1_8_categories_and_operator_steps(tmp_path: Path, native: bool,
 
 
 def test_torch_1_8_trace_reports_its_gpu_and_steps(tmp_path: Path) -> None:
-    from stepscope.report import build_report
+    from stepscope.reporters.report import build_report
 
     run = Run(import_traces([_trace(tmp_path, _old_format_events())], tmp_path / "run"))
     rep = build_report(run)

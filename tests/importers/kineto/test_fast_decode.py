@@ -1,4 +1,4 @@
-"""The fast per-category decode (kineto_fast) gives the tables the generic ``Event`` decode gives."""
+"""The fast per-category decode (kineto/fast.py) gives the tables the generic ``Event`` decode gives."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from stepscope.importers import kineto_build, kineto_reader
-from stepscope.importers.kineto import KinetoFile, parse_kineto
-from stepscope.importers.kineto_fast import Decoders
+from stepscope.importers.kineto import build as kineto_build
+from stepscope.importers.kineto import parse_kineto
+from stepscope.importers.kineto import reader as kineto_reader
+from stepscope.importers.kineto.fast import Decoders
+from stepscope.store.produce import RankBundle
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parents[2] / "data"
 FILES = sorted(p for p in DATA.glob("*.json.gz") if not p.name.startswith("jax"))
 # No category at all: every event fails the fast decode and is decoded as a generic Event.
 GENERIC = Decoders(full=(), ops=(), python=(), memory=(), flows=(), skipped=())
@@ -25,7 +27,7 @@ def _values(t: pa.Table) -> pa.Table:
                      for n, c in zip(t.column_names, t.columns)})
 
 
-def tables_equal(a: KinetoFile, b: KinetoFile, *, exact: bool = True) -> None:
+def tables_equal(a: RankBundle, b: RankBundle, *, exact: bool = True) -> None:
     assert a.tables.keys() == b.tables.keys()
     for name, table in a.tables.items():
         if exact:
@@ -122,7 +124,7 @@ def test_every_imported_category_has_a_fast_struct() -> None:
 def test_without_the_compiled_scanner_msgspec_reads_every_chunk(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """No extension (a machine without a compiler): the same tables, all through msgspec."""
-    from stepscope.importers import kineto_native
+    from stepscope.importers.kineto import native as kineto_native
 
     path = DATA / "gpt_bf16_adamw.pt.trace.json.gz"
     expected = parse_kineto(path, default_rank=0, chunk_bytes=64_000, native=False)
@@ -141,7 +143,7 @@ def test_a_map_still_viewed_is_left_to_close_itself(tmp_path: Path) -> None:
     for a moment after the import: closing then must not fail the import (BufferError)."""
     import mmap
 
-    from stepscope.importers.kineto_reader import Loaded
+    from stepscope.importers.kineto.reader import Loaded
 
     f = tmp_path / "t.json"
     f.write_bytes(b'{"traceEvents": []}')

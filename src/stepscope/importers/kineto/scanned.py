@@ -1,6 +1,6 @@
-"""Columns of one chunk read by the compiled scanner (:class:`kineto_native.Scanned`).
+"""Columns of one chunk read by the compiled scanner (:class:`native.Scanned`).
 
-The twin of :mod:`kineto_tables` for events that never became objects: every function here
+The twin of :mod:`tables` for events that never became objects: every function here
 gives the columns its namesake there gives for the same events (tests/importers/
 test_native.py compares both paths table by table). The rules are the ones of the object
 path: a phase filter, then :func:`timed`'s drops (same diagnostics, same "first" event), an
@@ -18,17 +18,17 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.apis import classify_api
-from stepscope.importers import kineto_tables as kt
-from stepscope.importers.kineto_build import (
+import stepscope.importers.kineto.tables as kt
+from stepscope.call_kinds import classify_api
+from stepscope.importers.kineto.build import (
     API_CATEGORIES,
     CPU_OP_CATEGORIES,
     GPU_CATEGORIES,
     GPU_TABLES,
     TableBuilder,
 )
-from stepscope.importers.kineto_build import phase as phase_of
-from stepscope.importers.kineto_columns import (
+from stepscope.importers.kineto.build import phase as phase_of
+from stepscope.importers.kineto.columns import (
     Drops,
     arrow,
     parse_memcpy_name,
@@ -36,8 +36,8 @@ from stepscope.importers.kineto_columns import (
     per_name,
     us_to_ns,
 )
-from stepscope.importers.kineto_columns import timed as columns_timed
-from stepscope.importers.kineto_native import COLUMN_CATEGORIES, Scanned
+from stepscope.importers.kineto.columns import timed as columns_timed
+from stepscope.importers.kineto.native import COLUMN_CATEGORIES, Scanned
 from stepscope.schema import ApiDomain, CopyKind, CpuOpKind, DeviceType, SyncKind
 
 Rows = npt.NDArray[np.intp]
@@ -97,7 +97,7 @@ def _drop(drops: Drops, sc: Scanned, rows: Rows, cat: str, code: str,
 
 def timed(sc: Scanned, rows: Rows, cat: str, drops: Drops, *, instant: bool = False) -> tuple[
         Rows, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """:func:`kineto_columns.timed` on rows: (kept rows, ts_ns, dur_ns)."""
+    """:func:`columns.timed` on rows: (kept rows, ts_ns, dur_ns)."""
     ts = sc.floats[rows, 0]
     bad = ~np.isfinite(ts)
     _drop(drops, sc, rows, cat, "missing_ts", bad, "without a timestamp ('ts')")

@@ -13,8 +13,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.apis import classify_api
-from stepscope.importers.kineto_columns import (
+from stepscope.call_kinds import classify_api
+from stepscope.importers.kineto.columns import (
     Timed,
     args_of,
     arrow,
@@ -22,13 +22,12 @@ from stepscope.importers.kineto_columns import (
     get,
     int_array,
     int_or_fallback,
-    nest,
     parse_memcpy_name,
     parse_memset_name,
     per_name,
     with_nulls,
 )
-from stepscope.importers.kineto_events import Event
+from stepscope.importers.kineto.events import Event
 from stepscope.schema import (
     AnnotationSource,
     ApiDomain,
@@ -39,6 +38,7 @@ from stepscope.schema import (
     StepSource,
     SyncKind,
 )
+from stepscope.store.produce.nesting import nest
 
 Columns = dict[str, Any]
 

@@ -33,10 +33,10 @@ from typing import Any, cast
 
 import msgspec
 
+import stepscope.importers.kineto.native as kineto_native
 from stepscope.errors import TraceFormatError
-from stepscope.importers import kineto_native
-from stepscope.importers.kineto_build import decoders
-from stepscope.importers.kineto_events import (
+from stepscope.importers.kineto.build import decoders
+from stepscope.importers.kineto.events import (
     EVENT,
     META_TYPES,
     RAW_DOC,
@@ -44,7 +44,7 @@ from stepscope.importers.kineto_events import (
     Event,
     TraceDoc,
 )
-from stepscope.importers.kineto_native import Scanned
+from stepscope.importers.kineto.native import Scanned
 from stepscope.store.manifest import Diagnostic
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -156,7 +156,7 @@ def load_bytes(path: Path) -> Loaded:
 class EventReader:
     """Yields ``(index of the first event, events)`` chunks of one trace file: decoded events,
     or (``native``, a chunked read without flows) the compiled scanner's columns
-    (:class:`kineto_native.Scanned`) for the chunks it can read.
+    (:class:`native.Scanned`) for the chunks it can read.
 
     ``meta`` (the top-level keys) and ``diagnostics`` are complete once the
     iteration has finished.
