@@ -119,3 +119,14 @@ def test_ranks_of_different_jobs_are_warned_about(tmp_path: Path, case: str) -> 
     assert d.level == "warning" and "ranks of different jobs" in d.message
     said = {"world_size": "world sizes 2, 8", "gpu": "A100", "far_apart": "s apart"}[case]
     assert said in d.message
+
+
+def test_a_run_written_next_to_its_traces_is_not_searched(tmp_path: Path) -> None:
+    # stepscope import traces -o traces/run, then again with --force: the run's manifest and
+    # reports are JSON but not traces, and are not read (no skipped_file warning)
+    _trace(tmp_path / "traces" / "rank0.json", rank=0)
+    import_traces([tmp_path / "traces"], tmp_path / "traces" / "run")
+    (tmp_path / "traces" / "run" / "report.json").write_text("{}")
+    run = Run(import_traces([tmp_path / "traces"], tmp_path / "traces" / "run", overwrite=True))
+    assert run.ranks == (0,)
+    assert not [d for d in run.manifest.diagnostics if d.code == "skipped_file"]

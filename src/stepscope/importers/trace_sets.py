@@ -4,9 +4,10 @@ profiler cycles, and ranks that do not belong to one job.
 A run holds one capture window per rank (its steps, GPU busy share and breakdown are over that
 window). So:
 
-* a folder is searched recursively (hidden folders skipped): a TensorBoard log folder keeps
-  its traces in ``plugins/profile/<run>/``, where ``torch.profiler.tensorboard_trace_handler``
-  writes ``<worker>.<ms>.pt.trace.json[.gz]`` (``<worker>`` is ``<host>_<pid>`` unless named);
+* a folder is searched recursively (hidden folders and stepscope runs skipped): a TensorBoard
+  log folder keeps its traces in ``plugins/profile/<run>/``, where
+  ``torch.profiler.tensorboard_trace_handler`` writes ``<worker>.<ms>.pt.trace.json[.gz]``
+  (``<worker>`` is ``<host>_<pid>`` unless named);
 * traces of more than one TensorBoard run (two ``plugins/profile/<run>`` folders) are refused:
   they are different experiments, each its own stepscope run;
 * two profiler cycles of one worker (``schedule(..., repeat=N)``: one ``<worker>`` and several
@@ -19,6 +20,7 @@ window). So:
 
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -29,7 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.errors import TraceFormatError
-from stepscope.store.manifest import Diagnostic
+from stepscope.schema import TABLE_NAMES
+from stepscope.store.manifest import MANIFEST_NAME, Diagnostic
 
 # tensorboard_trace_handler's file name: <worker>.<time in ms>.pt.trace.json[.gz]
 CYCLE_NAME = re.compile(r"^(?P<worker>.+)\.(?P<ms>\d{10,})\.pt\.trace\.json(\.gz)?$")
@@ -40,16 +43,19 @@ _TIMED = ("kernels", "memcpy", "memset", "api_calls", "cpu_ops", "annotations")
 
 
 def walk(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """Files under ``folder`` (recursively, hidden folders skipped) ending with ``suffixes``,
-    sorted by path."""
+    """Files under ``folder`` ending with ``suffixes``, sorted by path: recursively, skipping
+    hidden folders and stepscope runs (a run written next to its traces, ``-o traces/run``,
+    holds JSON that is not a trace: its manifest, ``report.json``)."""
     out = []
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder).parts
-        if any(part.startswith(".") for part in rel[:-1]):
-            continue
-        if p.name.endswith(suffixes) and p.is_file():
-            out.append(p)
-    return out
+    for root, dirs, names in os.walk(folder):
+        here = Path(root)
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not _is_run(here / d)]
+        out += [here / n for n in names if n.endswith(suffixes) and (here / n).is_file()]
+    return sorted(out)
+
+
+def _is_run(path: Path) -> bool:
+    return (path / MANIFEST_NAME).is_file() and any((path / t).is_dir() for t in TABLE_NAMES)
 
 
 def tensorboard_run(path: Path) -> str | None:
