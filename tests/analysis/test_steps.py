@@ -79,6 +79,19 @@ def test_select_steady_two_bad_steps_among_four() -> None:
     assert notes[1].startswith("outlier")
 
 
+def test_select_steady_keeps_recurring_slow_steps() -> None:
+    # a DataLoader stall every other step (PARAM's resnet trace: 12 of 28 steps wait
+    # 140-640 ms): the slow steps are what the loop costs, not outliers; a fast outlier is
+    # still left out
+    walls = np.array([160, 155, 480, 158, 770, 150, 470, 160, 750, 340, 60, 158], dtype=np.int64)
+    steady, notes = select_steady(walls)
+    assert steady == (True,) * 10 + (False, True)
+    assert notes[10].startswith("outlier")
+    # two slow steps among eight stay outliers (rare)
+    steady, _ = select_steady(np.array([100, 101, 99, 300, 100, 98, 320, 100], dtype=np.int64))
+    assert steady == (True, True, True, False, True, True, False, True)
+
+
 def test_recorded_steps_say_which_hook_made_them(tmp_path: Path) -> None:
     from stepscope.store.manifest import SourceInfo
 

@@ -16,6 +16,15 @@ from typing import Any
 from stepscope._version import __version__
 from stepscope.errors import TraceFormatError
 from stepscope.importers.registry import FORMATS, Format, format_of
+from stepscope.importers.trace_sets import (
+    FileFacts,
+    check_cycles_by_content,
+    check_cycles_by_name,
+    check_tensorboard_runs,
+    facts,
+    mixed_jobs,
+    walk,
+)
 from stepscope.store.manifest import Diagnostic, Manifest, SourceInfo
 from stepscope.store.produce import RankBundle, assemble
 
@@ -25,9 +34,11 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnostic]]:
     """Expand files and folders into the trace files to import, one per rank.
 
-    A folder contributes every ``*.json`` / ``*.json.gz`` directly inside it that
-    looks like a PyTorch profiler trace; other JSON files there are skipped with
-    a diagnostic. A file named explicitly must be a trace.
+    A folder contributes every ``*.json`` / ``*.json.gz`` under it (recursively: a
+    TensorBoard log folder keeps them in ``plugins/profile/<run>/``) that looks like a
+    PyTorch profiler trace; other JSON files there are skipped with a diagnostic. A
+    file named explicitly must be a trace. Traces of several TensorBoard runs, or several
+    profiler cycles of one worker, are refused (``trace_sets``).
     """
     found, diags = _detected(paths)
     return [p for p, _ in found], diags
@@ -47,8 +58,7 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            candidates = sorted(c for c in p.iterdir()
-                                if c.name.endswith(TRACE_SUFFIXES) and c.is_file())
+            candidates = walk(p, TRACE_SUFFIXES)
             if not candidates:
                 raise TraceFormatError(str(p), "no trace files (*.json, *.json.gz) in this folder")
             found = 0
@@ -71,6 +81,8 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
     if not out:
         given = ", ".join(str(p) for p in paths) or "(no paths)"
         raise TraceFormatError(given, "no trace files given")
+    check_tensorboard_runs(", ".join(str(p) for p in paths), [p for p, _ in out])
+    check_cycles_by_name([p for p, _ in out])
     return out, diags
 
 
@@ -79,12 +91,16 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
     into a run at ``out``; returns its path. The run is written atomically: on
     any error nothing is left at ``out`` (an existing run there is untouched)."""
     files, diags = _detected(paths)
+    seen: list[FileFacts] = []
 
     def bundles() -> Iterator[RankBundle]:  # one file's tables in memory at a time
         ranks: dict[int, str] = {}
         for i, (f, fmt) in enumerate(files):
             bundle = fmt.read(f, default_rank=i)
             r = bundle.rank.rank
+            seen.append(facts(f, r, bundle.details.get("rank_source") == "distributedInfo",
+                              bundle.rank.pid, bundle.rank.world_size, bundle.tables))
+            check_cycles_by_content(seen)
             if r in ranks:
                 raise TraceFormatError(
                     str(f), f"rank {r} again (also the rank of {ranks[r]}); "
@@ -99,11 +115,13 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
         details: dict[str, Any] = {"files": [dict(b.details) for b in facts]}
         if len(set(offsets.values())) > 1:
             details["clock_offset_ns_by_file"] = offsets
+        mixed = mixed_jobs(seen)
         return Manifest(
             source=SourceInfo(kind="+".join(kinds), files=tuple(str(f) for f, _ in files),
                               tool="; ".join(tools), details=details),
             ranks=(), clock="unix_ns", clock_offset_ns=facts[0].clock_offset_ns,
-            stepscope_version=__version__, diagnostics=tuple(diags))
+            stepscope_version=__version__,
+            diagnostics=(*diags, *((mixed,) if mixed is not None else ())))
 
     return assemble(out, bundles(), head, overwrite=overwrite)
 

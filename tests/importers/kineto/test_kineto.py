@@ -350,3 +350,85 @@ def test_gzip_and_plain_json_give_the_same_tables(tmp_path: Path) -> None:
     assert all(a.tables[k].equals(b.tables[k]) for k in a.tables)
     c = parse_kineto(plain, default_rank=0, chunk_bytes=1 << 14)  # mapped, in chunks
     assert all(a.tables[k].to_pylist() == c.tables[k].to_pylist() for k in a.tables)
+
+
+def _old_format_events() -> list[dict[str, Any]]:
+    """A torch 1.8-style trace (kineto tb_plugin's resnet50 samples): capitalised GPU and
+    runtime categories, ``ProfilerStep#N`` an ``Operator``, epoch microseconds, GPU tids
+    ``stream 7``."""
+    t0 = 1_623_142_623_460_000
+    events: list[dict[str, Any]] = []
+    for i in range(3):
+        s = t0 + i * 1000
+        events += [
+            {"ph": "X", "cat": "Operator", "name": f"ProfilerStep#{i + 5}", "pid": 10,
+             "tid": 10, "ts": s, "dur": 900, "args": {"External id": 100 * i + 1}},
+            {"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 10, "tid": 10,
+             "ts": s + 10, "dur": 50, "args": {"External id": 100 * i + 2}},
+            {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": "10",
+             "ts": s + 20, "dur": 5, "args": {"cbid": 211, "correlation": 10 * i + 1}},
+            {"ph": "X", "cat": "Kernel", "name": "volta_sgemm_128x64_nn", "pid": 0,
+             "tid": "stream 7", "ts": s + 30, "dur": 400,
+             "args": {"device": 0, "stream": 7, "correlation": 10 * i + 1,
+                      "grid": [80, 1, 1], "block": [256, 1, 1]}},
+            {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0,
+             "tid": "stream 7", "ts": s + 440, "dur": 20,
+             "args": {"device": 0, "stream": 7, "correlation": 10 * i + 2, "bytes": 1024}},
+            {"ph": "X", "cat": "Memset", "name": "Memset (Device)", "pid": 0,
+             "tid": "stream 7", "ts": s + 470, "dur": 1,
+             "args": {"device": 0, "stream": 7, "correlation": 10 * i + 3, "bytes": 64}},
+            {"ph": "f", "id": 10 * i + 1, "pid": 0, "tid": "stream 7", "ts": s + 30,
+             "cat": "async", "name": "launch", "bp": "e"},
+        ]
+    return events
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_torch_1_8_categories_and_operator_steps(tmp_path: Path, native: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepscope.importers.kineto import native as kineto_native
+
+    scanned = []
+    scan = kineto_native.scan
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        got = scan(*args, **kwargs)
+        scanned.append(got is not None)
+        return got
+
+    monkeypatch.setattr(kineto_native, "scan", counting)
+    # the ops first, in chunks of their own: the compiled scanner reads those (it gives the
+    # chunks with capitalised categories back to msgspec), so the step markers are found
+    # whichever path read them
+    events = sorted(_old_format_events(), key=lambda e: e["cat"] != "Operator")
+    kf = parse_kineto(_trace(tmp_path, events), default_rank=0, native=native, chunk_bytes=600)
+    assert any(scanned) == (native and kineto_native.EXTENSION is not None)
+    assert count(kf, "kernels") == 3 and count(kf, "memcpy") == 3 and count(kf, "memset") == 3
+    assert count(kf, "api_calls", name="cudaLaunchKernel", domain="runtime") == 3
+    assert kf.tables["steps"].column("step").to_pylist() == [5, 6, 7]
+    assert count(kf, "annotations", source="profiler_step") == 3
+    # the step markers left cpu_ops (a new trace has them only as annotations)
+    assert count(kf, "cpu_ops") == 3 and count(kf, "cpu_ops", name="aten::conv2d") == 3
+    unknown = [d for d in kf.diagnostics if d.code == "unknown_category"]
+    assert len(unknown) == 1 and "async (3)" in unknown[0].message  # the flows, nothing else
+
+
+def test_torch_1_8_trace_reports_its_gpu_and_steps(tmp_path: Path) -> None:
+    from stepscope.reporters.report import build_report
+
+    run = Run(import_traces([_trace(tmp_path, _old_format_events())], tmp_path / "run"))
+    rep = build_report(run)
+    (ra,) = rep.analysis.ranks
+    assert ra.steps.source == "profiler_step" and len(ra.steps.steps) == 3
+    assert ra.kernel_count == 3 and ra.gpu.use.value == "recorded"
+
+
+def test_mtia_device_events_are_said_to_be_skipped(tmp_path: Path) -> None:
+    events = [_x("cpu_op", "aten::mm", 0, 100),
+              {"ph": "X", "cat": "mtia_ccp_events", "name": "event_wait", "pid": 17, "tid": 3,
+               "ts": 10, "dur": 50, "args": {"stream": 108}},
+              {"ph": "X", "cat": "mtia_ccp_events", "name": "kernel", "pid": 17, "tid": 3,
+               "ts": 60, "dur": 30, "args": {"stream": 108}}]
+    kf = parse_kineto(_trace(tmp_path, events, baseTimeNanoseconds=1000), default_rank=0)
+    (d,) = [d for d in kf.diagnostics if d.code == "device_events_skipped"]
+    assert d.level == "warning" and d.count == 2 and "MTIA" in d.message

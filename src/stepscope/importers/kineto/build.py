@@ -10,6 +10,7 @@ key after the events.
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from operator import attrgetter
@@ -40,14 +41,19 @@ CPU_OP_CATEGORIES: dict[str, CpuOpKind] = {
 GPU_TABLES = (("kernel", "kernels", kt.kernels), ("gpu_memcpy", "memcpy", kt.memcpy),
               ("gpu_memset", "memset", kt.memset), ("cuda_sync", "sync", kt.sync))
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
+# torch 1.8/1.9 (Kineto before late 2021) wrote these categories capitalised: read as today's
+CATEGORY_ALIASES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+                    "Runtime": "cuda_runtime"}
 TABLE_CATEGORIES = frozenset(
-    {"user_annotation", "cpu_instant_event", *GPU_CATEGORIES, *API_CATEGORIES, *CPU_OP_CATEGORIES})
+    {"user_annotation", "cpu_instant_event", *GPU_CATEGORIES, *API_CATEGORIES, *CPU_OP_CATEGORIES,
+     *CATEGORY_ALIASES})
 # Kineto categories with nothing to import (flows link by correlation already).
 IGNORED_CATEGORIES = frozenset({
     "Trace", "ac2g", "fwdbwd", "overhead", "external_correlation", "cuda_profiler_range",
     "glow_runtime", "gpu_pm_counter", "mtia_ccp_events",
 })
 _PH, _PID = attrgetter("ph"), attrgetter("pid")
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 _CODES: dict[type, int] = {}  # fast-decode class -> its code in bucket()
 _CATS: list[str] = []  # code -> category
@@ -59,7 +65,7 @@ def decoders(flows: bool = False) -> Decoders:
     ``ac2g`` flows are only needed for GPU events without a correlation id (old traces):
     decoded with ``flows``, else only counted (:class:`NeedFlows`)."""
     d = Decoders(
-        full=(*GPU_CATEGORIES, "user_annotation", *API_CATEGORIES),
+        full=(*GPU_CATEGORIES, "user_annotation", *API_CATEGORIES, *CATEGORY_ALIASES),
         ops=tuple(c for c, k in CPU_OP_CATEGORIES.items() if k is CpuOpKind.FRAMEWORK),
         python=tuple(c for c, k in CPU_OP_CATEGORIES.items() if k is CpuOpKind.PYTHON),
         memory=("cpu_instant_event",), flows=("ac2g",) if flows else (),
@@ -160,6 +166,9 @@ class TableBuilder:
         self.events += len(events)
         buckets = bucket(events)
         self.categories.update({k: len(v) for k, v in buckets.items()})
+        for old, new in CATEGORY_ALIASES.items():
+            if old in buckets:
+                buckets[new] = buckets.get(new, []) + buckets.pop(old)
         fill_correlation_from_flows(buckets, self.flows)
 
         def x(cat: str) -> Timed:
@@ -191,6 +200,9 @@ class TableBuilder:
         """All tables (times shifted by ``base_ns`` onto the Unix clock)."""
         out = {name: kt.concat(chunks) for name, chunks in self.parts.items() if chunks}
         self.parts.clear()
+        if "cpu_ops" in out and not any(_PROFILER_STEP.match(e.name)
+                                        for t in self.user for e in t.events):
+            self.user.append(_steps_from_ops(out))
         for table, column, first in (("api_calls", "domain", ApiDomain.RUNTIME.value),
                                      ("cpu_ops", "kind", CpuOpKind.FRAMEWORK.value)):
             if table in out:  # several categories: one time order, whatever the chunking
@@ -246,6 +258,26 @@ class TableBuilder:
                         if pid not in gpu_pids]
         streams = {k: v.strip() for k, v in threads.items() if k[0] in gpu_pids}
         return procs, host_threads, streams
+
+
+def _steps_from_ops(out: dict[str, kt.Columns]) -> Timed:
+    """torch 1.8/1.9 wrote ``ProfilerStep#N`` as an op (category ``Operator``), today's
+    torch as a ``user_annotation``: such ops leave ``cpu_ops`` and become the step
+    annotations (the same tables as a new trace's)."""
+    ops = out["cpu_ops"]
+    names = ops["name"]
+    if not pa.types.is_dictionary(names.type):
+        names = names.dictionary_encode()
+    hits = pc.match_substring_regex(names.dictionary, _PROFILER_STEP.pattern)
+    if not pc.any(hits).as_py():
+        return Timed([], np.zeros(0, np.int64), np.zeros(0, np.int64))
+    is_step = pc.fill_null(hits.take(names.indices), False).to_numpy(zero_copy_only=False)
+    idx = np.flatnonzero(is_step)
+    sel = kt.take(ops, idx)
+    out["cpu_ops"] = kt.take(ops, np.flatnonzero(~is_step))
+    events = [Event(ph="X", cat="Operator", name=n, pid=p, tid=t) for n, p, t in zip(
+        kt.plain(sel["name"]).to_pylist(), sel["pid"].to_pylist(), sel["tid"].to_pylist())]
+    return Timed(events, np.asarray(sel["ts_ns"]), np.asarray(sel["dur_ns"]))
 
 
 def _concat_timed(parts: list[Timed]) -> Timed:

@@ -74,6 +74,13 @@ def parse_kineto(path: str | Path, *, default_rank: int,
         diags.append(Diagnostic("info", "unknown_category",
                                 f"{total} event(s) of categories stepscope does not import were "
                                 f"skipped: {listed}", name, total))
+    mtia = builder.categories.get("mtia_ccp_events", 0)
+    if mtia:
+        diags.append(Diagnostic("warning", "device_events_skipped",
+                                f"{mtia} MTIA device event(s) (mtia_ccp_events) were not "
+                                "imported: stepscope reads CUDA and ROCm GPU activity, so this "
+                                "trace has no device time (GPU busy, kernels) in the report",
+                                name, mtia))
     if not builder.events:
         diags.append(Diagnostic("warning", "empty_trace", "the trace has no events", name))
     dist = doc.distributedInfo
