@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
 from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.intervals import I64
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import (

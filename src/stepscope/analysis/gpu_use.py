@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import column_i64, column_str

@@ -235,7 +235,7 @@ class StepGraph:
     def enclosing_op(self, kind: str, api_rows: I64, *, innermost: bool = True) -> I64:
         """The ``cpu_ops`` row of ``kind`` enclosing each API call of ``api_rows`` on the same
         ``(pid, tid)`` (innermost, or outermost), or -1."""
-        from stepscope.analysis import intervals as iv
+        import stepscope.analysis.intervals as iv
 
         ops = self.table("cpu_ops")
         api = self.table("api_calls")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import (

@@ -56,7 +56,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.schema import ApiKind, CpuOpKind

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.breakdown import CATEGORIES
+from stepscope.analysis.results import Analysis, RankAnalysis
 
 
 @dataclass(frozen=True)
