@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope._version import __version__
-from stepscope.errors import TraceFormatError
+from stepscope.errors import DamagedFileError, TraceFormatError
 from stepscope.importers.detect import detect
 from stepscope.importers.kineto import KinetoFile, parse_kineto
 from stepscope.store.manifest import Diagnostic, Manifest, RankInfo, SourceInfo
@@ -50,6 +50,8 @@ def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnosti
             for c in candidates:
                 try:
                     detect(c)
+                except DamagedFileError:
+                    raise  # a truncated rank file is a lost rank, not a file to skip
                 except TraceFormatError as exc:
                     first_problem = first_problem or f"{c.name}: {exc.problem}"
                     diags.append(Diagnostic("warning", "skipped_file", exc.problem, str(c)))
