@@ -13,7 +13,7 @@ leftover         files left behind that should not be (a temp file, a half-writt
 lost file        a file outside the output path deleted or changed (or an output's old content
                  lost on an error)
 
-    PYTHONPATH=src python benchmarks/robustness_probe.py [-k SUBSTRING] [-j 2]
+    python benchmarks/robustness_probe.py [-k SUBSTRING] [-j 2] [--src DIR] [-v]
 
 Prints one row per case and the totals; exit 1 when any case is not clean or correct.
 """
@@ -125,9 +125,12 @@ def edit_manifest(run: Path, change: Callable[[dict[str, object]], object]) -> N
     path.write_text(json.dumps(m))
 
 
+SOURCES = [ROOT / "src"]  # the stepscope under test (--src)
+
+
 def env() -> dict[str, str]:
     e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
+    e["PYTHONPATH"] = str(SOURCES[0]) + os.pathsep + e.get("PYTHONPATH", "")
     e.pop("FORCE_COLOR", None)
     e["COLUMNS"] = "120"
     return e
@@ -689,7 +692,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", default="", help="only cases whose name contains this")
     ap.add_argument("-j", type=int, default=2, help="cases run at once")
     ap.add_argument("-v", action="store_true", help="show the detail of clean/correct cases too")
+    ap.add_argument("--src", type=Path, default=SOURCES[0],
+                    help="the stepscope sources to probe (default: this checkout's src)")
     a = ap.parse_args(argv)
+    SOURCES[0] = a.src.resolve()
     cases = [c for c in CASES if a.k.lower() in c.name.lower()]
     with cf.ThreadPoolExecutor(a.j) as pool:
         outcomes = list(pool.map(run_case, cases))
