@@ -55,7 +55,8 @@ class Run:
         if rank is not None:
             paths = [p for p in paths if p.name == f"rank-{rank}.parquet"]
         try:
-            parts = [pq.read_table(p, schema=schema) for p in paths]
+            parts = [pq.read_table(p, schema=schema, page_checksum_verification=True)
+                     for p in paths]  # pages without a checksum (older runs) are not checked
         except (OSError, pa.ArrowInvalid) as exc:
             raise RunError(f"{self.path / name}: cannot read table ({exc})") from None
         t = pa.concat_tables(parts) if parts else empty_table(name)
