@@ -119,3 +119,12 @@ def test_sigkill_of_record_ends_the_program(tmp_path: Path) -> None:
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     pytest.fail("the program outlived a SIGKILLed stepscope record")
+
+
+def test_a_run_name_with_glob_characters(tmp_path: Path) -> None:
+    first = tmp_path / f".r[1].staging-{os.getppid()}-{time.time_ns() - 10**9}-abc"
+    first.mkdir()
+    mine = tmp_path / f".r[1].staging-{os.getpid()}-{time.time_ns()}-def"
+    mine.mkdir()
+    with pytest.raises(record_cli.RunError, match="is writing this run"):
+        record_cli.claim(tmp_path / "r[1]", mine)

@@ -179,8 +179,13 @@ def claim(out: Path, staging: Path) -> None:
     of the two (by the time in the name) stops with ``RunError``, so that both do not run the
     program for minutes and then lose one capture."""
     mine = _staging_key(staging)
-    for other in out.parent.glob(staging_prefix(out) + "*"):
-        key = _staging_key(other)
+    prefix = staging_prefix(out)
+    try:
+        siblings = list(out.parent.iterdir())  # not glob: RUN's name may hold [ ] * ?
+    except OSError:  # a folder we may write but not list: nothing to compare with
+        return
+    for other in siblings:
+        key = _staging_key(other) if other.name.startswith(prefix) else None
         if other == staging or key is None or not other.is_dir() or other.is_symlink():
             continue  # not one of ours (an older stepscope names them without the pid)
         pid = key[1]
