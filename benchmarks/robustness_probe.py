@@ -423,6 +423,12 @@ CASES: list[Case] = [
                                              names=("stdout",))),
     Case("demo -o over a file", lambda t: Setup(["demo", "-o", write_text(t / "f", "x").as_posix()],
                                                 names=("f",))),
+    Case("report -o RUN/manifest.json", lambda t: Setup(
+        ["report", str(make_run(t)), "-o", str(t / "run" / "manifest.json")],
+        names=("manifest.json",))),
+    Case("export -o RUN/manifest.json", lambda t: Setup(
+        ["export", str(make_run(t)), "-o", str(t / "run" / "manifest.json")],
+        names=("manifest.json",))),
     Case("report -o into a missing folder", lambda t: Setup(
         ["report", str(make_run(t)), "-o", str(t / "no" / "r.json")], names=("r.json", "no"))),
     Case("report -o a folder", lambda t: Setup(

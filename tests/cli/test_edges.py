@@ -163,3 +163,16 @@ def test_a_broken_run_is_an_error_for_every_verb(cnn_run: Path, tmp_path: Path,
         assert main(args) == 2
         one_error(capsys.readouterr().err, "kernels: 0 rows, but the manifest counts 288")
     assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+@pytest.mark.parametrize("verb", ["report", "export"])
+def test_an_output_over_the_runs_own_manifest_is_refused(cnn_run: Path, tmp_path: Path,
+                                                        verb: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    run = Path(shutil.copytree(cnn_run, tmp_path / "run"))
+    before = (run / "manifest.json").read_bytes()
+    assert main([verb, str(run), "-o", str(run / "manifest.json")]) == 2
+    one_error(capsys.readouterr().err, "manifest.json: a file of the run")
+    assert (run / "manifest.json").read_bytes() == before

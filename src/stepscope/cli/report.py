@@ -15,7 +15,7 @@ from stepscope.reporters.html import to_html
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.report import build_report
 from stepscope.reporters.terminal import print_report, render_text
-from stepscope.store.output import write_text_output
+from stepscope.store.output import check_not_in_run, write_text_output
 from stepscope.store.run import Run
 
 
@@ -34,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(run_, page=fmt == "html")
     text = to_json(report) if fmt == "json" else to_html(report) if fmt == "html" else None
     output = args.output or (str(run_.path / "report.html") if fmt == "html" else None)
+    if output:
+        check_not_in_run(output, run_.path)
     if output:
         out = write_text_output(output, text if text is not None else render_text(report))
         print(f"wrote {out}")

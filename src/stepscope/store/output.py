@@ -70,6 +70,16 @@ def _replace(target: Path, st: os.stat_result | None, write: Callable[[IO[bytes]
     return result
 
 
+def check_not_in_run(path: str | os.PathLike[str], run_dir: Path) -> None:
+    """Refuse an output that is one of the run's own files (``report RUN -o RUN/manifest.json``
+    would replace the manifest with the report and destroy the run)."""
+    out = Path(path).resolve()
+    run = run_dir.resolve()
+    if out == run / "manifest.json" or (out.parent.parent == run and out.name.startswith("rank-")
+                                        and out.suffix == ".parquet"):
+        raise StepscopeError(f"{path}: a file of the run {run_dir}; write the output elsewhere")
+
+
 def write_text_output(path: str | os.PathLike[str], text: str) -> Path:
     """``text`` (UTF-8) to ``path``, as :func:`write_output` does."""
     data = text.encode("utf-8")
@@ -77,4 +87,4 @@ def write_text_output(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
-__all__ = ["current_umask", "write_output", "write_text_output"]
+__all__ = ["check_not_in_run", "current_umask", "write_output", "write_text_output"]
