@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure the GEMM / convolution speed-ups that ``stepscope.advisor.speedups`` tabulates.
+"""Measure the GEMM / convolution speed-ups that ``stepscope.model.speedups`` tabulates.
 
 On one CUDA GPU, with PyTorch, this times (CUDA events, median of several batches after a
 warm-up):
@@ -31,7 +31,7 @@ Run (about a minute on an H100; ``--quick`` for a smoke test)::
 
     PYTHONPATH=src python3 benchmarks/gemm_speedups.py --out $OUT/gemm.json
 
-Then copy ``python_entry`` into ``MEASURED`` in ``src/stepscope/advisor/speedups.py``.
+Then copy ``python_entry`` into ``MEASURED`` in ``src/stepscope/model/speedups.py``.
 Needs only torch (imported after argument parsing, so ``--help`` works anywhere).
 """
 

@@ -7,7 +7,9 @@ at merge; a stand-in libcupti and CUDA driver, as CI has no GPU) and with ``--ba
 checked against what each rule declares it ``requires``: no rule may be skipped for a missing
 table on a GPU source, except a table that only some programs fill (``PROGRAM_TABLES``). The runs
 come from the real producers, never from ``tests.builder`` (whose ``devices`` row hid that
-captured runs had none).
+captured runs had none). Each run also meets the table requirements of its kind of source
+(``schema.CONTRACTS``, checked by the one assembler, ``store.produce``), and the sources give one
+program the same shape (``test_every_source_gives_the_same_shape``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tests.capture.test_bootstrap import FakeClock, FakeHost
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
 from stepscope.analysis import analyze
+from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.capture.bootstrap import CaptureConfig, Session
 from stepscope.capture.cuda_driver import CudaDriver
@@ -34,10 +37,13 @@ from stepscope.capture.cupti import capture as capture_mod
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.native import build_shim, load_shim
 from stepscope.capture.gpu import GpuSlot
-from stepscope.capture.partitions import PartitionMeta, StagingPartition, merge
+from stepscope.capture.partitions import merge, source_kind
 from stepscope.capture.schedule import make_schedule
+from stepscope.capture.staging import PartitionMeta, StagingPartition
 from stepscope.capture.torch_backend import TorchCapture
 from stepscope.importers import import_traces, parse_kineto
+from stepscope.schema import SourceKind
+from stepscope.store.produce.bundle import contract_gaps
 from stepscope.store.run import Run
 
 DATA = Path(__file__).parent / "data"
@@ -62,7 +68,8 @@ def check_contract(run: Run, *, program_has: tuple[str, ...] = ()) -> None:
     missing = missing_tables(run)
     allowed = set(PROGRAM_TABLES) - set(program_has)
     assert {t for ts in missing.values() for t in ts} <= allowed, missing
-    advice = advise(run, analyze(run))
+    check_source_contract(run)
+    advice = advise(analyze(run))
     skipped = {s.id for s in advice.skipped if s.reason.endswith("(the run has none)")}
     assert skipped == set(missing)
     assert not (DEVICE_RULES & {s.id for s in advice.skipped}), advice.skipped
@@ -137,9 +144,9 @@ def test_cupti_capture(tmp_path: Path, shim: ctypes.CDLL, monkeypatch: pytest.Mo
     # theoretical occupancy from the driver's limits: 256 threads x 120 registers -> 30720
     # registers a block (allocated per warp in 256s: 8 warps x 3840), 2 blocks of 65536 per SM:
     # 16 of 64 warps = 25%
-    occ = kernel_frame(run).column("occupancy").to_pylist()
+    occ = kernel_frame(rank_graph(run, None)).column("occupancy").to_pylist()
     assert occ == [pytest.approx(0.25)] * 8
-    found = {f.id for f in advise(run, analyze(run)).findings}
+    found = {f.id for f in advise(analyze(run)).findings}
     assert {"no_tensor_cores", "small_grid"} <= found  # fp32 SIMT GEMM; 8 blocks on 132 SMs
     assert "cuInit" not in cuda.log
 
@@ -159,11 +166,11 @@ class ExportOnly:
 
 
 class RecordedTorch(TorchCapture):
-    """``--backend torch`` whose profiler recorded ``trace`` (stop, export and import are the
-    backend's own)."""
+    """``--backend torch`` whose profiler recorded ``trace`` (stop and export are the backend's
+    own; the merge reads the exported trace with the Kineto importer's reader)."""
 
-    def __init__(self, trace: Path) -> None:
-        super().__init__()
+    def __init__(self, trace: Path, spill_dir: Path) -> None:
+        super().__init__(spill_dir)
         self.trace = trace
 
     def start(self) -> None:
@@ -171,17 +178,19 @@ class RecordedTorch(TorchCapture):
 
 
 def recorded_torch_run(tmp_path: Path, trace: Path, cuda: FakeCuda | None) -> Run:
-    slot = GpuSlot("torch", "filtered", lambda b, a: RecordedTorch(trace),
+    part = StagingPartition(tmp_path / "staging" / "p1-1")
+    slot = GpuSlot("torch", "filtered", lambda b, a: RecordedTorch(trace, part.path),
                    driver=lambda: cuda.driver() if cuda else None)
     assert slot.start() is None
     tables, diags = slot.data(final=True)
+    assert set(tables) <= {"devices"}  # the trace's tables come at the merge
     # the host side's steps (the optimizer hook's): the trace's own ProfilerStep ranges
     tables["steps"] = parse_kineto(trace, default_rank=0).tables["steps"]
-    part = StagingPartition(tmp_path / "staging" / "p1-1")
     part.write_chunk(tables)
     part.write_meta(PartitionMeta(pid=1, start_ns=1, ended="exit",
                                   settings={"gpu": slot.status}, diagnostics=tuple(diags)))
-    return Run(merge(tmp_path / "staging", tmp_path / "run", command=["train.py"], returncode=0))
+    return Run(merge(tmp_path / "staging", tmp_path / "run", command=["train.py"], returncode=0,
+                     read_trace=parse_kineto))
 
 
 @pytest.mark.parametrize("with_driver", [True, False])
@@ -197,7 +206,7 @@ def test_torch_backend(tmp_path: Path, with_driver: bool) -> None:
     bandwidth: Any = pytest.approx(3352.32) if with_driver else None
     assert devices[0]["memory_bandwidth_gbs"] == bandwidth
     check_contract(run, program_has=("memcpy",))
-    assert "no_tensor_cores" in {f.id for f in advise(run, analyze(run)).findings}
+    assert "no_tensor_cores" in {f.id for f in advise(analyze(run)).findings}
 
 
 def test_a_run_recorded_on_an_h100_skips_no_rule_for_a_missing_table() -> None:
@@ -216,3 +225,90 @@ def test_a_run_recorded_on_an_h100_skips_no_rule_for_a_missing_table() -> None:
     rep = build_report(run)
     assert [s.id for s in rep.advice.skipped] == ["input_bound"]
     assert not [f for f in rep.advice.findings if f.severity.value != "info"]  # healthy
+
+
+
+# -- every source, one shape -------------------------------------------------------------------
+RECORDED = DATA / "recorded" / "h100_healthy"
+CORE = {"devices", "kernels", "api_calls", "steps", "memcpy"}  # what every GPU source of the
+# program below gives (a GEMM loop with a host-to-device copy per step)
+KERNEL_COLUMNS = {"ts_ns", "dur_ns", "device", "stream", "correlation", "name", "grid_x", "grid_y",
+                  "grid_z", "block_x", "block_y", "block_z", "registers", "shared_memory"}
+OCCUPANCY_INPUTS = {"device", "name", "sm_count", "warp_size", "max_threads_per_sm",
+                    "regs_per_block", "regs_per_sm", "smem_per_sm", "compute_major"}
+
+
+def shape(run: Run) -> dict[str, set[str]]:
+    """Table -> its columns that hold a value, for the tables with rows."""
+    out = {}
+    for name in run.manifest.tables:
+        t = run.table(name)
+        if t.num_rows:
+            out[name] = {c for c in t.column_names if t.column(c).null_count < t.num_rows}
+    return out
+
+
+def kind_of(run: Run, rank: int) -> SourceKind:
+    """The kind of source a rank of ``run`` came from (as the import or the merge decided)."""
+    if run.manifest.source.kind == "kineto":
+        return SourceKind.KINETO
+    settings = run.manifest.settings["ranks"][f"rank{rank}"]
+    return source_kind(PartitionMeta(pid=0, start_ns=0, settings=settings))
+
+
+def check_source_contract(run: Run) -> None:
+    """Each rank provides the tables its kind of source must, and the manifest says no gap."""
+    assert "missing_tables" not in {d.code for d in run.manifest.diagnostics}
+    for rank in run.ranks:
+        rows = {name: run.table(name, rank=rank).num_rows for name in run.manifest.tables}
+        assert contract_gaps(kind_of(run, rank), rows) == (), rank
+
+
+@needs_cc
+def test_every_source_gives_the_same_shape(tmp_path: Path, shim: ctypes.CDLL,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """One program's shape through every source: the Kineto import of a trace, the same trace
+    through ``--backend torch``, the default ``cupti`` capture (stand-in CUPTI and driver) and a
+    real ``record`` on an H100. Each passes its kind's table requirements; all have the core
+    tables with the columns the analyses use; the torch backend's tables are the import's."""
+    trace = DATA / "cnn_fp32_sync.pt.trace.json.gz"
+    runs = {
+        "kineto": Run(import_traces([trace], tmp_path / "imported")),
+        "torch": recorded_torch_run(tmp_path / "t", trace, FakeCuda(devices=1, active={0})),
+        "cupti": recorded_cupti_run(tmp_path / "c", shim, monkeypatch,
+                                    FakeCuda(devices=2, active={0})),
+        "recorded": Run(RECORDED),
+    }
+    assert [kind_of(r, 0) for r in runs.values()] == [
+        SourceKind.KINETO, SourceKind.TORCH, SourceKind.CUPTI, SourceKind.CUPTI]
+    shapes = {k: shape(r) for k, r in runs.items()}
+    for name, run in runs.items():
+        check_source_contract(run)
+        assert CORE <= set(shapes[name]), name
+        assert KERNEL_COLUMNS <= shapes[name]["kernels"], name
+        assert OCCUPANCY_INPUTS <= shapes[name]["devices"], name
+    # the torch backend reads its trace with the importer: the same tables, but the host
+    # capture's own (processes) and the driver's richer devices row
+    imported, torch = shapes["kineto"], shapes["torch"]
+    assert set(imported) - set(torch) == {"processes"} and set(torch) <= set(imported)
+    assert {k: v for k, v in torch.items() if k != "devices"} == {
+        k: v for k, v in imported.items() if k not in ("devices", "processes")}
+    assert imported["devices"] < torch["devices"]
+    for table in ("kernels", "memcpy", "memset", "api_calls", "cpu_ops", "annotations"):
+        assert runs["torch"].table(table).equals(runs["kineto"].table(table)), table
+    # the captures give the same device columns, whichever backend
+    assert torch["devices"] == shapes["cupti"]["devices"] == shapes["recorded"]["devices"]
+
+
+def test_a_captured_gpu_rank_without_devices_is_said(tmp_path: Path) -> None:
+    """The merge's bundles go through the contract check: a CUPTI partition whose process
+    recorded kernels but no devices rows (no driver found) gets a missing_tables diagnostic."""
+    part = StagingPartition(tmp_path / "staging" / "p1-1")
+    part.write_chunk({"kernels": {"ts_ns": [5], "dur_ns": [1], "name": ["k"], "device": [0]},
+                      "api_calls": {"ts_ns": [4], "dur_ns": [1], "name": ["cudaLaunchKernel"]}})
+    part.write_meta(PartitionMeta(pid=1, start_ns=1, ended="exit",
+                                  settings={"gpu": {"backend": "cupti", "state": "stopped"}}))
+    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x.py"], returncode=0))
+    (gap,) = [d for d in run.manifest.diagnostics if d.code == "missing_tables"]
+    assert gap.file == "rank 0" and "no devices table" in gap.message
+    assert kind_of(run, 0) is SourceKind.CUPTI

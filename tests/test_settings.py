@@ -57,7 +57,7 @@ def test_every_variable_is_read_here_and_documented() -> None:
     # outside settings.py a variable's name may be written (the launcher sets STEPSCOPE_CAPTURE)
     # or read before stepscope can be imported (the sitecustomize): nothing else names one
     allowed = {"capture/config.py", "capture/samplers/remote.py",
-               "capture/sitecustomize_dir/sitecustomize.py", "importers/kineto_native.py"}
+               "capture/sitecustomize_dir/sitecustomize.py", "importers/kineto/native.py"}
     named = set()
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -289,7 +289,7 @@ def advise_trace(trace_path: Path, run_dir: Path) -> dict[str, Any]:
     run = Run(path)
     analysis = analyze(run)
     t2 = time.perf_counter()
-    advice = advise(run, analysis)
+    advice = advise(analysis)
     t3 = time.perf_counter()
     summary = summarize(analysis)
     st = summary.step_time

@@ -84,11 +84,13 @@ class Recording:
         finally:
             pop(session)
         from stepscope.capture.partitions import merge  # pyarrow only when writing
+        from stepscope.importers import parse_kineto  # reads --backend torch's trace
 
         try:
             self.path = merge(staging, self.out, command=list(sys.argv), returncode=0,
                               overwrite=self.overwrite, settings={"window": self._schedule.describe(),
-                                                                  "api": "stepscope.record"})
+                                                                  "api": "stepscope.record"},
+                              read_trace=parse_kineto)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 

@@ -1,8 +1,9 @@
 """Every table of a run: columns, Arrow types and units, in one place.
 
 This module is the contract between the producers of a run (``capture/`` and
-``importers/``, both through ``store.writer``) and its consumers (``analysis/``
-and everything downstream).
+``importers/``, both through ``store.produce``) and its consumers (``analysis/``
+and everything downstream): which tables there are, and which tables each kind of
+source must provide (``CONTRACTS``).
 
 Conventions
 -----------
@@ -332,6 +333,52 @@ TABLES: dict[str, TableSpec] = {
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 
 
+class SourceKind(str, Enum):
+    """What produced a rank's tables (``store.produce.RankBundle.kind``)."""
+
+    KINETO = "kineto"  # a PyTorch profiler (Kineto) trace, imported
+    CUPTI = "cupti"  # `stepscope record`, the CUPTI backends (ctypes or cupti-python)
+    TORCH = "torch"  # `stepscope record --backend torch`: torch.profiler in the process
+    HOST = "host"  # `stepscope record` with no GPU backend running: host-side tables only
+
+
+GPU_ACTIVITY_TABLES = ("kernels", "memcpy", "memset")  # rows here: the source saw GPU activity
+
+
+@dataclass(frozen=True)
+class SourceContract:
+    """The tables a rank of one kind of source must provide: ``always``, and ``with_gpu`` as
+    soon as it has GPU activity (rows in ``GPU_ACTIVITY_TABLES``). The run assembler
+    (``store.produce.assemble``) writes a ``missing_tables`` diagnostic for each gap."""
+
+    kind: SourceKind
+    always: tuple[str, ...]
+    with_gpu: tuple[str, ...]
+    doc: str
+
+    def required(self, gpu_activity: bool) -> tuple[str, ...]:
+        return self.always + (self.with_gpu if gpu_activity else ())
+
+
+CONTRACTS: dict[SourceKind, SourceContract] = {
+    c.kind: c
+    for c in (
+        SourceContract(SourceKind.KINETO, (), ("devices", "streams", "api_calls"),
+                       "the trace's deviceProperties, GPU stream names, CUDA/HIP runtime calls"),
+        SourceContract(SourceKind.CUPTI, (), ("devices", "api_calls"),
+                       "the CUDA driver's device rows, CUPTI's runtime/driver call records"),
+        SourceContract(SourceKind.TORCH, (), ("devices", "streams", "api_calls"),
+                       "the driver's (else Kineto's) device rows, Kineto's streams and calls"),
+        SourceContract(SourceKind.HOST, (), (), "whatever the host capture saw"),
+    )
+}
+
+
+def required_tables(kind: SourceKind, gpu_activity: bool) -> tuple[str, ...]:
+    """The tables a rank of ``kind`` must provide (``CONTRACTS``)."""
+    return CONTRACTS[kind].required(gpu_activity)
+
+
 def spec(name: str) -> TableSpec:
     """The spec of table ``name``; ``KeyError`` names the known tables."""
     try:
@@ -366,9 +413,18 @@ def markdown() -> str:
             null = "yes" if c.nullable else "no"
             out.append(f"| `{c.name}` | {typ} | {c.unit} | {null} | {doc} |")
         out.append("")
+    out += ["## Tables each source must provide", "",
+            "Every row of GPU activity (" + ", ".join(f"`{t}`" for t in GPU_ACTIVITY_TABLES)
+            + ") obliges a source to provide the tables below; a run that lacks one has a "
+            "`missing_tables` diagnostic in its manifest.", "",
+            "| source | always | with GPU activity | from |", "|---|---|---|---|"]
+    for k in CONTRACTS.values():
+        out.append(f"| `{k.kind.value}` | {', '.join(f'`{t}`' for t in k.always) or '-'} | "
+                   f"{', '.join(f'`{t}`' for t in k.with_gpu) or '-'} | {k.doc} |")
+    out.append("")
     out += ["## Enumerations", ""]
     for enum_cls in (CopyKind, MemoryKind, ApiKind, ApiDomain, SyncKind, AnnotationSource,
-                     CpuOpKind, StepSource, InputWaitSource, DeviceType):
+                     CpuOpKind, StepSource, InputWaitSource, DeviceType, SourceKind):
         out.append(f"- `{enum_cls.__name__}`: " + ", ".join(f"`{m.value}`" for m in enum_cls))
     return "\n".join(out) + "\n"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from builder import TraceBuilder
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import Advice, advise
 from stepscope.advisor.rules import RULES
 from stepscope.advisor.rules.host_bound import RULE as HOST_BOUND
@@ -18,6 +18,7 @@ from stepscope.advisor.rules.input_bound import RULE as INPUT_BOUND
 from stepscope.advisor.rules.step_gaps import RULE as STEP_GAPS
 from stepscope.advisor.rules.unstable_steps import RULE as UNSTABLE
 from stepscope.analysis import analyze
+from stepscope.model.confidence import Confidence
 from stepscope.store.manifest import SourceInfo
 from stepscope.store.run import Run
 
@@ -32,7 +33,7 @@ UNKNOWN = {"ranks": {"rank0": {"gpu": {"backend": "auto", "state": "unavailable"
 
 
 def _advise(run: Run, rules: Any = None) -> Advice:
-    return advise(run, analyze(run), rules)
+    return advise(analyze(run), rules)
 
 
 def _only(run: Run, rule: Any) -> tuple[Finding, ...]:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from builder import TraceBuilder
 from stepscope.advisor import Finding, Fix, Severity, advise, rank_findings
-from stepscope.advisor.base import Confidence, Context, Where
+from stepscope.advisor.base import Context, Where
 from stepscope.advisor.rules import RULE_IDS, RULES
 from stepscope.analysis import analyze
+from stepscope.model.confidence import Confidence
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
 
@@ -47,7 +48,7 @@ def test_rules_without_their_tables_are_skipped_with_the_reason(tmp_path: Path) 
     b = TraceBuilder()
     b.step(0, 100).kernel("k", 10, 80)
     run = b.build(tmp_path / "r")
-    adv = advise(run, analyze(run), rules=[_NeedsMemory()])
+    adv = advise(analyze(run), rules=[_NeedsMemory()])
     assert adv.findings == ()
     assert [(s.id, s.reason) for s in adv.skipped] == [
         ("needs_memory", "needs memory_events (the run has none)")]
@@ -64,5 +65,5 @@ def test_healthy_synthetic_run_gets_no_warning(tmp_path: Path) -> None:
                      t + j * 1000 + 1, 998, grid=(1320, 1, 1), block=(128, 1, 1), regs=168,
                      smem=100_000, launch=(t + j * 10, 5))
     run = b.build(tmp_path / "r")
-    adv = advise(run, analyze(run))
+    adv = advise(analyze(run))
     assert [f.id for f in adv.findings if f.severity is not Severity.INFO] == []

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
 from stepscope.advisor.rules.excess_transfers import RULE
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -20,7 +21,7 @@ MB = 1_000_000
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _trace(tmp_path: Path, name: str) -> Run:
@@ -159,7 +160,7 @@ def test_h200_numpy_round_trip_matches_the_measured_saving(tmp_path: Path) -> No
     mine = [r for r in RULES if r.id in {"pageable_memcpy", "excess_transfers",
                                          "no_copy_overlap", "memory_pressure",
                                          "memory_underused"}]
-    top = advise(run, analyze(run), mine).findings[0]
+    top = advise(analyze(run), mine).findings[0]
     assert top.id == "excess_transfers"
 
 

@@ -7,19 +7,20 @@ from typing import Any
 
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
 from stepscope.advisor.rules.host_bound import RULE
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _cpu_work(b: Any, steps: int = 3) -> None:
@@ -91,7 +92,7 @@ def test_no_idle_rule_warns_on_a_healthy_run(builder: Any, tmp_path: Path) -> No
     run = builder.build(tmp_path / "run")
     mine = {"input_bound", "host_bound", "step_gaps", "launch_bound", "sync_calls",
             "unstable_steps"}
-    found = advise(run, analyze(run), [r for r in RULES if r.id in mine]).findings
+    found = advise(analyze(run), [r for r in RULES if r.id in mine]).findings
     assert all(f.severity is Severity.INFO for f in found)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules.input_bound import (
     CPU_UTIL,
@@ -18,6 +18,7 @@ from stepscope.advisor.rules.input_bound import (
 )
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -26,7 +27,7 @@ LOADER = {"num_workers": 2, "pin_memory": False, "prefetch_factor": 2,
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _input_bound(b: Any, wait: float = 400, steps: int = 4) -> None:
@@ -119,7 +120,7 @@ def test_silent_below_the_threshold(builder: Any, tmp_path: Path) -> None:
 def test_skipped_without_input_waits(builder: Any, tmp_path: Path) -> None:
     builder.step(0, 1000).kernel("gemm", 10, 900, launch=(1, 5))
     run = builder.build(tmp_path / "run")
-    adv = advise(run, analyze(run), [RULE])
+    adv = advise(analyze(run), [RULE])
     assert adv.findings == () and adv.skipped[0].id == "input_bound"
     assert "input_waits" in adv.skipped[0].reason
 
@@ -131,4 +132,4 @@ def test_gpt_fixture_waits_too_little(tmp_path: Path) -> None:
     a = analyze(run)
     assert a.ranks[0].input.gpu_idle_wait_ns_per_step == pytest.approx((307_039, 87_251, 96_993),
                                                                        abs=2)
-    assert advise(run, a, [RULE]).findings == ()
+    assert advise(a, [RULE]).findings == ()

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules.low_occupancy import RULE
 from stepscope.analysis import analyze
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 STREAM = "stream_affine_smem"  # a user kernel
@@ -21,7 +22,7 @@ ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFuncto
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _steps(b: Any, name: str = STREAM, dur: float = 600, other: float = 200, *,

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules.memory_pressure import RULE
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -19,7 +20,7 @@ GB = 1_000_000_000
 
 
 def _advice(run: Run) -> Any:
-    return advise(run, analyze(run), [RULE])
+    return advise(analyze(run), [RULE])
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
 from stepscope.advisor.rules.memory_underused import RULE
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -20,7 +21,7 @@ COPY_AND_MEMORY = ("pageable_memcpy", "excess_transfers", "no_copy_overlap", "me
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _host_heavy(b: Any, *, op: str = "aten::mm", launch: bool = True, reserved: int = 10 * GB,
@@ -82,7 +83,7 @@ def test_skipped_without_memory_data(builder: Any, tmp_path: Path) -> None:
         builder.step(i * 1000, 1000)
         builder.kernel("k", i * 1000 + 600, 400, launch=(i * 1000 + 590, 5))
     run = builder.build(tmp_path / "run")
-    (s,) = advise(run, analyze(run), [RULE]).skipped
+    (s,) = advise(analyze(run), [RULE]).skipped
     assert s.id == "memory_underused" and "profile_memory=True" in s.reason
 
 
@@ -111,8 +112,8 @@ def test_healthy_runs_get_no_warning_from_the_copy_and_memory_rules(builder: Any
     _healthy(builder)
     run = builder.build(tmp_path / "synthetic")
     mine = [r for r in RULES if r.id in COPY_AND_MEMORY]
-    assert advise(run, analyze(run), mine).findings == ()
+    assert advise(analyze(run), mine).findings == ()
     # a real one: an 8-layer 8192-wide bf16 MLP on an H200, no sync per step (the host runs
     # ahead: ProfilerStep windows of ~2.8 ms, the GPU step ~39 ms), 4.2 GB of 150 GB
     real = Run(import_traces([DATA / "h200_healthy_bf16.pt.trace.json.gz"], tmp_path / "real"))
-    assert advise(real, analyze(real), mine).findings == ()
+    assert advise(analyze(real), mine).findings == ()

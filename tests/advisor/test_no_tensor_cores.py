@@ -10,18 +10,17 @@ import numpy as np
 import pytest
 
 from builder import H100, TraceBuilder
-from stepscope.advisor.base import Confidence, Context, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules.no_tensor_cores import RULE
-from stepscope.advisor.speedups import (
-    gpu_bound_share,
-    scaling_for,
-    speedups_for,
-    steady_kernels,
-)
-from stepscope.analysis import Analysis, analyze
-from stepscope.analysis.summary import summarize
+from stepscope.analysis import analyze
+from stepscope.analysis.graph import rank_graph
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import steady_kernels
+from stepscope.model.overhead import host_trust
+from stepscope.model.scaling import gpu_bound_share, scaling_for
+from stepscope.model.speedups import speedups_for
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -43,13 +42,8 @@ CF32 = ("sm80_xmma_gemm_cf32cf32_f32f32_cf32_nt_n_tilesize64x64x8_stage3_warpsiz
         "aligna8_alignc8_execute_kernel__5x_cublas")
 
 
-def _ctx(run: Run, analysis: Analysis) -> Context:
-    return Context(run=run, analysis=analysis, summary=summarize(analysis),
-                   host_confidence=Confidence.HIGH, host_note="")
-
-
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _run(tmp_path: Path, device: dict[str, Any], name: str = SGEMM, *, op: str = "aten::mm",
@@ -130,7 +124,7 @@ def test_cnn_fp32_fixture(cnn: Run) -> None:
     """Real H100 trace, small conv net in fp32 with TF32 off: cuDNN FFT / Winograd and fp32
     xmma/cutlass GEMMs, 10.78 ms of the 12.66 ms step."""
     analysis = analyze(cnn)
-    (f,) = advise(cnn, analysis, [RULE]).findings
+    (f,) = advise(analysis, [RULE]).findings
     assert f.severity is Severity.CRITICAL
     assert f.title.startswith("fp32 matrix math without tensor cores: 10.78 ms per step (85% of "
                               "the step); TF32: -")
@@ -148,9 +142,10 @@ def test_cnn_fp32_fixture(cnn: Run) -> None:
     assert conv is not None and gemm is not None
     assert gpu_bound_share(ra) == pytest.approx(0.9323, abs=1e-4)
     # loss.item() every step: the host waits for the GPU, whose work is all still queued
-    sk = steady_kernels(cnn, ra)
+    sk = steady_kernels(rank_graph(cnn, ra.rank), ra)
     assert sk is not None and sk.n_steps == 3
-    backlog = scaling_for(_ctx(cnn, analysis), ra, sk).backlog_ns
+    backlog = scaling_for(rank_graph(cnn, ra.rank), ra, sk,
+                          host_trust(analysis).est_inflation_ms).backlog_ns
     assert backlog is not None and (backlog > 7e6).all()  # 7.2-7.6 ms: more than the saving
     approx = 10.757 * (1 - 1 / conv.value) + 0.022 * (1 - 1 / gemm.value)
     assert f.est_saving_ms == pytest.approx(approx, rel=0.01)
@@ -163,6 +158,6 @@ def test_cnn_fp32_fixture(cnn: Run) -> None:
 def test_gpt_bf16_fixture_is_silent(tmp_path: Path) -> None:
     shutil.copy(DATA / "gpt_bf16_adamw.pt.trace.json.gz", tmp_path)
     run = Run(import_traces([tmp_path / "gpt_bf16_adamw.pt.trace.json.gz"], tmp_path / "run"))
-    found = advise(run, analyze(run), [RULE]).findings
+    found = advise(analyze(run), [RULE]).findings
     assert not [f for f in found if f.severity in (Severity.WARNING, Severity.CRITICAL)]
     assert found == ()

@@ -7,19 +7,20 @@ from typing import Any
 
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
-from stepscope.advisor.rules._evidence import OpTime
 from stepscope.advisor.rules.step_gaps import RULE, hints
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
+from stepscope.model.host_ops import OpTime
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _logging(b: Any, steps: int = 3) -> None:

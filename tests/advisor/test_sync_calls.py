@@ -5,17 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import RULES
-from stepscope.advisor.rules._idle import _first_after
 from stepscope.advisor.rules.sync_calls import RULE
 from stepscope.analysis import analyze
-from stepscope.analysis.busy import IntervalSet
 from stepscope.importers import import_traces
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -23,7 +21,7 @@ MINE = ("input_bound", "host_bound", "step_gaps", "launch_bound", "sync_calls")
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _item_each_step(b: Any, steps: int = 3) -> None:
@@ -80,7 +78,7 @@ def test_drain_is_capped_by_the_head_start(builder: Any, tmp_path: Path) -> None
         builder.sync("cudaDeviceSynchronize", t0 + 200, 10)
         builder.kernel("kernel_b", t0 + 620, 370, launch=(t0 + 610, 5))
     run = builder.build(tmp_path / "run")
-    byid = {f.id: f for f in advise(run, analyze(run), [r for r in RULES if r.id in MINE]).findings}
+    byid = {f.id: f for f in advise(analyze(run), [r for r in RULES if r.id in MINE]).findings}
     assert "sync_calls" not in byid  # 10 µs per step: under 0.05 ms
     # idle 100-620 minus the 10 µs blocked: 510 µs of host time (505 with no host event)
     assert byid["host_bound"].est_saving_ms == pytest.approx(0.51)
@@ -91,7 +89,7 @@ def test_rules_never_claim_the_same_idle_time(builder: Any, tmp_path: Path) -> N
     _item_each_step(builder)
     run = builder.build(tmp_path / "run")
     a = analyze(run)
-    found = advise(run, a, [r for r in RULES if r.id in MINE]).findings
+    found = advise(a, [r for r in RULES if r.id in MINE]).findings
     bd = a.ranks[0].breakdown.mean_ms
     idle = sum(bd[c] for c in ("input_wait", "sync", "launch", "host", "idle"))
     assert sum(f.est_saving_ms for f in found) <= idle + 1e-9
@@ -147,15 +145,6 @@ def test_cnn_fixture_item_and_pageable_copies(tmp_path: Path) -> None:
 def test_gpt_fixture_has_no_sync_in_its_steps(tmp_path: Path) -> None:
     run = Run(import_traces([DATA / "gpt_bf16_adamw.pt.trace.json.gz"], tmp_path / "run"))
     assert _findings(run) == ()
-
-
-def test_first_idle_after_each_point() -> None:
-    # idle 0-10, 20-30, 50-100 (ns); 15 ns from t=5 -> 5-10, 20-30; 100 ns from 25, but
-    # not beyond 60 -> 25-30, 50-60
-    s = IntervalSet.of(np.array([0, 20, 50]), np.array([10, 30, 100]))
-    got = _first_after(s, np.array([5, 25]), np.array([15, 100]),
-                       np.array([1000, 60]))
-    assert got.starts.tolist() == [5, 20, 50] and got.ends.tolist() == [10, 30, 60]
 
 
 def test_dynamic_loss_scaling_sync_is_named(builder: Any, tmp_path: Path) -> None:

@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 from builder import H100, TraceBuilder
-from stepscope.advisor.base import Confidence, Finding, Severity
+from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
-from stepscope.advisor.rules.tc_misaligned import RULE, min_alignment, why
+from stepscope.advisor.rules.tc_misaligned import RULE
 from stepscope.analysis import analyze
+from stepscope.model.alignment import min_alignment, why
+from stepscope.model.confidence import Confidence
 from stepscope.store.run import Run
 
 A100 = dict(H100, name="NVIDIA A100-SXM4-80GB", compute_major=8, compute_minor=0, sm_count=108,
@@ -34,7 +36,7 @@ SGEMM_ALIGN1 = ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_alig
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _run(tmp_path: Path, device: dict[str, Any], name: str = ALIGN1, dur: float = 500) -> Run:

@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _findings(run: Run) -> tuple[Finding, ...]:
-    return advise(run, analyze(run), [RULE]).findings
+    return advise(analyze(run), [RULE]).findings
 
 
 def _steps(b: Any, walls: Sequence[float], busy: float = 800) -> None:
@@ -91,7 +91,7 @@ def test_silent_on_small_costless_variation(builder: Any, tmp_path: Path) -> Non
 def test_skipped_with_too_few_steps(builder: Any, tmp_path: Path) -> None:
     _steps(builder, [1000, 2000])
     run = builder.build(tmp_path / "run")
-    adv = advise(run, analyze(run), [RULE])
+    adv = advise(analyze(run), [RULE])
     assert adv.findings == ()
     assert adv.skipped[0].reason == "needs at least 3 steps after warm-up (the run has 2)"
 

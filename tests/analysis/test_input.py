@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from builder import imported, marker_windows
+from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.input import analyze_input, input_wait_intervals
 
 US = 1000
@@ -28,7 +29,7 @@ def test_waits_per_step_and_gpu_idle(builder: Any, tmp_path: Path) -> None:
     b = builder.step(0, 100).step(100, 100).step(200, 100)
     b.input_wait(0, 30).input_wait(100, 5).input_wait(200, 10).input_wait(250, 2)
     b.kernel("k", 10, 10).memcpy("HtoD", 100, 2, 64)
-    a = analyze_input(b.build(tmp_path / "r"), 0, *W((0, 100), (100, 200), (200, 300)))
+    a = analyze_input(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100), (100, 200), (200, 300)))
     assert a.wait_ns_per_step == (30_000, 5000, 12_000)
     assert a.count_per_step == (1, 1, 2)
     assert a.share_per_step == pytest.approx((0.30, 0.05, 0.12))
@@ -49,9 +50,9 @@ def test_straddling_and_overlapping_waits(builder: Any, tmp_path: Path) -> None:
     b = builder.step(0, 100).step(100, 100)
     b.input_wait(90, 30).input_wait(10, 10).input_wait(15, 10, tid=200)
     run = b.build(tmp_path / "r")
-    a = analyze_input(run, 0, *W((0, 100), (100, 200)))
+    a = analyze_input(rank_graph(run, 0), *W((0, 100), (100, 200)))
     assert a.wait_ns_per_step == (25_000, 20_000) and a.count_per_step == (3, 0)
-    s, e = input_wait_intervals(run, 0)
+    s, e = input_wait_intervals(rank_graph(run, 0))
     assert s.tolist() == [10_000, 90_000] and e.tolist() == [25_000, 120_000]
 
 
@@ -60,14 +61,14 @@ def test_first_step_outlier(builder: Any, tmp_path: Path) -> None:
     # (worker start-up) exceeds 2 * 0.15 + 1 = 1.3 ms and is flagged
     b = builder.step(0, 10_000).step(10_000, 10_000).step(20_000, 10_000)
     b.input_wait(0, 5000).input_wait(10_000, 100).input_wait(20_000, 200)
-    a = analyze_input(b.build(tmp_path / "r"), 0, *W((0, 1e4), (1e4, 2e4), (2e4, 3e4)))
+    a = analyze_input(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 1e4), (1e4, 2e4), (2e4, 3e4)))
     assert a.first_step_outlier is True and a.first_step_wait_ns == 5_000_000
     assert a.mean_wait_ns_excl_first == 150_000
 
 
 def test_dataloader_settings(builder: Any, tmp_path: Path) -> None:
     settings = {"dataloader": {"num_workers": 4, "pin_memory": True, "prefetch_factor": 2}}
-    a = analyze_input(builder.build(tmp_path / "r", settings=settings), 0, *W((0, 100)))
+    a = analyze_input(rank_graph(builder.build(tmp_path / "r", settings=settings), 0), *W((0, 100)))
     assert a.dataloader == {"num_workers": 4, "pin_memory": True, "prefetch_factor": 2}
 
 
@@ -75,12 +76,12 @@ def test_empty_and_no_windows(builder: Any, tmp_path: Path) -> None:
     builder.input_wait(10, 5).input_wait(40, 5)
     run = builder.build(tmp_path / "r")
     # no windows: totals over the rank, with no GPU work all of it idle; no per-step figures
-    a = analyze_input(run, 0, *W())
+    a = analyze_input(rank_graph(run, 0), *W())
     assert (a.count, a.wait_ns, a.gpu_idle_wait_ns) == (2, 10_000, 10_000)
     assert a.wait_ns_per_step == () and a.mean_wait_ns_per_step == 0.0
     assert a.first_step_outlier is False and a.max_wait_ns_per_step == 0
     # a window with no wait in it
-    z = analyze_input(run, 0, *W((100, 200)))
+    z = analyze_input(rank_graph(run, 0), *W((100, 200)))
     assert z.wait_ns_per_step == (0,) and z.share_per_step == (0.0,) and z.count == 0
 
 
@@ -95,7 +96,7 @@ def test_gpt_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # the trace's three "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__" ranges
     # last 307.039, 87.251 and 180.286 µs, one inside each ProfilerStep
     run = imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
-    a = analyze_input(run, 0, *marker_windows(run))
+    a = analyze_input(rank_graph(run, 0), *marker_windows(run))
     assert a.count_per_step == (1, 1, 1)
     assert a.wait_ns_per_step == pytest.approx((307_039, 87_251, 180_286), abs=2)
     assert all(0 <= i <= w for i, w in zip(a.gpu_idle_wait_ns_per_step, a.wait_ns_per_step))
@@ -104,7 +105,7 @@ def test_gpt_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def test_cnn_fixture_has_no_loader(tmp_path_factory: pytest.TempPathFactory) -> None:
     run = imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
-    a = analyze_input(run, 0, *marker_windows(run))
+    a = analyze_input(rank_graph(run, 0), *marker_windows(run))
     assert a.wait_ns_per_step == (0, 0, 0) and a.dataloader is None
 
 

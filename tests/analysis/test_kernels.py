@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.kernels import KernelStats, kernel_frame, kernel_summary, kernel_table
 from stepscope.store.run import Run
 
@@ -34,7 +35,7 @@ def _two_kernel_run(builder: Any, tmp_path: Path) -> Run:
 
 
 def test_kernel_table_hand_computed(builder: Any, tmp_path: Path) -> None:
-    table = kernel_table(_two_kernel_run(builder, tmp_path))
+    table = kernel_table(rank_graph(_two_kernel_run(builder, tmp_path), None))
     # SGEMM: 10 + 20 + 60 µs of the 100 µs; its dominant launch (80 µs) is 1024 x 256 threads,
     # 32 regs: 8 warps per block, 64 warps per SM -> 8 blocks (warps limit), 100 %;
     # 1024 blocks over 8 * 132 slots = 0.97 waves
@@ -56,15 +57,15 @@ def test_kernel_table_hand_computed(builder: Any, tmp_path: Path) -> None:
 def test_window_and_limit(builder: Any, tmp_path: Path) -> None:
     run = _two_kernel_run(builder, tmp_path)
     # [100 µs, 300 µs): the second and third SGEMM only (the ADD at 300 µs starts at the end)
-    (only,) = kernel_table(run, window=(100_000, 300_000))
+    (only,) = kernel_table(rank_graph(run, None), window=(100_000, 300_000))
     assert (only.name, only.calls, only.total_ns, only.median_ns, only.share) == (SGEMM, 2, 80_000, 40_000.0, 1.0)
-    assert [s.name for s in kernel_table(run, limit=1)] == [SGEMM]
-    assert kernel_table(run, window=(1_000_000, 2_000_000)) == ()
+    assert [s.name for s in kernel_table(rank_graph(run, None), limit=1)] == [SGEMM]
+    assert kernel_table(rank_graph(run, None), window=(1_000_000, 2_000_000)) == ()
 
 
 def test_kernel_summary_hand_computed(builder: Any, tmp_path: Path) -> None:
     run = _two_kernel_run(builder, tmp_path)
-    s = kernel_summary(run)
+    s = kernel_summary(rank_graph(run, None))
     assert (s.total_ns, s.tensor_core_ns, s.tensor_core_share) == (100_000, 0, 0.0)
     assert s.by_category_ns == {"gemm": 90_000, "elementwise": 10_000}
     assert s.by_precision_ns == {"fp32": 90_000}  # matmul kernels only
@@ -72,7 +73,7 @@ def test_kernel_summary_hand_computed(builder: Any, tmp_path: Path) -> None:
     assert s.est_sm_efficiency == pytest.approx((10 * 64 / 132 + 80 * 1.0 + 10 * 0.5) / 100)
     # occupancy: the 255-register launch is 12.5 % (2 blocks of 4 warps) for 10 µs, the rest 100 %
     assert s.mean_occupancy == pytest.approx((10 * 0.125 + 90 * 1.0) / 100)
-    w = kernel_summary(run, window=(300_000, 500_000))
+    w = kernel_summary(rank_graph(run, None), window=(300_000, 500_000))
     assert (w.total_ns, w.by_category_ns, w.by_precision_ns) == (10_000, {"elementwise": 10_000}, {})
 
 
@@ -80,7 +81,7 @@ def test_dominant_configuration_is_by_time_not_by_count(builder: Any, tmp_path: 
     for i in range(3):
         builder.kernel(SGEMM, i * 10, 1, grid=(64, 1, 1))
     builder.kernel(SGEMM, 50, 10, grid=(2048, 1, 1))
-    (s,) = kernel_table(builder.build(tmp_path / "run"))
+    (s,) = kernel_table(rank_graph(builder.build(tmp_path / "run"), None))
     assert (s.grid, s.blocks, s.calls, s.waves) == ((2048, 1, 1), 2048, 4, 2048 / (8 * 132))
 
 
@@ -91,11 +92,11 @@ def test_tensor_cores_and_precision(builder: Any, tmp_path: Path) -> None:
     builder.kernel("flash_fwd_kernel", 40, 10, grid=(132, 1, 1), block=(128, 1, 1), regs=255, smem=49152)
     builder.kernel(SGEMM, 60, 60)
     run = builder.build(tmp_path / "run")
-    s = kernel_summary(run)
+    s = kernel_summary(rank_graph(run, None))
     assert (s.total_ns, s.tensor_core_ns, s.tensor_core_share) == (100_000, 40_000, 0.4)
     assert s.by_precision_ns == {"fp32": 60_000, "unknown": 30_000, "fp16/bf16": 10_000}
     assert s.by_category_ns == {"gemm": 90_000, "attention": 10_000}
-    nvjet = next(k for k in kernel_table(run) if k.name == NVJET)
+    nvjet = next(k for k in kernel_table(rank_graph(run, None)) if k.name == NVJET)
     assert (nvjet.tensor_cores, nvjet.precision, nvjet.active_blocks_per_sm, nvjet.occupancy_limiter) == (
         True, None, 1, "registers")
     assert (nvjet.occupancy, nvjet.blocks, nvjet.waves, nvjet.sm_coverage) == (12 / 64, 132, 1.0, 1.0)
@@ -105,13 +106,13 @@ def test_missing_device_row_or_registers(builder: Any, tmp_path: Path) -> None:
     builder.kernel(SGEMM, 0, 10, device=1)  # the run has a devices row for device 0 only
     builder.kernel(ADD, 20, 30, regs=None)
     run = builder.build(tmp_path / "run")
-    rows = {k.name: k for k in kernel_table(run)}
+    rows = {k.name: k for k in kernel_table(rank_graph(run, None))}
     g = rows[SGEMM]
     assert (g.occupancy, g.active_blocks_per_sm, g.sm_coverage, g.waves, g.devices) == (None, None, None, None, (1,))
     assert (g.category, g.blocks, g.threads_per_block) == ("gemm", 1024, 256)
     a = rows[ADD]
     assert (a.occupancy, a.occupancy_limiter, a.registers, a.sm_coverage, a.waves) == (None, None, None, 1.0, None)
-    s = kernel_summary(run)
+    s = kernel_summary(rank_graph(run, None))
     assert (s.mean_occupancy, s.est_sm_efficiency) == (None, 1.0)
 
 
@@ -121,7 +122,7 @@ def test_amd_device_has_coverage_but_no_occupancy(tmp_path: Path) -> None:
     b = TraceBuilder(device={"name": "AMD Instinct MI250X / MI250", "vendor": "amd", "sm_count": 110, "warp_size": 64,
                                  "max_threads_per_block": 1024})
     b.kernel(SGEMM, 0, 10, grid=(55, 1, 1))
-    (k,) = kernel_table(b.build(tmp_path / "run"))
+    (k,) = kernel_table(rank_graph(b.build(tmp_path / "run"), None))
     assert (k.occupancy, k.occupancy_limiter, k.waves, k.sm_coverage) == (None, None, None, 0.5)
 
 
@@ -129,16 +130,16 @@ def test_ranks(builder: Any, tmp_path: Path) -> None:
     builder.kernel(SGEMM, 0, 10, rank=0)
     builder.kernel(SGEMM, 0, 30, rank=1)
     run = builder.build(tmp_path / "run")
-    (both,) = kernel_table(run)
+    (both,) = kernel_table(rank_graph(run, None))
     assert (both.calls, both.total_ns, both.median_ns) == (2, 40_000, 20_000.0)
-    (one,) = kernel_table(run, rank=1)
+    (one,) = kernel_table(rank_graph(run, 1))
     assert (one.calls, one.total_ns, one.occupancy) == (1, 30_000, 1.0)
 
 
 def test_kernel_frame(builder: Any, tmp_path: Path) -> None:
     builder.kernel(SGEMM, 0, 10, grid=(64, 2, 1), block=(128, 1, 1), regs=255, smem=33280)
     builder.kernel(ADD, 20, 5, grid=(66, 1, 1), block=(32, 4, 1), regs=None)
-    f = kernel_frame(builder.build(tmp_path / "run")).sort_by("ts_ns")
+    f = kernel_frame(rank_graph(builder.build(tmp_path / "run"), None)).sort_by("ts_ns")
     assert f.num_rows == 2
     got = {c: f.column(c).to_pylist() for c in ("category", "tensor_cores", "precision", "blocks", "threads",
                                                  "occupancy", "active_blocks_per_sm", "occupancy_limiter",
@@ -153,9 +154,9 @@ def test_kernel_frame(builder: Any, tmp_path: Path) -> None:
 def test_no_kernels(builder: Any, tmp_path: Path) -> None:
     builder.step(0, 100)
     run = builder.build(tmp_path / "run")
-    assert kernel_table(run) == ()
-    assert kernel_frame(run).num_rows == 0
-    s = kernel_summary(run)
+    assert kernel_table(rank_graph(run, None)) == ()
+    assert kernel_frame(rank_graph(run, None)).num_rows == 0
+    s = kernel_summary(rank_graph(run, None))
     assert (s.total_ns, s.tensor_core_share, s.by_category_ns, s.by_precision_ns) == (0, 0.0, {}, {})
     assert (s.est_sm_efficiency, s.mean_occupancy) == (None, None)
 
@@ -185,7 +186,7 @@ def _json_kernels(rel: str) -> dict[str, list[float]]:
 def test_gpt_fixture(tmp_path: Path) -> None:
     rel = "h100/gpt_bf16_adamw.pt.trace.json.gz"
     run = _imported(tmp_path, rel)
-    table = kernel_table(run)
+    table = kernel_table(rank_graph(run, None))
     # per-name calls and time agree with a plain pass over the JSON (µs -> ns, ±1 ns a launch)
     durs = _json_kernels(rel)
     assert len(table) == len(durs) == 52
@@ -199,7 +200,7 @@ def test_gpt_fixture(tmp_path: Path) -> None:
     # persistent wave over 132 SMs. Kineto wrote 0 (its default 48 KB limit refuses the block)
     assert (top.occupancy, top.active_blocks_per_sm, top.waves, top.source_occupancy_pct) == (0.1875, 1, 1.0, 0.0)
 
-    s = kernel_summary(run)
+    s = kernel_summary(rank_graph(run, None))
     assert s.total_ns == pytest.approx(35_979_320, abs=1311)
     # tensor-core time = nvjet GEMMs + cuDNN SDPA (fprop, bprop): 36 % of kernel time
     assert s.tensor_core_share == pytest.approx(0.3614, abs=1e-4)
@@ -208,7 +209,7 @@ def test_gpt_fixture(tmp_path: Path) -> None:
 
     # Kineto's estimate equals our occupancy where Kineto is right: <= 48 KB of shared
     # memory, a grid of at least one full wave, whole warps (see test_occupancy.py)
-    f = kernel_frame(run)
+    f = kernel_frame(rank_graph(run, None))
     occ = np.array(f.column("occupancy").to_pylist(), dtype=float)
     act = np.array(f.column("active_blocks_per_sm").to_pylist(), dtype=float)
     src = np.array(f.column("source_occupancy_pct").to_pylist(), dtype=float)

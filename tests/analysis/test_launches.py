@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from builder import imported, marker_windows
+from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.launches import analyze_launches, launch_intervals
 from stepscope.store.run import Run
 
@@ -28,7 +29,7 @@ def test_two_short_kernels_after_their_launches(builder: Any, tmp_path: Path) ->
     # ended at 25 > 20) and short (< 100 µs).
     b = builder.step(0, 100)
     b.kernel("k", 18, 2, launch=(10, 5)).kernel("k", 28, 2, launch=(20, 5))
-    a = analyze_launches(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_launches(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert (a.launches, a.paired, a.graph_launches) == (2, 2, 0)
     assert a.median_api_ns == 5000 and a.mean_api_ns == 5000
     assert a.median_queue_ns == 3000 and a.negative_queue == 0
@@ -46,7 +47,7 @@ def test_gpu_bound_queue_is_not_launch_bound(builder: Any, tmp_path: Path) -> No
     # Median queue = (1 + 35) / 2 = 18 µs. No kernel is shorter than its 5 µs launch.
     b = builder.step(0, 100)
     b.kernel("a", 16, 40, launch=(10, 5)).kernel("b", 60, 10, launch=(20, 5))
-    a = analyze_launches(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_launches(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert a.median_queue_ns == 18_000 and a.mean_queue_ns == 18_000
     assert a.short_kernels == 0 and a.short_kernel_share == 0.0
     assert a.launch_idle_ns == 0 and a.launch_idle_gaps == 0
@@ -56,7 +57,7 @@ def test_negative_queue_delay_is_clipped_and_counted(builder: Any, tmp_path: Pat
     # the call ends at 15 but its kernel starts at 14: raw queue -1 µs -> 0, counted once
     b = builder.step(0, 100)
     b.kernel("k", 14, 10, launch=(10, 5))
-    a = analyze_launches(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_launches(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert a.negative_queue == 1 and a.median_queue_ns == 0
 
 
@@ -66,7 +67,7 @@ def test_graph_launch_pairs_with_all_its_kernels(builder: Any, tmp_path: Path) -
     b = builder.step(0, 100)
     b.api("cudaGraphLaunch", 10, 10, correlation=77)
     b.kernel("g1", 25, 3, correlation=77).kernel("g2", 30, 4, correlation=77)
-    a = analyze_launches(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_launches(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert (a.launches, a.graph_launches, a.paired) == (1, 1, 1)
     assert a.median_queue_ns == 5000
     assert (a.short_kernels, a.short_kernel_gpu_ns) == (1, 7000)
@@ -78,7 +79,7 @@ def test_long_gap_straddling_a_step_boundary_is_split(builder: Any, tmp_path: Pa
     # step 0 gets 30..100 = 70 µs, step 1 gets 100..150 = 50 µs; the gap counts in step 0.
     b = builder.step(0, 100).step(100, 100)
     b.kernel("a", 20, 10, launch=(10, 2)).kernel("b", 150, 10, launch=(140, 5))
-    a = analyze_launches(b.build(tmp_path / "r"), 0, *W((0, 100), (100, 200)))
+    a = analyze_launches(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100), (100, 200)))
     assert a.launch_idle_ns_per_step == (70_000, 50_000)
     assert a.launch_idle_long_ns_per_step == (70_000, 50_000)
     assert a.launch_idle_short_ns_per_step == (0, 0)
@@ -87,7 +88,7 @@ def test_long_gap_straddling_a_step_boundary_is_split(builder: Any, tmp_path: Pa
     assert a.mean_launch_idle_long_ns_per_step == 60_000.0
     assert a.launches_per_step == (1, 1)
     # with a 200 µs threshold the same gap is short
-    a2 = analyze_launches(Run(tmp_path / "r"), 0, *W((0, 100), (100, 200)), long_gap_ns=200_000)
+    a2 = analyze_launches(rank_graph(Run(tmp_path / "r"), 0), *W((0, 100), (100, 200)), long_gap_ns=200_000)
     assert a2.launch_idle_short_ns_per_step == (70_000, 50_000)
 
 
@@ -99,7 +100,7 @@ def test_copies_issued_late_count_and_unknown_issuers_do_not(builder: Any, tmp_p
     b.kernel("k", 10, 10, launch=(0, 5))
     b.memcpy("HtoD", 30, 10, 1024, api=("cudaMemcpyAsync", 22, 6))
     b.memcpy("HtoD", 50, 10, 1024)
-    a = analyze_launches(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_launches(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert a.launch_idle_ns == 10_000 and a.launch_idle_gaps == 1
     assert a.launches == 1
 
@@ -112,18 +113,18 @@ def test_devices_are_independent_and_streams_merge(builder: Any, tmp_path: Path)
     b = builder.step(0, 100)
     b.kernel("a", 10, 10, stream=7, launch=(0, 5)).kernel("b", 15, 7, stream=8, launch=(6, 2))
     b.kernel("c", 40, 10, launch=(30, 5)).kernel("d", 25, 20, device=1, launch=(9, 1))
-    a = analyze_launches(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_launches(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert a.launch_idle_ns == 18_000
 
 
 def test_empty_run_and_no_windows(builder: Any, tmp_path: Path) -> None:
     run = builder.build(tmp_path / "r")
-    a = analyze_launches(run, 0, *W((0, 100), (100, 200)))
+    a = analyze_launches(rank_graph(run, 0), *W((0, 100), (100, 200)))
     assert a.launches_per_step == (0, 0) and a.launch_idle_ns_per_step == (0, 0)
     assert a.launches == 0 and a.median_api_ns == 0.0 and a.short_kernel_share == 0.0
-    e = analyze_launches(run, 0, *W())
+    e = analyze_launches(rank_graph(run, 0), *W())
     assert e.n_steps == 0 and e.launches_per_step == () and e.mean_launches_per_step == 0.0
-    s, t = launch_intervals(run, 0)
+    s, t = launch_intervals(rank_graph(run, 0))
     assert s.size == 0 and t.size == 0
 
 
@@ -131,7 +132,7 @@ def test_no_windows_means_whole_rank(builder: Any, tmp_path: Path) -> None:
     # the same two launches as the first test, without any step window
     b = builder
     b.kernel("k", 18, 2, launch=(10, 5)).kernel("k", 28, 2, launch=(20, 5))
-    a = analyze_launches(b.build(tmp_path / "r"), 0, *W())
+    a = analyze_launches(rank_graph(b.build(tmp_path / "r"), 0), *W())
     assert (a.launches, a.short_kernels, a.launch_idle_ns, a.launch_idle_gaps) == (2, 2, 8000, 1)
     assert a.launches_per_step == () and a.mean_launch_idle_ns_per_step == 0.0
 
@@ -146,7 +147,7 @@ def test_launch_intervals_add_innermost_framework_op(builder: Any, tmp_path: Pat
     b.cpu_op("aten::other_thread", 0, 100, tid=200)
     b.cpu_op("train.py(3): step", 45, 15, kind="python")
     b.kernel("k", 20, 1, launch=(8, 4)).kernel("k2", 60, 1, launch=(50, 2))
-    s, e = launch_intervals(b.build(tmp_path / "r"), 0)
+    s, e = launch_intervals(rank_graph(b.build(tmp_path / "r"), 0))
     assert s.tolist() == [5000, 50_000] and e.tolist() == [15_000, 52_000]
 
 
@@ -161,7 +162,7 @@ def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # fixtures/README: 3 steps, 38.0 ms wall, GPU busy 35.4 ms, 288 kernels (96 per step)
     run = imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
     ws, we = marker_windows(run)
-    a = analyze_launches(run, 0, ws, we)
+    a = analyze_launches(rank_graph(run, 0), ws, we)
     assert a.launches_per_step == (96, 96, 96) and a.paired == 288
     # launch-bound gaps are a part of GPU idle time: at most 38.0 - 35.4 = 2.6 ms
     assert 0 < a.launch_idle_ns <= 2.7e6
@@ -172,10 +173,10 @@ def test_gpt_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # fixtures/README: 1311 kernels over 3 steps (437 per step); GPU busy 36.3 of 119.5 ms
     run = imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
     ws, we = marker_windows(run)
-    a = analyze_launches(run, 0, ws, we)
+    a = analyze_launches(rank_graph(run, 0), ws, we)
     assert a.launches_per_step == (437, 437, 437) and a.paired == 1311
     assert a.launch_idle_ns <= 119.5e6 - 36.3e6
-    s, e = launch_intervals(run, 0)
+    s, e = launch_intervals(rank_graph(run, 0))
     assert np.all(s[1:] > e[:-1])  # sorted, disjoint
 
 
@@ -220,7 +221,7 @@ def test_launch_bound_gaps_without_any_api_call(tmp_path) -> None:  # type: igno
 
     b = TraceBuilder()
     b.kernel("a", 0, 10).kernel("b", 50, 10)  # kernels only: no launch calls to blame
-    s, e = launch_bound_gaps(b.build(tmp_path / "r"), 0)
+    s, e = launch_bound_gaps(rank_graph(b.build(tmp_path / "r"), 0))
     assert s.size == 0 and e.size == 0
 
 
@@ -235,7 +236,7 @@ def test_dispatch_between_launches_counts_as_launching_without_framework_ops(
     for ts, corr in ((10, 1), (40, 2), (60, 3), (300, 4)):
         b.api("cudaLaunchKernel", ts, 4, correlation=corr, tid=1)
     b.api("cudaLaunchKernel", 45, 4, correlation=5, tid=2)
-    s, e = launch_intervals(b.build(tmp_path / "r"), 0)
+    s, e = launch_intervals(rank_graph(b.build(tmp_path / "r"), 0))
     assert list(zip((s // US).tolist(), (e // US).tolist(), strict=True)) == [
         (10, 64), (300, 304)]
 
@@ -246,5 +247,5 @@ def test_framework_ops_keep_their_own_dispatch(builder: Any, tmp_path: Path) -> 
     b = builder.step(0, 400)
     b.cpu_op("aten::mul", 5, 12, kind="framework", tid=1).api("cudaLaunchKernel", 10, 4, tid=1)
     b.cpu_op("aten::add", 35, 12, kind="framework", tid=1).api("cudaLaunchKernel", 40, 4, tid=1)
-    s, e = launch_intervals(b.build(tmp_path / "r"), 0)
+    s, e = launch_intervals(rank_graph(b.build(tmp_path / "r"), 0))
     assert list(zip((s // US).tolist(), (e // US).tolist(), strict=True)) == [(5, 17), (35, 47)]

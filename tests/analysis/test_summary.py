@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from builder import TraceBuilder
-from stepscope.advisor.speedups import gpu_bound_share
 from stepscope.analysis import analyze
 from stepscope.analysis.summary import rank_summary, summarize
+from stepscope.model.scaling import gpu_bound_share
 from stepscope.store.manifest import SourceInfo
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from builder import imported, marker_windows
+from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.syncs import analyze_syncs, is_user_frame, sync_intervals
 from stepscope.store.run import Run
 
@@ -24,7 +25,7 @@ def test_explicit_sync(builder: Any, tmp_path: Path) -> None:
     # cudaDeviceSynchronize 10-30 in the step, no op around it: one explicit sync of 20 µs,
     # its call site named after the API
     b = builder.step(0, 100).sync("cudaDeviceSynchronize", 10, 20)
-    a = analyze_syncs(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_syncs(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert a.count_per_step == (1,) and a.blocked_ns_per_step == (20_000,)
     (ev,) = a.events
     assert (ev.kind, ev.ts_ns, ev.end_ns, ev.blocked_ns, ev.step) == ("explicit_sync", 10_000,
@@ -46,7 +47,7 @@ def test_item_is_a_scalar_read_with_its_user_frame(builder: Any, tmp_path: Path)
     b.cpu_op("torch/_tensor.py(100): item", 29, 32, kind="python")
     b.memcpy("DtoH", 40, 1, 4, dst="pinned", api=("cudaMemcpyAsync", 32, 2))
     b.sync("cudaStreamSynchronize", 35, 20)
-    a = analyze_syncs(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_syncs(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     (ev,) = a.events
     assert ev.kind == "scalar_read"
     assert (ev.ts_ns, ev.end_ns, ev.blocked_ns, ev.sync_ns, ev.copy_ns) == (32_000, 55_000,
@@ -68,12 +69,12 @@ def test_pageable_copy_then_sync_is_one_blocking_copy(builder: Any, tmp_path: Pa
     b.cpu_op("aten::to", 0, 30).cpu_op("aten::copy_", 1, 28)
     b.memcpy("HtoD", 5, 6, 1 << 20, src="pageable", api=("cudaMemcpyAsync", 2, 10))
     b.sync("cudaStreamSynchronize", 14, 5)
-    a = analyze_syncs(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_syncs(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     (ev,) = a.events
     assert (ev.kind, ev.blocked_ns, ev.copy_ns, ev.sync_ns) == ("blocking_copy", 15_000, 10_000,
                                                                5000)
     assert a.call_sites[0].name == "aten::to > aten::copy_"
-    s, e = sync_intervals(Run(tmp_path / "r"), 0)  # the two calls, not the 2 µs between them
+    s, e = sync_intervals(rank_graph(Run(tmp_path / "r"), 0))  # the two calls, not the 2 µs between them
     assert s.tolist() == [2000, 14_000] and e.tolist() == [12_000, 19_000]
 
 
@@ -85,7 +86,7 @@ def test_copies_that_block_on_their_own(builder: Any, tmp_path: Path) -> None:
     b.memcpy("DtoH", 12, 5, 1024, dst="pinned", api=("cudaMemcpy", 10, 10))
     b.memcpy("DtoH", 31, 2, 1024, dst="pageable", api=("cudaMemcpyAsync", 30, 4))
     b.memcpy("HtoD", 45, 2, 1024, src="pinned", api=("cudaMemcpyAsync", 40, 1))
-    a = analyze_syncs(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_syncs(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert [(e.kind, e.blocked_ns, e.copy_ns) for e in a.events] == [
         ("blocking_copy", 10_000, 10_000), ("blocking_copy", 4000, 4000)]
     assert a.blocked_ns == 14_000
@@ -97,7 +98,7 @@ def test_sync_outside_any_op_is_not_merged(builder: Any, tmp_path: Path) -> None
     b = builder.step(0, 100)
     b.memcpy("DtoH", 12, 1, 4, dst="pinned", api=("cudaMemcpyAsync", 10, 1))
     b.sync("cudaStreamSynchronize", 13, 7)
-    a = analyze_syncs(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_syncs(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert [(e.kind, e.ts_ns, e.blocked_ns) for e in a.events] == [("explicit_sync", 13_000, 7000)]
 
 
@@ -107,7 +108,7 @@ def test_two_syncs_after_one_copy(builder: Any, tmp_path: Path) -> None:
     b = builder.step(0, 100).cpu_op("aten::_local_scalar_dense", 1, 10)
     b.memcpy("DtoH", 3, 1, 4, dst="pinned", api=("cudaMemcpyAsync", 2, 1))
     b.sync("cudaStreamSynchronize", 4, 2).sync("cudaStreamSynchronize", 7, 2)
-    a = analyze_syncs(b.build(tmp_path / "r"), 0, *W((0, 100)))
+    a = analyze_syncs(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert [(e.kind, e.ts_ns, e.api) for e in a.events] == [
         ("scalar_read", 2000, "cudaMemcpyAsync + cudaStreamSynchronize"),
         ("scalar_read", 7000, "cudaStreamSynchronize")]
@@ -120,13 +121,13 @@ def test_steps_by_start_and_events_outside(builder: Any, tmp_path: Path) -> None
     b = builder.step(0, 100).step(100, 100)
     b.sync("cudaStreamSynchronize", 90, 30).sync("hipDeviceSynchronize", 150, 10)
     b.sync("cudaEventSynchronize", 250, 1)
-    a = analyze_syncs(b.build(tmp_path / "r"), 0, *W((0, 100), (100, 200)))
+    a = analyze_syncs(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100), (100, 200)))
     assert a.count_per_step == (1, 1) and a.blocked_ns_per_step == (30_000, 10_000)
     assert a.mean_blocked_ns_per_step == 20_000.0 and a.mean_count_per_step == 1.0
     assert (a.count, a.blocked_ns) == (2, 40_000)
     assert [e.step for e in a.events] == [0, 1, -1]
     # with no windows everything is in scope
-    n = analyze_syncs(Run(tmp_path / "r"), 0, *W())
+    n = analyze_syncs(rank_graph(Run(tmp_path / "r"), 0), *W())
     assert (n.count, n.blocked_ns, n.count_per_step) == (3, 41_000, ())
 
 
@@ -136,16 +137,16 @@ def test_sync_intervals_union(builder: Any, tmp_path: Path) -> None:
     b = builder.sync("cudaStreamSynchronize", 10, 20)
     b.memcpy("HtoD", 30, 5, 64, api=("cudaMemcpy", 25, 15), tid=7)
     b.memcpy("HtoD", 55, 5, 64, api=("cudaMemcpyAsync", 50, 2))
-    s, e = sync_intervals(b.build(tmp_path / "r"), 0)
+    s, e = sync_intervals(rank_graph(b.build(tmp_path / "r"), 0))
     assert s.tolist() == [10_000] and e.tolist() == [40_000]
 
 
 def test_empty_run(builder: Any, tmp_path: Path) -> None:
     run = builder.build(tmp_path / "r")
-    a = analyze_syncs(run, 0, *W((0, 100), (100, 200)))
+    a = analyze_syncs(rank_graph(run, 0), *W((0, 100), (100, 200)))
     assert a.count_per_step == (0, 0) and a.blocked_ns_per_step == (0, 0)
     assert a.events == () and a.call_sites == () and a.count == 0
-    s, _ = sync_intervals(run, 0)
+    s, _ = sync_intervals(rank_graph(run, 0))
     assert s.size == 0
 
 
@@ -176,7 +177,7 @@ def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
     # loss.item() (DtoH into pinned memory + sync in aten::_local_scalar_dense)
     run = imported("h100/cnn_fp32_sync.pt.trace.json.gz", tmp_path_factory)
     ws, we = marker_windows(run)
-    a = analyze_syncs(run, 0, ws, we)
+    a = analyze_syncs(rank_graph(run, 0), ws, we)
     assert a.count_per_step == (3, 3, 3)
     kinds = {k.kind: k.count for k in a.by_kind}
     assert kinds == {"explicit_sync": 0, "blocking_copy": 6, "scalar_read": 3}
@@ -191,5 +192,5 @@ def test_cnn_fixture(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def test_gpt_fixture_has_no_sync_in_its_steps(tmp_path_factory: pytest.TempPathFactory) -> None:
     run = imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
-    a = analyze_syncs(run, 0, *marker_windows(run))
+    a = analyze_syncs(rank_graph(run, 0), *marker_windows(run))
     assert a.count_per_step == (0, 0, 0)

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 from stepscope.capture.gpu_pace import GpuBusy, with_gpu_pace
-from stepscope.capture.partitions import PartitionMeta, StagingPartition, merge
+from stepscope.capture.partitions import merge
+from stepscope.capture.staging import PartitionMeta, StagingPartition
 from stepscope.store.run import Run
 
 MS = 1_000_000

@@ -1,12 +1,17 @@
-"""How a partition's ending is settled by the launcher's status of its own child."""
+"""How a partition's ending is settled by the launcher's status of its own child; what kind of
+source a partition is, and the bundle it becomes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from stepscope.capture.partitions import Partition, PartitionMeta, ended_by, settle_launched
+from stepscope.capture.partitions import Partition, bundle, ended_by, settle_launched, source_kind
+from stepscope.capture.staging import PartitionMeta
+from stepscope.schema import SourceKind
+from stepscope.store.manifest import Diagnostic
 
 
 def part(pid: int, start: int, ended: str, host: str = "h") -> Partition:
@@ -38,3 +43,29 @@ def test_only_the_last_image_of_an_exec_and_only_on_this_host() -> None:
     out = settle_launched(parts, 10, 2, "h")
     assert [p.meta.ended for p in out] == ["running", "exit status 2", "exit"]
     assert settle_launched(parts, 99, 2, "h") == parts  # the child was not a Python program
+
+
+@pytest.mark.parametrize(("gpu", "kind"), [
+    ({"backend": "cupti", "state": "stopped"}, SourceKind.CUPTI),
+    ({"backend": "cupti-python", "state": "running"}, SourceKind.CUPTI),  # killed mid-window
+    ({"backend": "torch", "state": "stopped"}, SourceKind.TORCH),
+    ({"backend": "cupti", "state": "unavailable"}, SourceKind.HOST),
+    ({"backend": "none", "state": "off"}, SourceKind.HOST),
+    (None, SourceKind.HOST),
+])
+def test_source_kind(gpu: dict[str, str] | None, kind: SourceKind) -> None:
+    settings = {} if gpu is None else {"gpu": gpu}
+    assert source_kind(PartitionMeta(pid=1, start_ns=1, settings=settings)) is kind
+
+
+def test_a_partition_as_a_bundle() -> None:
+    meta = PartitionMeta(pid=7, start_ns=1, host="h", world_size=2, ended="signal: SIGTERM",
+                         diagnostics=(Diagnostic("warning", "x", "its own"),) * 2)
+    kernels = pa.table({"ts_ns": [1], "dur_ns": [1], "name": ["k"]})
+    b = bundle(1, Partition(path=Path("p1-7"), meta=meta, tables={"kernels": kernels}))
+    assert (b.kind, b.rank.rank, b.rank.pid, b.rank.host, b.rank.world_size) == (
+        SourceKind.HOST, 1, 7, "h", 2)
+    assert list(b.tables) == ["kernels"] and b.tables["kernels"] is kernels
+    # its own said once, then its ending, and the window it left open (no window_end_ns)
+    assert [(d.code, d.file) for d in b.diagnostics] == [
+        ("x", "rank 1 (pid 7)"), ("process_ended", ""), ("partial_run", "")]

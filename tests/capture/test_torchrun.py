@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from stepscope.capture.partitions import Partition, PartitionMeta, assign_ranks
+from stepscope.capture.partitions import Partition, assign_ranks
+from stepscope.capture.staging import PartitionMeta
 from stepscope.store.run import Run
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

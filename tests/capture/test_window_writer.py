@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepscope.capture.partitions import StagingPartition
+from stepscope.capture.staging import StagingPartition
 from stepscope.capture.window_writer import WindowWriter
 
 

@@ -14,8 +14,9 @@ from enum import Enum
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.summary import RunSummary
-from stepscope.store.run import Run
+from stepscope.model.confidence import Confidence
 
 T = TypeVar("T")
 
@@ -24,12 +25,6 @@ class Severity(str, Enum):
     CRITICAL = "critical"
     WARNING = "warning"
     INFO = "info"
-
-
-class Confidence(str, Enum):
-    HIGH = "high"
-    MEDIUM = "medium"
-    LOW = "low"
 
 
 # Severity from the estimated saving as a share of the step (rules may lower it, never raise it)
@@ -96,7 +91,6 @@ class Skipped:
 class Context:
     """Everything a rule may read. Rules never touch the disk or print."""
 
-    run: Run
     analysis: Analysis
     summary: RunSummary
     host_confidence: Confidence  # how far host-side timings can be trusted (profiler overhead)
@@ -113,6 +107,14 @@ class Context:
     @property
     def ranks(self) -> tuple[RankAnalysis, ...]:
         return self.analysis.ranks
+
+    @property
+    def graph(self) -> RunGraph:
+        """The run's step graph (what the analysis was computed from)."""
+        return self.analysis.graph
+
+    def graph_of(self, rank: int) -> StepGraph:
+        return self.analysis.graph.rank(rank)
 
     @property
     def step_ms(self) -> float:

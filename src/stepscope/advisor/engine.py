@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stepscope.advisor.base import Context, Finding, Rule, Severity, Skipped
-from stepscope.advisor.overhead import HostTrust, host_trust
 from stepscope.analysis import Analysis
 from stepscope.analysis.summary import summarize
-from stepscope.store.run import Run
+from stepscope.model.overhead import HostTrust, host_trust
 
 
 class SkipRule(Exception):
@@ -31,18 +30,19 @@ def rank_findings(findings: Sequence[Finding]) -> tuple[Finding, ...]:
     return tuple(sorted(findings, key=lambda f: (-f.est_saving_ms, SEVERITY_ORDER[f.severity], f.id)))
 
 
-def advise(run: Run, analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
+def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
+    """Every rule over ``analysis`` (and its step graph), findings ranked."""
     if rules is None:
         from stepscope.advisor.rules import RULES
 
         rules = RULES
-    trust = host_trust(run, analysis)
-    ctx = Context(run=run, analysis=analysis, summary=summarize(analysis),
+    trust = host_trust(analysis)
+    ctx = Context(analysis=analysis, summary=summarize(analysis),
                   host_confidence=trust.confidence, host_note=trust.note)
     found: list[Finding] = []
     skipped: list[Skipped] = []
     for rule in rules:
-        missing = [t for t in rule.requires if run.manifest.tables.get(t, 0) == 0]
+        missing = [t for t in rule.requires if not analysis.graph.has(t)]
         if missing:
             skipped.append(Skipped(rule.id, f"needs {', '.join(missing)} (the run has none)"))
             continue

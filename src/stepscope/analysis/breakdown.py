@@ -35,10 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis.busy import DeviceActivity, IntervalSet, gpu_activity, rank_union
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.steps import STEP_NAME, StepInfo
 from stepscope.schema import AnnotationSource
-from stepscope.store.run import Run
 
 CATEGORIES: tuple[str, ...] = (
     "compute", "communication", "copies", "input_wait", "sync", "launch", "host", "idle",
@@ -83,15 +83,15 @@ def _bounds(t: pa.Table) -> tuple[I64, I64]:
     return s, s + t.column("dur_ns").to_numpy()
 
 
-def host_work_intervals(run: Run, rank: int) -> IntervalSet:
+def host_work_intervals(g: StepGraph) -> IntervalSet:
     """Framework ops, Python functions and user annotations on host threads.
 
     Step markers (ProfilerStep#N and names like a step) are excluded: they span
     the whole step and say nothing about what the host is doing.
     """
-    ops = run.table("cpu_ops", rank)
+    ops = g.table("cpu_ops")
     s, e = _bounds(ops)
-    ann = run.table("annotations", rank)
+    ann = g.table("annotations")
     if ann.num_rows:
         src = ann.column("source").cast(pa.string())
         ann = ann.filter(pc.is_in(src, pa.array([AnnotationSource.USER.value,
@@ -104,17 +104,17 @@ def host_work_intervals(run: Run, rank: int) -> IntervalSet:
     return IntervalSet.of(s, e)
 
 
-def host_layers(run: Run, rank: int) -> list[tuple[str, IntervalSet]]:
+def host_layers(g: StepGraph) -> list[tuple[str, IntervalSet]]:
     # imported here: these modules build on the same primitives and are optional inputs
     from stepscope.analysis.input import input_wait_intervals
     from stepscope.analysis.launches import launch_intervals
     from stepscope.analysis.syncs import sync_intervals
 
     return [
-        ("input_wait", IntervalSet.of(*input_wait_intervals(run, rank))),
-        ("sync", IntervalSet.of(*sync_intervals(run, rank))),
-        ("launch", IntervalSet.of(*launch_intervals(run, rank))),
-        ("host", host_work_intervals(run, rank)),
+        ("input_wait", IntervalSet.of(*input_wait_intervals(g))),
+        ("sync", IntervalSet.of(*sync_intervals(g))),
+        ("launch", IntervalSet.of(*launch_intervals(g))),
+        ("host", host_work_intervals(g)),
     ]
 
 
@@ -140,7 +140,7 @@ def breakdown_from_sets(
                      gpu_recorded=recorded)
 
 
-def step_breakdown(run: Run, rank: int, steps: StepInfo) -> Breakdown:
+def step_breakdown(g: StepGraph, steps: StepInfo) -> Breakdown:
     """The breakdown of every step of ``rank`` (module docstring has the rules)."""
-    gpu = rank_union(gpu_activity(run, rank))
-    return breakdown_from_sets(rank, steps, gpu, host_layers(run, rank))
+    gpu = rank_union(gpu_activity(g))
+    return breakdown_from_sets(g.rank_id, steps, gpu, host_layers(g))

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
+from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.intervals import I64
-from stepscope.store.run import Run
 
 COMM_NAME = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv",
                        re.IGNORECASE)
@@ -88,42 +88,21 @@ def is_communication(names: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(flags[idx], dtype=bool)
 
 
-def issued_ns(run: Run, rank: int | None, gpu: pa.Table) -> I64:
-    """When each GPU record was issued: its launching API call's start (matched by rank and
-    correlation), else its own start. Assigning GPU work to the step that issued it keeps it
-    in that step even when the host runs ahead of the GPU."""
-    ts = np.asarray(gpu.column("ts_ns").to_numpy(), dtype=np.int64)
-    if gpu.num_rows == 0:
-        return ts
-    api = run.table("api_calls", rank)
-    api = api.filter(pc.is_valid(api.column("correlation")))
-    corr_col = gpu.column("correlation")
-    if api.num_rows == 0 or corr_col.null_count == gpu.num_rows:
-        return ts
-    shift = np.int64(1) << np.int64(40)
-    akey = (np.asarray(api.column("rank").to_numpy(), dtype=np.int64) * shift
-            + np.asarray(api.column("correlation").to_numpy(), dtype=np.int64))
-    ats = np.asarray(api.column("ts_ns").to_numpy(), dtype=np.int64)
-    order = np.argsort(akey, kind="stable")
-    akey, ats = akey[order], ats[order]
-    valid = np.asarray(pc.is_valid(corr_col).to_numpy(zero_copy_only=False), dtype=bool)
-    gkey = (np.asarray(gpu.column("rank").to_numpy(), dtype=np.int64) * shift
-            + np.asarray(corr_col.fill_null(0).to_numpy(), dtype=np.int64))
-    pos = np.minimum(np.searchsorted(akey, gkey), akey.size - 1)
-    hit = valid & (akey[pos] == gkey)
-    return np.where(hit, ats[pos], ts)
-
-
 def _bounds(t: pa.Table) -> tuple[I64, I64]:
     s = t.column("ts_ns").to_numpy()
     return s, s + t.column("dur_ns").to_numpy()
 
 
-def gpu_activity(run: Run, rank: int) -> dict[int, DeviceActivity]:
-    """Interval sets per device of one rank (devices with no activity are absent)."""
-    k = run.table("kernels", rank)
-    copies = pa.concat_tables([run.table("memcpy", rank).select(["ts_ns", "dur_ns", "device"]),
-                               run.table("memset", rank).select(["ts_ns", "dur_ns", "device"])])
+def gpu_activity(g: StepGraph) -> dict[int, DeviceActivity]:
+    """Interval sets per device of one rank (devices with no activity are absent); computed
+    once per graph."""
+    return g.memo("gpu_activity", lambda: _gpu_activity(g))
+
+
+def _gpu_activity(g: StepGraph) -> dict[int, DeviceActivity]:
+    k = g.table("kernels")
+    copies = pa.concat_tables([g.table("memcpy").select(["ts_ns", "dur_ns", "device"]),
+                               g.table("memset").select(["ts_ns", "dur_ns", "device"])])
     devs: set[int] = set()
     for t in (k, copies):
         if t.num_rows:
@@ -154,6 +133,6 @@ def rank_union(acts: dict[int, DeviceActivity]) -> DeviceActivity:
     return DeviceActivity(device=-1, compute=comp, communication=comm, copies=cop)
 
 
-def gpu_busy_ns(run: Run) -> int:
+def gpu_busy_ns(graph: RunGraph) -> int:
     """Union of all GPU activity over the whole run, summed over devices (and ranks)."""
-    return sum(a.busy.total_ns for r in run.ranks for a in gpu_activity(run, r).values())
+    return sum(a.busy.total_ns for r in graph.ranks for a in gpu_activity(graph.rank(r)).values())

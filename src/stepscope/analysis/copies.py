@@ -40,7 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import (
     bounds,
@@ -55,7 +56,6 @@ from stepscope.analysis.launches import (
 )
 from stepscope.call_kinds import is_blocking_call
 from stepscope.schema import CopyKind, MemoryKind
-from stepscope.store.run import Run
 
 TINY_BYTES = 64 * 1024
 DIRECTIONS = (CopyKind.HTOD, CopyKind.DTOH, CopyKind.DTOD, CopyKind.PTOP, CopyKind.HTOH)
@@ -160,8 +160,8 @@ class _Copies:
     no_api: BoolArray
 
 
-def _copies(run: Run, rank: int) -> _Copies:
-    mc = run.table("memcpy", rank)
+def _copies(g: StepGraph) -> _Copies:
+    mc = g.table("memcpy")
     s, e = bounds(mc)
     kinds = {k.value: str_in(mc, "kind", (k.value,)) for k in CopyKind}
     htod, dtoh = kinds[CopyKind.HTOD.value], kinds[CopyKind.DTOH.value]
@@ -169,32 +169,25 @@ def _copies(run: Run, rank: int) -> _Copies:
     def host_end(mem: str) -> BoolArray:
         return (htod & str_in(mc, "src_kind", (mem,))) | (dtoh & str_in(mc, "dst_kind", (mem,)))
 
-    api = run.table("api_calls", rank)
-    a_corr = column_i64(api, "correlation", -1)
+    api = g.table("api_calls")
     names = distinct_names(api, "name")
     a_async = str_in(api, "name", tuple(n for n in names if "Async" in n))
     a_block = str_in(api, "name", tuple(n for n in names if is_blocking_call(n)))
-    order = np.argsort(a_corr, kind="stable")
-    sc = a_corr[order]
-    corr = column_i64(mc, "correlation", -1)
-    pos = np.searchsorted(sc, corr)
-    pos_c = np.minimum(pos, max(sc.size - 1, 0))
-    hit = (corr >= 0) & (pos < sc.size)
-    if sc.size:
-        hit &= sc[pos_c] == corr
-    idx = order[pos_c] if sc.size else np.zeros(corr.size, dtype=np.int64)
+    row = g.api_row(g.keys("memcpy"))  # the API call of each copy
+    hit = row >= 0
+    idx = np.maximum(row, 0)
     return _Copies(
         s=s, ns=e - s, nbytes=column_i64(mc, "bytes", 0), device=column_i64(mc, "device", 0),
         kind=kinds, pageable=host_end(MemoryKind.PAGEABLE.value),
         pinned=host_end(MemoryKind.PINNED.value),
-        api_async=hit & a_async[idx] if sc.size else hit,
-        api_blocking=hit & a_block[idx] if sc.size else hit,
+        api_async=hit & a_async[idx] if api.num_rows else hit,
+        api_blocking=hit & a_block[idx] if api.num_rows else hit,
         no_api=~hit,
     )
 
 
-def _overlap_with_kernels(run: Run, rank: int, c: _Copies) -> I64:
-    k = run.table("kernels", rank)
+def _overlap_with_kernels(g: StepGraph, c: _Copies) -> I64:
+    k = g.table("kernels")
     ks, ke = bounds(k)
     kd = column_i64(k, "device", 0)
     out = np.zeros(c.s.size, dtype=np.int64)
@@ -210,13 +203,13 @@ def _mem(m: BoolArray, c: _Copies) -> MemoryStats:
 
 
 def analyze_copies(
-    run: Run, rank: int, win_start: I64, win_end: I64, *, tiny_bytes: int = TINY_BYTES
+    g: StepGraph, win_start: I64, win_end: I64, *, tiny_bytes: int = TINY_BYTES
 ) -> CopyAnalysis:
     """Copy figures of ``rank`` per direction and per step (module docstring)."""
     ws, we = iv.as_i64(win_start), iv.as_i64(win_end)
     n = ws.size
-    c = _copies(run, rank)
-    overlap = _overlap_with_kernels(run, rank, c)
+    c = _copies(g)
+    overlap = _overlap_with_kernels(g, c)
     exposed = c.ns - overlap
     step = iv.assign_to_windows(c.s, ws, we)
     scope = step >= 0 if n else np.ones(c.s.size, dtype=bool)
@@ -256,7 +249,7 @@ def analyze_copies(
         "exposed": per_window(exposed, step, n),
     }
     return CopyAnalysis(
-        rank=rank, n_steps=n, tiny_bytes=tiny_bytes, directions=tuple(directions),
+        rank=g.rank_id, n_steps=n, tiny_bytes=tiny_bytes, directions=tuple(directions),
         count_per_step=ints(ps["count"]), ns_per_step=ints(ps["ns"]),
         htod_bytes_per_step=ints(ps["htod_bytes"]), htod_ns_per_step=ints(ps["htod_ns"]),
         dtoh_bytes_per_step=ints(ps["dtoh_bytes"]), dtoh_ns_per_step=ints(ps["dtoh_ns"]),
@@ -274,9 +267,9 @@ def analyze_copies(
     )
 
 
-def nominal_pcie(run: Run, rank: int) -> str:
+def nominal_pcie(g: StepGraph) -> str:
     """PCIe generation assumed from the rank's first device (module docstring)."""
-    dev = run.table("devices", rank)
+    dev = g.table("devices")
     if dev.num_rows == 0:
         return "pcie_gen4"
     row = dev.sort_by("device").slice(0, 1).to_pylist()[0]
@@ -287,20 +280,20 @@ def nominal_pcie(run: Run, rank: int) -> str:
 
 
 def pageable_at_pinned_ns(
-    run: Run, rank: int, win_start: I64, win_end: I64,
+    g: StepGraph, win_start: I64, win_end: I64,
     direction: str | CopyKind = CopyKind.HTOD, *, tiny_bytes: int = TINY_BYTES,
 ) -> PinnedEstimate:
     """Estimated time of the pageable copies of ``direction`` had they been pinned."""
     d = direction.value if isinstance(direction, CopyKind) else str(direction)
     ws, we = iv.as_i64(win_start), iv.as_i64(win_end)
     n = ws.size
-    c = _copies(run, rank)
+    c = _copies(g)
     kind = c.kind.get(d, np.zeros(c.s.size, dtype=bool))
     ref = kind & c.pinned & (c.nbytes >= tiny_bytes) & (c.ns > 0)
     if ref.any():
         basis, bw = "measured_pinned", float(np.median(c.nbytes[ref] / c.ns[ref]))
     else:
-        basis = nominal_pcie(run, rank)
+        basis = nominal_pcie(g)
         bw = NOMINAL_PCIE_GBS[basis]
     step = iv.assign_to_windows(c.s, ws, we)
     scope = (step >= 0 if n else np.ones(c.s.size, dtype=bool)) & kind & c.pageable

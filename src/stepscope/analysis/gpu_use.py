@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import column_i64, column_str
-from stepscope.store.run import Run
 
 UTIL_METRIC = "gpu.util_pct"
 IDLE_UTIL_PCT = 5.0
@@ -94,9 +94,9 @@ def _nvml_names(settings: dict[str, Any], rank: int) -> dict[int, str]:
     return out
 
 
-def _util(run: Run, rank: int, win_start: I64, win_end: I64) -> tuple[dict[int, float], int]:
+def _util(g: StepGraph, win_start: I64, win_end: I64) -> tuple[dict[int, float], int]:
     """Mean NVML utilisation per GPU over the samples inside the windows, and their count."""
-    t = run.table("samples", rank)
+    t = g.table("samples")
     if t.num_rows == 0:
         return {}, 0
     names = np.array(column_str(t, "metric").to_pylist(), dtype=object)
@@ -113,18 +113,19 @@ def _util(run: Run, rank: int, win_start: I64, win_end: I64) -> tuple[dict[int, 
     return out, int(inside.sum())
 
 
-def gpu_presence(run: Run, rank: int, devices_used: Iterable[int], win_start: I64,
+def gpu_presence(g: StepGraph, devices_used: Iterable[int], win_start: I64,
                  win_end: I64) -> GpuPresence:
     """What is known of ``rank``'s GPU use (module docstring); ``devices_used`` are the
     devices with GPU records, ``win_start/win_end`` the steps whose NVML samples count."""
     used = sorted(set(devices_used))
-    settings = run.manifest.settings or {}
+    rank = g.rank_id
+    settings = g.manifest.settings or {}
     names: dict[int, str] = {}
-    for row in run.table("devices", rank).to_pylist():
+    for row in g.table("devices").to_pylist():
         names[int(row["device"])] = str(row.get("name") or "GPU")
     for i, n in _nvml_names(settings, rank).items():
         names.setdefault(i, n)
-    util, n_util = _util(run, rank, iv.as_i64(win_start), iv.as_i64(win_end))
+    util, n_util = _util(g, iv.as_i64(win_start), iv.as_i64(win_end))
     for i in util:
         names.setdefault(i, "GPU")
     gpus = tuple(f"{n} (device {i})" for i, n in sorted(names.items()))
@@ -144,7 +145,7 @@ def gpu_presence(run: Run, rank: int, devices_used: Iterable[int], win_start: I6
                            f"NVML saw the GPU(s) {top:.0f}% busy over {n_util} samples in the "
                            f"steps")
     why = str(status.get("reason") or "")
-    texts = [why] + [d.message for d in run.manifest.diagnostics]
+    texts = [why] + [d.message for d in g.manifest.diagnostics]
     if not gpus and any(NO_GPU_TEXT.search(t) for t in texts if t):
         said = next(t for t in texts if t and NO_GPU_TEXT.search(t))
         return GpuPresence(rank, GpuUse.NO_GPU, gpus, None, 0, said)

@@ -29,10 +29,18 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import bounds, count_window, gpu_records, ints, mean_of, median_of
-from stepscope.store.run import Run
+from stepscope.analysis.launches import (
+    bounds,
+    count_window,
+    distinct_names,
+    gpu_records,
+    ints,
+    mean_of,
+    median_of,
+)
 
 FIRST_STEP_FACTOR = 2.0
 FIRST_STEP_MIN_EXCESS_NS = 1_000_000
@@ -64,18 +72,23 @@ class InputAnalysis:
     dataloader: dict[str, Any] | None
 
 
-def input_wait_intervals(run: Run, rank: int) -> tuple[I64, I64]:
+def input_wait_intervals(g: StepGraph) -> tuple[I64, I64]:
     """Union of the rank's input-wait intervals (all threads). Sorted, disjoint."""
-    return iv.union(*bounds(run.table("input_waits", rank)))
+    return iv.union(*bounds(g.table("input_waits")))
 
 
-def analyze_input(run: Run, rank: int, win_start: I64, win_end: I64) -> InputAnalysis:
+def wait_sites(g: StepGraph, top: int = 3) -> list[str]:
+    """The first ``top`` distinct names of the rank's input waits (where the loop waited)."""
+    return distinct_names(g.table("input_waits"), "name")[:top]
+
+
+def analyze_input(g: StepGraph, win_start: I64, win_end: I64) -> InputAnalysis:
     """Input waits of ``rank`` per step (module docstring has the formulas)."""
     ws, we = iv.as_i64(win_start), iv.as_i64(win_end)
     n = ws.size
-    w_s, w_e = bounds(run.table("input_waits", rank))
+    w_s, w_e = bounds(g.table("input_waits"))
     u_s, u_e = iv.union(w_s, w_e)
-    g_s, g_e, _, _ = gpu_records(run, rank)
+    g_s, g_e, _, _ = gpu_records(g)
     b_s, b_e = iv.union(g_s, g_e)
     i_s, i_e = iv.subtract(u_s, u_e, b_s, b_e)
 
@@ -89,9 +102,9 @@ def analyze_input(run: Run, rank: int, win_start: I64, win_end: I64) -> InputAna
     rest = wait[1:]
     outlier = bool(n >= 2 and first > FIRST_STEP_FACTOR * float(np.median(rest))
                    + FIRST_STEP_MIN_EXCESS_NS)
-    loader = loader_settings(run.manifest.settings, rank)
+    loader = loader_settings(g.manifest.settings, g.rank_id)
     return InputAnalysis(
-        rank=rank,
+        rank=g.rank_id,
         n_steps=n,
         wait_ns_per_step=ints(wait),
         count_per_step=ints(counts),

@@ -21,10 +21,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.analysis.busy import issued_ns
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import MATMUL, classify_names
 from stepscope.analysis.occupancy import DeviceLimits, occupancy_arrays
-from stepscope.store.run import Run
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -102,28 +101,28 @@ def _name_codes(table: pa.Table) -> tuple[I64, list[str]]:
 _DeviceInfo = dict[tuple[int, int], tuple[DeviceLimits | None, int | None]]
 
 
-def _device_info(run: Run, rank: int | None) -> _DeviceInfo:
+def _device_info(g: StepGraph) -> _DeviceInfo:
     """(rank, device) -> (occupancy limits or None, SM count or None)."""
     out: _DeviceInfo = {}
-    for row in run.table("devices", rank).to_pylist():
+    for row in g.table("devices").to_pylist():
         sms = row.get("sm_count")
         out[(int(row["rank"]), int(row["device"]))] = (
             DeviceLimits.from_device_row(row), int(sms) if sms else None)
     return out
 
 
-def kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
+def kernel_frame(g: StepGraph) -> pa.Table:
     """The ``kernels`` table with per-launch derived columns (see :func:`_kernel_frame`);
-    computed once per run and rank."""
-    return run.derived(("kernel_frame", rank), lambda: _kernel_frame(run, rank))
+    computed once per graph."""
+    return g.memo("kernel_frame", lambda: _kernel_frame(g))
 
 
-def _kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
+def _kernel_frame(graph: StepGraph) -> pa.Table:
     """The ``kernels`` table with, per launch: ``category``, ``tensor_cores``, ``precision``,
     ``blocks``, ``threads``, ``occupancy``, ``active_blocks_per_sm``, ``occupancy_limiter``,
     ``sm_coverage`` and ``waves`` (nulls where the inputs or the device limits are missing).
     """
-    k = run.table("kernels", rank)
+    k = graph.table("kernels")
     n = k.num_rows
     codes, names = _name_codes(k)
     classes = classify_names(names)
@@ -144,7 +143,7 @@ def _kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
     waves = np.full(n, np.nan)
     ranks = np.asarray(k.column("rank").to_numpy(zero_copy_only=False), dtype=np.int64)
     devs, dev_ok = _ints(k, "device")
-    for (r, d), (limits, sms) in _device_info(run, rank).items():
+    for (r, d), (limits, sms) in _device_info(graph).items():
         rows = (ranks == r) & (devs == d) & dev_ok
         if sms:
             sel = rows & geo_ok
@@ -160,7 +159,7 @@ def _kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
 
     has_occ = active >= 0
     extra: dict[str, pa.Array] = {
-        "issued_ns": pa.array(issued_ns(run, rank, k), type=pa.int64()),
+        "issued_ns": pa.array(graph.issued_ns[:n], type=pa.int64()),
         "category": pa.array(cat[codes] if n else [], type=pa.string()),
         "tensor_cores": pa.array(list(tcs[codes]) if n else [], type=pa.bool_()),
         "precision": pa.array(list(prec[codes]) if n else [], type=pa.string()),
@@ -178,7 +177,7 @@ def _kernel_frame(run: Run, rank: int | None = None) -> pa.Table:
 
 
 def _in_window(frame: pa.Table, window: tuple[int, int] | None) -> pa.Table:
-    """Kernels issued in ``[start, end)`` (see :func:`issued_ns`)."""
+    """Kernels issued in ``[start, end)`` (see ``StepGraph.issued_ns``)."""
     if window is None:
         return frame
     ts = frame.column("issued_ns")
@@ -207,13 +206,19 @@ def _row_groups(cols: list[I64]) -> tuple[I64, I64]:
     return key, first.astype(np.int64)
 
 
-def kernel_table(run: Run, rank: int | None = None, *, window: tuple[int, int] | None = None,
+def kernel_table(g: StepGraph, *, window: tuple[int, int] | None = None,
                  limit: int | None = None) -> tuple[KernelStats, ...]:
     """Per kernel name, sorted by total time (descending, then name).
 
     ``window`` keeps kernels that start in ``[start, end)`` ns; ``limit`` keeps the first rows.
+    The whole table is computed once per graph and window.
     """
-    frame = _in_window(kernel_frame(run, rank), window)
+    out = g.memo(("kernel_table", window), lambda: _kernel_table(g, window))
+    return out[:limit] if limit is not None else out
+
+
+def _kernel_table(g: StepGraph, window: tuple[int, int] | None) -> tuple[KernelStats, ...]:
+    frame = _in_window(kernel_frame(g), window)
     if frame.num_rows == 0:
         return ()
     codes, names = _name_codes(frame)
@@ -272,7 +277,7 @@ def kernel_table(run: Run, rank: int | None = None, *, window: tuple[int, int] |
             devices=tuple(dev_sets.get(int(code), ())),
         ))
     out.sort(key=lambda s: (-s.total_ns, s.name))
-    return tuple(out[:limit] if limit is not None else out)
+    return tuple(out)
 
 
 def _weighted(values: pa.ChunkedArray, weights: F64) -> float | None:
@@ -282,10 +287,9 @@ def _weighted(values: pa.ChunkedArray, weights: F64) -> float | None:
     return float((v[ok] * w).sum() / w.sum()) if w.sum() > 0 else None
 
 
-def kernel_summary(run: Run, rank: int | None = None,
-                   window: tuple[int, int] | None = None) -> KernelSummary:
+def kernel_summary(g: StepGraph, window: tuple[int, int] | None = None) -> KernelSummary:
     """Duration-weighted figures over the kernels in scope (see ``KernelSummary``)."""
-    frame = _in_window(kernel_frame(run, rank), window)
+    frame = _in_window(kernel_frame(g), window)
     dur = _col(frame, "dur_ns").astype(np.int64)
     total = int(dur.sum())
     tc_ns = int(pc.sum(frame.filter(pc.fill_null(frame.column("tensor_cores"), False))

@@ -56,10 +56,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.schema import ApiKind, CpuOpKind
-from stepscope.store.run import Run
 
 LONG_GAP_NS = 100_000
 _NONE = np.iinfo(np.int64).max
@@ -127,17 +127,13 @@ def ints(x: I64) -> tuple[int, ...]:
     return tuple(int(v) for v in x)
 
 
-def gpu_records(run: Run, rank: int) -> tuple[I64, I64, I64, I64]:
+def gpu_records(g: StepGraph) -> tuple[I64, I64, I64, I64]:
     """All GPU work of a rank (kernels, memcpy, memset): start, end, device, correlation.
 
     Null devices read as 0 (as in ``busy``), null correlations as -1.
     """
-    parts = [run.table(n, rank) for n in ("kernels", "memcpy", "memset")]
-    s = np.concatenate([bounds(t)[0] for t in parts])
-    e = np.concatenate([bounds(t)[1] for t in parts])
-    d = np.concatenate([column_i64(t, "device", 0) for t in parts])
-    c = np.concatenate([column_i64(t, "correlation", -1) for t in parts])
-    return s, e, d, c
+    r = g.gpu
+    return r.start, r.end, r.device, r.correlation
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -182,48 +178,17 @@ class LaunchAnalysis:
     launch_idle_gaps: int
 
 
-def _gpu_by_correlation(run: Run, rank: int) -> tuple[I64, I64, I64]:
-    """Sorted distinct correlations of GPU work, their first start and summed duration."""
-    s, e, _, c = gpu_records(run, rank)
-    keep = c >= 0
-    s, e, c = s[keep], e[keep], c[keep]
-    if c.size == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z.copy(), z.copy()
-    order = np.argsort(c, kind="stable")
-    c, s, d = c[order], s[order], (e - s)[order]
-    uniq, first = np.unique(c, return_index=True)
-    return uniq, np.minimum.reduceat(s, first), np.add.reduceat(d, first)
-
-
-def _lookup(keys: I64, sorted_keys: I64) -> I64:
-    """Position of each key in ``sorted_keys`` (distinct), or -1."""
-    if sorted_keys.size == 0:
-        return np.full(keys.size, -1, dtype=np.int64)
-    pos = np.searchsorted(sorted_keys, keys)
-    pos_c = np.minimum(pos, sorted_keys.size - 1)
-    return np.where((pos < sorted_keys.size) & (sorted_keys[pos_c] == keys), pos_c, -1).astype(
-        np.int64)
-
-
-def launch_bound_gaps(run: Run, rank: int) -> tuple[I64, I64]:
+def launch_bound_gaps(g: StepGraph) -> tuple[I64, I64]:
     """Launch-bound idle gaps of every device of the rank (module docstring), concatenated
     over devices (disjoint within a device, sorted by device then time)."""
-    s, e, d, c = gpu_records(run, rank)
-    api = run.table("api_calls", rank)
-    a_corr = column_i64(api, "correlation", -1)
-    _, a_e = bounds(api)
-    m = a_corr >= 0
-    a_corr, a_e = a_corr[m], a_e[m]
-    order = np.argsort(a_corr, kind="stable")
-    a_corr, a_e = a_corr[order], a_e[order]
-    uniq_corr, first = np.unique(a_corr, return_index=True)
-    uniq_end = a_e[first]
-    if uniq_corr.size == 0:  # no API call carries a correlation: no gap can be attributed
-        z = np.zeros(0, dtype=np.int64)
+    s, e, d, _ = gpu_records(g)
+    api = g.table("api_calls")
+    if not (g.keys("api_calls") >= 0).any():  # no API call carries a correlation:
+        z = np.zeros(0, dtype=np.int64)  # no gap can be attributed
         return z, z.copy()
-    pos = _lookup(c, uniq_corr)
-    api_end = np.where(pos >= 0, uniq_end[np.maximum(pos, 0)], _NONE)
+    _, a_e = bounds(api)
+    row = g.gpu_api_row
+    api_end = np.where(row >= 0, a_e[np.maximum(row, 0)], _NONE)
     gs: list[I64] = []
     ge: list[I64] = []
     for dev in np.unique(d):
@@ -248,23 +213,24 @@ def launch_bound_gaps(run: Run, rank: int) -> tuple[I64, I64]:
 
 
 def analyze_launches(
-    run: Run, rank: int, win_start: I64, win_end: I64, *, long_gap_ns: int = LONG_GAP_NS
+    g: StepGraph, win_start: I64, win_end: I64, *, long_gap_ns: int = LONG_GAP_NS
 ) -> LaunchAnalysis:
-    """Launch cost, queue delay, short kernels and launch-bound idle of ``rank``."""
+    """Launch cost, queue delay, short kernels and launch-bound idle of the graph's rank."""
     ws, we = iv.as_i64(win_start), iv.as_i64(win_end)
     n = ws.size
-    api = run.table("api_calls", rank)
+    api = g.table("api_calls")
     is_launch = str_in(api, "kind", LAUNCH_KINDS)
     is_graph = str_in(api, "kind", (ApiKind.GRAPH_LAUNCH.value,))
     lt = api.filter(pa.array(is_launch, type=pa.bool_())) if api.num_rows else api
     graph = is_graph[is_launch]
     l_s, l_e = bounds(lt)
-    l_corr = column_i64(lt, "correlation", -1)
+    l_key = g.keys("api_calls")[is_launch]
     step = iv.assign_to_windows(l_s, ws, we)
     scope = step >= 0 if n else np.ones(l_s.size, dtype=bool)
 
-    corr, first_start, gpu_sum = _gpu_by_correlation(run, rank)
-    pos = np.where(l_corr >= 0, _lookup(l_corr, corr), -1)
+    by_corr = g.gpu_by_correlation
+    corr, first_start, gpu_sum = by_corr.keys, by_corr.first_start, by_corr.total_ns
+    pos = np.where(l_key >= 0, by_corr.lookup(l_key), -1)
     paired = pos >= 0
     api_ns = l_e - l_s
     raw_q = first_start[np.maximum(pos, 0)] - l_e if corr.size else np.zeros_like(l_s)
@@ -276,7 +242,7 @@ def analyze_launches(
     n_paired = int(sp.sum())
     n_short = int((short & scope).sum())
 
-    g_s, g_e = launch_bound_gaps(run, rank)
+    g_s, g_e = launch_bound_gaps(g)
     long = (g_e - g_s) > long_gap_ns
     g_step = iv.assign_to_windows(g_s, ws, we)
     g_scope = g_step >= 0 if n else np.ones(g_s.size, dtype=bool)
@@ -299,7 +265,7 @@ def analyze_launches(
         idle_ns, idle_short_ns, idle_long_ns = (iv.total(g_s, g_e), iv.total(g_s[~long],
                                                 g_e[~long]), iv.total(g_s[long], g_e[long]))
     return LaunchAnalysis(
-        rank=rank,
+        rank=g.rank_id,
         n_steps=n,
         long_gap_ns=long_gap_ns,
         launches_per_step=ints(launches_ps),
@@ -352,18 +318,18 @@ def dispatch_gaps(pid: I64, tid: I64, s: I64, e: I64,
     return gap_s[keep], gap_e[keep]
 
 
-def launch_intervals(run: Run, rank: int) -> tuple[I64, I64]:
+def launch_intervals(g: StepGraph) -> tuple[I64, I64]:
     """Host time spent launching: the union of launch call intervals and of the innermost
     framework op (``cpu_ops.kind == "framework"``) enclosing each launch call on the same
     ``(pid, tid)`` (the per-op dispatch cost that precedes a launch); where the rank has no
     framework op at all, the short gaps between a thread's launch calls instead
     (:func:`dispatch_gaps`). Sorted, disjoint.
     """
-    api = run.table("api_calls", rank)
+    api = g.table("api_calls")
     is_launch = str_in(api, "kind", LAUNCH_KINDS)
     lt = api.filter(pa.array(is_launch, type=pa.bool_())) if api.num_rows else api
     l_s, l_e = bounds(lt)
-    ops = run.table("cpu_ops", rank)
+    ops = g.table("cpu_ops")
     is_fw = str_in(ops, "kind", (CpuOpKind.FRAMEWORK.value,))
     if l_s.size == 0:
         return iv.union(l_s, l_e)

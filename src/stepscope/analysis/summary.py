@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.breakdown import CATEGORIES
+from stepscope.analysis.results import Analysis, RankAnalysis
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,11 @@ def _weighted_mean(pairs: list[tuple[float | None, int]]) -> float | None:
 
 
 def summarize(analysis: Analysis) -> RunSummary:
+    """The run-level figures of ``analysis``, computed once per analysis."""
+    return analysis.memo("summary", lambda: _summarize(analysis))
+
+
+def _summarize(analysis: Analysis) -> RunSummary:
     rs = tuple(rank_summary(ra) for ra in analysis.ranks)
     stats = [r.step_time for r in rs if r.step_time is not None]
     step_time = None

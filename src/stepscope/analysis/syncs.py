@@ -53,7 +53,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from stepscope.analysis import intervals as iv
+import stepscope.analysis.intervals as iv
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import (
     bounds,
@@ -68,7 +69,6 @@ from stepscope.analysis.launches import (
 )
 from stepscope.call_kinds import is_blocking_call
 from stepscope.schema import ApiKind, CopyKind, CpuOpKind, MemoryKind
-from stepscope.store.run import Run
 
 TOP_CALL_SITES = 20
 LIBRARY_ROOTS = frozenset({
@@ -164,27 +164,18 @@ class _Blocking:
     dtoh: npt.NDArray[np.bool_]
 
 
-def _blocking(run: Run, rank: int) -> _Blocking:
-    api = run.table("api_calls", rank)
+def _blocking(g: StepGraph) -> _Blocking:
+    api = g.table("api_calls")
     s, e = bounds(api)
     is_sync = str_in(api, "kind", (ApiKind.SYNC.value,))
     is_copy = str_in(api, "kind", (ApiKind.MEMCPY.value,))
-    corr = column_i64(api, "correlation", -1)
-    mc = run.table("memcpy", rank)
-    m_corr = column_i64(mc, "correlation", -1)
+    mc = g.table("memcpy")
     m_htod = str_in(mc, "kind", (CopyKind.HTOD.value,))
     m_dtoh = str_in(mc, "kind", (CopyKind.DTOH.value,))
     pageable = (MemoryKind.PAGEABLE.value,)
     m_block = (m_htod & str_in(mc, "src_kind", pageable)) | (m_dtoh & str_in(mc, "dst_kind",
                                                                             pageable))
-    order = np.argsort(m_corr, kind="stable")
-    sc = m_corr[order]
-    pos = np.searchsorted(sc, corr)
-    pos_c = np.minimum(pos, max(sc.size - 1, 0))
-    hit = is_copy & (corr >= 0) & (pos < sc.size)
-    if sc.size:
-        hit &= sc[pos_c] == corr
-    rec = np.where(hit, order[pos_c] if sc.size else 0, -1)
+    rec = np.where(is_copy, g.memcpy_row(g.keys("api_calls")), -1)  # the copy of each call
 
     def from_rec(flag: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
         return (rec >= 0) & flag[np.maximum(rec, 0)] if flag.size else np.zeros(s.size, bool)
@@ -196,10 +187,10 @@ def _blocking(run: Run, rank: int) -> _Blocking:
                      from_rec(m_dtoh))
 
 
-def sync_intervals(run: Run, rank: int) -> tuple[I64, I64]:
+def sync_intervals(g: StepGraph) -> tuple[I64, I64]:
     """Union of the intervals in which a host thread was blocked (sync calls and blocking
     copy calls, all threads). Sorted, disjoint."""
-    b = _blocking(run, rank)
+    b = _blocking(g)
     m = b.is_sync | b.blocking_copy
     return iv.union(b.s[m], b.e[m])
 
@@ -212,8 +203,8 @@ def names_at(t: pa.Table, column: str, idx: I64) -> list[str]:
     return [str(v) if i >= 0 and v is not None else "" for v, i in zip(vals, idx.tolist())]
 
 
-def _ops(run: Run, rank: int, kind: str) -> tuple[pa.Table, I64, I64]:
-    ops = run.table("cpu_ops", rank)
+def _ops(g: StepGraph, kind: str) -> tuple[pa.Table, I64, I64]:
+    ops = g.table("cpu_ops")
     m = str_in(ops, "kind", (kind,))
     ops = ops.filter(pa.array(m, type=pa.bool_())) if ops.num_rows else ops
     s, e = bounds(ops)
@@ -239,16 +230,16 @@ def _partner(op_sync: I64, ts_sync: I64, op_copy: I64, ts_copy: I64) -> I64:
 
 
 def analyze_syncs(
-    run: Run, rank: int, win_start: I64, win_end: I64, *, top: int = TOP_CALL_SITES
+    g: StepGraph, win_start: I64, win_end: I64, *, top: int = TOP_CALL_SITES
 ) -> SyncAnalysis:
     """Every sync point of ``rank``, per step and by call site (module docstring)."""
     ws, we = iv.as_i64(win_start), iv.as_i64(win_end)
     n = ws.size
-    b = _blocking(run, rank)
+    b = _blocking(g)
     api = b.api
     pid, tid = column_i64(api, "pid"), column_i64(api, "tid")
-    fw, fw_s, fw_e = _ops(run, rank, CpuOpKind.FRAMEWORK.value)
-    py, py_s, py_e = _ops(run, rank, CpuOpKind.PYTHON.value)
+    fw, fw_s, fw_e = _ops(g, CpuOpKind.FRAMEWORK.value)
+    py, py_s, py_e = _ops(g, CpuOpKind.PYTHON.value)
     py_user = str_in(py, "name", tuple(nm for nm in distinct_names(py, "name")
                                        if is_user_frame(nm)))
 
@@ -339,7 +330,7 @@ def analyze_syncs(
         for i, k in enumerate(kinds)
     )
     return SyncAnalysis(
-        rank=rank,
+        rank=g.rank_id,
         n_steps=n,
         count_per_step=ints(count_ps),
         blocked_ns_per_step=ints(blocked_ps),

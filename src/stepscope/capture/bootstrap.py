@@ -81,7 +81,7 @@ class Session(WindowIO):
         fallback wait longer for it;
         ``poll_s``: how often the watcher asks it (None: no watcher thread; ``poll`` is called
         by the caller, as tests do)."""
-        from stepscope.capture.partitions import PartitionMeta, StagingPartition, env_rank
+        from stepscope.capture.staging import PartitionMeta, StagingPartition, env_rank
 
         env = os.environ if environ is None else environ
         self.schedule = config.schedule

@@ -25,8 +25,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
+
+from stepscope.store.produce.devices import DeviceProperties
 
 LIBCUDA = "libcuda.so.1"
 
@@ -152,47 +153,6 @@ class LibCuda:
         if self._lib.cuGetErrorName(rc, ctypes.byref(s)) != 0 or not s.value:
             return None
         return s.value.decode("ascii", "replace")
-
-
-@dataclass(frozen=True)
-class DeviceProperties:
-    """One device as the driver describes it (None: the driver did not say)."""
-
-    device: int  # the ordinal in this process (after CUDA_VISIBLE_DEVICES)
-    name: str | None = None
-    compute_major: int | None = None
-    compute_minor: int | None = None
-    sm_count: int | None = None
-    warp_size: int | None = None
-    max_threads_per_block: int | None = None
-    max_threads_per_sm: int | None = None
-    max_blocks_per_sm: int | None = None
-    regs_per_block: int | None = None
-    regs_per_sm: int | None = None
-    smem_per_block: int | None = None
-    smem_per_block_optin: int | None = None
-    smem_per_sm: int | None = None
-    total_memory: int | None = None
-    clock_khz: int | None = None
-    memory_clock_khz: int | None = None
-    bus_width_bits: int | None = None
-    l2_bytes: int | None = None
-    uuid: str | None = None
-    pci_bus_id: str | None = None
-
-    @property
-    def memory_bandwidth_gbs(self) -> float | None:
-        return peak_bandwidth_gbs(self.memory_clock_khz, self.bus_width_bits)
-
-
-def peak_bandwidth_gbs(memory_clock_khz: int | None, bus_width_bits: int | None) -> float | None:
-    """Peak DRAM bandwidth in GB/s (1e9 bytes): 2 transfers per memory clock (double data rate)
-    x clock x bus width / 8, as the CUDA C++ Best Practices Guide computes "theoretical
-    bandwidth". CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE is the clock that formula takes (H100 SXM
-    80GB HBM3: 2619 MHz x 5120 bits -> 3352 GB/s, the 3.35 TB/s of its datasheet)."""
-    if not memory_clock_khz or not bus_width_bits:
-        return None
-    return 2.0 * memory_clock_khz * 1e3 * bus_width_bits / 8 / 1e9
 
 
 def format_uuid(raw: bytes) -> str | None:
@@ -384,4 +344,4 @@ def describe(rc: int, count: int, name: str, where: str = "cuInit") -> str | Non
 
 
 __all__ = ["ATTRIBUTES", "NO_DRIVER", "CudaDriver", "DeviceProperties", "DriverCalls", "LibCuda",
-           "child_probe", "describe", "gpu_in_use", "no_gpu_reason", "peak_bandwidth_gbs"]
+           "child_probe", "describe", "gpu_in_use", "no_gpu_reason"]

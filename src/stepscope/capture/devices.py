@@ -9,54 +9,19 @@ raw until the merge, so for it the contexts alone say which GPUs were used: a pr
 several GPUs through contexts of its own (``cuCtxCreate``), not primary ones, gets a row for the
 stopping thread's GPU only.
 
-Rows the backend made itself (``--backend torch``: Kineto's ``deviceProperties``, which lists
-every visible GPU) are replaced by the driver's for the GPUs used; a GPU the driver could not
-describe keeps the backend's row, and GPUs the process did not use are dropped (they would
-otherwise count in per-device means such as GPU busy %).
+Rows the backend made itself are replaced by the driver's for the GPUs used; a GPU the driver
+could not describe keeps the backend's row, and GPUs the process did not use are dropped
+(``store.produce.devices.choose``; the ``torch`` backend's Kineto rows meet the driver's at the
+merge, ``capture.materialize``). The rows themselves are made in ``store.produce.devices``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import fields
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from stepscope.capture.cuda_driver import CudaDriver, DeviceProperties
-
-Columns = dict[str, list[Any]]
-RECORD_TABLES = ("kernels", "memcpy", "memset", "sync")  # GPU records with a ``device`` column
-_PROPS = tuple(f.name for f in fields(DeviceProperties))
-
-
-def row(p: DeviceProperties) -> dict[str, Any]:
-    """A ``devices`` row (schema columns, ``rank`` left to the merge)."""
-    out = {name: getattr(p, name) for name in _PROPS}
-    out["vendor"] = "nvidia"
-    out["memory_bandwidth_gbs"] = p.memory_bandwidth_gbs
-    return out
-
-
-def record_devices(tables: Mapping[str, Any]) -> set[int]:
-    """Device ids in the GPU records of ``tables`` (column lists, numpy arrays or Arrow)."""
-    out: set[int] = set()
-    for name in RECORD_TABLES:
-        cols = tables.get(name)
-        if cols is None:
-            continue
-        if isinstance(cols, pa.Table):
-            if "device" not in cols.column_names:
-                continue
-            vals: Iterable[Any] = cols.column("device").drop_null().to_pylist()
-        else:
-            raw = cols.get("device")
-            if raw is None:
-                continue
-            vals = np.unique(raw).tolist() if isinstance(raw, np.ndarray) else set(raw)
-        out.update(int(v) for v in vals if v is not None and int(v) >= 0)
-    return out
+from stepscope.capture.cuda_driver import CudaDriver
+from stepscope.store.produce.devices import Columns, choose, device_row, record_devices
 
 
 def used_devices(driver: CudaDriver | None, tables: Mapping[str, Any]) -> list[int]:
@@ -70,33 +35,21 @@ def used_devices(driver: CudaDriver | None, tables: Mapping[str, Any]) -> list[i
     return sorted(used)
 
 
+def driver_rows(driver: CudaDriver | None, ordinals: list[int]) -> dict[int, dict[str, Any]]:
+    """device -> the driver's ``devices`` row, for the ordinals it can describe."""
+    rows: dict[int, dict[str, Any]] = {}
+    if driver is not None:
+        for ordinal in ordinals:
+            props = driver.properties(ordinal)
+            if props is not None:
+                rows[ordinal] = device_row(props)
+    return rows
+
+
 def devices_table(driver: CudaDriver | None, tables: Mapping[str, Any]) -> Columns | None:
     """The ``devices`` columns for the GPUs used (module doc); None when there are none."""
     used = used_devices(driver, tables)
-    rows: dict[int, dict[str, Any]] = {}
-    if driver is not None:
-        for ordinal in used:
-            props = driver.properties(ordinal)
-            if props is not None:
-                rows[ordinal] = row(props)
-    for r in _rows_of(tables.get("devices")):
-        dev = r.get("device")
-        if dev is not None and int(dev) in used and int(dev) not in rows:
-            rows[int(dev)] = r
-    if not rows:
-        return None
-    names = list(dict.fromkeys(k for r in rows.values() for k in r if k != "rank"))
-    return {k: [rows[d].get(k) for d in sorted(rows)] for k in names}
+    return choose(driver_rows(driver, used), tables.get("devices"), used)
 
 
-def _rows_of(cols: Any) -> list[dict[str, Any]]:
-    if cols is None:
-        return []
-    if isinstance(cols, pa.Table):
-        return list(cols.to_pylist())
-    n = len(next(iter(cols.values()), []))
-    return [{k: (v[i].item() if isinstance(v, np.ndarray) else v[i]) for k, v in cols.items()}
-            for i in range(n)]
-
-
-__all__ = ["devices_table", "record_devices", "row", "used_devices"]
+__all__ = ["devices_table", "driver_rows", "used_devices"]

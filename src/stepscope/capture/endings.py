@@ -16,14 +16,10 @@ Two different things, said apart (issue 17):
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from stepscope.store.manifest import Diagnostic
-
-if TYPE_CHECKING:
-    from stepscope.capture.partitions import Partition
 
 CRASHES = ("exception", "signal")
 
@@ -82,25 +78,5 @@ def capture_cut(settings: Mapping[str, Any], ended: str) -> str | None:
     return None
 
 
-def settle_launched(parts: Sequence[Partition], pid: int, returncode: int,
-                    host: str) -> list[Partition]:
-    """``parts`` with the launcher's ``returncode`` as the ending of its direct child ``pid``.
-
-    The child's own note cannot be trusted where it says ``exit`` (``raise SystemExit(N)`` is
-    not seen in-process), ``exit status N`` (a ``sys.exit(N)`` that was caught), ``running``
-    (``os._exit``, SIGKILL) or ``unknown`` (no meta); an exception or a signal it saw stays, as
-    it says more. When the child ``exec``-ed, its pid has several partitions: the last one
-    started is the image that ended."""
-    own = [p for p in parts if p.meta.pid == pid and p.meta.host in (host, "")]
-    if not own:
-        return list(parts)
-    last = max(own, key=lambda p: p.meta.start_ns)
-    ended = last.meta.ended
-    if not (ended in ("exit", "running", "unknown") or ended.startswith("exit status")):
-        return list(parts)
-    settled = replace(last, meta=replace(last.meta, ended=ended_by(returncode)))
-    return [settled if p is last else p for p in parts]
-
-
-__all__ = ["capture_cut", "ended_by", "settle_launched", "signal_name", "status_diagnostic",
+__all__ = ["capture_cut", "ended_by", "signal_name", "status_diagnostic",
            "status_text"]

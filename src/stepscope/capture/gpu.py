@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stepscope.capture import cuda_driver
-from stepscope.capture.devices import devices_table, record_devices
+from stepscope.capture.devices import devices_table
 from stepscope.errors import CaptureError
 from stepscope.store.manifest import Diagnostic
+from stepscope.store.produce.devices import record_devices
 
 BACKENDS = ("auto", "cupti", "cupti-python", "torch", "none")
 
@@ -39,13 +40,17 @@ class GpuLike(Protocol):
 def make_gpu(backend: str, api: str = "filtered", spill_dir: Path | None = None) -> GpuLike | None:
     """The backend's capture object (not started); None for ``none``. Raises ``Unavailable``.
     ``spill_dir``: the ``cupti`` backend keeps its raw records there, to be decoded at merge
-    (``capture.cupti.spill``); the other backends hand decoded tables over at each flush."""
+    (``capture.cupti.spill``), and the ``torch`` backend its Kineto trace, to be read at merge
+    (``capture.torch_backend``); ``cupti-python`` hands decoded tables over at each flush."""
     if backend == "none":
         return None
     if backend == "torch":
+        from stepscope.capture.cupti.native import Unavailable
         from stepscope.capture.torch_backend import TorchCapture
 
-        return TorchCapture()
+        if spill_dir is None:
+            raise Unavailable("--backend torch: no staging folder to export the trace into")
+        return TorchCapture(spill_dir)
     from stepscope.capture.cupti.capture import CuptiCapture
     from stepscope.capture.cupti.settings import GpuSettings
 

@@ -1,13 +1,12 @@
-"""Per-process staging partitions, and their merge into one run.
+"""Captured processes' staging partitions (``capture.staging``), read back and merged into one run.
 
-Every captured process writes into its own folder under the staging directory the launcher made
-(``STAGING/p<start_ns>-<pid>/``): a ``meta.json`` (who it was, how it ended, settings, overhead,
-diagnostics) and Parquet chunks ``<table>.<n>.parquet`` conformed to ``schema.TABLES``, plus the
-raw CUPTI records the ``cupti`` backend kept (``capture.cupti.spill``), which ``read_partitions``
-decodes into chunks first (``capture.materialize``). Chunks and meta are written to a temporary
-name and renamed, so a process killed mid-write leaves the previous chunks readable.
+``read_partitions`` first decodes what a partition kept raw (``capture.materialize``: the
+``cupti`` backend's records, the ``torch`` backend's Kineto trace through the ``TraceReader`` the
+caller gives), then reads each partition's chunks.
 
-``merge`` reads every partition, assigns ranks and writes the run through ``RunWriter``:
+``merge`` reads every partition, assigns ranks and hands one rank bundle per kept partition
+(``store.produce.RankBundle``, its tables read one at a time) to the one run assembler
+(``store.produce.assemble``), which checks each against what its kind of source must provide:
 
 - a partition whose process had ``RANK`` (else ``LOCAL_RANK``) in its environment keeps it
   (``torchrun`` workers);
@@ -33,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,14 +40,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stepscope.capture.endings import capture_cut, ended_by, settle_launched, status_diagnostic
+from stepscope.capture.endings import capture_cut, ended_by, status_diagnostic
 from stepscope.capture.gpu_pace import GPU_TABLES, GpuBusy, with_gpu_pace
+from stepscope.capture.materialize import materialize, raw_bytes
+from stepscope.capture.staging import META_NAME, PartitionMeta
 from stepscope.errors import CaptureError
-from stepscope.schema import TABLE_NAMES
+from stepscope.schema import TABLE_NAMES, SourceKind, empty_table
 from stepscope.store.manifest import Diagnostic, Manifest, RankInfo, SourceInfo
-from stepscope.store.writer import RunWriter, conform
+from stepscope.store.produce import RankBundle, TraceReader, assemble
 
-META_NAME = "meta.json"
 NO_GPU_CAPTURE = Diagnostic(
     "warning", "gpu_not_captured",
     "no process captured GPU activity (no GPU backend ran; see the per-rank diagnostics): "
@@ -65,88 +65,6 @@ def gpu_backends(parts: Sequence[Partition]) -> list[str]:
         if isinstance(g, dict) and g.get("state") in ("stopped", "running") and g.get("backend"):
             out.append(str(g["backend"]))
     return sorted(set(out))
-
-
-@dataclass(frozen=True)
-class PartitionMeta:
-    pid: int
-    start_ns: int
-    ppid: int = 0
-    host: str = ""
-    env_rank: int | None = None
-    world_size: int | None = None
-    argv: tuple[str, ...] = ()
-    ended: str = "running"  # "exit" | "exception: <Type>" | "signal: <NAME>" | "running"
-    settings: dict[str, Any] = field(default_factory=dict)
-    overhead: dict[str, Any] = field(default_factory=dict)
-    diagnostics: tuple[Diagnostic, ...] = ()
-
-    def to_json(self) -> str:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        d["argv"] = list(self.argv)
-        d["diagnostics"] = [vars(x) for x in self.diagnostics]
-        return json.dumps(d, default=str)
-
-    @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> PartitionMeta:
-        return PartitionMeta(
-            pid=int(d["pid"]), start_ns=int(d["start_ns"]), ppid=int(d.get("ppid", 0)),
-            host=str(d.get("host", "")),
-            env_rank=None if d.get("env_rank") is None else int(d["env_rank"]),
-            world_size=None if d.get("world_size") is None else int(d["world_size"]),
-            argv=tuple(str(a) for a in d.get("argv", ())), ended=str(d.get("ended", "running")),
-            settings=dict(d.get("settings", {})), overhead=dict(d.get("overhead", {})),
-            diagnostics=tuple(Diagnostic(**x) for x in d.get("diagnostics", ())),
-        )
-
-
-def env_rank(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """(rank, world size) from the launcher's environment variables, if any."""
-
-    def num(*keys: str) -> int | None:
-        for k in keys:
-            v = environ.get(k, "").strip()
-            if v.isdigit():
-                return int(v)
-        return None
-
-    return num("RANK", "LOCAL_RANK"), num("WORLD_SIZE", "LOCAL_WORLD_SIZE")
-
-
-class StagingPartition:
-    """One process's staging folder. Not thread-safe: the bootstrap serialises calls.
-    ``prefix`` keeps the chunk names of another writer apart (``gpu``: the decoded raw records)."""
-
-    def __init__(self, path: Path, prefix: str = "") -> None:
-        self.path = path
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._prefix = prefix
-        self._chunks = 0
-
-    @staticmethod
-    def for_process(staging: Path, pid: int, start_ns: int) -> StagingPartition:
-        return StagingPartition(staging / f"p{start_ns}-{pid}")
-
-    def write_chunk(self, tables: Mapping[str, Mapping[str, Sequence[Any]] | pa.Table]) -> int:
-        """Write one chunk of every non-empty table; returns the rows written."""
-        n = self._chunks
-        self._chunks += 1
-        rows = 0
-        for name, data in tables.items():
-            t = conform(name, data)
-            if t.num_rows == 0:
-                continue
-            dest = self.path / f"{name}.{self._prefix}{n:05d}.parquet"
-            tmp = dest.with_suffix(".tmp")
-            pq.write_table(t, tmp, compression="zstd")
-            os.replace(tmp, dest)
-            rows += t.num_rows
-        return rows
-
-    def write_meta(self, meta: PartitionMeta) -> None:
-        tmp = self.path / (META_NAME + ".tmp")
-        tmp.write_text(meta.to_json(), encoding="utf-8")
-        os.replace(tmp, self.path / META_NAME)
 
 
 @dataclass(frozen=True)
@@ -189,6 +107,8 @@ class Partition:
         t = pa.concat_tables(parts)
         if name in ("threads", "processes", "devices"):  # noted again by every drain: one each
             t = pa.Table.from_pylist(_unique(t.to_pylist()), schema=t.schema)
+        if name == "devices":  # the driver's rows, then any a torch trace added at the merge
+            t = t.sort_by("device")
         return t
 
 
@@ -215,9 +135,10 @@ def read_partition(path: Path) -> Partition:
 Progress = Callable[[str, float, float], None]
 
 
-def read_partitions(staging: Path, progress: Progress | None = None) -> list[Partition]:
-    from stepscope.capture.materialize import materialize, raw_bytes  # numpy: only when merging
-
+def read_partitions(staging: Path, progress: Progress | None = None,
+                    read_trace: TraceReader | None = None) -> list[Partition]:
+    """Every partition under ``staging``, decoded first (``capture.materialize``; ``read_trace``
+    reads the ``torch`` backend's Kineto traces), in the order the processes started."""
     folders = sorted(p for p in staging.iterdir() if p.is_dir() and p.name.startswith("p"))
     sizes = [raw_bytes(f) for f in folders]
     total, before = float(sum(sizes)), 0.0
@@ -228,12 +149,32 @@ def read_partitions(staging: Path, progress: Progress | None = None) -> list[Par
             def one(done: float, at: float = at) -> None:
                 progress("decoding GPU records", at + done, total)
 
-            materialize(folder, one)
+            materialize(folder, one, read_trace=read_trace)
         else:
-            materialize(folder)
+            materialize(folder, read_trace=read_trace)
         before += size
     parts = [read_partition(p) for p in folders]
     return sorted(parts, key=lambda p: (p.meta.start_ns, p.meta.pid))
+
+
+def settle_launched(parts: Sequence[Partition], pid: int, returncode: int,
+                    host: str) -> list[Partition]:
+    """``parts`` with the launcher's ``returncode`` as the ending of its direct child ``pid``.
+
+    The child's own note cannot be trusted where it says ``exit`` (``raise SystemExit(N)`` is
+    not seen in-process), ``exit status N`` (a ``sys.exit(N)`` that was caught), ``running``
+    (``os._exit``, SIGKILL) or ``unknown`` (no meta); an exception or a signal it saw stays, as
+    it says more. When the child ``exec``-ed, its pid has several partitions: the last one
+    started is the image that ended."""
+    own = [p for p in parts if p.meta.pid == pid and p.meta.host in (host, "")]
+    if not own:
+        return list(parts)
+    last = max(own, key=lambda p: p.meta.start_ns)
+    ended = last.meta.ended
+    if not (ended in ("exit", "running", "unknown") or ended.startswith("exit status")):
+        return list(parts)
+    settled = replace(last, meta=replace(last.meta, ended=ended_by(returncode)))
+    return [settled if p is last else p for p in parts]
 
 
 def assign_ranks(parts: Sequence[Partition]
@@ -293,6 +234,59 @@ def _used_gpu(p: Partition) -> bool:
             or isinstance(s.get("gpu_first_used_ns"), int))
 
 
+def source_kind(meta: PartitionMeta) -> SourceKind:
+    """The kind of source a partition is (``schema.CONTRACTS``): its GPU backend's, when one ran
+    (stopped, or running when the process was killed), else host-only."""
+    g = meta.settings.get("gpu") if isinstance(meta.settings, dict) else None
+    if isinstance(g, dict) and g.get("state") in ("stopped", "running"):
+        backend = str(g.get("backend") or "")
+        if backend == "torch":
+            return SourceKind.TORCH
+        if backend.startswith("cupti"):
+            return SourceKind.CUPTI
+    return SourceKind.HOST
+
+
+class PartitionTables(Mapping[str, pa.Table]):
+    """A partition's tables as a lazy mapping: each is read when it is looked up (the assembler
+    looks each up once, so one table of one process is in memory at a time)."""
+
+    def __init__(self, part: Partition) -> None:
+        self._part = part
+        self._names = part.names()
+
+    def __getitem__(self, name: str) -> pa.Table:
+        if name not in self._names:
+            raise KeyError(name)
+        t = self._part.table(name)
+        return empty_table(name) if t is None else t
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def bundle(rank: int, p: Partition) -> RankBundle:
+    """Partition ``p`` as rank ``rank``'s bundle: its tables (lazy), who it was and what its
+    process said, ended by or lost (``capture.endings``)."""
+    m = p.meta
+    diags = [replace(d, file=d.file or f"rank {rank} (pid {m.pid})") for d in m.diagnostics]
+    if m.ended not in ("exit", "running"):
+        diags.append(Diagnostic("warning", "process_ended",
+                                f"rank {rank} (pid {m.pid}) ended by {m.ended}"))
+    cut = capture_cut(m.settings, m.ended)
+    if cut is not None:
+        diags.append(Diagnostic("warning", "partial_run",
+                                f"the run is partial: rank {rank} (pid {m.pid}): {cut}"))
+    return RankBundle(
+        kind=source_kind(m),
+        rank=RankInfo(rank=rank, host=m.host or socket.gethostname(), pid=m.pid,
+                      world_size=m.world_size),
+        tables=PartitionTables(p), diagnostics=tuple(_dedupe(diags)))
+
+
 def merge(
     staging: Path,
     out: Path,
@@ -306,16 +300,20 @@ def merge(
     version: str = "",
     inputs: Sequence[Path] = (),
     progress: Progress | None = None,
+    read_trace: TraceReader | None = None,
 ) -> Path:
-    """Merge every staging partition into the run ``out`` (written atomically).
+    """Merge every staging partition into the run ``out`` (written atomically, by
+    ``store.produce.assemble``).
 
     ``returncode`` is the command's; ``launched_pid`` its process, whose partition (if it has
     one) takes that status as its ending (``settle_launched``). The run is partial only where a
     rank's capture was cut (``capture.endings``), not for a non-zero exit status. ``inputs``:
     paths that ``overwrite`` must not delete (``RunWriter``); ``progress``: told how decoding
-    and writing go."""
+    and writing go; ``read_trace``: reads the Kineto trace a ``--backend torch`` process left
+    (the Kineto importer's reader, given by the caller: capture does not import importers;
+    without it such a trace is not read, and a diagnostic says so)."""
     try:
-        parts = read_partitions(staging, progress)
+        parts = read_partitions(staging, progress, read_trace)
     except OSError as exc:
         raise CaptureError(f"{staging}: cannot read the capture staging folder ({exc})") from None
     if launched_pid is not None and returncode is not None:
@@ -323,7 +321,8 @@ def merge(
     ranked, diags = assign_ranks(parts)
     backends = gpu_backends([p for _, p in ranked])
     diags = [*([] if backends else [NO_GPU_CAPTURE]), *extra_diagnostics, *diags]
-    partial = returncode is None
+    partial = returncode is None or any(capture_cut(p.meta.settings, p.meta.ended) is not None
+                                        for _, p in ranked)
     status = status_diagnostic(returncode)
     if status is not None:
         diags.append(status)
@@ -331,49 +330,35 @@ def merge(
         diags.append(Diagnostic("error", "nothing_captured",
                                 "no Python process was captured (was the command a Python program? "
                                 "did it exit before the interpreter started?)"))
-    ranks: list[RankInfo] = []
-    overhead: dict[str, Any] = {}
+    busy = {r: GpuBusy.for_window(p.meta.settings) for r, p in ranked}  # the steps' GPU pace
     todo = sum(len(p.names()) for _, p in ranked)
-    done = 0
-    with RunWriter(out, overwrite=overwrite, inputs=inputs) as w:
-        for rank, p in ranked:
-            busy = GpuBusy.for_window(p.meta.settings)  # the steps' GPU pace (gpu_pace.py)
-            for name in p.names():
-                if progress is not None:
-                    progress("writing tables", done, todo)
-                done += 1
-                table = p.table(name)
-                if table is not None:
-                    w.write(name, rank, table)
-                    if busy is not None and name in GPU_TABLES:
-                        busy.add(table)
-                del table
-            m = p.meta
-            ranks.append(RankInfo(rank=rank, host=m.host or socket.gethostname(), pid=m.pid,
-                                  world_size=m.world_size))
-            overhead[f"rank{rank}"] = (m.overhead if busy is None
-                                       else with_gpu_pace(m.overhead, busy.busiest_ns()))
-            for d in m.diagnostics:
-                diags.append(replace(d, file=d.file or f"rank {rank} (pid {m.pid})"))
-            if m.ended not in ("exit", "running"):
-                diags.append(Diagnostic("warning", "process_ended",
-                                        f"rank {rank} (pid {m.pid}) ended by {m.ended}"))
-            cut = capture_cut(m.settings, m.ended)
-            if cut is not None:
-                partial = True
-                diags.append(Diagnostic("warning", "partial_run",
-                                        f"the run is partial: rank {rank} (pid {m.pid}): {cut}"))
+    done = [0]
+    if progress is not None:
+        progress("writing tables", 0, todo)
+
+    def on_table(rank: int, name: str, table: pa.Table) -> None:
+        b = busy[rank]
+        if b is not None and name in GPU_TABLES:
+            b.add(table)
+        done[0] += 1
         if progress is not None:
-            progress("writing tables", todo, todo)
+            progress("writing tables", done[0], todo)
+
+    def head(facts: Sequence[RankBundle]) -> Manifest:
+        overhead: dict[str, Any] = {}
+        for r, p in ranked:
+            b = busy[r]
+            overhead[f"rank{r}"] = (p.meta.overhead if b is None
+                                    else with_gpu_pace(p.meta.overhead, b.busiest_ns()))
         per_rank = {f"rank{r}": p.meta.settings for r, p in ranked}
         used = sorted({str(p.meta.settings.get("window")) for _, p in ranked
                        if p.meta.settings.get("window")})
-        manifest = Manifest(
+        return Manifest(
             source=SourceInfo(kind="capture", files=(), tool=f"stepscope {version} record (host"
                               + "".join(f" + {b}" for b in backends) + ")",
                               details={"command": list(command), "returncode": returncode,
                                        "processes_captured": len(parts)}),
-            ranks=tuple(ranks),
+            ranks=(),
             stepscope_version=version,
             partial=partial,
             settings={**dict(settings or {}), "ranks": per_rank,
@@ -381,7 +366,9 @@ def merge(
             overhead=overhead,
             diagnostics=tuple(_dedupe(diags)),
         )
-        return w.finish(manifest)
+
+    return assemble(out, (bundle(r, p) for r, p in ranked), head, overwrite=overwrite,
+                    inputs=inputs, on_table=on_table)
 
 
 def _unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -402,5 +389,5 @@ def _dedupe(diags: Sequence[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
-__all__ = ["META_NAME", "NO_GPU_CAPTURE", "Partition", "PartitionMeta", "StagingPartition",
-           "assign_ranks", "ended_by", "env_rank", "merge", "read_partitions", "settle_launched"]
+__all__ = ["NO_GPU_CAPTURE", "Partition", "PartitionTables", "assign_ranks", "bundle", "ended_by",
+           "merge", "read_partition", "read_partitions", "settle_launched", "source_kind"]

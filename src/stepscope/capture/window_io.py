@@ -15,7 +15,7 @@ from stepscope.capture.chunks import TIMED_TABLES, Tables, clip, concat, cpu_sin
 from stepscope.capture.config import CaptureConfig
 from stepscope.capture.gpu import GpuSlot
 from stepscope.capture.host_slot import HostSlot
-from stepscope.capture.partitions import StagingPartition
+from stepscope.capture.staging import StagingPartition
 from stepscope.capture.window_writer import IoGate, WindowWriter
 from stepscope.store.manifest import Diagnostic
 
@@ -147,10 +147,12 @@ class WindowIO(ABC):
         self._measured = (wall, cpu_since(self._cpu_open, cpu_close))
 
     def _discard_raw(self) -> None:
-        """Drop GPU records kept raw (those of a warm-up step whose window never opened)."""
+        """Drop GPU records kept raw (those of a warm-up step whose window never opened): the
+        ``cupti`` backend's records, the ``torch`` backend's exported trace."""
         from stepscope.capture.cupti.raw import raw_files
+        from stepscope.capture.torch_backend import TRACE_GLOB
 
-        for f in raw_files(self.partition.path):
+        for f in [*raw_files(self.partition.path), *self.partition.path.glob(TRACE_GLOB)]:
             f.unlink(missing_ok=True)
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 
 from stepscope.capture.chunks import Tables, count_rows
-from stepscope.capture.partitions import StagingPartition
+from stepscope.capture.staging import StagingPartition
 from stepscope.store.manifest import Diagnostic
 
 PAST_CAP = frozenset({"devices", "threads", "processes"})  # written even past the row cap

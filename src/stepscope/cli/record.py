@@ -34,6 +34,7 @@ from stepscope.capture.launcher import PKG_ROOT, build_command, child_env, launc
 from stepscope.capture.partitions import Progress, merge
 from stepscope.capture.schedule import DEFAULT_WARMUP_S, make_schedule
 from stepscope.errors import CaptureError, RunError, StepscopeError
+from stepscope.importers import parse_kineto
 from stepscope.store.manifest import Diagnostic, read_manifest
 from stepscope.store.writer import check_replaceable
 
@@ -149,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         with _MergeProgress(not args.quiet) as progress:
             path = merge(staging, out, command=cmd, returncode=code, launched_pid=result.pid,
                          overwrite=args.force, inputs=inputs, progress=progress,
+                         read_trace=parse_kineto,  # --backend torch's trace
                          extra_diagnostics=diags, version=__version__,
                          settings={"window": schedule.describe(), "sample_hz": args.sample_hz,
                                    "stacks": not args.no_stacks, "wall_s": round(result.wall_s, 3),

@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from stepscope._version import __version__
+from stepscope.analysis.graph import rank_graph
 from stepscope.exporters.json_columns import by_time
 from stepscope.exporters.trace_layout import Layout
 from stepscope.exporters.trace_sources import (
@@ -84,7 +85,7 @@ class TraceExport:
         self.window = max(1, window)
         lay = self.layout = Layout(run)
         gpu, tables, lanes = gpu_sources(run, lay)
-        api = by_time(run.table("api_calls"))
+        api = by_time(rank_graph(run, None).table("api_calls"))
         api_lane = lay.rows([api["rank"], api["pid"], api["tid"]], lay.host_thread)
         host = host_sources(run, lay, api, api_lane)
         flows = flow_sources(api, api_lane, tables, lanes)

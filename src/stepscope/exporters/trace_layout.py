@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stepscope.analysis.graph import rank_graph
 from stepscope.exporters.json_columns import group_keys
 from stepscope.store.run import Run
 
@@ -46,7 +47,7 @@ def _main_pids(run: Run) -> dict[int, int | None]:
     """Each rank's training process: the manifest's pid, else the pid with most host rows."""
     counts: Counter[tuple[int, int]] = Counter()
     for name in ("threads", "cpu_ops", "api_calls", "annotations", "input_waits"):
-        t = run.table(name).select(["rank", "pid"]).filter(pc.is_valid(run.table(name)["pid"]))
+        t = rank_graph(run, None).table(name).select(["rank", "pid"]).filter(pc.is_valid(rank_graph(run, None).table(name)["pid"]))
         for row in t.group_by(["rank", "pid"]).aggregate([([], "count_all")]).to_pylist():
             counts[(row["rank"], row["pid"])] += row["count_all"]
     out: dict[int, int | None] = {}
@@ -62,13 +63,13 @@ class Layout:
     def __init__(self, run: Run) -> None:
         self.procs: dict[tuple[Any, ...], _Process] = {}
         self.main_pid = _main_pids(run)
-        self.host_names = {(r["rank"], r["pid"]): r for r in run.table("processes").to_pylist()}
+        self.host_names = {(r["rank"], r["pid"]): r for r in rank_graph(run, None).table("processes").to_pylist()}
         self.thread_names = {(r["rank"], r["pid"], r["tid"]): r["name"]
-                             for r in run.table("threads").to_pylist()}
+                             for r in rank_graph(run, None).table("threads").to_pylist()}
         self.devices = {(r["rank"], r["device"]): r["name"]
-                        for r in run.table("devices").to_pylist()}
+                        for r in rank_graph(run, None).table("devices").to_pylist()}
         self.streams = {(r["rank"], r["device"], r["stream"]): r["name"]
-                        for r in run.table("streams").to_pylist()}
+                        for r in rank_graph(run, None).table("streams").to_pylist()}
         for rank in run.ranks:
             self.host(rank, None)
         for rank, device in sorted(self.devices):

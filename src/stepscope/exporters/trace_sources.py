@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stepscope.analysis.graph import rank_graph
 from stepscope.exporters.json_columns import (
     JsonStrings,
     arg_field,
@@ -99,13 +100,13 @@ def _triple(t: pa.Table, prefix: str, lo: int, hi: int) -> list[Any]:
 
 def host_sources(run: Run, lay: Layout, api: pa.Table, api_lane: Lanes) -> list[Source]:
     out = []
-    t = by_time(run.table("cpu_ops"))
+    t = by_time(rank_graph(run, None).table("cpu_ops"))
     pid, tid = lay.rows([t["rank"], t["pid"], t["tid"]], lay.host_thread)
     out.append(_x(t, pid, tid, JsonStrings(_CPU_CAT(t["kind"])), JsonStrings(t["name"]),
                   _fields(t, ("external_id", "sequence"))))
     out.append(_x(api, *api_lane, JsonStrings(_API_CAT(api["domain"])), JsonStrings(api["name"]),
                   _fields(api, ("correlation", "external_id", "kind", "cbid"))))
-    ann = by_time(run.table("annotations"))
+    ann = by_time(rank_graph(run, None).table("annotations"))
     ann_fields = ("id", "parent_id", "depth", "source", "external_id")
     t = ann.filter(pc.is_null(ann["device"]))
     pid, tid = lay.rows([t["rank"], t["pid"], t["tid"]], lay.host_thread)
@@ -115,11 +116,11 @@ def host_sources(run: Run, lay: Layout, api: pa.Table, api_lane: Lanes) -> list[
     pid, tid = lay.rows([t["rank"], t["device"], t["stream"]], lay.gpu_lane)
     out.append(_x(t, pid, tid, JsonStrings(_ANN_CAT(t["source"])), JsonStrings(t["name"]),
                   _fields(t, ann_fields)))
-    t = by_time(run.table("input_waits"))
+    t = by_time(rank_graph(run, None).table("input_waits"))
     pid, tid = lay.rows([t["rank"], t["pid"]], lambda r, p: lay.host_lane(r, p, "input waits", 1))
     out.append(_x(t, pid, tid, '"input_wait"', JsonStrings(pc.fill_null(t["name"], "input wait")),
                   _fields(t, ("tid", "source"))))
-    t = by_time(run.table("steps"))
+    t = by_time(rank_graph(run, None).table("steps"))
     pid, tid = lay.rows([t["rank"]], lambda r: lay.host_lane(r, None, "steps", 0))
     label = pc.binary_join_element_wise("step ", pc.cast(t["step"], pa.string()), "")
     out.append(_x(t, pid, tid, '"step"', JsonStrings(pc.coalesce(t["name"], label)),
@@ -133,7 +134,7 @@ def gpu_sources(run: Run, lay: Layout) -> tuple[list[Source], dict[str, pa.Table
     tables: dict[str, pa.Table] = {}
     lanes: dict[str, Lanes] = {}
     for name in ("kernels", "memcpy", "memset"):
-        t = tables[name] = by_time(run.table(name))
+        t = tables[name] = by_time(rank_graph(run, None).table(name))
         pid, tid = lanes[name] = lay.rows([t["rank"], t["device"], t["stream"]], lay.stream)
         where = ("device", "stream", "correlation", "external_id")
         if name == "kernels":
@@ -222,11 +223,11 @@ def counter_sources(run: Run, lay: Layout) -> list[Source]:
     def proc(rank: int, device: int | None, pid: int | None = None) -> tuple[int, int]:
         return (lay.gpu(rank, device) if device is not None else lay.host(rank, pid)).pid, 0
 
-    t = by_time(run.table("samples"))
+    t = by_time(rank_graph(run, None).table("samples"))
     t = t.filter(pc.is_finite(t["value"]))
     out = [_counter(t, lay.rows([t["rank"], t["device"]], proc)[0], JsonStrings(t["metric"]),
                     "value", "value")]
-    m = by_time(run.table("memory_events"))
+    m = by_time(rank_graph(run, None).table("memory_events"))
     kind = pc.fill_null(pc.cast(m["device_type"], pa.string()), "")
     on_gpu = pc.and_(pc.is_valid(m["device"]), pc.not_equal(kind, "cpu"))
     m = m.append_column("gpu", pc.if_else(on_gpu, m["device"], pa.scalar(None, pa.int32())))

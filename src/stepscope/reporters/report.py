@@ -114,7 +114,7 @@ def build_report(run: Run, *, page: bool = False,
     every reporter then renders the Report alone."""
     analysis = analyze(run)
     return Report(run_path=run.path, manifest=run.manifest, analysis=analysis,
-                  advice=advise(run, analysis),
+                  advice=advise(analysis),
                   page=build_page(run, analysis, max_events=max_events) if page else None)
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis import Analysis
+from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.kernels import KernelStats, kernel_frame, kernel_table
 from stepscope.reporters.timeline_columns import (
     I64,
@@ -68,11 +69,11 @@ def build_page(run: Run, analysis: Analysis, *,
     """What the HTML page shows beyond the report (module docstring)."""
     timeline = build_timeline(run, analysis, max_events=max_events)
     kernels, top_only = _kernels(run, analysis)
-    api = run.table("api_calls")
+    api = rank_graph(run, None).table("api_calls")
     return Page(
         timeline=timeline, kernels=kernels, kernels_top_only=top_only,
         copies=_copies(run, int(timeline.meta["t0_ns"])),
-        devices=tuple(run.table("devices").to_pylist()),
+        devices=tuple(rank_graph(run, None).table("devices").to_pylist()),
         api_calls=api.num_rows,
         launch_apis=int(pc.sum(pc.is_in(api.column("kind").cast(pa.string()),
                                         pa.array(["launch", "graph_launch"]))).as_py() or 0)
@@ -85,7 +86,7 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
     strings, tracks, parts = Strings(), Tracks(), Parts()
     strings.id("")
     stream_names = {(int(a["rank"]), int(a["device"]), int(a["stream"])): str(a["name"] or "")
-                    for a in run.table("streams").to_pylist()}
+                    for a in rank_graph(run, None).table("streams").to_pylist()}
     names = thread_names(run)
     add_steps(analysis, strings, tracks, parts)
     for r in run.ranks:
@@ -107,13 +108,14 @@ def _kernels(run: Run, analysis: Analysis
         if ra.kernel_count > FULL_TABLE_MAX_LAUNCHES:
             table, partial = ra.kernels, partial or ra.kernel_count > len(ra.kernels)
         else:
-            table = kernel_table(run, ra.rank, window=ra.steady_window, limit=KERNEL_ROWS)
+            table = kernel_table(analysis.graph.rank(ra.rank), window=ra.steady_window,
+                                 limit=KERNEL_ROWS)
         out.append((ra.rank, tuple(table)))
     return tuple(out), partial
 
 
 def _copies(run: Run, t0: int) -> dict[str, Any]:
-    m = run.table("memcpy")
+    m = rank_graph(run, None).table("memcpy")
     total = m.num_rows
     if total > COPY_ROWS:
         dur = m.column("dur_ns").to_numpy()
@@ -141,7 +143,7 @@ def _gpu(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
         return key_ids(tracks, [np.full(t.num_rows, r), i64(t, "device"), i64(t, "stream")],
                        make)
 
-    k = kernel_frame(run, r)
+    k = kernel_frame(rank_graph(run, r))
     if k.num_rows:
         cfg_cols = [i64(k, c) for c in CFG_INT] + [i64(k, "device"), np.full(k.num_rows, r)]
         inv, first = row_groups(cfg_cols)
@@ -154,19 +156,19 @@ def _gpu(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
         parts.classes.extend((int(names[i]), c) for i, c in zip(firsts, cls))
         parts.add(K["kernel"], i64(k, "ts_ns", 0), i64(k, "dur_ns", 0), ids(k), names,
                   k_corr=i64(k, "correlation", 0), k_cfg=inv + base)
-    m = run.table("memcpy", r)
+    m = rank_graph(run, r).table("memcpy")
     if m.num_rows:
         labels = np.array([strings.id(f"Memcpy {v}") for v in COPY_KINDS], dtype=np.uint32)
         kind = enum_codes(m, "kind", COPY_KINDS)
         parts.add(K["memcpy"], i64(m, "ts_ns", 0), i64(m, "dur_ns", 0), ids(m), labels[kind],
                   c_corr=i64(m, "correlation", 0), c_bytes=i64(m, "bytes", 0), c_kind=kind,
                   c_src=enum_codes(m, "src_kind", MEM_KINDS), c_dst=enum_codes(m, "dst_kind", MEM_KINDS))
-    s = run.table("memset", r)
+    s = rank_graph(run, r).table("memset")
     if s.num_rows:
         parts.add(K["memset"], i64(s, "ts_ns", 0), i64(s, "dur_ns", 0), ids(s),
                   np.full(s.num_rows, strings.id("Memset"), dtype=np.uint32),
                   m_corr=i64(s, "correlation", 0), m_bytes=i64(s, "bytes", 0))
-    y = run.table("sync", r)
+    y = rank_graph(run, r).table("sync")
     if y.num_rows:
         kinds = pc.fill_null(y.column("kind").cast(pa.string()), "unknown").to_pylist()
         parts.add(K["gpu_sync"], i64(y, "ts_ns", 0), i64(y, "dur_ns", 0), ids(y),
@@ -178,7 +180,7 @@ def thread_names(run: Run) -> ThreadNames:
     threads: dict[tuple[int, int, int], str] = {}
     tids: dict[tuple[int, int], set[str]] = {}
     main: dict[int, int] = {}
-    for a in run.table("threads").to_pylist():
+    for a in rank_graph(run, None).table("threads").to_pylist():
         name = str(a["name"] or "")
         if not name:
             continue
@@ -188,7 +190,7 @@ def thread_names(run: Run) -> ThreadNames:
         if name == "MainThread" and pid >= 0:
             main.setdefault(r, pid)
     procs = {(int(a["rank"]), int(a["pid"])): str(a["name"] or "")
-             for a in run.table("processes").to_pylist()}
+             for a in rank_graph(run, None).table("processes").to_pylist()}
     for (r, pid), name in procs.items():
         if r not in main and "worker" not in name.lower():
             main[r] = pid
@@ -205,10 +207,10 @@ def add_host(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
     def ids(t: pa.Table) -> I64:
         return key_ids(tracks, [np.full(t.num_rows, r), i64(t, "pid"), i64(t, "tid")], make)
 
-    waits = run.table("input_waits", r)
+    waits = rank_graph(run, r).table("input_waits")
     wait_keys = set(zip(i64(waits, "tid").tolist(), i64(waits, "ts_ns").tolist(),
                         i64(waits, "dur_ns").tolist()))
-    ops = run.table("cpu_ops", r)
+    ops = rank_graph(run, r).table("cpu_ops")
     if ops.num_rows:
         py = np.asarray(pc.equal(pc.fill_null(ops.column("kind").cast(pa.string()), ""), "python")
                         .to_numpy(zero_copy_only=False), dtype=bool)
@@ -218,12 +220,12 @@ def add_host(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
             if sub.num_rows:
                 parts.add(kind, i64(sub, "ts_ns", 0), i64(sub, "dur_ns", 0), ids(sub),
                           strings.column(sub.column("name")))
-    api = run.table("api_calls", r)
+    api = rank_graph(run, r).table("api_calls")
     if api.num_rows:
         parts.add(K["api"], i64(api, "ts_ns", 0), i64(api, "dur_ns", 0), ids(api),
                   strings.column(api.column("name")), a_corr=i64(api, "correlation", 0),
                   a_kind=enum_codes(api, "kind", API_KINDS))
-    ann = run.table("annotations", r)
+    ann = rank_graph(run, r).table("annotations")
     if ann.num_rows:
         src = pc.fill_null(ann.column("source").cast(pa.string()), "user").to_pylist()
         tid, ts, dur = i64(ann, "tid"), i64(ann, "ts_ns", 0), i64(ann, "dur_ns", 0)
@@ -252,7 +254,7 @@ def add_host(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
 
 def _stacks(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
             names: ThreadNames) -> None:
-    st = run.table("stacks", r)
+    st = rank_graph(run, r).table("stacks")
     if not st.num_rows:
         return
     codes, values = dict_codes(st.column("frames"))
@@ -286,8 +288,8 @@ def _stacks(run: Run, r: int, strings: Strings, tracks: Tracks, parts: Parts,
 def memory_series(run: Run) -> tuple[MemorySeries, ...]:
     """Allocator totals per (rank, device type, device), in time order."""
     caps = {(int(d["rank"]), int(d["device"])): d.get("total_memory")
-            for d in run.table("devices").to_pylist()}
-    mem = run.table("memory_events")
+            for d in rank_graph(run, None).table("devices").to_pylist()}
+    mem = rank_graph(run, None).table("memory_events")
     if not mem.num_rows:
         return ()
     mem = mem.sort_by([("rank", "ascending"), ("ts_ns", "ascending")])
@@ -307,7 +309,7 @@ def memory_series(run: Run) -> tuple[MemorySeries, ...]:
 
 def sample_series(run: Run) -> tuple[Series, ...]:
     """The ``samples`` table as one time-sorted series per (rank, device, metric)."""
-    smp = run.table("samples")
+    smp = rank_graph(run, None).table("samples")
     if not smp.num_rows:
         return ()
     rank, dev, ts = i64(smp, "rank", 0), i64(smp, "device"), i64(smp, "ts_ns", 0)

@@ -1,4 +1,6 @@
-"""The only code that writes run tables. Capture and importers both end here.
+"""The only code that writes run tables. Capture and importers both end here, through the one
+run assembler (``store.produce.assemble``), which also checks each rank's tables against what its
+kind of source must provide; ``write_run`` (no such check) is for tests of the store itself.
 
 A run is written into a temporary sibling folder and renamed into place when
 complete, so a reader never sees a half-written run. Tables are validated and

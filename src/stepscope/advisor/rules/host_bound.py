@@ -2,7 +2,7 @@
 
 Saving per step = mean over the steady steps of the GPU-idle time left once input waits,
 syncs, step-boundary gaps and short launch waits are claimed by their own rules
-(``rules._idle``): time during which a host thread ran framework ops, Python functions or
+(``model.idle``): time during which a host thread ran framework ops, Python functions or
 user annotations (the ``host`` category of the step-time breakdown), launch-path time in
 waits longer than 100 µs (a framework op computing on the CPU before it launches), and
 idle time with no host event at all (Python the trace did not record: the breakdown's
@@ -11,7 +11,7 @@ ahead of the GPU), the GPU would be fed instead of waiting. When more than half 
 no host event, confidence is at most medium.
 
 Evidence: the innermost framework ops, user Python frames and user annotations on the
-training thread during that time (exclusive time, ``rules._evidence``); framework ops
+training thread during that time (exclusive time, ``model.host_ops``); framework ops
 that issued no GPU work are marked as run on the CPU. Host-side timings of a heavy
 profiler are flagged through ``ctx.host_confidence`` / ``ctx.host_note``.
 
@@ -20,7 +20,7 @@ so the rule never speaks of it. Only when no rank recorded GPU work, a GPU is kn
 there (a ``devices`` row or an NVML GPU) and the run says the program did no GPU work on it
 (``GpuUse.NONE``: the GPU capture ran through the window and recorded nothing, or NVML saw
 the GPU idle in the steps) does it fire, saying the model runs on the CPU: saving = mean over
-the steady steps of the host time outside input waits (``_host.host_time``), an *upper bound*
+the steady steps of the host time outside input waits (``host_time``), an *upper bound*
 (that is the work that would move to the GPU; what it would take there is not known), so
 confidence is low and severity at most a warning. Evidence: the step time, the GPU(s) and
 their NVML utilisation, the training process's CPU use (``process.cpu_pct``), the
@@ -34,11 +34,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import (
-    host_time_by_op,
     max_severity,
     ms,
     op_list,
@@ -46,11 +45,15 @@ from stepscope.advisor.rules._evidence import (
     profiler_line,
     where_worst,
 )
-from stepscope.advisor.rules._idle import IdleSplit, worst_rank
+from stepscope.advisor.rules._idle import worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.gpu_use import GpuUse
 from stepscope.analysis.input import input_wait_intervals
+from stepscope.model.confidence import Confidence
+from stepscope.model.host import HostTime, host_time, mean_sample, stack_frames
+from stepscope.model.host_ops import host_time_by_op
+from stepscope.model.idle import IdleSplit
 from stepscope.schema import CpuOpKind
 
 UNSEEN_SHARE = 0.5  # more than this share with no host event: at most medium confidence
@@ -96,9 +99,9 @@ class HostBound:
                                f"known to be there (no devices row, no NVML GPU)")
             raise SkipRule(f"no GPU work was recorded and whether the program used a GPU is "
                            f"not known ({ra0.gpu.reason})")
-        best: tuple[float, RankAnalysis, _host.HostTime] | None = None
+        best: tuple[float, RankAnalysis, HostTime] | None = None
         for ra in eligible:
-            ht = _host.host_time(ctx.run, ra)
+            ht = host_time(ctx.graph_of(ra.rank), ra)
             saving = ht.mean_ms(ht.host_ns)
             if best is None or saving > best[0]:
                 best = (saving, ra, ht)
@@ -106,7 +109,7 @@ class HostBound:
             return []
         return [self._model_on_cpu(ctx, *best)]
 
-    def _model_on_cpu(self, ctx: Context, saving: float, ra: RankAnalysis, ht: _host.HostTime
+    def _model_on_cpu(self, ctx: Context, saving: float, ra: RankAnalysis, ht: HostTime
                       ) -> Finding:
         g = ra.gpu
         wall = ht.mean_ms(ht.wall_ns)
@@ -117,13 +120,13 @@ class HostBound:
             f"GPU present: {names}" if len(g.gpus) == 1 else f"GPUs present: {names}",
             _host.gpu_line(ra),
         ]
-        cpu = _host.mean_sample(ctx.run, ra.rank, _host.PROCESS_CPU, ht.win_start, ht.win_end)
+        cpu = mean_sample(ctx.graph_of(ra.rank), _host.PROCESS_CPU, ht.win_start, ht.win_end)
         if cpu is not None:
             evidence.append(f"the training process used {cpu[0]:.0f}% of a core "
                             f"({cpu[0] / 100:.1f} cores) in the steps ({cpu[1]} samples)")
         steps = IntervalSet.of(ht.win_start, ht.win_end)
-        work = steps - IntervalSet.of(*input_wait_intervals(ctx.run, ra.rank))
-        frames, n_stacks = _host.stack_frames(ctx.run, ra.rank, work)
+        work = steps - IntervalSet.of(*input_wait_intervals(ctx.graph_of(ra.rank)))
+        frames, n_stacks = stack_frames(ctx.graph_of(ra.rank), work)
         if frames:
             evidence.append(f"sampled Python stacks outside input waits ({n_stacks} samples), "
                             f"innermost user frames: " + ", ".join(
@@ -167,9 +170,9 @@ class HostBound:
             f", 'idle' {ms(ra.breakdown.mean_ms['idle'] * 1e6)}; step-boundary gaps, syncs, "
             f"input waits and launch waits are counted by their own findings)"),
         ]
-        fw = host_time_by_op(ctx.run, ra.rank, split.host, kind=CpuOpKind.FRAMEWORK.value)
-        py = host_time_by_op(ctx.run, ra.rank, split.host, kind=CpuOpKind.PYTHON.value)
-        ann = host_time_by_op(ctx.run, ra.rank, split.host, kind="annotation")
+        fw = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind=CpuOpKind.FRAMEWORK.value)
+        py = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind=CpuOpKind.PYTHON.value)
+        ann = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind="annotation")
         if fw:
             evidence.append(f"framework ops (innermost) while the GPU waits: "
                             f"{op_list(fw, n, mark_cpu=True)} per step")

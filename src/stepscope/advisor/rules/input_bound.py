@@ -35,16 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity
+from stepscope.advisor.base import Context, Finding, Fix, Severity
 from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import max_severity, ms, pct, where_worst
-from stepscope.advisor.rules._idle import IdleSplit, split_idle
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis import intervals as iv
 from stepscope.analysis.busy import IntervalSet
-from stepscope.analysis.input import input_wait_intervals
-from stepscope.analysis.launches import column_i64, column_str, distinct_names
-from stepscope.store.run import Run
+from stepscope.analysis.input import input_wait_intervals, wait_sites
+from stepscope.model.confidence import Confidence
+from stepscope.model.host import window_samples
+from stepscope.model.idle import IdleSplit, split_idle
 
 CPU_UTIL = "cpu.util_pct"  # system-wide CPU busy, % of all logical CPUs (0-100)
 WORKERS_CPU = "dataloader.workers_cpu_pct"  # summed over the loader's workers, % of one core
@@ -67,30 +66,6 @@ FIX = Fix(
          "already there when the step starts"),
     cuda="overlap loading with compute: a producer thread, pinned buffers, cudaMemcpyAsync",
 )
-
-
-def _window_samples(run: Run, rank: int, sets: Sequence[IntervalSet]) -> dict[str, float]:
-    """Mean of each metric over the samples inside the first of ``sets`` that has any."""
-    t = run.table("samples", rank)
-    if t.num_rows == 0:
-        return {}
-    ts = column_i64(t, "ts_ns", 0)
-    names = np.array(column_str(t, "metric").to_pylist(), dtype=object)
-    vals = np.asarray(t.column("value").to_numpy(), dtype=np.float64)
-    for s in sets:
-        if s.starts.size == 0:
-            continue
-        m = iv.assign_to_windows(ts, s.starts, s.ends) >= 0
-        if not m.any():
-            continue
-        out = {}
-        for metric in (CPU_UTIL, WORKERS_CPU, DISK_READ):
-            mm = m & (names == metric)
-            if mm.any():
-                out[metric] = float(vals[mm].mean())
-        if out:
-            return out
-    return {}
 
 
 def _num(x: Any) -> float | None:
@@ -167,7 +142,7 @@ class InputBound:
                 continue
             skip_first = ra.input.first_step_outlier and per.size >= 2
             used = per[1:] if skip_first else per
-            split = split_idle(ctx, ra)
+            split = split_idle(ctx.analysis, ra)
             keep = split.share_keep if ra.devices_used else 1.0  # no GPU: no profiler scaling
             saving = float(used.mean()) / 1e6 * keep
             if best is None or saving > best[0]:
@@ -217,10 +192,11 @@ class InputBound:
         else:
             evidence.append(f"worst: step {ra.steps.steady[worst].index}, waiting "
                             f"{ms(per[worst])} for input")
-        waits = IntervalSet.of(*input_wait_intervals(ctx.run, ra.rank))
+        waits = IntervalSet.of(*input_wait_intervals(ctx.graph_of(ra.rank)))
         window = IntervalSet.of(split.win_start, split.win_end)
-        samples = _window_samples(ctx.run, ra.rank, (waits & window, window))
-        evidence += diagnose(ia.dataloader, samples, ctx.run.manifest.source.kind)
+        samples = window_samples(ctx.graph_of(ra.rank), (waits & window, window),
+                                 (CPU_UTIL, WORKERS_CPU, DISK_READ))
+        evidence += diagnose(ia.dataloader, samples, ctx.graph.manifest.source.kind)
         nw = _num(ia.dataloader.get("num_workers")) if ia.dataloader else None
         if not gpu and nw:
             evidence.append("without GPU work the loader's workers share the CPUs with the "
@@ -231,7 +207,7 @@ class InputBound:
                             f"estimates the untraced speed-up")
         if len(ctx.ranks) > 1:
             evidence.append(f"rank {ra.rank} is the worst of {len(ctx.ranks)} ranks")
-        sites = distinct_names(ctx.run.table("input_waits", ra.rank), "name")[:3]
+        sites = wait_sites(ctx.graph_of(ra.rank))
         where = where_worst(split, order.clip(min=0), call_sites=sites)
         if gpu:
             title = (f"Input-bound: the GPU idles {ms(saving * 1e6)} per step "

@@ -5,7 +5,7 @@ waits*: the GPU had finished all its work and waited at most 100 µs for work wh
 call had not returned yet (``analysis.launches``), while the host was in the launch path
 (the launch call or the framework op issuing it) or ran nothing recorded (the
 interpreter between two launching ops) - the issue's "launch gaps shrunk to the GPU time
-of the kernels" (``rules._idle``: outside input waits, syncs and step-boundary gaps,
+of the kernels" (``model.idle``: outside input waits, syncs and step-boundary gaps,
 scaled by the profiler correction). It never exceeds the short launch-bound idle of
 ``analysis.launches``; that figure, the breakdown's ``launch`` category and the whole
 launch-bound idle are shown as cross-checks. Longer waits are host work
@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.rules._evidence import (
@@ -30,12 +29,11 @@ from stepscope.advisor.rules._evidence import (
     us,
     where_worst,
 )
-from stepscope.advisor.rules._idle import IdleSplit, worst_rank
+from stepscope.advisor.rules._idle import worst_rank
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis import intervals as iv
 from stepscope.analysis.kernel_names import signature_head
-from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
-from stepscope.store.run import Run
+from stepscope.model.idle import IdleSplit
+from stepscope.model.kernels import kernel_launch_stats
 
 MIN_LAUNCHES = 10
 NAME_CHARS = 60
@@ -60,38 +58,6 @@ def _short_name(name: str) -> str:
     return head if len(head) <= NAME_CHARS else head[: NAME_CHARS - 1] + "…"
 
 
-def kernel_launch_stats(run: Run, rank: int, ws: np.ndarray, we: np.ndarray, top: int = 3
-                        ) -> tuple[float, list[tuple[str, int, float]]]:
-    """Median kernel duration (ns) in the windows, and the kernels most often shorter than
-    their launch call: ``(name, count, median ns)``, most frequent first."""
-    k = run.table("kernels", rank)
-    ks, ke = bounds(k)
-    m = iv.assign_to_windows(ks, ws, we) >= 0
-    if not m.any():
-        return 0.0, []
-    k = k.filter(pa.array(m, type=pa.bool_()))
-    dur = (ke - ks)[m]
-    api = run.table("api_calls", rank)
-    is_l = str_in(api, "kind", LAUNCH_KINDS)
-    a_s, a_e = bounds(api)
-    a_c, a_d = column_i64(api, "correlation", -1)[is_l], (a_e - a_s)[is_l]
-    order = np.argsort(a_c, kind="stable")
-    a_c, a_d = a_c[order], a_d[order]
-    kc = column_i64(k, "correlation", -1)
-    short = np.zeros(kc.size, dtype=bool)
-    if a_c.size:
-        pos = np.minimum(np.searchsorted(a_c, kc), a_c.size - 1)
-        short = (kc >= 0) & (a_c[pos] == kc) & (dur < a_d[pos])
-    names = np.array(column_str(k, "name").to_pylist(), dtype=object)
-    out: list[tuple[str, int, float]] = []
-    if short.any():
-        uniq, inv, counts = np.unique(names[short], return_inverse=True, return_counts=True)
-        sd = dur[short]
-        for i in np.argsort(-counts, kind="stable")[:top].tolist():
-            out.append((_short_name(str(uniq[i])), int(counts[i]), float(np.median(sd[inv == i]))))
-    return float(np.median(dur)), out
-
-
 class LaunchBound:
     id = "launch_bound"
     title = "Launch-bound: the GPU waits for kernel launches"
@@ -108,7 +74,8 @@ class LaunchBound:
         la = ra.launches
         n = split.n
         per = split.per_step(split.launch).astype(np.float64) * split.host_factor
-        med_k, tiny = kernel_launch_stats(ctx.run, ra.rank, split.win_start, split.win_end)
+        med_k, tiny = kernel_launch_stats(ctx.graph_of(ra.rank), split.win_start, split.win_end)
+        tiny = [(_short_name(n), c, d) for n, c, d in tiny]
         evidence = [
             (f"{la.mean_launches_per_step:.0f} launches per step; median launch call "
             f"{us(la.median_api_ns)}, median kernel {us(med_k)}"),

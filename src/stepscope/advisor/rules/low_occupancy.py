@@ -41,40 +41,26 @@ Inductor: the user cannot edit them), stays ``info``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity
-from stepscope.advisor.speedups import (
-    CUSTOM,
-    LIBRARY,
-    MIN_KERNEL_NS,
+from stepscope.advisor.base import Context, Finding, Fix, Severity
+from stepscope.advisor.rules._kernels import largest_per_key, short, where_for
+from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import (
     KernelSaving,
-    Scaling,
-    SteadyKernels,
-    by_name,
-    device_rows,
-    kernel_owner,
-    largest_per_key,
-    per_name,
     per_step_ms,
-    scaling_for,
-    short,
-    shorter,
-    steady_kernels,
-    where_for,
 )
-from stepscope.analysis import RankAnalysis
-from stepscope.analysis.kernel_names import MATMUL
-from stepscope.analysis.occupancy import DeviceLimits
+from stepscope.model.occupancy import (
+    LATENCY_BOUND_SHARE,
+    LIMITERS,
+    MAX_OCCUPANCY,
+    TARGET,
+    OccupancyGroup,
+    occupancy_groups,
+)
 
-MAX_OCCUPANCY = 0.25
-TARGET = 0.5
-LATENCY_BOUND_SHARE = 1.0  # calibrated on the planted suite (module doc)
 STARVED_WARPS = 8
-LIMITERS = ("registers", "shared_memory", "blocks")
-EXCLUDED_CATEGORIES = MATMUL | {"communication"}
 
 FIXES: dict[str, str] = {
     "registers": "cap registers per thread: `__launch_bounds__(threads_per_block, "
@@ -93,19 +79,6 @@ TRITON = {
 }
 
 
-@dataclass(frozen=True)
-class _Group:
-    rank: int
-    saving_ms: float
-    raw_ms: float
-    scaling: Scaling
-    time_ms: float
-    items: list[KernelSaving]
-    sk: SteadyKernels
-    ra: RankAnalysis
-    max_warps: dict[int, int]
-
-
 def _fix(limiters: list[str], custom: bool) -> Fix:
     how = "; ".join(FIXES[lim] for lim in limiters)
     tri = "; ".join(TRITON[lim] for lim in limiters)
@@ -122,54 +95,7 @@ def _fix(limiters: list[str], custom: bool) -> Fix:
                tensorflow=f"Custom ops: {how}.", jax=f"Pallas / custom calls: {how}. {tri}.")
 
 
-def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
-    sk = steady_kernels(ctx.run, ra)
-    if sk is None:
-        return {}
-    dur, occ = sk.col("dur_ns"), sk.col("occupancy")
-    limiter, category = sk.col("occupancy_limiter"), sk.col("category")
-    cand = ((occ < MAX_OCCUPANCY) & ~np.isnan(occ) & np.isin(limiter, LIMITERS)
-            & ~np.isin(category, list(EXCLUDED_CATEGORIES)) & (dur > MIN_KERNEL_NS))
-    if not cand.any():
-        return {}
-    who = per_name(sk, lambda n, i: kernel_owner(n))
-    cand &= who != LIBRARY
-    if not cand.any():
-        return {}
-    # occupancy the grid alone could reach, per launch
-    sms = np.full(dur.size, np.nan)
-    max_warps = np.full(dur.size, np.nan)
-    warps_by_dev: dict[int, int] = {}
-    dev = np.nan_to_num(sk.col("device")).astype(np.int64)
-    for d, row in device_rows(ra).items():
-        limits = DeviceLimits.from_device_row(row)
-        if limits is None or not limits.sm_count:
-            continue
-        m = dev == d
-        sms[m], max_warps[m] = limits.sm_count, limits.max_warps_per_sm
-        warps_by_dev[d] = limits.max_warps_per_sm
-    warps_per_block = np.ceil(sk.col("threads") / 32.0)
-    w_grid = sk.col("blocks") * warps_per_block / (sms * max_warps)
-    w0 = np.minimum(occ, w_grid)
-    w1 = np.minimum(TARGET, w_grid)
-    gain = cand & (w1 > w0) & ~np.isnan(w_grid)
-    factor = np.where(gain, w0 / np.where(gain, w1, 1.0), 1.0)
-    saving = np.where(gain, shorter(dur, factor) * LATENCY_BOUND_SHARE, 0.0)
-    scaling = scaling_for(ctx, ra, sk)
-    out: dict[bool, _Group] = {}
-    for is_custom in (True, False):
-        mask = gain & ((who == CUSTOM) if is_custom else (who != CUSTOM))
-        items = by_name(sk, mask, saving)
-        if not items:
-            continue
-        raw, kept = scaling.counted(sk, np.where(mask, saving, 0.0))
-        out[is_custom] = _Group(rank=ra.rank, saving_ms=kept, raw_ms=raw, scaling=scaling,
-                                time_ms=per_step_ms(float(dur[mask].sum()), sk),
-                                items=items, sk=sk, ra=ra, max_warps=warps_by_dev)
-    return out
-
-
-def _kernel_line(g: _Group, k: KernelSaving) -> str:
+def _kernel_line(g: OccupancyGroup, k: KernelSaving) -> str:
     sk, r = g.sk, k.row
     occ = float(sk.col("occupancy")[r])
     lim = str(sk.col("occupancy_limiter")[r])
@@ -184,13 +110,13 @@ def _kernel_line(g: _Group, k: KernelSaving) -> str:
             f"{k.calls / sk.n_steps:g} launch(es) and {per_step_ms(k.time_ns, sk):.3f} ms per step")
 
 
-def _starved(g: _Group, k: KernelSaving) -> bool:
+def _starved(g: OccupancyGroup, k: KernelSaving) -> bool:
     """At most ``STARVED_WARPS`` resident warps per SM (two per warp scheduler)."""
     mw = g.max_warps.get(int(np.nan_to_num(g.sk.col("device")[k.row])), 64)
     return round(float(g.sk.col("occupancy")[k.row]) * mw) <= STARVED_WARPS
 
 
-def _finding(ctx: Context, g: _Group, custom: bool, n_ranks: int) -> Finding:
+def _finding(ctx: Context, g: OccupancyGroup, custom: bool, n_ranks: int) -> Finding:
     top = g.items[0]
     lims = sorted({str(g.sk.col("occupancy_limiter")[k.row]) for k in g.items[:5]},
                   key=LIMITERS.index)
@@ -230,7 +156,7 @@ class LowOccupancy:
     requires: tuple[str, ...] = ("kernels", "devices")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best = largest_per_key(_rank_groups(ctx, ra) for ra in ctx.ranks)
+        best = largest_per_key(occupancy_groups(ctx.analysis, ra) for ra in ctx.ranks)
         return [_finding(ctx, g, custom, len(ctx.ranks))
                 for custom, g in sorted(best.items(), reverse=True)
                 if ctx.worth_reporting(g.saving_ms)]

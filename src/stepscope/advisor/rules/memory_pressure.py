@@ -31,26 +31,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _transfers as tr
-from stepscope.analysis import RankAnalysis
-from stepscope.analysis.busy import IntervalSet
-from stepscope.analysis.input import input_wait_intervals
-from stepscope.analysis.launches import column_str, str_in
-from stepscope.analysis.syncs import sync_intervals
-from stepscope.schema import ApiKind, DeviceType
-from stepscope.store.run import Run
+from stepscope.model.churn import churn
+from stepscope.model.memory import Peak, has_memory_data, peaks
 
 ID = "memory_pressure"
 CATEGORY = "memory"
 NEAR_FULL = 0.90
-BURST_GAP_NS = 100_000
-MEMORY_USED_METRICS = ("gpu.memory_used_bytes", "gpu.memory_used", "gpu.mem_used")  # bytes (NVML samples: the first)
 
 FIX_CHURN = Fix(
     pytorch=("Do not call torch.cuda.empty_cache() (or gc + empty_cache) inside the training "
@@ -83,150 +72,6 @@ FIX_FULL = Fix(
 )
 
 
-@dataclass(frozen=True)
-class Peak:
-    device: int
-    peak: int  # bytes
-    allocated: int  # peak total_allocated (0 when unknown)
-    capacity: int
-    source: str  # "memory_events" | "samples"
-
-    @property
-    def share(self) -> float:
-        return self.peak / self.capacity if self.capacity else 0.0
-
-
-def _capacities(ra: RankAnalysis) -> dict[int, int]:
-    return {int(d["device"]): int(d["total_memory"]) for d in ra.devices
-            if d.get("total_memory")}
-
-
-def peaks(run: Run, ra: RankAnalysis) -> list[Peak]:
-    """Peak device memory per device with a known capacity (memory events, else samples)."""
-    cap = _capacities(ra)
-    out: list[Peak] = []
-    me = run.table("memory_events", ra.rank)
-    if me.num_rows:
-        gpu = me.filter(pc.fill_null(pc.equal(me.column("device_type").cast(pa.string()),
-                                              DeviceType.GPU.value), False))
-        for dev in sorted(cap):
-            t = gpu.filter(pc.fill_null(pc.equal(gpu.column("device"), dev), False))
-            if t.num_rows == 0:
-                continue
-            res = pc.max(t.column("total_reserved")).as_py()
-            alloc = pc.max(t.column("total_allocated")).as_py()
-            peak = res if res is not None else alloc
-            if peak is not None:
-                out.append(Peak(dev, int(peak), int(alloc or 0), cap[dev], "memory_events"))
-    if out:
-        return out
-    sm = run.table("samples", ra.rank)
-    if sm.num_rows:
-        m = str_in(sm, "metric", MEMORY_USED_METRICS)
-        if m.any():
-            t = sm.filter(pa.array(m))
-            devs = t.column("device").fill_null(0).to_numpy()
-            vals = t.column("value").to_numpy()
-            for dev in sorted(cap):
-                dm = devs == dev
-                if dm.any():
-                    out.append(Peak(dev, int(vals[dm].max()), 0, cap[dev], "samples"))
-    return out
-
-
-def has_memory_data(run: Run, rank: int) -> bool:
-    me = run.table("memory_events", rank)
-    if me.num_rows:
-        return True
-    sm = run.table("samples", rank)
-    return bool(sm.num_rows and str_in(sm, "metric", MEMORY_USED_METRICS).any())
-
-
-@dataclass(frozen=True)
-class Churn:
-    rank: int
-    n_steps: int
-    count: int  # alloc/free calls over the steady steps
-    names: tuple[tuple[str, int], ...]  # (API name, count), most first
-    call_ns: int  # their total duration
-    calls_idle_ns: int
-    refill_ns: int
-    saving_ns: int
-    sites: tuple[str, ...]
-    bare_frees: int  # synchronising frees outside any framework op (explicit cache release)
-    steps: tuple[int, ...]
-    start_ns: int
-    end_ns: int
-
-    @property
-    def saving_ms(self) -> float:
-        return self.saving_ns / self.n_steps / 1e6
-
-
-def _is_sync_free(name: str) -> bool:
-    return ("Free" in name and "Async" not in name) or "MemRelease" in name
-
-
-def churn(ctx: Context, ra: RankAnalysis) -> Churn | None:
-    win = tr.steady_windows(ra)
-    if win.n == 0:
-        return None
-    run = ctx.run
-    api = tr.load_api(run, ra.rank)
-    m = api.kind_is(ApiKind.ALLOC.value, ApiKind.FREE.value)
-    step = win.assign(api.s)
-    m &= step >= 0
-    if not tr.recurring(step[m], win.n):
-        return None
-    idx = np.flatnonzero(m)
-    idx = idx[np.lexsort((api.s[idx], api.tid[idx]))]
-    names = column_str(api.table, "name").take(pa.array(idx)).to_pylist()
-    busy = tr.activity(run, ra.rank).busy
-    s, e, tid, st = api.s[idx], api.e[idx], api.tid[idx], step[idx]
-    calls = IntervalSet.of(s, e) - busy
-    calls_idle = calls.within(win.starts, win.ends)
-    # bursts: consecutive calls of one thread less than BURST_GAP_NS apart
-    new = np.ones(idx.size, dtype=bool)
-    new[1:] = ((tid[1:] != tid[:-1]) | (st[1:] != st[:-1])
-               | (s[1:] - np.maximum.accumulate(e)[:-1] > BURST_GAP_NS))
-    bid = np.cumsum(new) - 1
-    nb = int(bid[-1]) + 1
-    b_s = np.full(nb, tr.NONE, dtype=np.int64)
-    b_e = np.zeros(nb, dtype=np.int64)
-    np.minimum.at(b_s, bid, s)
-    np.maximum.at(b_e, bid, e)
-    b_step = np.zeros(nb, dtype=np.int64)
-    b_step[bid] = st
-    syncing = np.zeros(nb, dtype=bool)
-    for b, name in zip(bid.tolist(), names):
-        syncing[b] |= _is_sync_free(str(name))
-    waited = busy.within(b_s, b_e)  # GPU work the host waited through in the burst
-    gap = tr.gap_to_next(busy, b_e, win.ends[b_step])
-    w_s, w_e = input_wait_intervals(run, ra.rank)
-    y_s, y_e = sync_intervals(run, ra.rank)
-    other = (IntervalSet.of(w_s, w_e) | IntervalSet.of(y_s, y_e)) - IntervalSet.of(s, e)
-    gap = gap - other.within(b_e, b_e + gap)
-    refill = np.where(syncing, np.minimum(np.maximum(gap, 0), waited), 0)
-    refill_step = np.zeros(win.n, dtype=np.int64)
-    np.add.at(refill_step, b_step, refill)
-    saving = calls_idle + refill_step
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[str(name)] = counts.get(str(name), 0) + 1
-    sites = tr.call_sites(run, ra.rank, api.pid[idx], tid, s, e)
-    bare = sum(1 for nm, lab in zip(names, sites.label) if _is_sync_free(str(nm)) and not lab)
-    first = st == st.min()
-    return Churn(
-        rank=ra.rank, n_steps=win.n, count=int(idx.size),
-        names=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
-        call_ns=int((e - s).sum()), calls_idle_ns=int(calls_idle.sum()),
-        refill_ns=int(refill_step.sum()), saving_ns=int(saving.sum()),
-        sites=tr.top_labels(sites.label), bare_frees=bare,
-        steps=tuple(win.steps[int(k)] for k in np.unique(st)),
-        start_ns=int(s[first].min()), end_ns=int(e[first].max()),
-    )
-
-
 def _peak_line(p: Peak) -> str:
     line = (f"peak device memory {tr.fmt_bytes(p.peak)} of {tr.fmt_bytes(p.capacity)} "
             f"({100 * p.share:.0f}%) on device {p.device}, from {p.source}")
@@ -238,14 +83,14 @@ def _peak_line(p: Peak) -> str:
 
 
 def check(ctx: Context) -> Sequence[Finding]:
-    has_api = ctx.run.manifest.tables.get("api_calls", 0) > 0
-    if not has_api and not any(has_memory_data(ctx.run, ra.rank) for ra in ctx.ranks):
+    has_api = ctx.graph.has("api_calls")
+    if not has_api and not any(has_memory_data(ctx.graph_of(ra.rank)) for ra in ctx.ranks):
         raise SkipRule("needs allocator API calls, memory_events (torch.profiler "
                        "profile_memory=True) or GPU memory samples; the run has none")
     n_ranks = max(1, len(ctx.ranks))
-    full = [(ra.rank, p) for ra in ctx.ranks for p in peaks(ctx.run, ra)
+    full = [(ra.rank, p) for ra in ctx.ranks for p in peaks(ctx.graph_of(ra.rank), ra)
             if p.share >= NEAR_FULL]
-    churns = [c for c in (churn(ctx, ra) for ra in ctx.ranks) if c is not None]
+    churns = [c for c in (churn(ctx.graph_of(ra.rank), ra) for ra in ctx.ranks) if c is not None]
     out: list[Finding] = []
     saving = sum(c.saving_ms for c in churns) / n_ranks
     if churns and ctx.worth_reporting(saving):
@@ -314,4 +159,4 @@ class _Rule:
 
 RULE = _Rule()
 
-__all__ = ["RULE", "Churn", "Peak", "churn", "has_memory_data", "peaks"]
+__all__ = ["RULE"]

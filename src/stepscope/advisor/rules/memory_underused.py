@@ -27,14 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _transfers as tr
-from stepscope.advisor.rules.memory_pressure import Peak, has_memory_data, peaks
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis.busy import IntervalSet
-from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, str_in
-from stepscope.schema import CpuOpKind
+from stepscope.model import transfers as mt
+from stepscope.model.confidence import Confidence
+from stepscope.model.memory import Peak, cpu_compute_ns, has_memory_data, peaks
 
 ID = "memory_underused"
 CATEGORY = "memory"
@@ -42,7 +41,6 @@ MAX_MEMORY_SHARE = 0.30
 MAX_BUSY_SHARE = 0.70
 MIN_HOST_IDLE_SHARE = 0.30
 HOST_IDLE = ("launch", "host", "sync", "idle")
-MIN_CPU_OP_NS = 50_000
 
 FIX = Fix(
     pytorch=("Try a larger batch (scale the learning rate, e.g. linearly with warm-up) so the "
@@ -56,32 +54,6 @@ FIX = Fix(
     cuda="Give each launch more work (larger batches per kernel), or capture the step in a "
          "CUDA graph.",
 )
-
-
-def cpu_compute_ns(ctx: Context, ra: RankAnalysis, win: tr.Windows) -> float:
-    """Mean per step of the GPU-idle time inside framework ops of >= 50 us that issue no
-    launch on their thread (CPU computation that scales with the batch)."""
-    run = ctx.run
-    ops = run.table("cpu_ops", ra.rank)
-    if ops.num_rows == 0 or win.n == 0:
-        return 0.0
-    s, e = bounds(ops)
-    fw = str_in(ops, "kind", (CpuOpKind.FRAMEWORK.value,)) & (e - s >= MIN_CPU_OP_NS)
-    if not fw.any():
-        return 0.0
-    api = tr.load_api(run, ra.rank)
-    lm = api.kind_is(*LAUNCH_KINDS)
-    tid = column_i64(ops, "tid")
-    launches = np.zeros(s.size, dtype=np.int64)
-    for t in np.unique(tid[fw]).tolist():
-        ls = np.sort(api.s[lm & (api.tid == t)])
-        m = fw & (tid == t)
-        launches[m] = np.searchsorted(ls, e[m]) - np.searchsorted(ls, s[m])
-    cpu = fw & (launches == 0)
-    if not cpu.any():
-        return 0.0
-    idle = IntervalSet.of(s[cpu], e[cpu]) - tr.activity(run, ra.rank).busy
-    return float(np.mean(idle.within(win.starts, win.ends)))
 
 
 @dataclass(frozen=True)
@@ -98,7 +70,7 @@ class RankResult:
 
 
 def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
-    ps = peaks(ctx.run, ra)
+    ps = peaks(ctx.graph_of(ra.rank), ra)
     if not ps:
         return None
     peak = max(ps, key=lambda p: p.share)
@@ -108,12 +80,12 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     step = sum(bd.values())
     if step <= 0:
         return None
-    win = tr.steady_windows(ra)
-    cpu_ms = cpu_compute_ns(ctx, ra, win) / 1e6
+    win = mt.steady_windows(ra)
+    cpu_ms = cpu_compute_ns(ctx.graph_of(ra.rank), win) / 1e6
     idle = max(0.0, sum(bd.get(k, 0.0) for k in HOST_IDLE) - cpu_ms) / step
-    gs = tr.gpu_steps(ctx.run, ra.rank, ra, tr.load_api(ctx.run, ra.rank))
+    gs = mt.gpu_steps(ctx.graph_of(ra.rank), ra, mt.load_api(ctx.graph_of(ra.rank)))
     if gs is not None and gs.mean_ns > 0:
-        busy = tr.activity(ctx.run, ra.rank).busy.within(gs.starts, gs.ends)
+        busy = mt.activity(ctx.graph_of(ra.rank)).busy.within(gs.starts, gs.ends)
         busy_share = float(np.sum(busy)) / float(np.sum(gs.ends - gs.starts))
         basis = "of the device-side step"
     else:
@@ -127,7 +99,7 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
 
 
 def check(ctx: Context) -> Sequence[Finding]:
-    if not any(has_memory_data(ctx.run, ra.rank) for ra in ctx.ranks):
+    if not any(has_memory_data(ctx.graph_of(ra.rank)) for ra in ctx.ranks):
         raise SkipRule("no device memory data: needs memory_events (torch.profiler "
                        "profile_memory=True) or GPU memory samples")
     results = [r for r in (analyze_rank(ctx, ra) for ra in ctx.ranks) if r is not None]

@@ -25,19 +25,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from stepscope.advisor.base import Context, Finding, Fix, Where
 from stepscope.advisor.rules import _transfers as tr
-from stepscope.analysis import RankAnalysis
-from stepscope.analysis.busy import IntervalSet, is_communication
-from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import bounds, column_i64
-from stepscope.analysis.syncs import sync_intervals
+from stepscope.model.copy_overlap import copy_overlap
 
 ID = "no_copy_overlap"
 CATEGORY = "memcpy"
-QUEUE_GAP_NS = 10_000
 
 FIX = Fix(
     pytorch=("Overlap the copy with compute: keep host tensors pinned, copy with "
@@ -57,111 +50,8 @@ FIX = Fix(
 )
 
 
-@dataclass(frozen=True)
-class RankResult:
-    rank: int
-    n_steps: int
-    count: int  # critical copies over the steady steps
-    nbytes: int
-    copy_ns: int
-    exposed_ns: int
-    compute_ns: int  # compute issued in the steps with critical copies
-    saving_ns: int
-    same_stream: int  # critical copies on a stream that also runs compute kernels
-    directions: tuple[str, ...]
-    streams: tuple[int, ...]
-    steps: tuple[int, ...]
-    start_ns: int
-    end_ns: int
-    sites: tuple[str, ...]
-    gpu: tr.GpuSteps | None
-
-    @property
-    def saving_ms(self) -> float:
-        return self.saving_ns / self.n_steps / 1e6
-
-
-def _queued_behind(run_kernels: tuple[I64, I64, I64, I64], copy_e: I64, copy_dev: I64,
-                   launch_end: I64, has_launch: np.ndarray) -> np.ndarray:
-    """Per copy: did the next kernel on its device wait for it (module docstring)?"""
-    ks, _ke, kd, _ = run_kernels
-    out = np.zeros(copy_e.size, dtype=bool)
-    for dev in np.unique(copy_dev):
-        km = np.flatnonzero(kd == dev)
-        if km.size == 0:
-            continue
-        order = km[np.argsort(ks[km], kind="stable")]
-        cm = np.flatnonzero(copy_dev == dev)
-        j = np.searchsorted(ks[order], copy_e[cm], side="left")
-        ok = j < order.size
-        nxt = order[np.minimum(j, order.size - 1)]
-        waited = np.where(has_launch[nxt], launch_end[nxt] < copy_e[cm],
-                          ks[nxt] - copy_e[cm] <= QUEUE_GAP_NS)
-        out[cm] = ok & waited
-    return out
-
-
-def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
-    win = tr.steady_windows(ra)
-    if win.n == 0:
-        return None
-    run = ctx.run
-    api = tr.load_api(run, ra.rank)
-    c = tr.load_copies(run, ra.rank, win, api)
-    sel = (c.step >= 0) & (c.htod | c.dtoh) & ~c.pageable & ~c.tiny
-    if not sel.any():
-        return None
-    act = tr.activity(run, ra.rank)
-    kern = act.kernels
-    exposed = tr.uncovered(kern, c.s, c.e)
-    sel &= exposed > 0
-    if not sel.any():
-        return None
-    k = run.table("kernels", ra.rank)
-    ks, ke = bounds(k)
-    kd = column_i64(k, "device", 0)
-    krow = api.match(column_i64(k, "correlation"))
-    has_launch = krow >= 0
-    launch_end = np.where(has_launch, api.e[np.maximum(krow, 0)] if api.e.size else 0, 0)
-    queued = _queued_behind((ks, ke, kd, krow), c.e, c.device, launch_end, has_launch)
-    ss, se = sync_intervals(run, ra.rank)
-    waited = IntervalSet(ss, se).within(c.e - 1, c.e) > 0
-    crit = sel & (queued | waited)
-    if not tr.recurring(c.step[crit], win.n):
-        return None
-    idx = np.flatnonzero(crit)
-    # compute issued per step: kernels assigned to steps by their launch call's start
-    comp = ~is_communication(k.column("name")) if k.num_rows else np.zeros(0, dtype=bool)
-    k_issue = np.where(has_launch, api.s[np.maximum(krow, 0)] if api.s.size else 0, ks)
-    k_step = win.assign(k_issue)
-    if tr.linked_mostly(has_launch):
-        k_step = np.where(has_launch, k_step, -1)
-    compute = tr.union_per_group(ks, ke, np.where(comp, k_step, -1), win.n)
-    exp_step = np.zeros(win.n, dtype=np.int64)
-    np.add.at(exp_step, c.step[idx], exposed[idx])
-    saving = np.minimum(exp_step, compute)
-    hit = np.unique(c.step[idx])
-    streams_with_compute = set(column_i64(k, "stream")[comp].tolist())
-    same = np.array([int(s) in streams_with_compute for s in c.stream[idx]], dtype=bool)
-    first = idx[c.step[idx] == c.step[idx].min()]
-    api_s = np.where(c.has_api[idx], c.api_s[idx], c.s[idx])
-    api_e = np.where(c.has_api[idx], c.api_e[idx], c.e[idx])
-    sites = tr.call_sites(run, ra.rank, c.pid[idx], c.tid[idx], api_s, api_e)
-    dirs = tuple(d for d, m in (("HtoD", c.htod), ("DtoH", c.dtoh)) if (m[idx]).any())
-    return RankResult(
-        rank=ra.rank, n_steps=win.n, count=int(idx.size), nbytes=int(c.nbytes[idx].sum()),
-        copy_ns=int(c.ns[idx].sum()), exposed_ns=int(exposed[idx].sum()),
-        compute_ns=int(compute[hit].sum()), saving_ns=int(saving.sum()),
-        same_stream=int(same.sum()), directions=dirs,
-        streams=tuple(sorted({int(s) for s in c.stream[idx]})),
-        steps=tuple(win.steps[int(s)] for s in hit),
-        start_ns=int(c.s[first].min()), end_ns=int(c.e[first].max()),
-        sites=tr.top_labels(sites.label), gpu=tr.gpu_steps(run, ra.rank, ra, api),
-    )
-
-
 def check(ctx: Context) -> Sequence[Finding]:
-    best = tr.mean_over_ranks(ctx, (analyze_rank(ctx, ra) for ra in ctx.ranks))
+    best = tr.mean_over_ranks(ctx, (copy_overlap(ctx.graph_of(ra.rank), ra) for ra in ctx.ranks))
     if best is None:
         return []
     saving_ms, r, results = best
@@ -216,4 +106,4 @@ class _Rule:
 
 RULE = _Rule()
 
-__all__ = ["RULE", "RankResult", "analyze_rank"]
+__all__ = ["RULE"]

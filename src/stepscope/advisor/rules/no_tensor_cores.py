@@ -7,7 +7,7 @@ kernels), on an NVIDIA GPU of compute capability 7.0 or newer (TF32 needs 8.0). 
 name-classifier gaps: a name that mentions tf32, tensor ops or warp-group MMA is never flagged,
 nor are split-K reduction / epilogue helpers.
 
-Estimate, per launch, with the measured speed-ups of ``advisor.speedups`` (GEMM ratios for
+Estimate, per launch, with the measured speed-ups of ``model.speedups`` (GEMM ratios for
 GEMMs, convolution ratios for kernels of a convolution: category conv, or launched by a
 framework op whose name says conv)::
 
@@ -24,40 +24,15 @@ and count for AMP only. On a GPU without TF32 (7.x) the saving is the fp16 AMP o
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-
-from stepscope.advisor.base import Confidence, Context, Finding, Fix
-from stepscope.advisor.speedups import (
-    KernelSaving,
-    Ratio,
-    Scaling,
-    Speedups,
-    SteadyKernels,
-    by_name,
-    device_rows,
-    largest,
-    op_names,
-    per_name,
+from stepscope.advisor.base import Context, Finding, Fix
+from stepscope.advisor.rules._kernels import largest, short, where_for
+from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import (
     per_step_ms,
-    scaling_for,
-    short,
-    shorter,
-    speedups_for,
-    steady_kernels,
-    where_for,
 )
-from stepscope.analysis import RankAnalysis
-from stepscope.analysis.kernel_names import MATMUL
-
-TC_HINT = re.compile(r"tf32|tensorop|warpgroup|wgmma|hmma|tensor\d+x\d+x\d+|_mma_|tcgen05",
-                     re.IGNORECASE)
-HELPER = re.compile(r"splitk|reduce_?split|epilogue|init_device_workspace|computeoffsets",
-                    re.IGNORECASE)
+from stepscope.model.tensor_cores import TensorCoreSaving, tensor_core_saving
 
 FIX = Fix(
     pytorch="TF32 (one line, at start-up): `torch.backends.cuda.matmul.fp32_precision = \"tf32\"` "
@@ -82,105 +57,7 @@ FIX = Fix(
 )
 
 
-@dataclass(frozen=True)
-class _Result:
-    rank: int
-    tf32_ms: float | None  # None: the GPU has no TF32
-    amp_ms: float
-    amp_dtype: str
-    raw_ms: float  # headline saving before the GPU-bound cap
-    time_ms: float
-    by_kind_ms: dict[str, float]
-    scaling: Scaling
-    items: list[KernelSaving]
-    sk: SteadyKernels
-    ra: RankAnalysis
-    ratios: dict[str, Ratio]  # used ratios by name
-    ops: dict[str, int]  # launching framework op -> flagged launches
-
-    @property
-    def saving_ms(self) -> float:
-        return self.tf32_ms if self.tf32_ms is not None else self.amp_ms
-
-
-def _kinds(sk: SteadyKernels, ops: dict[int, str], cand: npt.NDArray[np.bool_]
-           ) -> npt.NDArray[np.str_]:
-    """gemm / conv / attention per launch; a GEMM launched by a convolution op is conv."""
-    cat = sk.col("category")
-    ext = sk.col("external_id")
-    kind = np.where(cat == "attention", "attention", np.where(cat == "conv", "conv", "gemm"))
-    if ops:
-        for i in np.flatnonzero((kind == "gemm") & cand):
-            e = ext[i]
-            if not np.isnan(e) and "conv" in ops.get(int(e), "").lower():
-                kind[i] = "conv"
-    return kind
-
-
-def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
-    sk = steady_kernels(ctx.run, ra)
-    if sk is None:
-        return None
-    cat, tcs, prec = sk.col("category"), sk.col("tensor_cores"), sk.col("precision")
-    cand = per_name(sk, lambda n, i: bool(
-        cat[i] in MATMUL and tcs[i] is False and prec[i] == "fp32" and not TC_HINT.search(n)
-        and not HELPER.search(n))).astype(bool)
-    if not cand.any():
-        return None
-    speed: dict[int, Speedups | None] = {d: speedups_for(r) for d, r in device_rows(ra).items()}
-    dev = np.nan_to_num(sk.col("device")).astype(np.int64)
-    cand &= np.array([speed.get(int(d)) is not None for d in dev], dtype=bool)
-    if not cand.any():
-        return None
-    ops = op_names(ctx.run, ra.rank)
-    kind = _kinds(sk, ops, cand)
-    dur = sk.col("dur_ns")
-    tf32_div = np.ones(dur.size)
-    amp_div = np.ones(dur.size)
-    used: dict[str, Ratio] = {}
-    amp_dtype = "bf16"
-    for d, sp in speed.items():
-        if sp is None:
-            continue
-        m = cand & (dev == d)
-        for k in ("gemm", "conv", "attention"):
-            mk = m & (kind == k)
-            if not mk.any():
-                continue
-            base = "conv" if k == "conv" else "gemm"
-            tf = sp.get(f"{base}_tf32") if k != "attention" else None
-            amp = sp.get(f"{base}_bf16")
-            if amp is None:
-                amp, amp_dtype = sp.get(f"{base}_fp16"), "fp16"
-            if tf is not None:
-                tf32_div[mk] = tf.value
-                used[f"{base}_tf32"] = tf
-            if amp is not None:
-                amp_div[mk] = amp.value
-                used[f"{base}_{amp_dtype}"] = amp
-    has_tf32 = bool((tf32_div > 1.0).any())  # some flagged kernel would run TF32
-    tf32_save = np.where(cand, shorter(dur, 1.0 / tf32_div), 0.0)
-    amp_save = np.where(cand, shorter(dur, 1.0 / amp_div), 0.0)
-    scaling = scaling_for(ctx, ra, sk)
-    tf32_raw, tf32_ms = scaling.counted(sk, tf32_save)
-    amp_raw, amp_ms = scaling.counted(sk, amp_save)
-    items = by_name(sk, cand, tf32_save if has_tf32 else amp_save)
-    ext = sk.col("external_id")
-    op_count: dict[str, int] = {}
-    for e in ext[cand]:
-        if not np.isnan(e) and int(e) in ops:
-            op_count[ops[int(e)]] = op_count.get(ops[int(e)], 0) + 1
-    return _Result(
-        rank=ra.rank,
-        tf32_ms=tf32_ms if has_tf32 else None, amp_ms=amp_ms, amp_dtype=amp_dtype,
-        raw_ms=tf32_raw if has_tf32 else amp_raw,
-        time_ms=per_step_ms(float(dur[cand].sum()), sk),
-        by_kind_ms={k: per_step_ms(float(dur[cand & (kind == k)].sum()), sk)
-                    for k in ("gemm", "conv", "attention") if (cand & (kind == k)).any()},
-        scaling=scaling, items=items, sk=sk, ra=ra, ratios=used, ops=op_count)
-
-
-def _finding(ctx: Context, r: _Result, n_ranks: int) -> Finding:
+def _finding(ctx: Context, r: TensorCoreSaving, n_ranks: int) -> Finding:
     amp = f"{r.amp_dtype} AMP: -{r.amp_ms:.2f} ms"
     gains = f"TF32: -{r.tf32_ms:.2f} ms, {amp}" if r.tf32_ms is not None else amp
     title = (f"fp32 matrix math without tensor cores: {r.time_ms:.2f} ms per step "
@@ -223,7 +100,7 @@ class NoTensorCores:
     requires: tuple[str, ...] = ("kernels", "devices")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best = largest(_rank_result(ctx, ra) for ra in ctx.ranks)
+        best = largest(tensor_core_saving(ctx.analysis, ra) for ra in ctx.ranks)
         if best is None or not ctx.worth_reporting(best.saving_ms):
             return []
         return [_finding(ctx, best, len(ctx.ranks))]

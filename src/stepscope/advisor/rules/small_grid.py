@@ -23,37 +23,16 @@ tensors (or a split-K / persistent choice of the library), so that finding is ca
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-import pyarrow.compute as pc
-
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
-from stepscope.advisor.speedups import (
-    CUSTOM,
-    MIN_KERNEL_NS,
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
+from stepscope.advisor.rules._kernels import largest_per_key, short, where_for
+from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import (
     KernelSaving,
-    Scaling,
-    SteadyKernels,
-    by_name,
-    column_objects,
-    device_rows,
-    kernel_owner,
-    largest_per_key,
-    per_name,
     per_step_ms,
-    scaling_for,
-    short,
-    shorter,
-    steady_kernels,
-    where_for,
 )
-from stepscope.analysis import RankAnalysis
-from stepscope.analysis.intervals import overlap_with_windows, union
-
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
+from stepscope.model.small_grid import GridGroup, grid_groups
+from stepscope.model.speedups import MIN_KERNEL_NS
 
 FIX_CUSTOM = Fix(
     cuda="Launch at least as many blocks as the GPU has SMs, better several per SM: size the grid "
@@ -80,79 +59,7 @@ FIX_LIBRARY = Fix(
 )
 
 
-@dataclass(frozen=True)
-class _Group:
-    rank: int
-    saving_ms: float  # per step, scaled by the GPU-bound share
-    raw_ms: float
-    scaling: Scaling
-    time_ms: float
-    sms: int
-    items: list[KernelSaving]
-    sk: SteadyKernels
-    ra: RankAnalysis
-
-
-def _candidates(cov: F64, category: npt.NDArray[np.object_], dur: F64) -> B:
-    return np.asarray((cov < 1.0) & ~np.isnan(cov) & (category != "communication")
-                      & (dur > MIN_KERNEL_NS), dtype=bool)
-
-
-def _exposed(sk: SteadyKernels, cand: B) -> F64:
-    """Per steady launch, its time not overlapped by non-candidate kernels on its device."""
-    frame = sk.all_frame
-    dur_all = np.asarray(frame.column("dur_ns").to_numpy(), dtype=np.float64)
-    cov_all = np.asarray(pc.fill_null(frame.column("sm_coverage"), np.nan)
-                         .to_numpy(zero_copy_only=False), dtype=np.float64)
-    cat_all = column_objects(frame.column("category"))
-    other = ~_candidates(cov_all, cat_all, dur_all)
-    ts_all = np.asarray(frame.column("ts_ns").to_numpy(), dtype=np.int64)
-    dev_all = np.asarray(pc.fill_null(frame.column("device"), 0).to_numpy(), dtype=np.int64)
-    ts = sk.col("ts_ns")
-    dur = sk.col("dur_ns")
-    dev = np.nan_to_num(sk.col("device")).astype(np.int64)
-    exposed = dur.copy()
-    for d in np.unique(dev[cand]):
-        m = other & (dev_all == d)
-        us, ue = union(ts_all[m], ts_all[m] + dur_all[m].astype(np.int64))
-        rows = np.flatnonzero(cand & (dev == d))
-        ov = overlap_with_windows(us, ue, ts[rows], ts[rows] + dur[rows].astype(np.int64))
-        exposed[rows] = np.maximum(dur[rows] - ov, 0.0)
-    return np.asarray(exposed, dtype=np.float64)
-
-
-def _rank_groups(ctx: Context, ra: RankAnalysis) -> dict[bool, _Group]:
-    """Per rank: {True: user kernels, False: library/framework kernels}."""
-    sk = steady_kernels(ctx.run, ra)
-    if sk is None:
-        return {}
-    dur, cov, blocks = sk.col("dur_ns"), sk.col("sm_coverage"), sk.col("blocks")
-    cand = _candidates(cov, sk.col("category"), dur)
-    if not cand.any():
-        return {}
-    exposed = _exposed(sk, cand)
-    saving = np.where(cand, shorter(exposed, np.nan_to_num(cov)), 0.0)
-    custom = per_name(sk, lambda n, i: kernel_owner(n) == CUSTOM).astype(bool)
-    scaling = scaling_for(ctx, ra, sk)
-    devs = device_rows(ra)
-    out: dict[bool, _Group] = {}
-    for is_custom in (True, False):
-        mask = cand & (custom if is_custom else ~custom)
-        items = by_name(sk, mask, saving)
-        if not items:
-            continue
-        raw, kept = scaling.counted(sk, np.where(mask, saving, 0.0))
-        top = items[0].row
-        sm_row = devs.get(int(np.nan_to_num(sk.col("device")[top])), {}).get("sm_count")
-        sms = int(sm_row) if sm_row else round(blocks[top] / max(cov[top], 1e-9))
-        out[is_custom] = _Group(
-            rank=ra.rank, saving_ms=kept, raw_ms=raw, scaling=scaling,
-            time_ms=per_step_ms(float(dur[mask].sum()), sk), sms=sms,
-            items=items, sk=sk, ra=ra)
-    return out
-
-
-def _kernel_line(g: _Group, k: KernelSaving) -> str:
+def _kernel_line(g: GridGroup, k: KernelSaving) -> str:
     sk = g.sk
     blocks = int(sk.col("blocks")[k.row])
     threads = int(sk.col("threads")[k.row])
@@ -163,7 +70,7 @@ def _kernel_line(g: _Group, k: KernelSaving) -> str:
             f"{per_step_ms(k.saving_ns, sk):.3f} ms of kernel time")
 
 
-def _finding(ctx: Context, g: _Group, is_custom: bool, n_ranks: int) -> Finding:
+def _finding(ctx: Context, g: GridGroup, is_custom: bool, n_ranks: int) -> Finding:
     top = g.items[0]
     blocks = int(g.sk.col("blocks")[top.row])
     who = "" if is_custom else "library/framework "
@@ -201,7 +108,7 @@ class SmallGrid:
     requires: tuple[str, ...] = ("kernels", "devices")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best = largest_per_key(_rank_groups(ctx, ra) for ra in ctx.ranks)
+        best = largest_per_key(grid_groups(ctx.analysis, ra) for ra in ctx.ranks)
         return [_finding(ctx, g, is_custom, len(ctx.ranks))
                 for is_custom, g in sorted(best.items(), reverse=True)
                 if ctx.worth_reporting(g.saving_ms)]

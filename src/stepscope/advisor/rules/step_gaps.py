@@ -1,7 +1,7 @@
 """step_gaps: the GPU idles between steps while the host logs, checkpoints, evaluates...
 
 The gap at a step boundary is the GPU-idle interval that contains (or touches) the
-boundary: from the last GPU activity before it to the first after it (``rules._idle``,
+boundary: from the last GPU activity before it to the first after it (``model.idle``,
 clipped to the steady windows, so each step holds its leading and trailing part). Parts
 already claimed by input waits (``input_bound``) and syncs and their drain
 (``sync_calls``) are left out, the rest is scaled by the profiler correction.
@@ -23,8 +23,6 @@ import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.rules._evidence import (
-    OpTime,
-    host_time_by_op,
     max_severity,
     ms,
     op_list,
@@ -32,8 +30,9 @@ from stepscope.advisor.rules._evidence import (
     profiler_line,
     where_worst,
 )
-from stepscope.advisor.rules._idle import IdleSplit, split_idle
 from stepscope.analysis import RankAnalysis
+from stepscope.model.host_ops import OpTime, host_time_by_op
+from stepscope.model.idle import IdleSplit, split_idle
 from stepscope.schema import CpuOpKind
 
 FLOOR_LAUNCHES = 2
@@ -93,7 +92,7 @@ class StepGaps:
         for ra in ctx.ranks:
             if not ra.steps.steady or not ra.devices_used:  # no GPU records: no GPU gaps
                 continue
-            split = split_idle(ctx, ra)
+            split = split_idle(ctx.analysis, ra)
             floor = FLOOR_LAUNCHES * ra.launches.median_api_ns
             saving = float(_per_step(split, floor)[0].mean()) / 1e6
             if best is None or saving > best[0]:
@@ -117,7 +116,7 @@ class StepGaps:
             f"{ms(floor)} per step ({FLOOR_LAUNCHES} x the median launch call) is "
             f"unavoidable"),
         ]
-        groups = [host_time_by_op(ctx.run, ra.rank, split.gaps, kind=k)
+        groups = [host_time_by_op(ctx.graph_of(ra.rank), split.gaps, kind=k)
                   for k in ("annotation", CpuOpKind.PYTHON.value, CpuOpKind.FRAMEWORK.value)]
         for label, ops in zip(("annotations", "user Python", "framework ops"), groups):
             if ops:

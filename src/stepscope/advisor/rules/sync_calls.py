@@ -1,6 +1,6 @@
 """sync_calls: host-device syncs inside the step (explicit syncs, ``.item()``, blocking copies).
 
-A sync costs the GPU idle time it causes (``rules._idle``):
+A sync costs the GPU idle time it causes (``model.idle``):
 
 * the GPU idle time while a host thread is blocked in a sync call or a blocking copy
   (outside input waits) - the ``sync`` category of the step-time breakdown;
@@ -12,7 +12,7 @@ A sync costs the GPU idle time it causes (``rules._idle``):
   could have hidden without the sync. With a torch.profiler trace, ``head`` also counts the
   profiler's cost of the host events that ran while the host was ahead (the untraced host
   reaches the sync that much earlier), and the idle time is scaled by the profiler
-  correction of ``rules._idle``.
+  correction of ``model.idle``.
 
 Saving per step = the mean over the steady steps of that idle time. Evidence: sync points
 per step, host blocked time, GPU idle split, kinds, top call sites (framework op and user
@@ -28,9 +28,10 @@ import numpy as np
 
 from stepscope.advisor.base import Context, Finding, Fix
 from stepscope.advisor.rules._evidence import max_severity, ms, pct, profiler_line, where_worst
-from stepscope.advisor.rules._idle import IdleSplit, worst_rank
+from stepscope.advisor.rules._idle import worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.syncs import SyncPointKind
+from stepscope.model.idle import IdleSplit
 
 _FIX_BY_KIND = {
     SyncPointKind.SCALAR_READ.value: (

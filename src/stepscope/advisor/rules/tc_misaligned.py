@@ -14,7 +14,7 @@ cores (SIMT / ``hgemm`` / ``ffma`` names). Not flagged: GEMV and small-N kernels
 times a vector is memory-bound whatever the alignment), split-K reductions, convolutions
 (a 3-channel first layer is misaligned by nature; left out for now).
 
-Estimate, per launch, with ``half_misaligned`` from ``advisor.speedups``::
+Estimate, per launch, with ``half_misaligned`` from ``model.speedups``::
 
     saving = dur - max(2 us, dur / half_misaligned)
 
@@ -26,39 +26,16 @@ so the user can check their dimensions.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-import numpy as np
-
-from stepscope.advisor.base import Confidence, Context, Finding, Fix
-from stepscope.advisor.speedups import (
+from stepscope.advisor.base import Context, Finding, Fix
+from stepscope.advisor.rules._kernels import largest, short, where_for
+from stepscope.model.alignment import MIN_ALIGN, MisalignedSaving, min_alignment, misaligned_saving
+from stepscope.model.confidence import Confidence
+from stepscope.model.kernels import (
     KernelSaving,
-    Ratio,
-    Scaling,
-    SteadyKernels,
-    by_name,
-    device_rows,
-    largest,
-    op_names,
-    per_name,
     per_step_ms,
-    scaling_for,
-    short,
-    shorter,
-    speedups_for,
-    steady_kernels,
-    where_for,
 )
-from stepscope.analysis import RankAnalysis
-
-HALF = frozenset({"fp16", "bf16", "fp16/bf16"})
-ALIGN = re.compile(r"align[abc]?(\d+)(?!\d)", re.IGNORECASE)
-SIMT_HALF = re.compile(r"simt|hgemm|ffma|hfma", re.IGNORECASE)
-NOT_A_GEMM = re.compile(r"gemv|gemmsn|gemmk1|splitk|reduce|epilogue|dot_kernel",
-                        re.IGNORECASE)
-MIN_ALIGN = 8  # elements of a 16-bit type = 16 bytes
 
 FIX = Fix(
     pytorch="Pad the dimensions of these matmuls to multiples of 8 (64 is best on A100/H100): "
@@ -76,76 +53,7 @@ FIX = Fix(
 )
 
 
-@dataclass(frozen=True)
-class _Result:
-    rank: int
-    saving_ms: float
-    raw_ms: float
-    scaling: Scaling
-    time_ms: float
-    items: list[KernelSaving]
-    sk: SteadyKernels
-    ra: RankAnalysis
-    ratio: Ratio
-    ops: dict[str, int]
-    aligned_by_name: bool  # every flagged kernel shows an alignment token
-
-
-def min_alignment(name: str) -> int | None:
-    """Smallest operand alignment (elements) stated in a kernel name, if any."""
-    found = [int(m.group(1)) for m in ALIGN.finditer(name)]
-    return min(found) if found else None
-
-
-def why(name: str, category: str | None, precision: str | None, tc: bool | None) -> str | None:
-    """``align`` (misaligned tensor-core kernel), ``simt`` (16-bit on CUDA cores) or None."""
-    if category != "gemm" or precision not in HALF or NOT_A_GEMM.search(name):
-        return None
-    a = min_alignment(name)
-    if a is not None and a < MIN_ALIGN:
-        return "align"
-    if tc is False and SIMT_HALF.search(name):
-        return "simt"
-    return None
-
-
-def _rank_result(ctx: Context, ra: RankAnalysis) -> _Result | None:
-    sk = steady_kernels(ctx.run, ra)
-    if sk is None:
-        return None
-    cat, prec, tcs = sk.col("category"), sk.col("precision"), sk.col("tensor_cores")
-    reason = per_name(sk, lambda n, i: why(n, cat[i], prec[i], tcs[i]))
-    cand = np.array([x is not None for x in reason], dtype=bool)
-    if not cand.any():
-        return None
-    dev = np.nan_to_num(sk.col("device")).astype(np.int64)
-    ratio_by_dev: dict[int, Ratio] = {}
-    for d, row in device_rows(ra).items():
-        sp = speedups_for(row)
-        r = sp.get("half_misaligned") if sp is not None else None
-        if r is not None:
-            ratio_by_dev[d] = r
-    cand &= np.isin(dev, list(ratio_by_dev))
-    if not cand.any():
-        return None
-    div = np.array([ratio_by_dev[int(d)].value if int(d) in ratio_by_dev else 1.0 for d in dev])
-    dur = sk.col("dur_ns")
-    saving = np.where(cand, shorter(dur, 1.0 / div), 0.0)
-    scaling = scaling_for(ctx, ra, sk)
-    ops = op_names(ctx.run, ra.rank)
-    op_count: dict[str, int] = {}
-    for e in sk.col("external_id")[cand]:
-        if not np.isnan(e) and int(e) in ops:
-            op_count[ops[int(e)]] = op_count.get(ops[int(e)], 0) + 1
-    raw, kept = scaling.counted(sk, saving)
-    top_dev = int(dev[np.flatnonzero(cand)[0]])
-    return _Result(rank=ra.rank, saving_ms=kept, raw_ms=raw, scaling=scaling,
-                   time_ms=per_step_ms(float(dur[cand].sum()), sk),
-                   items=by_name(sk, cand, saving), sk=sk, ra=ra, ratio=ratio_by_dev[top_dev],
-                   ops=op_count, aligned_by_name=bool((reason[cand] == "align").all()))
-
-
-def _kernel_line(r: _Result, k: KernelSaving) -> str:
+def _kernel_line(r: MisalignedSaving, k: KernelSaving) -> str:
     a = min_alignment(k.name)
     how = (f"operands aligned to {a} element(s)" if a is not None and a < MIN_ALIGN
            else "16-bit math on CUDA cores")
@@ -154,7 +62,7 @@ def _kernel_line(r: _Result, k: KernelSaving) -> str:
             f"{per_step_ms(k.time_ns, r.sk):.3f} ms per step")
 
 
-def _finding(ctx: Context, r: _Result, n_ranks: int) -> Finding:
+def _finding(ctx: Context, r: MisalignedSaving, n_ranks: int) -> Finding:
     top_ops = sorted(r.ops.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
     check = (f"check the dims of {', '.join(o for o, _ in top_ops)}" if top_ops
              else "check the matmul dimensions")
@@ -191,7 +99,7 @@ class TcMisaligned:
     requires: tuple[str, ...] = ("kernels", "devices")
 
     def check(self, ctx: Context) -> Sequence[Finding]:
-        best = largest(_rank_result(ctx, ra) for ra in ctx.ranks)
+        best = largest(misaligned_saving(ctx.analysis, ra) for ra in ctx.ranks)
         if best is None or not ctx.worth_reporting(best.saving_ms):
             return []
         return [_finding(ctx, best, len(ctx.ranks))]

@@ -32,13 +32,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stepscope.advisor.base import Confidence, Context, Finding, Fix, Severity, Where
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import max_severity, pct
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.breakdown import GPU_CATEGORIES
 from stepscope.analysis.steps import Step
+from stepscope.model.confidence import Confidence
 from stepscope.schema import StepSource
 
 MIN_STEPS = 3

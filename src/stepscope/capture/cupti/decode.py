@@ -21,8 +21,8 @@ import numpy.typing as npt
 
 from stepscope.call_kinds import classify_api
 from stepscope.capture.cupti import layouts as L
-from stepscope.importers.kineto_columns import nest
 from stepscope.schema import AnnotationSource, ApiDomain, ApiKind
+from stepscope.store.produce.nesting import nest
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]

@@ -1,0 +1,131 @@
+"""Foreign traces -> a stepscope run (the same tables capture writes).
+
+>>> import_traces(["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"], "run")  # doctest: +SKIP
+
+Each file is detected (``detect``), read by its format's reader as one rank's bundle
+(``registry.FORMATS``) and handed to the one run assembler (``store.produce.assemble``), which
+checks each bundle against what its kind of source must provide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from stepscope._version import __version__
+from stepscope.errors import DamagedFileError, TraceFormatError
+from stepscope.importers.registry import FORMATS, Format, format_of
+from stepscope.importers.trace_sets import (
+    FileFacts,
+    check_cycles_by_content,
+    check_cycles_by_name,
+    check_tensorboard_runs,
+    facts,
+    mixed_jobs,
+    walk,
+)
+from stepscope.store.manifest import Diagnostic, Manifest, SourceInfo
+from stepscope.store.produce import RankBundle, assemble
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnostic]]:
+    """Expand files and folders into the trace files to import, one per rank.
+
+    A folder contributes every ``*.json`` / ``*.json.gz`` under it (recursively: a
+    TensorBoard log folder keeps them in ``plugins/profile/<run>/``) that looks like a
+    PyTorch profiler trace; other JSON files there are skipped with a diagnostic. A
+    file named explicitly must be a trace. Traces of several TensorBoard runs, or several
+    profiler cycles of one worker, are refused (``trace_sets``).
+    """
+    found, diags = _detected(paths)
+    return [p for p, _ in found], diags
+
+
+def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], list[Diagnostic]]:
+    out: list[tuple[Path, Format]] = []
+    diags: list[Diagnostic] = []
+    seen: set[Path] = set()
+
+    def add(p: Path, fmt: Format) -> None:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append((p, fmt))
+
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            candidates = walk(p, TRACE_SUFFIXES)
+            if not candidates:
+                raise TraceFormatError(str(p), "no trace files (*.json, *.json.gz) in this folder")
+            found = 0
+            first_problem = ""
+            for c in candidates:
+                try:
+                    fmt = format_of(c)
+                except DamagedFileError:
+                    raise  # a truncated rank file is a lost rank, not a file to skip
+                except TraceFormatError as exc:
+                    first_problem = first_problem or f"{c.name}: {exc.problem}"
+                    diags.append(Diagnostic("warning", "skipped_file", exc.problem, str(c)))
+                    continue
+                found += 1
+                add(c, fmt)
+            if not found:
+                raise TraceFormatError(str(p), f"no PyTorch profiler traces in this folder "
+                                               f"({len(candidates)} JSON file(s) skipped; "
+                                               f"first: {first_problem})")
+        else:
+            add(p, format_of(p))  # raises with what the file is (missing, not a trace, JAX ...)
+    if not out:
+        given = ", ".join(str(p) for p in paths) or "(no paths)"
+        raise TraceFormatError(given, "no trace files given")
+    check_tensorboard_runs(", ".join(str(p) for p in paths), [p for p, _ in out])
+    check_cycles_by_name([p for p, _ in out])
+    return out, diags
+
+
+def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bool = False) -> Path:
+    """Import PyTorch profiler traces (files and/or folders, one file per rank)
+    into a run at ``out``; returns its path. The run is written atomically: on
+    any error nothing is left at ``out`` (an existing run there is untouched)."""
+    files, diags = _detected(paths)
+    seen: list[FileFacts] = []
+
+    def bundles() -> Iterator[RankBundle]:  # one file's tables in memory at a time
+        ranks: dict[int, str] = {}
+        for i, (f, fmt) in enumerate(files):
+            bundle = fmt.read(f, default_rank=i)
+            r = bundle.rank.rank
+            seen.append(facts(f, r, bundle.details.get("rank_source") == "distributedInfo",
+                              bundle.rank.pid, bundle.rank.world_size, bundle.tables))
+            check_cycles_by_content(seen)
+            if r in ranks:
+                raise TraceFormatError(
+                    str(f), f"rank {r} again (also the rank of {ranks[r]}); "
+                            "give each rank's trace once")
+            ranks[r] = bundle.rank.file
+            yield bundle
+
+    def head(facts: Sequence[RankBundle]) -> Manifest:
+        tools = list(dict.fromkeys(b.tool for b in facts))
+        offsets = {b.rank.file: b.clock_offset_ns for b in facts}
+        kinds = sorted({b.kind.value for b in facts})
+        details: dict[str, Any] = {"files": [dict(b.details) for b in facts]}
+        if len(set(offsets.values())) > 1:
+            details["clock_offset_ns_by_file"] = offsets
+        mixed = mixed_jobs(seen)
+        return Manifest(
+            source=SourceInfo(kind="+".join(kinds), files=tuple(str(f) for f, _ in files),
+                              tool="; ".join(tools), details=details),
+            ranks=(), clock="unix_ns", clock_offset_ns=facts[0].clock_offset_ns,
+            stepscope_version=__version__,
+            diagnostics=(*diags, *((mixed,) if mixed is not None else ())))
+
+    return assemble(out, bundles(), head, overwrite=overwrite)
+
+
+__all__ = ["FORMATS", "import_traces", "trace_files"]

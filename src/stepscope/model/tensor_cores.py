@@ -1,0 +1,130 @@
+"""What tensor cores (TF32, bf16/fp16) would save per step on fp32 matrix math (the method: the
+``no_tensor_cores`` rule's docs page and module docstring)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.kernel_names import MATMUL
+from stepscope.model.kernels import (
+    KernelSaving,
+    SteadyKernels,
+    by_name,
+    device_rows,
+    op_names,
+    per_name,
+    per_step_ms,
+    steady_kernels,
+)
+from stepscope.model.overhead import host_trust
+from stepscope.model.scaling import Scaling, scaling_for
+from stepscope.model.speedups import Ratio, Speedups, shorter, speedups_for
+
+TC_HINT = re.compile(r"tf32|tensorop|warpgroup|wgmma|hmma|tensor\d+x\d+x\d+|_mma_|tcgen05",
+                     re.IGNORECASE)
+HELPER = re.compile(r"splitk|reduce_?split|epilogue|init_device_workspace|computeoffsets",
+                    re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class TensorCoreSaving:
+    rank: int
+    tf32_ms: float | None  # None: the GPU has no TF32
+    amp_ms: float
+    amp_dtype: str
+    raw_ms: float  # headline saving before the GPU-bound cap
+    time_ms: float
+    by_kind_ms: dict[str, float]
+    scaling: Scaling
+    items: list[KernelSaving]
+    sk: SteadyKernels
+    ra: RankAnalysis
+    ratios: dict[str, Ratio]  # used ratios by name
+    ops: dict[str, int]  # launching framework op -> flagged launches
+
+    @property
+    def saving_ms(self) -> float:
+        return self.tf32_ms if self.tf32_ms is not None else self.amp_ms
+
+
+def _kinds(sk: SteadyKernels, ops: dict[int, str], cand: npt.NDArray[np.bool_]
+           ) -> npt.NDArray[np.str_]:
+    """gemm / conv / attention per launch; a GEMM launched by a convolution op is conv."""
+    cat = sk.col("category")
+    ext = sk.col("external_id")
+    kind = np.where(cat == "attention", "attention", np.where(cat == "conv", "conv", "gemm"))
+    if ops:
+        for i in np.flatnonzero((kind == "gemm") & cand):
+            e = ext[i]
+            if not np.isnan(e) and "conv" in ops.get(int(e), "").lower():
+                kind[i] = "conv"
+    return kind
+
+
+def tensor_core_saving(analysis: Analysis, ra: RankAnalysis) -> TensorCoreSaving | None:
+    sk = steady_kernels(analysis.graph.rank(ra.rank), ra)
+    if sk is None:
+        return None
+    cat, tcs, prec = sk.col("category"), sk.col("tensor_cores"), sk.col("precision")
+    cand = per_name(sk, lambda n, i: bool(
+        cat[i] in MATMUL and tcs[i] is False and prec[i] == "fp32" and not TC_HINT.search(n)
+        and not HELPER.search(n))).astype(bool)
+    if not cand.any():
+        return None
+    speed: dict[int, Speedups | None] = {d: speedups_for(r) for d, r in device_rows(ra).items()}
+    dev = np.nan_to_num(sk.col("device")).astype(np.int64)
+    cand &= np.array([speed.get(int(d)) is not None for d in dev], dtype=bool)
+    if not cand.any():
+        return None
+    ops = op_names(analysis.graph.rank(ra.rank))
+    kind = _kinds(sk, ops, cand)
+    dur = sk.col("dur_ns")
+    tf32_div = np.ones(dur.size)
+    amp_div = np.ones(dur.size)
+    used: dict[str, Ratio] = {}
+    amp_dtype = "bf16"
+    for d, sp in speed.items():
+        if sp is None:
+            continue
+        m = cand & (dev == d)
+        for k in ("gemm", "conv", "attention"):
+            mk = m & (kind == k)
+            if not mk.any():
+                continue
+            base = "conv" if k == "conv" else "gemm"
+            tf = sp.get(f"{base}_tf32") if k != "attention" else None
+            amp = sp.get(f"{base}_bf16")
+            if amp is None:
+                amp, amp_dtype = sp.get(f"{base}_fp16"), "fp16"
+            if tf is not None:
+                tf32_div[mk] = tf.value
+                used[f"{base}_tf32"] = tf
+            if amp is not None:
+                amp_div[mk] = amp.value
+                used[f"{base}_{amp_dtype}"] = amp
+    has_tf32 = bool((tf32_div > 1.0).any())  # some flagged kernel would run TF32
+    tf32_save = np.where(cand, shorter(dur, 1.0 / tf32_div), 0.0)
+    amp_save = np.where(cand, shorter(dur, 1.0 / amp_div), 0.0)
+    scaling = scaling_for(analysis.graph.rank(ra.rank), ra, sk,
+                          host_trust(analysis).est_inflation_ms)
+    tf32_raw, tf32_ms = scaling.counted(sk, tf32_save)
+    amp_raw, amp_ms = scaling.counted(sk, amp_save)
+    items = by_name(sk, cand, tf32_save if has_tf32 else amp_save)
+    ext = sk.col("external_id")
+    op_count: dict[str, int] = {}
+    for e in ext[cand]:
+        if not np.isnan(e) and int(e) in ops:
+            op_count[ops[int(e)]] = op_count.get(ops[int(e)], 0) + 1
+    return TensorCoreSaving(
+        rank=ra.rank,
+        tf32_ms=tf32_ms if has_tf32 else None, amp_ms=amp_ms, amp_dtype=amp_dtype,
+        raw_ms=tf32_raw if has_tf32 else amp_raw,
+        time_ms=per_step_ms(float(dur[cand].sum()), sk),
+        by_kind_ms={k: per_step_ms(float(dur[cand & (kind == k)].sum()), sk)
+                    for k in ("gemm", "conv", "attention") if (cand & (kind == k)).any()},
+        scaling=scaling, items=items, sk=sk, ra=ra, ratios=used, ops=op_count)

@@ -1,0 +1,66 @@
+"""The one run assembler: rank bundles from any source -> tables, manifest, a finished run.
+
+>>> assemble(out, bundles, lambda facts: Manifest(source=..., ranks=()))  # doctest: +SKIP
+
+``stepscope import`` (``importers.import_traces``) and the merge of a capture
+(``capture.partitions.merge``) both end here. Each bundle's tables are written through
+``RunWriter`` (which checks their columns) as they come, one bundle at a time; each bundle is
+then checked against what its kind of source must provide (``schema.CONTRACTS``), a gap becoming
+a ``missing_tables`` diagnostic; a rank given twice is refused. The manifest's ranks and
+per-rank diagnostics come from the bundles; the rest (what the run's source was, its settings,
+overhead, run-wide diagnostics) from the caller's ``head``, asked once every table is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from stepscope.errors import RunError
+from stepscope.store.manifest import Diagnostic, Manifest
+from stepscope.store.produce.bundle import RankBundle, contract_gaps, gap_diagnostic
+from stepscope.store.writer import RunWriter
+
+# told of each table as it is written: (rank, table name, the table)
+TableObserver = Callable[[int, str, pa.Table], None]
+# the manifest's run-wide part, from the bundles written (their facts: tables left out)
+ManifestHead = Callable[[Sequence[RankBundle]], Manifest]
+
+
+def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: ManifestHead, *,
+             overwrite: bool = False, inputs: Iterable[str | os.PathLike[str]] = (),
+             on_table: TableObserver | None = None) -> Path:
+    """Write ``bundles`` as the run ``out`` (atomically: on an error nothing is left there)
+    and return its path. ``overwrite``/``inputs``: as ``RunWriter``'s."""
+    with RunWriter(out, overwrite=overwrite, inputs=inputs) as writer:
+        facts: list[RankBundle] = []
+        seen: dict[int, RankBundle] = {}
+        for bundle in bundles:
+            r = bundle.rank.rank
+            if r in seen:
+                raise RunError(f"rank {r} given twice ({seen[r].rank.file or 'a source'} and "
+                               f"{bundle.rank.file or 'another'}): a run has one of each rank")
+            rows: dict[str, int] = {}
+            for name in bundle.tables:
+                table = bundle.tables[name]
+                rows[name] = writer.write(name, r, table)
+                if on_table is not None:
+                    on_table(r, name, table)
+                del table  # one table in memory at a time
+            missing = contract_gaps(bundle.kind, rows)
+            gaps = (gap_diagnostic(bundle, missing),) if missing else ()
+            fact = dataclasses.replace(bundle, tables={},
+                                       diagnostics=(*bundle.diagnostics, *gaps))
+            seen[r] = fact
+            facts.append(fact)
+        base = head(facts)
+        ranks = tuple(f.rank for f in sorted(facts, key=lambda f: f.rank.rank))
+        diags: list[Diagnostic] = [*base.diagnostics, *(d for f in facts for d in f.diagnostics)]
+        return writer.finish(dataclasses.replace(base, ranks=ranks, diagnostics=tuple(diags)))
+
+
+__all__ = ["ManifestHead", "TableObserver", "assemble"]
