@@ -110,5 +110,6 @@ def test_warmup_reaches_the_capture(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(record_cli, "launch", fake_launch)
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("")  # a script that does not exist is refused first
     assert main(["record", "--warmup", "0.5", "--", "x.py"]) == 2
     assert CaptureConfig.from_json(seen[0]).auto_warmup_s == 0.5

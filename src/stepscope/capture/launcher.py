@@ -14,6 +14,7 @@ Ctrl-C and terminal reads go to the program, and the launcher takes the terminal
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from stepscope.capture.bootstrap import ENV_VAR, CaptureConfig
 from stepscope.errors import CaptureError
@@ -120,7 +122,9 @@ def launch(cmd: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
     try:
         try:
             # preexec_fn rather than process_group= (3.11+); the launcher runs no threads here
-            child = subprocess.Popen(list(cmd), env=dict(env), preexec_fn=os.setpgrp)
+            parent = os.getpid()
+            child = subprocess.Popen(list(cmd), env=dict(env),
+                                     preexec_fn=lambda: _in_child(parent))
         except FileNotFoundError:
             raise CaptureError(f"{cmd[0]}: command not found") from None
         except PermissionError:
@@ -142,6 +146,30 @@ def launch(cmd: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
             signal.signal(s, h)
     return LaunchResult(returncode=code, wall_s=time.perf_counter() - t0, forwarded=tuple(forwarded),
                         pid=child.pid)
+
+
+def _in_child(parent: int) -> None:
+    """In the forked child, before the program starts: its own process group and, on Linux,
+    SIGTERM when the launcher dies (``prctl(PR_SET_PDEATHSIG)``): a ``stepscope record`` killed
+    with SIGKILL, which cannot forward anything, must not leave the program running on."""
+    os.setpgrp()
+    if _PRCTL is None:
+        return
+    _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the launcher died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _libc_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()  # looked up before any fork (the child only calls it)
 
 
 def _on_main_thread() -> bool:

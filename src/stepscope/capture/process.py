@@ -48,11 +48,16 @@ def install_process_hooks(session: Session) -> None:
     """atexit, sys.excepthook (chained), SIGTERM (flush, then die by the signal as before), and
     the exit calls (``_wrap_exits``: a non-zero status is noted, so that a rank that exits 3 is
     not recorded as a clean exit)."""
+    interrupted: list[bool] = []
+    atexit.register(_die_by_sigint, interrupted)  # registered first, so it runs last
     atexit.register(session.finish)
     previous = sys.excepthook
     _wrap_exits(session)
 
     def excepthook(et: type[BaseException], ev: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(et, KeyboardInterrupt) and threading.current_thread() is \
+                threading.main_thread():
+            interrupted.append(True)
         try:
             session.finish(f"exception: {et.__name__}")
         finally:
@@ -73,6 +78,25 @@ def install_process_hooks(session: Session) -> None:
                 signal.signal(signal.SIGTERM, on_term)
         except (ValueError, OSError):
             pass
+
+
+def _die_by_sigint(interrupted: list[bool]) -> None:
+    """After an uncaught KeyboardInterrupt (Ctrl-C), end the process by SIGINT, as Python itself
+    does, so that a shell sees 130. Python does it only when no code ran through ``PyRun_*``
+    after the interrupt, and ``session.finish`` in the excepthook imports modules that do
+    (pyarrow): the program then exited with status 1 (issue 19)."""
+    if not interrupted:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    except (ValueError, OSError):
+        return
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _wrap_exits(session: Session) -> None:

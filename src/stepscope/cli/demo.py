@@ -6,15 +6,18 @@ Works on a fresh machine with no GPU and no framework installed.
 from __future__ import annotations
 
 import argparse
+import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from stepscope.errors import StepscopeError
 from stepscope.importers import import_traces
 from stepscope.reporters.html import to_html
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.report import build_report
 from stepscope.reporters.terminal import console_for_stdout, print_report, render_text
+from stepscope.store.output import write_text_output
 from stepscope.store.run import Run
 
 DEMOS = (
@@ -32,7 +35,22 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    created = not out.exists() and not out.is_symlink()
+    try:
+        return _demo(out)
+    except BaseException:
+        if created:  # a failed demo (a full disk, stdout gone) leaves nothing behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _demo(out: Path) -> int:
+    if out.exists() and not out.is_dir():
+        raise StepscopeError(f"{out}: exists and is not a folder (choose another -o)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StepscopeError(f"{out}: cannot create the folder ({exc.strerror})") from None
     console = console_for_stdout()
     written: list[Path] = []
     data = resources.files("stepscope") / "data"
@@ -46,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         json_path = out / f"{name}.report.json"
         txt_path = out / f"{name}.report.txt"
         html_path = out / f"{name}.report.html"
-        json_path.write_text(to_json(report), encoding="utf-8")
-        txt_path.write_text(render_text(report), encoding="utf-8")
-        html_path.write_text(to_html(report), encoding="utf-8")
+        write_text_output(json_path, to_json(report))
+        write_text_output(txt_path, render_text(report))
+        write_text_output(html_path, to_html(report))
         written += [run_dir, html_path, json_path, txt_path]
     console.rule("[bold]demo files")
     for p in written:

@@ -8,6 +8,7 @@ from typing import Any
 
 from stepscope.errors import StepscopeError
 from stepscope.exporters.trace import export_trace
+from stepscope.store.output import check_not_in_run
 from stepscope.store.run import Run
 
 SUFFIXES = (".json", ".json.gz")
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise StepscopeError(f"{args.output}: the trace file must end in .json or .json.gz")
     r = Run(args.run_dir)
     out = Path(args.output) if args.output else default_output(r.path)
+    check_not_in_run(out, r.path)
     stats = export_trace(r, out)
     ph = stats.by_phase
     print(f"wrote {out}: {stats.events:,} events ({ph.get('X', 0):,} slices, "

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from stepscope._version import __version__
-from stepscope.errors import StepscopeError
+from stepscope.errors import StepscopeError, foreign, printable
 
 # Command -> its module in stepscope.cli (each has add_parser and run), in --help order
 # (`import` is a keyword: its module is import_).
@@ -61,17 +61,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # a full disk or a closed pipe behind stdout shows here, not at exit
         return code
     except StepscopeError as exc:
         if args.debug:
             raise
-        print(f"stepscope: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
     except KeyboardInterrupt:
         print("stepscope: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        _stdout_gone()
         return 0
+    except (OSError, RecursionError, OverflowError, UnicodeError, MemoryError) as exc:
+        # the last resort: the reading and writing code translates these, naming the file; what
+        # gets here still is one line, about the command's input or its output
+        if args.debug:
+            raise
+        problem = foreign(exc) or type(exc).__name__
+        if isinstance(exc, OSError):
+            if exc.filename is None:  # a write to stdout failed (print has no file name)
+                _stdout_gone()
+                return _error(f"stdout: cannot write ({problem})")
+            return _error(problem)
+        return _error(f"{_subject(args)}: {problem}")
+
+
+def _error(message: str) -> int:
+    """The one line on stderr (control characters escaped: file and kernel names come from
+    the user's data); the exit code 2."""
+    print(f"stepscope: error: {printable(message, newlines=False)}", file=sys.stderr)
+    return 2
+
+
+def _subject(args: argparse.Namespace) -> str:
+    """What the command reads: the run folder or the traces."""
+    given = getattr(args, "run_dir", None) or getattr(args, "traces", None) or "stepscope"
+    return given if isinstance(given, str) else ", ".join(map(str, given))
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit does not fail
+    again (and print "Exception ignored ..."); in-process callers (tests) keep their stdout."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def run() -> None:

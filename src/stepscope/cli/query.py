@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
+import decimal
 import json
 import sys
 from typing import Any
@@ -12,7 +14,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stepscope.errors import StepscopeError
 from stepscope.reporters.json_report import jsonable
+from stepscope.reporters.terminal import printable_renderable
 from stepscope.schema import TABLES
 from stepscope.store.run import Run
 
@@ -28,10 +32,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise StepscopeError(f"--limit {args.limit}: give a number of rows >= 0 (0 = all)")
     result = Run(args.run_dir).query(args.sql)
     rows = result.to_pylist()
     if args.format == "json":
-        print(json.dumps(jsonable(rows), indent=1, ensure_ascii=False))
+        print(json.dumps(jsonable(rows), indent=1, ensure_ascii=False, default=_json_value))
     elif args.format == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(result.column_names)
@@ -45,7 +51,21 @@ def run(args: argparse.Namespace) -> int:
         for r in shown:
             tab.add_row(*(Text("" if r[c] is None else str(r[c])) for c in result.column_names))
         console = Console()
-        console.print(tab)
+        console.print(printable_renderable(tab))
         if len(shown) < len(rows):
             console.print(f"({len(rows)} rows, {len(shown)} shown; --limit 0 shows all)")
     return 0
+
+
+def _json_value(value: Any) -> Any:
+    """What SQL gives and JSON has no type for: bytes (a BLOB) as hex, decimals as numbers,
+    intervals as seconds, anything else (UUID, time of day ...) as its text."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, decimal.Decimal):
+        return jsonable(float(value))
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    return str(value)

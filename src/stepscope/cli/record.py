@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import math
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +79,24 @@ def default_output(now: _dt.datetime | None = None) -> Path:
     return Path(f"stepscope-{t:%Y%m%d-%H%M%S}")
 
 
+MAX_SAMPLE_HZ = 1000.0  # a sampler thread faster than this costs the program more than it shows
+
+
+def check_seconds(flag: str, value: float | None) -> None:
+    """A number of seconds given on the command line: finite, >= 0 and no more than a year
+    (``--delay 1e308`` overflowed a deadline; ``nan`` compared false with everything)."""
+    if value is not None and not (math.isfinite(value) and 0 <= value <= 365 * 86400):
+        raise CaptureError(f"{flag} must be >= 0 seconds and at most a year (got {value:g})")
+
+
 def run(args: argparse.Namespace) -> int:
+    for flag, value in (("--delay", args.delay), ("--duration", args.duration),
+                        ("--warmup", args.warmup)):
+        check_seconds(flag, value)
     schedule = make_schedule(args.steps, args.delay, args.duration)
-    if args.sample_hz <= 0:
-        raise CaptureError("--sample-hz must be > 0")
+    if not (math.isfinite(args.sample_hz) and 0 < args.sample_hz <= MAX_SAMPLE_HZ):
+        raise CaptureError(f"--sample-hz {args.sample_hz:g}: must be > 0 and at most "
+                           f"{MAX_SAMPLE_HZ:g}")
     warmup = DEFAULT_WARMUP_S if args.warmup is None else args.warmup
     if args.warmup is not None and (schedule.timed or schedule.last is not None or args.nvtx):
         raise CaptureError("--warmup applies to the default window only (not with --steps, "
@@ -88,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
     if warmup < 0:
         raise CaptureError("--warmup must be >= 0 seconds")
     cmd = build_command(args.command)
+    script = next((a for a in cmd[1:2] if a.endswith((".py", ".pyw"))), None)
+    if script is not None and not Path(script).is_file():
+        raise CaptureError(f"{script}: no such script")
     out = Path(args.output) if args.output else default_output()
     inputs = [Path(a) for a in cmd if Path(a).exists()]  # the script and the files it is given
     if out.exists() and not args.force:
@@ -96,9 +115,15 @@ def run(args: argparse.Namespace) -> int:
         check_replaceable(out, inputs)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f"{staging_prefix(out)}{os.getpid()}-"
+                                               f"{time.time_ns()}-", dir=out.parent))
     except OSError as exc:
         raise CaptureError(f"{out.parent}: cannot create the staging folder ({exc.strerror})") from None
+    try:
+        claim(out, staging)
+    except StepscopeError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     config = CaptureConfig(staging=str(staging.resolve()), schedule=schedule,
                            sample_hz=args.sample_hz, stacks=not args.no_stacks,
                            pkg_root=str(PKG_ROOT), gpu=args.backend, gpu_api=args.gpu_api,
@@ -140,6 +165,55 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         _summary(path, code)
     return _exit_like(code)
+
+
+def staging_prefix(out: Path) -> str:
+    """``.<RUN name>.staging-``: the staging folders of ``record -o RUN`` are named
+    ``<prefix><pid>-<time ns>-<random>``, next to RUN."""
+    return f".{out.name}.staging-"
+
+
+def claim(out: Path, staging: Path) -> None:
+    """Make ``staging`` the only live staging folder of ``out``, before the program starts.
+
+    A staging folder whose ``stepscope record`` is gone (killed with SIGKILL, so it could not
+    clean up) is removed. Another live one means a second ``record -o`` the same RUN: the later
+    of the two (by the time in the name) stops with ``RunError``, so that both do not run the
+    program for minutes and then lose one capture."""
+    mine = _staging_key(staging)
+    prefix = staging_prefix(out)
+    try:
+        siblings = list(out.parent.iterdir())  # not glob: RUN's name may hold [ ] * ?
+    except OSError:  # a folder we may write but not list: nothing to compare with
+        return
+    for other in siblings:
+        key = _staging_key(other) if other.name.startswith(prefix) else None
+        if other == staging or key is None or not other.is_dir() or other.is_symlink():
+            continue  # not one of ours (an older stepscope names them without the pid)
+        pid = key[1]
+        if not _alive(pid):
+            shutil.rmtree(other, ignore_errors=True)
+        elif mine is not None and key < mine:
+            raise RunError(f"{out}: another stepscope record (pid {pid}) is writing this run; "
+                           "choose another -o")
+
+
+def _staging_key(folder: Path) -> tuple[int, int] | None:
+    """(time ns, pid) from a staging folder's name, or None."""
+    parts = folder.name.rsplit(".staging-", 1)[-1].split("-")
+    if len(parts) < 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[1]), int(parts[0])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 class _MergeProgress:

@@ -11,11 +11,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from stepscope.errors import StepscopeError
 from stepscope.reporters.html import to_html
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.report import build_report
 from stepscope.reporters.terminal import print_report, render_text
+from stepscope.store.output import check_not_in_run, write_text_output
 from stepscope.store.run import Run
 
 
@@ -35,11 +35,9 @@ def run(args: argparse.Namespace) -> int:
     text = to_json(report) if fmt == "json" else to_html(report) if fmt == "html" else None
     output = args.output or (str(run_.path / "report.html") if fmt == "html" else None)
     if output:
-        out = Path(output)
-        try:
-            out.write_text(text if text is not None else render_text(report), encoding="utf-8")
-        except OSError as exc:
-            raise StepscopeError(f"{out}: cannot write the report ({exc.strerror})") from None
+        check_not_in_run(output, run_.path)
+    if output:
+        out = write_text_output(output, text if text is not None else render_text(report))
         print(f"wrote {out}")
     elif text is not None:
         print(text)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -44,7 +43,6 @@ import pyarrow as pa
 
 from stepscope._version import __version__
 from stepscope.analysis.graph import rank_graph
-from stepscope.errors import StepscopeError
 from stepscope.exporters.json_columns import by_time
 from stepscope.exporters.trace_layout import Layout
 from stepscope.exporters.trace_sources import (
@@ -53,6 +51,7 @@ from stepscope.exporters.trace_sources import (
     gpu_sources,
     host_sources,
 )
+from stepscope.store.output import write_output
 from stepscope.store.run import Run
 
 TRACE_SCHEMA = "stepscope.trace/1"
@@ -208,25 +207,10 @@ def trace_json(run: Run) -> bytes:
 def export_trace(run: Run, path: str | os.PathLike[str], *,
                  gzip_level: int = GZIP_LEVEL) -> TraceStats:
     """Write ``run`` to ``path`` (gzip when it ends in ``.gz``), atomically: a temporary
-    sibling renamed into place, so a failed export leaves no partial file."""
+    sibling renamed into place, so a failed export leaves no partial file (``store.output``:
+    the umask's mode, a symbolic link followed, not replaced)."""
     out = Path(path)
     export = TraceExport(run)  # plan first: a bad run fails before anything is created
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as raw:
-            if out.name.endswith(".gz"):
-                stats = export.write_gzip(raw, gzip_level)
-            else:
-                stats = export.write(raw)
-        os.replace(tmp, out)
-        tmp = None
-    except OSError as exc:
-        raise StepscopeError(f"{out}: cannot write the trace ({exc.strerror or exc})") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-    return stats
+    if out.name.endswith(".gz"):
+        return write_output(out, lambda raw: export.write_gzip(raw, gzip_level))
+    return write_output(out, export.write)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from stepscope.errors import TraceFormatError
+from stepscope.errors import DamagedFileError, TraceFormatError
 from stepscope.importers.kineto.reader import GZIP_MAGIC
 
 SNIFF_BYTES = 1 << 20
@@ -34,6 +34,9 @@ def sniff(path: Path, limit: int = SNIFF_BYTES) -> tuple[bytes, bool]:
         raise TraceFormatError(name, "no such file")
     if path.is_dir():
         raise TraceFormatError(name, "is a directory, not a trace file")
+    if not path.is_file():  # reading a pipe with no writer would wait for ever
+        raise TraceFormatError(name, "not a regular file (a pipe or a device); save the trace "
+                                     "to a file first")
     try:
         with open(path, "rb") as fh:
             first = fh.read(_CHUNK)
@@ -50,12 +53,12 @@ def sniff(path: Path, limit: int = SNIFF_BYTES) -> tuple[bytes, bool]:
                     while d.unconsumed_tail and len(out) < limit:
                         out += d.decompress(d.unconsumed_tail, limit - len(out))
                 except zlib.error as exc:
-                    raise TraceFormatError(name, f"corrupt gzip file ({exc})") from None
+                    raise DamagedFileError(name, f"corrupt gzip file ({exc})") from None
                 if d.eof or len(out) >= limit:
                     break
                 chunk = fh.read(_CHUNK)
             if not d.eof and len(out) < limit:
-                raise TraceFormatError(
+                raise DamagedFileError(
                     name, "truncated gzip file (the download or copy is incomplete)")
             complete = d.eof and not d.unused_data
             return bytes(out), complete
@@ -83,7 +86,9 @@ def detect(path: str | Path) -> str:
         try:
             msgspec.json.decode(head)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            raise TraceFormatError(name, f"invalid JSON ({exc})") from None
+            raise DamagedFileError(name, f"invalid JSON ({exc})") from None
+        except RecursionError:
+            raise DamagedFileError(name, "invalid JSON (nested too deeply to be read)") from None
     has_events = b'"traceEvents"' in head
     if _JAX.search(head) and not _KINETO.search(head):
         raise TraceFormatError(name, "a JAX/TensorFlow trace-event file, not a PyTorch profiler "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope._version import __version__
-from stepscope.errors import TraceFormatError
+from stepscope.errors import DamagedFileError, TraceFormatError
 from stepscope.importers.registry import FORMATS, Format, format_of
 from stepscope.importers.trace_sets import (
     FileFacts,
@@ -66,6 +66,8 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
             for c in candidates:
                 try:
                     fmt = format_of(c)
+                except DamagedFileError:
+                    raise  # a truncated rank file is a lost rank, not a file to skip
                 except TraceFormatError as exc:
                     first_problem = first_problem or f"{c.name}: {exc.problem}"
                     diags.append(Diagnostic("warning", "skipped_file", exc.problem, str(c)))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.analysis.summary import RunSummary, summarize
+from stepscope.errors import printable
 from stepscope.reporters.report import Report, fix_for
 
 WIDTH = 100
@@ -260,13 +262,33 @@ def console_for_stdout() -> Console:
     return Console(width=min(WIDTH, probe.width) if probe.is_terminal else WIDTH)
 
 
+def printable_renderable(renderable: RenderableType) -> RenderableType:
+    """``renderable`` with the control characters of its text escaped (``errors.printable``):
+    kernel, file and thread names come from traces, and an escape sequence in one must not
+    reach the terminal (rich styles are not text, so the report's own colours stay)."""
+    return _Printable(renderable)
+
+
+class _Printable:
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for seg in console.render(self.renderable, options):
+            if seg.control is None and seg.text:
+                text = printable(seg.text)
+                yield seg if text == seg.text else Segment(text, seg.style)
+            else:
+                yield seg
+
+
 def print_report(report: Report, console: Console | None = None) -> None:
     console = console or console_for_stdout()
-    console.print(render(report))
+    console.print(printable_renderable(render(report)))
 
 
 def render_text(report: Report, width: int = WIDTH) -> str:
     """The summary as plain text (no colour), e.g. for tests and report.txt."""
     console = Console(width=width, record=True, color_system=None, file=io.StringIO())
-    console.print(render(report))
+    console.print(printable_renderable(render(report)))
     return console.export_text()

@@ -77,9 +77,9 @@ class Manifest:
                     tool=str(src.get("tool", "")),
                     details=dict(src.get("details", {})),
                 ),
-                ranks=tuple(RankInfo(**r) for r in d["ranks"]),
+                ranks=_ranks(d["ranks"], path),
                 clock=str(d.get("clock", "unix_ns")),
-                clock_offset_ns=int(d.get("clock_offset_ns", 0)),
+                clock_offset_ns=_int(d.get("clock_offset_ns", 0), "clock_offset_ns", path),
                 created=str(d.get("created", "")),
                 stepscope_version=str(d.get("stepscope_version", "")),
                 schema_version=version,
@@ -87,10 +87,49 @@ class Manifest:
                 settings=dict(d.get("settings", {})),
                 overhead=dict(d.get("overhead", {})),
                 diagnostics=tuple(Diagnostic(**x) for x in d.get("diagnostics", ())),
-                tables={str(k): int(v) for k, v in d.get("tables", {}).items()},
+                tables=_tables(d.get("tables", {}), path),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RunError(f"{path}: manifest is malformed ({exc!r})") from None
+
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+MAX_RANK = (1 << 31) - 1  # the tables' rank column is int32
+
+
+def _int(value: Any, what: str, path: str, lo: int = INT64[0], hi: int = INT64[1]) -> int:
+    """An integer of the manifest, checked: a float, a string, a bool or null is not one (a
+    rank of "zero" must not become rank 0 or a report of nothing)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RunError(f"{path}: manifest is malformed ({what} is {value!r}, not an integer)")
+    if not lo <= value <= hi:
+        raise RunError(f"{path}: manifest is malformed ({what} {value} is out of range "
+                       f"{lo}..{hi})")
+    return value
+
+
+def _ranks(items: Any, path: str) -> tuple[RankInfo, ...]:
+    if not isinstance(items, list):
+        raise RunError(f"{path}: manifest is malformed ('ranks' is not a list)")
+    ranks = []
+    for r in items:
+        if not isinstance(r, dict):
+            raise RunError(f"{path}: manifest is malformed (a rank is {r!r}, not an object)")
+        rank = _int(r.get("rank"), "rank", path, 0, MAX_RANK)
+        if r.get("pid") is not None:
+            _int(r["pid"], "pid", path)
+        ranks.append(RankInfo(**{**r, "rank": rank}))
+    seen = [r.rank for r in ranks]
+    dup = sorted({r for r in seen if seen.count(r) > 1})
+    if dup:
+        raise RunError(f"{path}: manifest is malformed (rank {dup[0]} is listed twice)")
+    return tuple(ranks)
+
+
+def _tables(counts: Any, path: str) -> dict[str, int]:
+    if not isinstance(counts, dict):
+        raise RunError(f"{path}: manifest is malformed ('tables' is not an object)")
+    return {str(k): _int(v, f"the row count of {k}", path, 0) for k, v in counts.items()}
 
 
 def read_manifest(run_dir: Path) -> Manifest:
@@ -101,10 +140,14 @@ def read_manifest(run_dir: Path) -> Manifest:
         raise RunError(f"{run_dir}: not a stepscope run (no {MANIFEST_NAME})") from None
     except OSError as exc:
         raise RunError(f"{path}: cannot read ({exc.strerror})") from None
+    except (UnicodeDecodeError, ValueError):
+        raise RunError(f"{path}: not a stepscope manifest (not UTF-8 text)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RunError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise RunError(f"{path}: invalid manifest (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise RunError(f"{path}: manifest is not a JSON object")
     return Manifest.from_dict(data, str(path))

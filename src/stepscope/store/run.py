@@ -26,6 +26,7 @@ class Run:
         if not self.path.is_dir():
             raise RunError(f"{self.path}: no such run folder")
         self.manifest: Manifest = read_manifest(self.path)
+        check_tables(self.path, self.manifest)
         self._cache: dict[tuple[str, int | None], pa.Table] = {}
         self._derived: dict[Hashable, Any] = {}
 
@@ -54,7 +55,8 @@ class Run:
         if rank is not None:
             paths = [p for p in paths if p.name == f"rank-{rank}.parquet"]
         try:
-            parts = [pq.read_table(p, schema=schema) for p in paths]
+            parts = [pq.read_table(p, schema=schema, page_checksum_verification=True)
+                     for p in paths]  # pages without a checksum (older runs) are not checked
         except (OSError, pa.ArrowInvalid) as exc:
             raise RunError(f"{self.path / name}: cannot read table ({exc})") from None
         t = pa.concat_tables(parts) if parts else empty_table(name)
@@ -96,6 +98,53 @@ class Run:
             raise QueryError(f"query failed: {first}") from None
         assert isinstance(result, pa.Table)
         return result
+
+
+def check_tables(path: Path, manifest: Manifest) -> None:
+    """Raise ``RunError`` unless the run's table files are what its manifest says: a
+    ``rank-<r>.parquet`` per rank of the manifest, each with its table's columns, and as many
+    rows in all as the manifest counts. Reads only the files' footers (~0.1 ms each), so a
+    deleted, swapped, truncated or foreign file is one line at open, never a report of wrong
+    numbers. A manifest without row counts (written by hand) is checked for files only."""
+    ranks = {r.rank for r in manifest.ranks}
+    counts = manifest.tables
+    for name in TABLE_NAMES:
+        folder = path / name
+        want = counts.get(name, 0)
+        if not folder.is_dir():
+            if folder.exists() or folder.is_symlink():
+                raise RunError(f"{folder}: not a folder of table files (the run is damaged)")
+            if want:
+                raise RunError(f"{folder}: missing, but the manifest counts {want} rows "
+                               "(the run is damaged)")
+            continue
+        columns = spec(name).arrow_schema.names
+        rows = 0
+        for f in sorted(folder.glob("rank-*.parquet")):
+            rank = f.name[len("rank-"):-len(".parquet")]
+            if not rank.isdigit() or int(rank) not in ranks:
+                raise RunError(f"{f}: a file for rank {rank}, which the manifest does not list "
+                               "(the run is damaged or mixed with another)")
+            try:
+                meta = pq.read_metadata(f)
+            except (OSError, pa.ArrowException) as exc:
+                raise RunError(f"{f}: cannot read table ({_first_line(exc)})") from None
+            got = meta.schema.to_arrow_schema().names
+            if got != columns:
+                lacks = [c for c in columns if c not in got]
+                odd = [c for c in got if c not in columns]
+                why = (f"no column {lacks[0]}" if lacks else f"a column {odd[0]}" if odd
+                       else "its columns in another order")
+                raise RunError(f"{f}: not a {name} table ({why}; the run is damaged)")
+            rows += meta.num_rows
+        if counts and rows != want:
+            raise RunError(f"{folder}: {rows} rows, but the manifest counts {want} "
+                           "(a table file is missing or was replaced)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:

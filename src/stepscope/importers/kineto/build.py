@@ -115,12 +115,16 @@ def _bucket_by_cat(events: list[Event]) -> dict[str, list[Event]]:
     return merged
 
 
-def phase(events: list[Event] | None, *phases: str) -> list[Event]:
-    """The events with one of ``phases`` (the list itself when all are)."""
+def phase(events: list[Event] | None, *phases: str, drops: Drops | None = None) -> list[Event]:
+    """The events with one of ``phases`` (the list itself when all are); ``drops`` counts the
+    events without a phase (``ph``) that are dropped."""
     if not events:
         return []
     if set(map(_PH, events)).issubset(phases):
         return events
+    if drops is not None:
+        drops.add("missing_ph", events, np.fromiter((not e.ph for e in events), bool, len(events)),
+                  "without a phase ('ph')")
     return [e for e in events if e.ph in phases]
 
 
@@ -172,7 +176,7 @@ class TableBuilder:
         fill_correlation_from_flows(buckets, self.flows)
 
         def x(cat: str) -> Timed:
-            return timed(phase(buckets.get(cat), "X"), 0, self.drops)
+            return timed(phase(buckets.get(cat), "X", drops=self.drops), 0, self.drops)
 
         for cat, table, build in GPU_TABLES:
             if cat in buckets:

@@ -26,6 +26,12 @@ _I64, _F64, _STR = pa.int64(), pa.float64(), pa.string()
 _BITS = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
 
 
+# The largest |ts| and dur read, in microseconds (~127 years): epoch microseconds are ~1.8e15,
+# and a time beyond this would overflow int64 nanoseconds once the base time is added (an
+# overflowed duration of 1e30 us used to become 0 ns).
+MAX_US = 4e15
+
+
 def us_to_ns(us: F64, offset_ns: int = 0) -> I64:
     """Microseconds (float) to integer nanoseconds, rounded to the nearest ns.
 
@@ -190,6 +196,9 @@ def timed(events: list[Event], base_ns: int, drops: Drops, *, instant: bool = Fa
     ts = np.fromiter(map(_TS, events), np.float64, len(events))
     bad = ~np.isfinite(ts)
     drops.add("missing_ts", events, bad, "without a timestamp ('ts')")
+    far = ~bad & (np.abs(ts) > MAX_US)
+    drops.add("time_out_of_range", events, far, "with a timestamp ('ts') out of range")
+    bad |= far
     if instant:
         dur = np.zeros(len(events))
     else:
@@ -198,7 +207,9 @@ def timed(events: list[Event], base_ns: int, drops: Drops, *, instant: bool = Fa
         drops.add("missing_dur", events, no_dur, "without a duration ('dur')")
         neg = (dur < 0) & ~bad
         drops.add("negative_duration", events, neg, "with a negative duration")
-        bad |= no_dur | neg
+        huge = (dur > MAX_US) & ~bad & ~no_dur
+        drops.add("duration_out_of_range", events, huge, "with a duration ('dur') out of range")
+        bad |= no_dur | neg | huge
     if bad.any():
         keep = ~bad
         events = [e for e, k in zip(events, keep.tolist()) if k]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stepscope.errors import TraceFormatError
+from stepscope.errors import DamagedFileError, TraceFormatError
 from stepscope.importers.kineto.build import (
     IGNORED_CATEGORIES,
     TABLE_CATEGORIES,
@@ -55,14 +55,20 @@ def parse_kineto(path: str | Path, *, default_rank: int,
             read = _read(loaded.data, name, chunk_bytes, flows=False, native=native)
         except NeedFlows:  # an old trace: start over (below), decoding the flows too
             pass
+        except RecursionError:
+            raise DamagedFileError(name, "invalid JSON (nested too deeply to be read)") from None
         # Outside the except clause: the first attempt's traceback (whose frames still hold
         # views of a mapped file, which would then not close) is gone by now.
-        reader, builder = read or _read(loaded.data, name, chunk_bytes, flows=True,
-                                        native=native)
+        try:
+            reader, builder = read or _read(loaded.data, name, chunk_bytes, flows=True,
+                                            native=native)
+        except RecursionError:
+            raise DamagedFileError(name, "invalid JSON (nested too deeply to be read)") from None
     finally:
         loaded.close()
     doc = reader.meta
     _check_is_kineto(doc, builder, name, len(reader.skipped))
+    _check_numbers(doc, name)
     base = doc.baseTimeNanoseconds or 0
     tables = builder.finish(base, doc.deviceProperties)
     diags = reader.diagnostics + builder.drops.diagnostics()
@@ -157,6 +163,26 @@ def _check_is_kineto(doc: TraceDoc, builder: TableBuilder, path: str, skipped: i
                                      "PyTorch profiler metadata")
     raise TraceFormatError(path, "a Chrome trace-event file without PyTorch profiler (Kineto) "
                                  "events; stepscope imports torch.profiler traces")
+
+
+MAX_RANK = (1 << 31) - 1  # the tables' rank column is int32
+MAX_BASE_NS = 1 << 62  # with times up to kineto_columns.MAX_US added, still within int64
+
+
+def _check_numbers(doc: TraceDoc, path: str) -> None:
+    """The top-level numbers that every row depends on: a rank or a base time that is out of
+    range would overflow (a traceback) or shift every timestamp (a wrong report)."""
+    dist = doc.distributedInfo
+    if dist is not None and dist.rank is not None and not 0 <= dist.rank <= MAX_RANK:
+        raise TraceFormatError(path, f"distributedInfo.rank {dist.rank} is not a rank "
+                                     f"(0 to {MAX_RANK})")
+    if dist is not None and dist.world_size is not None and not 0 < dist.world_size <= 1 << 31:
+        raise TraceFormatError(path, f"distributedInfo.world_size {dist.world_size} is out of "
+                                     "range")
+    base = doc.baseTimeNanoseconds
+    if base is not None and not 0 <= base <= MAX_BASE_NS:
+        raise TraceFormatError(path, f"baseTimeNanoseconds {base} is out of range "
+                                     f"(0 to {MAX_BASE_NS})")
 
 
 def _flag(v: int | bool | None) -> bool | None:

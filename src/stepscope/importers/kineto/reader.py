@@ -126,6 +126,9 @@ def load_bytes(path: Path) -> Loaded:
         raise TraceFormatError(name, "no such file")
     if path.is_dir():
         raise TraceFormatError(name, "is a directory, not a trace file")
+    if not path.is_file():  # reading a pipe with no writer would wait for ever
+        raise TraceFormatError(name, "not a regular file (a pipe or a device); save the trace "
+                                     "to a file first")
     try:
         with open(path, "rb") as fh:
             if fh.read(2) == GZIP_MAGIC:

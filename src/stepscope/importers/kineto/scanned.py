@@ -29,6 +29,7 @@ from stepscope.importers.kineto.build import (
 )
 from stepscope.importers.kineto.build import phase as phase_of
 from stepscope.importers.kineto.columns import (
+    MAX_US,
     Drops,
     arrow,
     parse_memcpy_name,
@@ -101,6 +102,9 @@ def timed(sc: Scanned, rows: Rows, cat: str, drops: Drops, *, instant: bool = Fa
     ts = sc.floats[rows, 0]
     bad = ~np.isfinite(ts)
     _drop(drops, sc, rows, cat, "missing_ts", bad, "without a timestamp ('ts')")
+    far = ~bad & (np.abs(ts) > MAX_US)
+    _drop(drops, sc, rows, cat, "time_out_of_range", far, "with a timestamp ('ts') out of range")
+    bad |= far
     if instant:
         dur = np.zeros(len(rows))
     else:
@@ -109,7 +113,10 @@ def timed(sc: Scanned, rows: Rows, cat: str, drops: Drops, *, instant: bool = Fa
         _drop(drops, sc, rows, cat, "missing_dur", no_dur, "without a duration ('dur')")
         neg = (dur < 0) & ~bad
         _drop(drops, sc, rows, cat, "negative_duration", neg, "with a negative duration")
-        bad |= no_dur | neg
+        huge = (dur > MAX_US) & ~bad & ~no_dur
+        _drop(drops, sc, rows, cat, "duration_out_of_range", huge,
+              "with a duration ('dur') out of range")
+        bad |= no_dur | neg | huge
     if bad.any():
         keep = ~bad
         rows, ts, dur = rows[keep], ts[keep], dur[keep]
@@ -279,7 +286,11 @@ def add_chunk(b: TableBuilder, index: int, sc: Scanned, skipped: Sequence[int] =
     rows = {c: sc.rows(c) for c in sc.counts if c in COLUMN_CATEGORIES}
 
     def x(cat: str) -> tuple[Rows, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        return timed(sc, phase(sc, rows[cat], _X), cat, drops)
+        kept = phase(sc, rows[cat], _X)
+        if len(kept) < len(rows[cat]):  # as kineto_build.phase: count those without a phase
+            _drop(drops, sc, rows[cat], cat, "missing_ph", sc.ph[rows[cat]] == 0,
+                  "without a phase ('ph')")
+        return timed(sc, kept, cat, drops)
 
     for cat, table, _ in GPU_TABLES:
         if cat in rows:
