@@ -4,7 +4,7 @@ import numpy as np
 
 from stepscope.analysis.breakdown import CATEGORIES, attribute, breakdown_from_sets
 from stepscope.analysis.busy import DeviceActivity, IntervalSet
-from stepscope.analysis.steps import Step, StepInfo
+from stepscope.analysis.steady import Step, StepInfo
 
 
 def S(*pairs: tuple[int, int]) -> IntervalSet:

@@ -2,11 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from builder import TraceBuilder
 from stepscope.analysis.graph import rank_graph
-from stepscope.analysis.steps import detect_steps, find_period, select_steady
+from stepscope.analysis.steps import detect_steps
 
 
 def test_steps_from_table_sorted_and_clipped(tmp_path: Path) -> None:
@@ -51,45 +49,6 @@ def test_whole_trace_fallback(tmp_path: Path) -> None:
     info = detect_steps(rank_graph(b.build(tmp_path / "r"), 0))
     assert info.source == "whole_trace"
     assert [(s.start_ns, s.end_ns) for s in info.steps] == [(10_000, 35_000)]
-
-
-def test_find_period_prefers_step_over_layer_period() -> None:
-    # 6 'layers' of (a, b) inside a step, then an optimizer kernel: the step period is 13
-    step = [0] + [1, 2] * 6
-    seq = np.array(step * 8, dtype=np.int64)
-    p, rate = find_period(seq)
-    assert p == 13 and rate == 1.0
-
-
-def test_select_steady_warmup_and_outlier() -> None:
-    steady, notes = select_steady(np.array([300, 100, 101, 99, 100, 250], dtype=np.int64))
-    assert steady == (False, True, True, True, True, False)
-    assert notes[0].startswith("warm-up") and notes[5].startswith("outlier")
-    steady, _ = select_steady(np.array([100, 100, 104], dtype=np.int64))
-    assert steady == (True, True, True)
-
-
-def test_select_steady_two_bad_steps_among_four() -> None:
-    # a kernel dropped at the trace window's start makes step 0 short and step 1 double:
-    # the MAD of [1.06, 11.6, 5.35, 5.34] is 2.14, so 5 MADs would keep both; half the
-    # median (2.67) does not
-    walls = np.array([1_060, 11_610, 5_350, 5_340], dtype=np.int64)
-    steady, notes = select_steady(walls)
-    assert steady == (False, False, True, True)
-    assert notes[1].startswith("outlier")
-
-
-def test_select_steady_keeps_recurring_slow_steps() -> None:
-    # a DataLoader stall every other step (PARAM's resnet trace: 12 of 28 steps wait
-    # 140-640 ms): the slow steps are what the loop costs, not outliers; a fast outlier is
-    # still left out
-    walls = np.array([160, 155, 480, 158, 770, 150, 470, 160, 750, 340, 60, 158], dtype=np.int64)
-    steady, notes = select_steady(walls)
-    assert steady == (True,) * 10 + (False, True)
-    assert notes[10].startswith("outlier")
-    # two slow steps among eight stay outliers (rare)
-    steady, _ = select_steady(np.array([100, 101, 99, 300, 100, 98, 320, 100], dtype=np.int64))
-    assert steady == (True, True, True, False, True, True, False, True)
 
 
 def test_recorded_steps_say_which_hook_made_them(tmp_path: Path) -> None:

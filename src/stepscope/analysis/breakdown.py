@@ -37,7 +37,8 @@ import pyarrow.compute as pc
 from stepscope.analysis.busy import DeviceActivity, IntervalSet, gpu_activity, rank_union
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.steps import STEP_NAME, StepInfo
+from stepscope.analysis.steady import StepInfo
+from stepscope.analysis.steps import STEP_NAME
 from stepscope.schema import AnnotationSource
 
 CATEGORIES: tuple[str, ...] = (

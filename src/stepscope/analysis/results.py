@@ -17,7 +17,8 @@ from stepscope.analysis.graph import RunGraph, StepGraph, run_graph
 from stepscope.analysis.input import InputAnalysis, analyze_input
 from stepscope.analysis.kernels import KernelStats, KernelSummary, kernel_summary, kernel_table
 from stepscope.analysis.launches import LaunchAnalysis, analyze_launches
-from stepscope.analysis.steps import StepInfo, detect_steps
+from stepscope.analysis.steady import StepInfo
+from stepscope.analysis.steps import detect_steps
 from stepscope.analysis.syncs import SyncAnalysis, analyze_syncs
 from stepscope.store.run import Run
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from stepscope.errors import DamagedFileError, TraceFormatError
-from stepscope.importers.kineto.reader import GZIP_MAGIC
+from stepscope.importers.kineto.trace_file import GZIP_MAGIC
 
 SNIFF_BYTES = 1 << 20
 _CHUNK = 1 << 16

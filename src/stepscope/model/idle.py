@@ -74,7 +74,7 @@ from stepscope.analysis.busy import IntervalSet, gpu_activity, rank_union
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import LONG_GAP_NS, launch_bound_gaps, launch_intervals
-from stepscope.analysis.steps import Step
+from stepscope.analysis.steady import Step
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.model.profiler_cost import costs_for, gpu_slack, host_events
 

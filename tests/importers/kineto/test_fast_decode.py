@@ -143,7 +143,7 @@ def test_a_map_still_viewed_is_left_to_close_itself(tmp_path: Path) -> None:
     for a moment after the import: closing then must not fail the import (BufferError)."""
     import mmap
 
-    from stepscope.importers.kineto.reader import Loaded
+    from stepscope.importers.kineto.trace_file import Loaded
 
     f = tmp_path / "t.json"
     f.write_bytes(b'{"traceEvents": []}')

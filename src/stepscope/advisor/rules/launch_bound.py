@@ -11,7 +11,7 @@ scaled by the profiler correction). It never exceeds the short launch-bound idle
 launch-bound idle are shown as cross-checks. Longer waits are host work
 (``host_bound``). Fires with at least :data:`MIN_LAUNCHES` launches per step (an eager loop
 without a step hook qualifies: its kernel-stream periods are grouped into steps of at least
-2 ms, ``analysis.steps``).
+2 ms, ``analysis.periodicity``).
 """
 
 from __future__ import annotations

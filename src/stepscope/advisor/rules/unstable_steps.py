@@ -38,7 +38,7 @@ from stepscope.advisor.rules import _host
 from stepscope.advisor.rules._evidence import max_severity, pct
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.breakdown import GPU_CATEGORIES
-from stepscope.analysis.steps import Step
+from stepscope.analysis.steady import Step
 from stepscope.model.confidence import Confidence
 from stepscope.schema import StepSource
 

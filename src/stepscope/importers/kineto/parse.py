@@ -26,8 +26,9 @@ from stepscope.importers.kineto.build import (
 from stepscope.importers.kineto.columns import arrow
 from stepscope.importers.kineto.events import TraceDoc
 from stepscope.importers.kineto.native import Scanned
-from stepscope.importers.kineto.reader import CHUNK_BYTES, EventReader, SplitFailed, load_bytes
+from stepscope.importers.kineto.reader import CHUNK_BYTES, EventReader, SplitFailed
 from stepscope.importers.kineto.scanned import add_chunk
+from stepscope.importers.kineto.trace_file import load_bytes
 from stepscope.schema import SourceKind
 from stepscope.store.manifest import Diagnostic, RankInfo
 from stepscope.store.produce.bundle import RankBundle

@@ -1,4 +1,4 @@
-"""Read a Kineto trace file and decode its events, chunk by chunk.
+"""Decode a Kineto trace's events, chunk by chunk (its bytes: ``kineto.trace_file``).
 
 Memory: decoding a whole trace at once holds every event as a Python object
 (about 3x the JSON size). Large traces are therefore decoded in chunks of
@@ -22,13 +22,9 @@ from __future__ import annotations
 
 import gc
 import mmap
-import os
 import re
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import msgspec
@@ -45,10 +41,9 @@ from stepscope.importers.kineto.events import (
     TraceDoc,
 )
 from stepscope.importers.kineto.native import Scanned
+from stepscope.importers.kineto.trace_file import one_line
 from stepscope.store.manifest import Diagnostic
 
-GZIP_MAGIC = b"\x1f\x8b"
-_GUNZIP_PIECE = 4 << 20
 _LENIENT_SLICE = 1000  # events decoded together when some event somewhere is malformed
 CHUNK_BYTES = 4 << 20  # measured: 2-4 MB chunks decode as fast as one whole decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
@@ -71,89 +66,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """A trace file's bytes (or a read-only map of them) and its uncompressed size."""
-
-    data: bytes | bytearray | mmap.mmap
-    size: int
-    compressed: bool
-
-    def close(self) -> None:
-        if isinstance(self.data, mmap.mmap):
-            try:
-                self.data.close()
-            except BufferError:
-                # a view of the map is still referenced somewhere (in a live capture: a frame the
-                # stack sampler holds for a moment keeps the reader's locals alive); the map is
-                # unmapped when the last view goes
-                pass
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def gunzip(raw: bytes) -> bytearray:
-    """Decompress (possibly multi-member) gzip data piece by piece into one
-    growing buffer (``gzip.decompress`` peaks at twice the output: its pieces
-    plus their joined copy; large buffers grow in place with mremap)."""
-    out = bytearray()
-    rest: bytes | memoryview = memoryview(raw)
-    while len(rest):
-        d = zlib.decompressobj(wbits=31)
-        buf: bytes | memoryview = rest
-        while not d.eof:
-            piece = d.decompress(buf, _GUNZIP_PIECE)
-            buf = d.unconsumed_tail
-            if not piece and not buf:
-                break
-            out += piece
-        if not d.eof:
-            raise EOFError("compressed data ended before the end-of-stream marker")
-        rest = d.unused_data.lstrip(b"\0")  # members may be followed by zero padding
-    return out
-
-
-def load_bytes(path: Path) -> Loaded:
-    """Read ``path``: gzip is detected by content and decompressed into memory,
-    plain files are memory-mapped. Raises ``TraceFormatError`` naming the file."""
-    name = str(path)
-    if not path.exists():
-        raise TraceFormatError(name, "no such file")
-    if path.is_dir():
-        raise TraceFormatError(name, "is a directory, not a trace file")
-    if not path.is_file():  # reading a pipe with no writer would wait for ever
-        raise TraceFormatError(name, "not a regular file (a pipe or a device); save the trace "
-                                     "to a file first")
-    try:
-        with open(path, "rb") as fh:
-            if fh.read(2) == GZIP_MAGIC:
-                fh.seek(0)
-                raw = fh.read()
-                try:
-                    data = gunzip(raw)
-                except EOFError:
-                    raise TraceFormatError(
-                        name, "truncated gzip file (the download or copy is incomplete)") from None
-                except (OSError, zlib.error) as exc:
-                    raise TraceFormatError(name, f"corrupt gzip file ({one_line(exc)})") from None
-                del raw
-                if not data:
-                    raise TraceFormatError(name, "empty file, not a trace")
-                return Loaded(data, len(data), True)
-            size = os.fstat(fh.fileno()).st_size
-            if size == 0:
-                raise TraceFormatError(name, "empty file, not a trace")
-            # copy-on-write: the reader brackets each chunk in place (EventReader._bracketed)
-            return Loaded(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY), size, False)
-    except PermissionError:
-        raise TraceFormatError(name, "permission denied (cannot read the file)") from None
-    except OSError as exc:
-        raise TraceFormatError(name, f"cannot read ({exc.strerror or one_line(exc)})") from None
 
 
 class EventReader:
@@ -408,5 +320,4 @@ def _merge(head: TraceDoc, tail: TraceDoc) -> TraceDoc:
     return TraceDoc(**values)
 
 
-__all__ = ["CHUNK_BYTES", "EventReader", "Loaded", "SplitFailed", "gc_paused", "load_bytes",
-           "one_line"]
+__all__ = ["CHUNK_BYTES", "EventReader", "SplitFailed", "gc_paused"]

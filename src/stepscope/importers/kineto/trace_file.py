@@ -1,0 +1,101 @@
+"""Read a Kineto trace file's bytes: gzip is detected by content and decompressed into memory,
+plain files are memory-mapped (``EventReader`` then decodes them chunk by chunk)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepscope.errors import TraceFormatError
+
+GZIP_MAGIC = b"\x1f\x8b"
+_GUNZIP_PIECE = 4 << 20
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A trace file's bytes (or a read-only map of them) and its uncompressed size."""
+
+    data: bytes | bytearray | mmap.mmap
+    size: int
+    compressed: bool
+
+    def close(self) -> None:
+        if isinstance(self.data, mmap.mmap):
+            try:
+                self.data.close()
+            except BufferError:
+                # a view of the map is still referenced somewhere (in a live capture: a frame the
+                # stack sampler holds for a moment keeps the reader's locals alive); the map is
+                # unmapped when the last view goes
+                pass
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def gunzip(raw: bytes) -> bytearray:
+    """Decompress (possibly multi-member) gzip data piece by piece into one
+    growing buffer (``gzip.decompress`` peaks at twice the output: its pieces
+    plus their joined copy; large buffers grow in place with mremap)."""
+    out = bytearray()
+    rest: bytes | memoryview = memoryview(raw)
+    while len(rest):
+        d = zlib.decompressobj(wbits=31)
+        buf: bytes | memoryview = rest
+        while not d.eof:
+            piece = d.decompress(buf, _GUNZIP_PIECE)
+            buf = d.unconsumed_tail
+            if not piece and not buf:
+                break
+            out += piece
+        if not d.eof:
+            raise EOFError("compressed data ended before the end-of-stream marker")
+        rest = d.unused_data.lstrip(b"\0")  # members may be followed by zero padding
+    return out
+
+
+def load_bytes(path: Path) -> Loaded:
+    """Read ``path``: gzip is detected by content and decompressed into memory,
+    plain files are memory-mapped. Raises ``TraceFormatError`` naming the file."""
+    name = str(path)
+    if not path.exists():
+        raise TraceFormatError(name, "no such file")
+    if path.is_dir():
+        raise TraceFormatError(name, "is a directory, not a trace file")
+    if not path.is_file():  # reading a pipe with no writer would wait for ever
+        raise TraceFormatError(name, "not a regular file (a pipe or a device); save the trace "
+                                     "to a file first")
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) == GZIP_MAGIC:
+                fh.seek(0)
+                raw = fh.read()
+                try:
+                    data = gunzip(raw)
+                except EOFError:
+                    raise TraceFormatError(
+                        name, "truncated gzip file (the download or copy is incomplete)") from None
+                except (OSError, zlib.error) as exc:
+                    raise TraceFormatError(name, f"corrupt gzip file ({one_line(exc)})") from None
+                del raw
+                if not data:
+                    raise TraceFormatError(name, "empty file, not a trace")
+                return Loaded(data, len(data), True)
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                raise TraceFormatError(name, "empty file, not a trace")
+            # copy-on-write: the reader brackets each chunk in place (EventReader._bracketed)
+            return Loaded(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY), size, False)
+    except PermissionError:
+        raise TraceFormatError(name, "permission denied (cannot read the file)") from None
+    except OSError as exc:
+        raise TraceFormatError(name, f"cannot read ({exc.strerror or one_line(exc)})") from None
+
+
+__all__ = ["GZIP_MAGIC", "Loaded", "gunzip", "load_bytes", "one_line"]
