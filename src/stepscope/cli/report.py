@@ -11,7 +11,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
 from stepscope.errors import StepscopeError
+from stepscope.progress import reporting
 from stepscope.reporters.html import to_html
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.report import build_report
@@ -25,14 +27,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", help="write the report to a file (.html, .json or .txt)")
     p.add_argument("--format", choices=("text", "json", "html"),
                    help="default: from -o's suffix, else text (html without -o: RUN/report.html)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     fmt = args.format or format_for(args.output)
     run_ = Run(args.run_dir)
-    report = build_report(run_, page=fmt == "html")
-    text = to_json(report) if fmt == "json" else to_html(report) if fmt == "html" else None
+    with TerminalProgress(not args.quiet, delay_s=PROGRESS_AFTER_S) as sink, reporting(sink):
+        report = build_report(run_, page=fmt == "html")
+        text = to_json(report) if fmt == "json" else to_html(report) if fmt == "html" else None
     output = args.output or (str(run_.path / "report.html") if fmt == "html" else None)
     if output:
         out = Path(output)
