@@ -160,7 +160,19 @@ def innermost_containing(cs: object, ce: object, qs: object, qe: object) -> I64:
     if n == 0 or q_s.size == 0:
         return out
     order, s, e = _sorted_containers(c_s, c_e)
-    cur = np.searchsorted(s, q_s, side="right").astype(np.int64) - 1
+    k = np.searchsorted(s, q_s, side="right").astype(np.int64) - 1
+    # most queries (ops properly nested) are held by the last container starting before them:
+    # answered at once; the lifting below runs on the others only
+    held = np.take(e, k, mode="clip") >= q_e
+    held &= k >= 0
+    out[held] = order[k[held]]
+    # and where no container up to k ends late enough (prefix maximum of the ends), none holds
+    # the query: -1 at once (another thread's time, a gap between ops)
+    reach = np.take(np.maximum.accumulate(e), k, mode="clip") >= q_e
+    rest = np.flatnonzero(~held & (k >= 0) & reach)
+    if rest.size == 0:
+        return out
+    cur, q_e = k[rest], q_e[rest]
     # levels[l][j] = max(e[max(0, j - 2**l + 1) .. j])
     levels = [e]
     width = 1
@@ -172,10 +184,10 @@ def innermost_containing(cs: object, ce: object, qs: object, qe: object) -> I64:
         width *= 2
     for lvl in range(len(levels) - 1, -1, -1):
         valid = cur >= 0
-        skip = valid & (levels[lvl][np.maximum(cur, 0)] < q_e)  # whole block ends too early
+        skip = valid & (np.take(levels[lvl], cur, mode="clip") < q_e)  # block ends too early
         cur = np.where(skip, cur - (1 << lvl), cur)
     found = cur >= 0
-    out[found] = order[cur[found]]
+    out[rest[found]] = order[cur[found]]
     return out
 
 

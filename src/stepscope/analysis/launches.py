@@ -93,8 +93,29 @@ def str_in(t: pa.Table, name: str, values: tuple[str, ...]) -> npt.NDArray[np.bo
     """Mask of rows whose string column ``name`` is one of ``values`` (nulls: False)."""
     if t.num_rows == 0:
         return np.zeros(0, dtype=bool)
-    m = pc.is_in(column_str(t, name), value_set=pa.array(list(values), type=pa.string()))
-    return np.asarray(pc.fill_null(m, False).to_numpy(zero_copy_only=False), dtype=bool)
+    value_set = pa.array(list(values), type=pa.string())
+    col = t.column(name)
+    if not pa.types.is_dictionary(col.type):
+        m = pc.is_in(column_str(t, name), value_set=value_set)
+        return np.asarray(pc.fill_null(m, False).to_numpy(zero_copy_only=False), dtype=bool)
+    # a dictionary column (as the run's Parquet tables are read): test each chunk's distinct
+    # values once and index the answer by the row codes, rather than decoding every row
+    out = np.zeros(t.num_rows, dtype=bool)
+    at = 0
+    for chunk in col.chunks:
+        n = len(chunk)
+        words = chunk.dictionary
+        if n and len(words):
+            hit = pc.fill_null(pc.is_in(words.cast(pa.string()), value_set=value_set), False)
+            flags = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
+            codes = chunk.indices
+            if codes.null_count:  # a null row is in no set
+                valid = np.asarray(codes.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                out[at:at + n] = flags[codes.fill_null(0).to_numpy()] & valid
+            else:
+                out[at:at + n] = flags[codes.to_numpy()]
+        at += n
+    return out
 
 
 def bounds(t: pa.Table) -> tuple[I64, I64]:
@@ -323,8 +344,19 @@ def launch_intervals(g: StepGraph) -> tuple[I64, I64]:
     framework op (``cpu_ops.kind == "framework"``) enclosing each launch call on the same
     ``(pid, tid)`` (the per-op dispatch cost that precedes a launch); where the rank has no
     framework op at all, the short gaps between a thread's launch calls instead
-    (:func:`dispatch_gaps`). Sorted, disjoint.
+    (:func:`dispatch_gaps`). Sorted, disjoint; computed once per graph (the breakdown and the
+    idle split both need it), read-only.
     """
+    def compute() -> tuple[I64, I64]:
+        s, e = _launch_intervals(g)
+        s.setflags(write=False)
+        e.setflags(write=False)
+        return s, e
+
+    return g.memo("launch_intervals", compute)
+
+
+def _launch_intervals(g: StepGraph) -> tuple[I64, I64]:
     api = g.table("api_calls")
     is_launch = str_in(api, "kind", LAUNCH_KINDS)
     lt = api.filter(pa.array(is_launch, type=pa.bool_())) if api.num_rows else api
