@@ -256,8 +256,21 @@ def group_ids(*keys: tuple[object, object]) -> tuple[I64, ...]:
     if a.min() == a.max() and b.min() == b.max():  # one pair (one thread): all zeros
         return tuple(np.zeros(n, dtype=np.int64) for n in sizes)
     # dense codes per component, then one int64 key per pair (no row-wise unique)
-    _, ia = np.unique(a, return_inverse=True)
-    _, ib = np.unique(b, return_inverse=True)
-    _, inv = np.unique(ia.astype(np.int64) * (int(ib.max()) + 1) + ib, return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64)
+    ia, _ = _dense(a)
+    ib, nb = _dense(b)
+    inv, _ = _dense(ia * nb + ib)
     return tuple(np.split(inv, np.cumsum(sizes)[:-1]))
+
+
+def _dense(x: I64) -> tuple[I64, int]:
+    """``np.unique(x, return_inverse=True)``'s inverse (each value's rank among the distinct
+    values) and the number of distinct values, by hashing (``dictionary_encode``, O(n)) and
+    sorting the few distinct values only, not the whole array."""
+    import pyarrow as pa  # here: the rest of this module is numpy only
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(pa.array(x, type=pa.int64()))
+    values = np.asarray(enc.dictionary.to_numpy(), dtype=np.int64)
+    rank = np.empty(values.size, dtype=np.int64)
+    rank[np.argsort(values, kind="stable")] = np.arange(values.size, dtype=np.int64)
+    return rank[np.asarray(enc.indices.to_numpy(), dtype=np.int64)], int(values.size)

@@ -73,7 +73,9 @@ def column_i64(t: pa.Table, name: str, fill: int = -1) -> I64:
     """Column as int64 numpy, nulls replaced by ``fill``."""
     if t.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
-    col = pc.fill_null(t.column(name), fill)
+    col = t.column(name)
+    if col.null_count:  # fill_null copies the column: only when there is something to fill
+        col = pc.fill_null(col, fill)
     return np.asarray(col.to_numpy(), dtype=np.int64)
 
 
