@@ -359,23 +359,25 @@ def launch_intervals(g: StepGraph) -> tuple[I64, I64]:
 
 
 def _launch_intervals(g: StepGraph) -> tuple[I64, I64]:
+    # the columns masked as numpy arrays, not the tables filtered (every column copied)
     api = g.table("api_calls")
     is_launch = str_in(api, "kind", LAUNCH_KINDS)
-    lt = api.filter(pa.array(is_launch, type=pa.bool_())) if api.num_rows else api
-    l_s, l_e = bounds(lt)
+    a_s, a_e = bounds(api)
+    l_s, l_e = a_s[is_launch], a_e[is_launch]
     ops = g.table("cpu_ops")
     is_fw = str_in(ops, "kind", (CpuOpKind.FRAMEWORK.value,))
     if l_s.size == 0:
         return iv.union(l_s, l_e)
+    l_pid, l_tid = column_i64(api, "pid")[is_launch], column_i64(api, "tid")[is_launch]
     if not is_fw.any():
         # no framework ops recorded (a live capture, or a trace without CPU ops): the dispatch
         # cost is the launching thread's time between back-to-back launch calls
-        g_s, g_e = dispatch_gaps(column_i64(lt, "pid"), column_i64(lt, "tid"), l_s, l_e)
+        g_s, g_e = dispatch_gaps(l_pid, l_tid, l_s, l_e)
         return iv.union(np.concatenate((l_s, g_s)), np.concatenate((l_e, g_e)))
-    ops = ops.filter(pa.array(is_fw, type=pa.bool_()))
-    o_s, o_e = bounds(ops)
-    og, lg = iv.group_ids((column_i64(ops, "pid"), column_i64(ops, "tid")),
-                          (column_i64(lt, "pid"), column_i64(lt, "tid")))
+    b_s, b_e = bounds(ops)
+    o_s, o_e = b_s[is_fw], b_e[is_fw]
+    og, lg = iv.group_ids((column_i64(ops, "pid")[is_fw], column_i64(ops, "tid")[is_fw]),
+                          (l_pid, l_tid))
     idx = iv.containing_by_group(og, o_s, o_e, lg, l_s, l_e, innermost=True)
     used = np.zeros(o_s.size, dtype=bool)
     used[idx[idx >= 0]] = True
