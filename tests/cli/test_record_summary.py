@@ -18,6 +18,7 @@ from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import make_schedule
 from stepscope.cli import record as record_cli
 from stepscope.cli.main import main
+from stepscope.cli.progress import TerminalProgress
 from stepscope.cli.record import summary_line
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -76,13 +77,13 @@ def test_progress_is_drawn_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -
             return True
 
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    with record_cli._MergeProgress(True) as p:
+    with TerminalProgress(True) as p:
         assert p is None  # not a terminal: silent
     tty = Tty()
     monkeypatch.setattr(sys, "stderr", tty)
-    with record_cli._MergeProgress(False) as p:
+    with TerminalProgress(False) as p:
         assert p is None  # --quiet
-    with record_cli._MergeProgress(True) as p:
+    with TerminalProgress(True) as p:
         assert p is not None
         p("decoding GPU records", 50.0, 100.0)
         p("writing tables", 1, 4)

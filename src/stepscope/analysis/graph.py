@@ -52,7 +52,10 @@ _RANK_SHIFT = np.int64(1) << np.int64(40)
 def _i64(t: pa.Table, name: str, fill: int) -> I64:
     if t.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.asarray(pc.fill_null(t.column(name), fill).to_numpy(), dtype=np.int64)
+    col = t.column(name)
+    if col.null_count:
+        col = pc.fill_null(col, fill)
+    return np.asarray(col.to_numpy(), dtype=np.int64)
 
 
 def correlation_keys(t: pa.Table) -> I64:
@@ -77,8 +80,12 @@ class CorrelationIndex:
         sc = corr[order]
         keep = sc >= 0
         sc, order = sc[keep], order[keep]
-        keys, first = np.unique(sc, return_index=True)
-        return CorrelationIndex(keys.astype(np.int64), order[first].astype(np.int64))
+        if sc.size == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return CorrelationIndex(z, z.copy())
+        # sc is sorted already (stable: equal keys in row order): the first of each run
+        first = np.flatnonzero(np.concatenate(([True], sc[1:] != sc[:-1])))
+        return CorrelationIndex(sc[first].astype(np.int64), order[first].astype(np.int64))
 
     def lookup(self, corr: I64) -> I64:
         """The row carrying each correlation in ``corr``, or -1 (none, or a negative id)."""

@@ -160,7 +160,19 @@ def innermost_containing(cs: object, ce: object, qs: object, qe: object) -> I64:
     if n == 0 or q_s.size == 0:
         return out
     order, s, e = _sorted_containers(c_s, c_e)
-    cur = np.searchsorted(s, q_s, side="right").astype(np.int64) - 1
+    k = np.searchsorted(s, q_s, side="right").astype(np.int64) - 1
+    # most queries (ops properly nested) are held by the last container starting before them:
+    # answered at once; the lifting below runs on the others only
+    held = np.take(e, k, mode="clip") >= q_e
+    held &= k >= 0
+    out[held] = order[k[held]]
+    # and where no container up to k ends late enough (prefix maximum of the ends), none holds
+    # the query: -1 at once (another thread's time, a gap between ops)
+    reach = np.take(np.maximum.accumulate(e), k, mode="clip") >= q_e
+    rest = np.flatnonzero(~held & (k >= 0) & reach)
+    if rest.size == 0:
+        return out
+    cur, q_e = k[rest], q_e[rest]
     # levels[l][j] = max(e[max(0, j - 2**l + 1) .. j])
     levels = [e]
     width = 1
@@ -172,10 +184,10 @@ def innermost_containing(cs: object, ce: object, qs: object, qe: object) -> I64:
         width *= 2
     for lvl in range(len(levels) - 1, -1, -1):
         valid = cur >= 0
-        skip = valid & (levels[lvl][np.maximum(cur, 0)] < q_e)  # whole block ends too early
+        skip = valid & (np.take(levels[lvl], cur, mode="clip") < q_e)  # block ends too early
         cur = np.where(skip, cur - (1 << lvl), cur)
     found = cur >= 0
-    out[found] = order[cur[found]]
+    out[rest[found]] = order[cur[found]]
     return out
 
 
@@ -244,8 +256,21 @@ def group_ids(*keys: tuple[object, object]) -> tuple[I64, ...]:
     if a.min() == a.max() and b.min() == b.max():  # one pair (one thread): all zeros
         return tuple(np.zeros(n, dtype=np.int64) for n in sizes)
     # dense codes per component, then one int64 key per pair (no row-wise unique)
-    _, ia = np.unique(a, return_inverse=True)
-    _, ib = np.unique(b, return_inverse=True)
-    _, inv = np.unique(ia.astype(np.int64) * (int(ib.max()) + 1) + ib, return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64)
+    ia, _ = _dense(a)
+    ib, nb = _dense(b)
+    inv, _ = _dense(ia * nb + ib)
     return tuple(np.split(inv, np.cumsum(sizes)[:-1]))
+
+
+def _dense(x: I64) -> tuple[I64, int]:
+    """``np.unique(x, return_inverse=True)``'s inverse (each value's rank among the distinct
+    values) and the number of distinct values, by hashing (``dictionary_encode``, O(n)) and
+    sorting the few distinct values only, not the whole array."""
+    import pyarrow as pa  # here: the rest of this module is numpy only
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(pa.array(x, type=pa.int64()))
+    values = np.asarray(enc.dictionary.to_numpy(), dtype=np.int64)
+    rank = np.empty(values.size, dtype=np.int64)
+    rank[np.argsort(values, kind="stable")] = np.arange(values.size, dtype=np.int64)
+    return rank[np.asarray(enc.indices.to_numpy(), dtype=np.int64)], int(values.size)

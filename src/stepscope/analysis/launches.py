@@ -73,7 +73,9 @@ def column_i64(t: pa.Table, name: str, fill: int = -1) -> I64:
     """Column as int64 numpy, nulls replaced by ``fill``."""
     if t.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
-    col = pc.fill_null(t.column(name), fill)
+    col = t.column(name)
+    if col.null_count:  # fill_null copies the column: only when there is something to fill
+        col = pc.fill_null(col, fill)
     return np.asarray(col.to_numpy(), dtype=np.int64)
 
 
@@ -93,8 +95,29 @@ def str_in(t: pa.Table, name: str, values: tuple[str, ...]) -> npt.NDArray[np.bo
     """Mask of rows whose string column ``name`` is one of ``values`` (nulls: False)."""
     if t.num_rows == 0:
         return np.zeros(0, dtype=bool)
-    m = pc.is_in(column_str(t, name), value_set=pa.array(list(values), type=pa.string()))
-    return np.asarray(pc.fill_null(m, False).to_numpy(zero_copy_only=False), dtype=bool)
+    value_set = pa.array(list(values), type=pa.string())
+    col = t.column(name)
+    if not pa.types.is_dictionary(col.type):
+        m = pc.is_in(column_str(t, name), value_set=value_set)
+        return np.asarray(pc.fill_null(m, False).to_numpy(zero_copy_only=False), dtype=bool)
+    # a dictionary column (as the run's Parquet tables are read): test each chunk's distinct
+    # values once and index the answer by the row codes, rather than decoding every row
+    out = np.zeros(t.num_rows, dtype=bool)
+    at = 0
+    for chunk in col.chunks:
+        n = len(chunk)
+        words = chunk.dictionary
+        if n and len(words):
+            hit = pc.fill_null(pc.is_in(words.cast(pa.string()), value_set=value_set), False)
+            flags = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
+            codes = chunk.indices
+            if codes.null_count:  # a null row is in no set
+                valid = np.asarray(codes.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                out[at:at + n] = flags[codes.fill_null(0).to_numpy()] & valid
+            else:
+                out[at:at + n] = flags[codes.to_numpy()]
+        at += n
+    return out
 
 
 def bounds(t: pa.Table) -> tuple[I64, I64]:
@@ -323,25 +346,38 @@ def launch_intervals(g: StepGraph) -> tuple[I64, I64]:
     framework op (``cpu_ops.kind == "framework"``) enclosing each launch call on the same
     ``(pid, tid)`` (the per-op dispatch cost that precedes a launch); where the rank has no
     framework op at all, the short gaps between a thread's launch calls instead
-    (:func:`dispatch_gaps`). Sorted, disjoint.
+    (:func:`dispatch_gaps`). Sorted, disjoint; computed once per graph (the breakdown and the
+    idle split both need it), read-only.
     """
+    def compute() -> tuple[I64, I64]:
+        s, e = _launch_intervals(g)
+        s.setflags(write=False)
+        e.setflags(write=False)
+        return s, e
+
+    return g.memo("launch_intervals", compute)
+
+
+def _launch_intervals(g: StepGraph) -> tuple[I64, I64]:
+    # the columns masked as numpy arrays, not the tables filtered (every column copied)
     api = g.table("api_calls")
     is_launch = str_in(api, "kind", LAUNCH_KINDS)
-    lt = api.filter(pa.array(is_launch, type=pa.bool_())) if api.num_rows else api
-    l_s, l_e = bounds(lt)
+    a_s, a_e = bounds(api)
+    l_s, l_e = a_s[is_launch], a_e[is_launch]
     ops = g.table("cpu_ops")
     is_fw = str_in(ops, "kind", (CpuOpKind.FRAMEWORK.value,))
     if l_s.size == 0:
         return iv.union(l_s, l_e)
+    l_pid, l_tid = column_i64(api, "pid")[is_launch], column_i64(api, "tid")[is_launch]
     if not is_fw.any():
         # no framework ops recorded (a live capture, or a trace without CPU ops): the dispatch
         # cost is the launching thread's time between back-to-back launch calls
-        g_s, g_e = dispatch_gaps(column_i64(lt, "pid"), column_i64(lt, "tid"), l_s, l_e)
+        g_s, g_e = dispatch_gaps(l_pid, l_tid, l_s, l_e)
         return iv.union(np.concatenate((l_s, g_s)), np.concatenate((l_e, g_e)))
-    ops = ops.filter(pa.array(is_fw, type=pa.bool_()))
-    o_s, o_e = bounds(ops)
-    og, lg = iv.group_ids((column_i64(ops, "pid"), column_i64(ops, "tid")),
-                          (column_i64(lt, "pid"), column_i64(lt, "tid")))
+    b_s, b_e = bounds(ops)
+    o_s, o_e = b_s[is_fw], b_e[is_fw]
+    og, lg = iv.group_ids((column_i64(ops, "pid")[is_fw], column_i64(ops, "tid")[is_fw]),
+                          (l_pid, l_tid))
     idx = iv.containing_by_group(og, o_s, o_e, lg, l_s, l_e, innermost=True)
     used = np.zeros(o_s.size, dtype=bool)
     used[idx[idx >= 0]] = True

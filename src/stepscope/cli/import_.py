@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
 from stepscope.importers import import_traces
+from stepscope.progress import reporting
 from stepscope.store.writer import check_replaceable
 
 
@@ -17,6 +19,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", help="run folder to write (default: <first trace>.stepscope)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing run folder (only a stepscope run, holding no input)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
     p.set_defaults(run=run)
 
 
@@ -33,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else default_output(args.traces[0])
     if args.force:
         check_replaceable(out, args.traces)  # never delete a folder that is not a run
-    path = import_traces(args.traces, out, overwrite=args.force)
+    with TerminalProgress(not args.quiet, delay_s=PROGRESS_AFTER_S) as sink, reporting(sink):
+        path = import_traces(args.traces, out, overwrite=args.force)
     print(f"wrote run {path}", file=sys.stdout)
     return 0

@@ -31,8 +31,9 @@ from stepscope.capture.bootstrap import CaptureConfig
 from stepscope.capture.endings import status_text
 from stepscope.capture.gpu import BACKENDS
 from stepscope.capture.launcher import PKG_ROOT, build_command, child_env, launch
-from stepscope.capture.partitions import Progress, merge
+from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import DEFAULT_WARMUP_S, make_schedule
+from stepscope.cli.progress import TerminalProgress
 from stepscope.errors import CaptureError, RunError, StepscopeError
 from stepscope.importers import parse_kineto
 from stepscope.store.manifest import Diagnostic, read_manifest
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         if result.forwarded:
             diags.append(Diagnostic("info", "signals_forwarded",
                                     f"forwarded to the program: {', '.join(result.forwarded)}"))
-        with _MergeProgress(not args.quiet) as progress:
+        with TerminalProgress(not args.quiet) as progress:
             path = merge(staging, out, command=cmd, returncode=code, launched_pid=result.pid,
                          overwrite=args.force, inputs=inputs, progress=progress,
                          read_trace=parse_kineto,  # --backend torch's trace
@@ -214,38 +215,6 @@ def _alive(pid: int) -> bool:
     except (PermissionError, OverflowError):
         return True
     return True
-
-
-class _MergeProgress:
-    """The merge's progress as a ``rich`` bar on stderr (a terminal only); a no-op otherwise.
-    Transient: the bar is gone once the merge is done."""
-
-    def __init__(self, show: bool) -> None:
-        self._bar: Any = None
-        self._tasks: dict[str, Any] = {}
-        if show and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-
-            self._bar = Progress(TextColumn("stepscope: {task.description}"), BarColumn(),
-                                 TaskProgressColumn(), console=Console(stderr=True),
-                                 transient=True)
-
-    def __enter__(self) -> Progress | None:
-        if self._bar is None:
-            return None
-        self._bar.start()
-        return self.update
-
-    def update(self, what: str, done: float, total: float) -> None:
-        task = self._tasks.get(what)
-        if task is None:
-            task = self._tasks[what] = self._bar.add_task(what, total=max(total, 1.0))
-        self._bar.update(task, completed=done, total=max(total, 1.0))
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 def summary_line(path: Path, code: int, partial: bool) -> str:

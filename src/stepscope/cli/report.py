@@ -11,10 +11,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from stepscope.reporters.html import to_html
-from stepscope.reporters.json_report import to_json
-from stepscope.reporters.report import build_report
-from stepscope.reporters.terminal import print_report, render_text
+from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
+from stepscope.progress import reporting
+from stepscope.reporters.report import Report, build_report
 from stepscope.store.output import check_not_in_run, write_text_output
 from stepscope.store.run import Run
 
@@ -25,25 +24,50 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", help="write the report to a file (.html, .json or .txt)")
     p.add_argument("--format", choices=("text", "json", "html"),
                    help="default: from -o's suffix, else text (html without -o: RUN/report.html)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     fmt = args.format or format_for(args.output)
     run_ = Run(args.run_dir)
-    report = build_report(run_, page=fmt == "html")
-    text = to_json(report) if fmt == "json" else to_html(report) if fmt == "html" else None
+    with TerminalProgress(not args.quiet, delay_s=PROGRESS_AFTER_S) as sink, reporting(sink):
+        report = build_report(run_, page=fmt == "html")
+        text = _rendered(report, fmt)
     output = args.output or (str(run_.path / "report.html") if fmt == "html" else None)
     if output:
         check_not_in_run(output, run_.path)
-    if output:
-        out = write_text_output(output, text if text is not None else render_text(report))
+        out = write_text_output(output, text if text is not None else _plain(report))
         print(f"wrote {out}")
     elif text is not None:
         print(text)
     else:
+        from stepscope.reporters.terminal import print_report
+
         print_report(report)
     return 0
+
+
+# The renderers are imported by the format that needs them: the HTML page's and the terminal's
+# modules (with rich) cost ~50 ms of start-up that a JSON report does not need.
+
+def _rendered(report: Report, fmt: str) -> str | None:
+    """The JSON or HTML text; None for text (rendered for the terminal or by _plain)."""
+    if fmt == "json":
+        from stepscope.reporters.json_report import to_json
+
+        return to_json(report)
+    if fmt == "html":
+        from stepscope.reporters.html import to_html
+
+        return to_html(report)
+    return None
+
+
+def _plain(report: Report) -> str:
+    from stepscope.reporters.terminal import render_text
+
+    return render_text(report)
 
 
 def format_for(output: str | None) -> str:

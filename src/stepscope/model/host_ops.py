@@ -37,6 +37,10 @@ class OpTime:
     cpu_only_ns: int  # part of it in op instances that issued no GPU work (framework ops)
 
 
+# the columns host_time_by_op reads: only these are copied by the filter
+_USED = ("ts_ns", "dur_ns", "pid", "tid", "name")
+
+
 def _containers(g: StepGraph, kind: str) -> pa.Table:
     if kind == "annotation":
         t = g.table("annotations")
@@ -44,14 +48,14 @@ def _containers(g: StepGraph, kind: str) -> pa.Table:
             return t
         keep = str_in(t, "source", (AnnotationSource.USER.value, AnnotationSource.NVTX.value))
         keep &= _name_mask(t, lambda n: not STEP_NAME.match(n.strip()))
-        return t.filter(pa.array(keep, type=pa.bool_()))
+        return t.select(_USED).filter(pa.array(keep, type=pa.bool_()))
     t = g.table("cpu_ops")
     if t.num_rows == 0:
         return t
     keep = str_in(t, "kind", (kind,))
     if kind == CpuOpKind.PYTHON.value:
         keep &= _name_mask(t, lambda n: is_user_frame(n) and not n.startswith("<"))
-    return t.filter(pa.array(keep, type=pa.bool_()))
+    return t.select(_USED).filter(pa.array(keep, type=pa.bool_()))
 
 
 def _name_mask(t: pa.Table, test: Callable[[str], bool]) -> npt.NDArray[np.bool_]:

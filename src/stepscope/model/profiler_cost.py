@@ -86,7 +86,19 @@ def costs_for(graph: RunGraph) -> EventCosts | None:
 
 
 def host_events(g: StepGraph, costs: EventCosts) -> tuple[I64, I64]:
-    """Start time and estimated profiler cost of every recorded host event, sorted by time."""
+    """Start time and estimated profiler cost of every recorded host event, sorted by time;
+    once per graph and costs (the idle split and the host-timing trust both read it),
+    read-only."""
+    def compute() -> tuple[I64, I64]:
+        ts, cost = _host_events(g, costs)
+        ts.setflags(write=False)
+        cost.setflags(write=False)
+        return ts, cost
+
+    return g.memo(("host_events", costs), compute)
+
+
+def _host_events(g: StepGraph, costs: EventCosts) -> tuple[I64, I64]:
     ops = g.table("cpu_ops")
     o_s = bounds(ops)[0]
     py = str_in(ops, "kind", (CpuOpKind.PYTHON.value,))

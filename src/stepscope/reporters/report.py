@@ -33,6 +33,7 @@ from typing import Any
 from stepscope.advisor import Advice, advise
 from stepscope.advisor.base import Fix
 from stepscope.analysis import Analysis, analyze
+from stepscope.progress import report as say_progress
 from stepscope.reporters.timeline_build import DEFAULT_MAX_EVENTS, build_page
 from stepscope.reporters.timeline_data import Page
 from stepscope.store.manifest import Manifest
@@ -112,10 +113,16 @@ def build_report(run: Run, *, page: bool = False,
     """The run's analysis and advice; with ``page``, also what the HTML page shows (its
     timeline of at most ``max_events`` events, the full kernel table, the longest copies):
     every reporter then renders the Report alone."""
+    what, steps = "analysing the run", 3 if page else 2
+    say_progress(what, 0, steps)
     analysis = analyze(run)
-    return Report(run_path=run.path, manifest=run.manifest, analysis=analysis,
-                  advice=advise(analysis),
-                  page=build_page(run, analysis, max_events=max_events) if page else None)
+    say_progress(what, 1, steps)
+    advice = advise(analysis)
+    say_progress(what, 2, steps)
+    shown = build_page(run, analysis, max_events=max_events) if page else None
+    say_progress(what, steps, steps)
+    return Report(run_path=run.path, manifest=run.manifest, analysis=analysis, advice=advice,
+                  page=shown)
 
 
 def _signal_name(num: int) -> str:

@@ -57,8 +57,8 @@ def conform(table: str, data: pa.Table | Mapping[str, Any]) -> pa.Table:
     for field in schema:
         if field.name in cols:
             value = cols[field.name]
-            if isinstance(value, pa.ChunkedArray):
-                value = value.combine_chunks()
+            if isinstance(value, pa.ChunkedArray):  # one chunk: that array (no copy)
+                value = value.chunk(0) if value.num_chunks == 1 else value.combine_chunks()
             if not isinstance(value, pa.Array):
                 value = pa.array(value, type=field.type.value_type
                                  if pa.types.is_dictionary(field.type) else field.type)

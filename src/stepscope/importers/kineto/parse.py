@@ -29,6 +29,7 @@ from stepscope.importers.kineto.native import Scanned
 from stepscope.importers.kineto.reader import CHUNK_BYTES, EventReader, SplitFailed
 from stepscope.importers.kineto.scanned import add_chunk
 from stepscope.importers.kineto.trace_file import load_bytes
+from stepscope.progress import report as say_progress
 from stepscope.schema import SourceKind
 from stepscope.store.manifest import Diagnostic, RankInfo
 from stepscope.store.produce.bundle import RankBundle
@@ -120,12 +121,15 @@ def _read(data: bytes | bytearray | mmap.mmap, name: str, chunk_bytes: int,
     try:
         reader = EventReader(data, name, chunk_bytes=chunk_bytes, flows=flows, native=native)
         builder = TableBuilder(name, flows=flows)
+        what, total = f"reading {Path(name).name}", len(data)
         for index, events in reader.chunks():
             if isinstance(events, Scanned):
                 add_chunk(builder, index, events, reader.skipped)
             else:
                 builder.add(index, events, reader.skipped)
             del events
+            say_progress(what, reader.at, total)
+        say_progress(what, total, total)
         return reader, builder
     except SplitFailed:  # start over (below, outside this clause) with one whole decode
         pass

@@ -91,6 +91,7 @@ class EventReader:
         self._first_bad = ""
         self._dropped_in_last = 0
         self._released = 0
+        self.at = 0  # bytes of the file read so far (for progress reports)
         self.skipped: list[int] = []  # file indices of events the lenient decode dropped
 
     def chunks(self) -> Iterator[tuple[int, list[Event] | Scanned]]:
@@ -163,6 +164,7 @@ class EventReader:
                 del events  # before the next chunk is decoded
             index += n
             before, pos = after, cut.start(1)
+            self.at = pos
             self._release(pos)
 
     def _scan_last(self, pos: int) -> tuple[Scanned, TraceDoc] | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from stepscope.errors import RunError
+from stepscope.progress import report as say_progress
 from stepscope.store.manifest import Diagnostic, Manifest
 from stepscope.store.produce.bundle import RankBundle, contract_gaps, gap_diagnostic
 from stepscope.store.writer import RunWriter
@@ -45,12 +46,15 @@ def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: M
                 raise RunError(f"rank {r} given twice ({seen[r].rank.file or 'a source'} and "
                                f"{bundle.rank.file or 'another'}): a run has one of each rank")
             rows: dict[str, int] = {}
-            for name in bundle.tables:
+            what = f"writing rank {r}'s tables"
+            for i, name in enumerate(bundle.tables):
+                say_progress(what, i, len(bundle.tables))
                 table = bundle.tables[name]
                 rows[name] = writer.write(name, r, table)
                 if on_table is not None:
                     on_table(r, name, table)
                 del table  # one table in memory at a time
+            say_progress(what, len(bundle.tables), len(bundle.tables))
             missing = contract_gaps(bundle.kind, rows)
             gaps = (gap_diagnostic(bundle, missing),) if missing else ()
             fact = dataclasses.replace(bundle, tables={},
