@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from stepscope.errors import DamagedFileError, TraceFormatError
-from stepscope.importers.kineto.trace_file import GZIP_MAGIC
+from stepscope.importers.kineto.trace_file import GZIP_MAGIC, check_trace_file
 
 SNIFF_BYTES = 1 << 20
 _CHUNK = 1 << 16
@@ -30,13 +30,7 @@ def sniff(path: Path, limit: int = SNIFF_BYTES) -> tuple[bytes, bool]:
     """The first ``limit`` bytes of the file's (decompressed) content and whether
     that is all of it. Raises ``TraceFormatError`` for unreadable or broken files."""
     name = str(path)
-    if not path.exists():
-        raise TraceFormatError(name, "no such file")
-    if path.is_dir():
-        raise TraceFormatError(name, "is a directory, not a trace file")
-    if not path.is_file():  # reading a pipe with no writer would wait for ever
-        raise TraceFormatError(name, "not a regular file (a pipe or a device); save the trace "
-                                     "to a file first")
+    check_trace_file(path)
     try:
         with open(path, "rb") as fh:
             first = fh.read(_CHUNK)

@@ -60,17 +60,24 @@ def gunzip(raw: bytes) -> bytearray:
     return out
 
 
-def load_bytes(path: Path) -> Loaded:
-    """Read ``path``: gzip is detected by content and decompressed into memory,
-    plain files are memory-mapped. Raises ``TraceFormatError`` naming the file."""
+def check_trace_file(path: Path) -> None:
+    """Refuse, naming the file, what cannot be read as a trace: a missing path, a folder, or
+    something other than a regular file (reading a pipe with no writer would wait for ever)."""
     name = str(path)
     if not path.exists():
         raise TraceFormatError(name, "no such file")
     if path.is_dir():
         raise TraceFormatError(name, "is a directory, not a trace file")
-    if not path.is_file():  # reading a pipe with no writer would wait for ever
+    if not path.is_file():
         raise TraceFormatError(name, "not a regular file (a pipe or a device); save the trace "
                                      "to a file first")
+
+
+def load_bytes(path: Path) -> Loaded:
+    """Read ``path``: gzip is detected by content and decompressed into memory,
+    plain files are memory-mapped. Raises ``TraceFormatError`` naming the file."""
+    name = str(path)
+    check_trace_file(path)
     try:
         with open(path, "rb") as fh:
             if fh.read(2) == GZIP_MAGIC:
@@ -98,4 +105,4 @@ def load_bytes(path: Path) -> Loaded:
         raise TraceFormatError(name, f"cannot read ({exc.strerror or one_line(exc)})") from None
 
 
-__all__ = ["GZIP_MAGIC", "Loaded", "gunzip", "load_bytes", "one_line"]
+__all__ = ["GZIP_MAGIC", "Loaded", "check_trace_file", "gunzip", "load_bytes", "one_line"]
