@@ -67,25 +67,44 @@ def test_hidden_folders_are_not_searched(tmp_path: Path) -> None:
     assert run.ranks == (0,)
 
 
-def test_two_profiler_cycles_of_one_worker_are_refused(tmp_path: Path) -> None:
-    # schedule(wait=1, warmup=1, active=3, repeat=2): one worker, two files, 10 minutes apart
+def test_the_last_profiler_cycle_of_each_worker_is_taken_from_a_folder(tmp_path: Path) -> None:
+    # schedule(wait=1, warmup=1, active=3, repeat=3) on two workers: three files each, minutes
+    # apart; the folder imports as the last cycle of each worker, and the run names the others
     prof = _profile(tmp_path / "logdir")
-    _trace(prof / "worker0.1700000000000.pt.trace.json.gz")
-    _trace(prof / "worker0.1700000600000.pt.trace.json.gz", start_s=600)
+    for i, ms in enumerate((1700000000000, 1700000300000, 1700000600000)):
+        _trace(prof / f"w0.{ms}.pt.trace.json.gz", pid=100, rank=0, world=2, start_s=300 * i)
+        _trace(prof / f"w1.{ms + 7}.pt.trace.json.gz", pid=101, rank=1, world=2, start_s=300 * i)
+    run = Run(import_traces([tmp_path / "logdir"], tmp_path / "run"))
+    assert run.ranks == (0, 1)
+    assert sorted(Path(r.file).name for r in run.manifest.ranks) == [
+        "w0.1700000600000.pt.trace.json.gz", "w1.1700000600007.pt.trace.json.gz"]
+    warned = [d for d in run.manifest.diagnostics if d.code == "profiler_cycles"]
+    assert len(warned) == 2 and warned[0].level == "warning"
+    assert warned[0].message.startswith("3 profiler cycles of one worker (w0): imported the last, "
+                                        "w0.1700000600000.pt.trace.json.gz; left: "
+                                        "w0.1700000000000.pt.trace.json.gz, "
+                                        "w0.1700000300000.pt.trace.json.gz")
+    assert not [d for d in run.manifest.diagnostics if d.code == "mixed_jobs"]
+
+
+def test_two_cycles_named_explicitly_are_refused(tmp_path: Path) -> None:
+    prof = _profile(tmp_path / "logdir")
+    a = _trace(prof / "worker0.1700000000000.pt.trace.json.gz")
+    b = _trace(prof / "worker0.1700000600000.pt.trace.json.gz", start_s=600)
     with pytest.raises(TraceFormatError, match=r"2 profiler cycles of one worker \(worker0\)"):
-        import_traces([tmp_path / "logdir"], tmp_path / "run")
+        import_traces([a, b], tmp_path / "run")
     assert not (tmp_path / "run").exists()
     # one cycle at a time is one run with one rank
-    run = Run(import_traces([prof / "worker0.1700000600000.pt.trace.json.gz"], tmp_path / "run"))
+    run = Run(import_traces([b], tmp_path / "run"))
     assert run.ranks == (0,)
 
 
 def test_cycles_are_refused_at_the_command_line_with_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     prof = _profile(tmp_path / "logdir")
-    for ms in (1700000000000, 1700000600000):
-        _trace(prof / f"worker0.{ms}.pt.trace.json.gz", rank=0, world=1)
-    assert main(["import", str(tmp_path / "logdir"), "-o", str(tmp_path / "run")]) == 2
+    files = [str(_trace(prof / f"worker0.{ms}.pt.trace.json.gz", rank=0, world=1))
+             for ms in (1700000000000, 1700000600000)]
+    assert main(["import", *files, "-o", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "import one cycle at a time" in err
 

@@ -10,10 +10,13 @@ window). So:
   (``<worker>`` is ``<host>_<pid>`` unless named);
 * traces of more than one TensorBoard run (two ``plugins/profile/<run>`` folders) are refused:
   they are different experiments, each its own stepscope run;
-* two profiler cycles of one worker (``schedule(..., repeat=N)``: one ``<worker>`` and several
-  ``<ms>``; or, by content, one process id and capture windows that do not overlap) are refused
-  with a message naming the cycles: each cycle is its own run (import one cycle at a time),
-  never two ranks, and never one rank with a gap of minutes in its timeline;
+* several profiler cycles of one worker (``schedule(..., repeat=N)`` or ``repeat=0``: one
+  ``<worker>`` and several ``<ms>``) found in a folder: the last cycle of each worker is imported
+  and the run says which, and which others were left (a ``profiler_cycles`` warning naming
+  them; each is imported by naming its file). Named explicitly, or told by content (one process
+  id and capture windows that do not overlap), they are refused with a message naming the
+  cycles. Each cycle is its own run: never two ranks, and never one rank with a gap of minutes
+  in its timeline;
 * files that look like ranks of different jobs (different world sizes or GPU models, or
   capture windows far apart) are imported with a ``mixed_jobs`` warning saying why.
 """
@@ -87,6 +90,30 @@ def check_cycles_by_name(files: Sequence[Path]) -> None:
     for (_, worker), fs in sorted(cycles.items()):
         if len(fs) > 1:
             raise cycles_error(worker, fs)
+
+
+def last_cycles(files: Sequence[Path]) -> tuple[list[Path], list[Diagnostic]]:
+    """Of the files found in a folder, the last profiler cycle of each worker (by the time in
+    tensorboard_trace_handler's names), and a warning per worker whose earlier cycles were left."""
+    cycles: defaultdict[tuple[Path, str], list[tuple[int, Path]]] = defaultdict(list)
+    for f in files:
+        m = CYCLE_NAME.match(f.name)
+        if m:
+            cycles[(f.parent, m["worker"])].append((int(m["ms"]), f))
+    dropped: set[Path] = set()
+    diags = []
+    for (_, worker), found in sorted(cycles.items()):
+        if len(found) < 2:
+            continue
+        found.sort()
+        left = [f for _, f in found[:-1]]
+        dropped.update(left)
+        diags.append(Diagnostic("warning", "profiler_cycles", (
+            f"{len(found)} profiler cycles of one worker ({worker}): imported the last, "
+            f"{found[-1][1].name}; left: {', '.join(f.name for f in left)} (a run holds one "
+            f"capture window per rank: import another cycle by naming its file)"),
+            str(found[-1][1])))
+    return [f for f in files if f not in dropped], diags
 
 
 def cycles_error(worker: str, files: Sequence[Path]) -> TraceFormatError:
@@ -177,5 +204,5 @@ def mixed_jobs(files: Sequence[FileFacts]) -> Diagnostic | None:
         count=len(files))
 
 
-__all__ = ["CYCLE_NAME", "FileFacts", "check_cycles_by_content", "check_cycles_by_name",
+__all__ = ["CYCLE_NAME", "FileFacts", "check_cycles_by_content", "check_cycles_by_name", "last_cycles",
            "check_tensorboard_runs", "facts", "mixed_jobs", "tensorboard_run", "walk"]

@@ -22,6 +22,7 @@ from stepscope.importers.trace_sets import (
     check_cycles_by_name,
     check_tensorboard_runs,
     facts,
+    last_cycles,
     mixed_jobs,
     walk,
 )
@@ -37,8 +38,9 @@ def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnosti
     A folder contributes every ``*.json`` / ``*.json.gz`` under it (recursively: a
     TensorBoard log folder keeps them in ``plugins/profile/<run>/``) that looks like a
     PyTorch profiler trace; other JSON files there are skipped with a diagnostic. A
-    file named explicitly must be a trace. Traces of several TensorBoard runs, or several
-    profiler cycles of one worker, are refused (``trace_sets``).
+    file named explicitly must be a trace. Of several profiler cycles of one worker found in
+    a folder the last is taken (a warning names the others); traces of several TensorBoard
+    runs, or cycles named explicitly, are refused (``trace_sets``).
     """
     found, diags = _detected(paths)
     return [p for p, _ in found], diags
@@ -63,6 +65,8 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
                 raise TraceFormatError(str(p), "no trace files (*.json, *.json.gz) in this folder")
             found = 0
             first_problem = ""
+            candidates, cycle_diags = last_cycles(candidates)
+            diags.extend(cycle_diags)
             for c in candidates:
                 try:
                     fmt = format_of(c)
