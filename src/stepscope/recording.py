@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from stepscope.capture.bootstrap import CaptureConfig, Session
 from stepscope.capture.process import mark_step, pop, push
 from stepscope.capture.schedule import make_schedule
+from stepscope.capture.staging_folder import make_staging
 from stepscope.errors import CaptureError
 
 
@@ -56,8 +56,7 @@ class Recording:
     def __enter__(self) -> Recording:
         if self.out.exists() and not self.overwrite:
             raise CaptureError(f"{self.out}: already exists (pass overwrite=True or choose another out)")
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self._staging = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.staging-", dir=self.out.parent))
+        self._staging = make_staging(self.out)
         config = CaptureConfig(staging=str(self._staging), schedule=self._schedule,
                                sample_hz=float(self._options["sample_hz"]),
                                stacks=bool(self._options["stacks"]), hooks=bool(self._options["hooks"]),

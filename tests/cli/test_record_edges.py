@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from stepscope.capture import staging_folder
 from stepscope.cli import record as record_cli
 from stepscope.cli.main import main
+from stepscope.errors import RunError
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -59,9 +61,9 @@ def test_a_second_record_to_one_run_stops(tmp_path: Path) -> None:
     first.mkdir()  # a live record (our parent is alive) that started a second ago
     mine = tmp_path / f".run.staging-{os.getpid()}-{time.time_ns()}-def"
     mine.mkdir()
-    with pytest.raises(record_cli.RunError, match=f"pid {os.getppid()}.* is writing this run"):
-        record_cli.claim(out, mine)
-    record_cli.claim(out, first)  # the earlier one goes on
+    with pytest.raises(RunError, match=f"pid {os.getppid()}.* is writing this run"):
+        staging_folder.claim(out, mine)
+    staging_folder.claim(out, first)  # the earlier one goes on
 
 
 def test_a_staging_folder_of_a_killed_record_is_removed(tmp_path: Path) -> None:
@@ -73,7 +75,7 @@ def test_a_staging_folder_of_a_killed_record_is_removed(tmp_path: Path) -> None:
     old_style.mkdir()
     mine = tmp_path / f".run.staging-{os.getpid()}-{time.time_ns()}-def"
     mine.mkdir()
-    record_cli.claim(tmp_path / "run", mine)
+    staging_folder.claim(tmp_path / "run", mine)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([old_style.name, mine.name])
 
 
@@ -126,5 +128,5 @@ def test_a_run_name_with_glob_characters(tmp_path: Path) -> None:
     first.mkdir()
     mine = tmp_path / f".r[1].staging-{os.getpid()}-{time.time_ns()}-def"
     mine.mkdir()
-    with pytest.raises(record_cli.RunError, match="is writing this run"):
-        record_cli.claim(tmp_path / "r[1]", mine)
+    with pytest.raises(RunError, match="is writing this run"):
+        staging_folder.claim(tmp_path / "r[1]", mine)

@@ -10,7 +10,7 @@ context active; it never loads or initialises CUDA itself). Then, :func:`next_mo
   (a *tentative* capture, so that a program ending early still leaves its GPU records);
 - ``warmup_s`` after that with still no step boundary: a *time* window opens, and closes
   ``max_s`` later or when the program ends, whichever comes first; the steps are recovered at
-  analysis from the periodicity of the kernel stream (``analysis.steps``). Boundaries that fire
+  analysis from the periodicity of the kernel stream (``analysis.periodicity``). Boundaries that fire
   inside it are recorded as steps; they do not close it;
 - a step boundary fires before that: the step schedule wins as without the fallback (the
   tentative GPU capture runs on; what it recorded before the step window is clipped away).

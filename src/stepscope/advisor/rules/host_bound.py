@@ -200,7 +200,7 @@ class HostBound:
                   f"syncs, step-boundary gaps and short launch waits")
         if abs(split.host_factor - 1.0) >= 0.01:
             method += (f"; scaled by {split.host_factor:.2f} for the profiler's own host cost "
-                       f"(rules/_idle.py)")
+                       f"(model/idle.py)")
         top = (py or fw or ann)
         title = (f"Host-bound: the GPU idles {ms(saving * 1e6)} per step "
                  f"({pct(ctx.share(saving))}) while the host runs Python/CPU work"
