@@ -18,18 +18,23 @@ What agreeing means, check by check (the README's criterion):
   finding;
 * TraceLens's MEMORY_ALLOC-dominated idle gaps: ``memory_pressure`` (allocator churn) ranked
   first;
-* a named top finding where the issue found a different one ranked first.
+* a named top finding where the issue found a different one ranked first;
+* communication (issue 20), HTA's comm/compute overlap and exposed share, TraceLens's exposed
+  communication: where the tool finds communication a bottleneck, an ``exposed_communication``
+  finding of warning or above, ranked first or behind only GPU-idle findings when the tool's idle
+  share is larger than its communication share; stepscope's exposed communication share of the
+  steady step within the same tolerance of the tool's (HTA's share of kernel time times its busy
+  share, the same time span); its overlapped share within the tolerance of HTA's; where the tool
+  reports most communication overlapped, no ``exposed_communication`` finding above info.
 
-A file agrees when every check it has passes. Two kinds of verdict are not counted, each with
-its reason in the row: communication verdicts (exposed or un-overlapped collectives) are the
-multi-GPU issue's (issue 20): stepscope has no communication rule yet
-(:func:`test_no_rule_is_about_communication_yet` fails when one is added, to turn them into
-checks); and a figure measured over another span, where stepscope is right not to follow it
-(evidence in docs/accuracy.md, "Public traces of other tools").
+A file agrees when every check it has passes. A figure measured over another span, where
+stepscope is right not to follow it, is not counted, with its reason in the row (evidence in
+docs/accuracy.md, "Public traces of other tools").
 
 Measured before the fixes of issue 19 (main at 17a58df): 16 of the 24 diagnosed files agreed
 (the old tb_plugin samples imported without GPU activity or steps, PARAM's resnet lost its
 DataLoader stalls as outliers, the vLLM graph trace crashed ``report``); after: 24 of 24.
+The communication checks (issue 20) pass on the five files that have them.
 """
 
 from __future__ import annotations
@@ -40,16 +45,18 @@ from typing import Any
 
 import pytest
 
-from stepscope.advisor.rules import RULES
+from stepscope.advisor.base import Severity
 from stepscope.analysis.summary import summarize
 from stepscope.importers import import_traces
+from stepscope.model.communication import comm_overlap
 from stepscope.reporters.report import Report, build_report
 from stepscope.store.run import Run
 
 EXTERNAL = Path(__file__).parent / "data" / "external"
 MIN_AGREEING = 23
-ISSUE_20 = ("communication: the multi-GPU issue's (issue 20); stepscope measures it (breakdown "
-            "'communication') but has no communication rule yet")
+# the rules that claim GPU idle time: ranked before a communication finding is right where the
+# tool's idle share is larger than its communication share
+IDLE_RULES = {"host_bound", "sync_calls", "input_bound", "step_gaps", "launch_bound"}
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,10 @@ class Expect:
     input_pct: float | None = None  # tb_plugin: DataLoader share of the step, %
     amp: bool = False  # tb_plugin recommends AMP (TC-eligible ops, no tensor cores)
     top: str = ""  # the finding stepscope must rank first
-    comm: str = ""  # a communication verdict, not counted: why
+    comm_pct: float | None = None  # exposed communication, % of the step (time span)
+    comm_overlap: float | None = None  # HTA's comm/compute overlap, %
+    comm_after_idle: bool = False  # the tool's idle share exceeds its communication share
+    comm_overlapped: bool = False  # the tool finds communication mostly overlapped: no warning
     busy_not_compared: str = ""  # why the busy figure measures something else (docs/accuracy.md)
 
 
@@ -68,18 +78,19 @@ TB, HTA, TL = "kineto tb_plugin", "HTA 0.5.0", "TraceLens"
 EXPECT: dict[str, Expect] = {
     "hta_df_index_resolver_df_index_resolver.json.gz": Expect(
         HTA, "idle 46.1% (busy 53.9%); AllReduce 31.6% of kernel time, 0% comm-comp overlap",
-        busy=53.9, comm=ISSUE_20),
+        busy=53.9, comm_pct=31.6 * 0.539, comm_overlap=0.0, comm_after_idle=True),
     "hta_negative_queue_length_values_check_rank0.json.gz": Expect(
         HTA, "idle 69.4% (busy 30.6%); SendRecv 43% of kernel time, comm-comp overlap 1.4%",
-        busy=30.6, comm=ISSUE_20),
+        busy=30.6, comm_pct=43 * 0.306 * (1 - 0.014), comm_overlap=1.4, comm_after_idle=True),
     "hta_ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz": Expect(
         f"{HTA} / {TB}", "idle 2.6% (busy 97.4%); AMP: TC-eligible ops, no tensor cores",
         busy=97.4, amp=True),
     "hta_trace_diff_control_control.json.gz": Expect(
-        HTA, "idle 16.2% (busy 83.8%); communication 21.5% of kernel time not overlapped",
-        busy=83.8, comm=ISSUE_20),
+        HTA, "idle 16.2% (busy 83.8%); communication 21.5% of kernel time not overlapped, "
+        "comm-comp overlap 47%", busy=83.8, comm_pct=21.5 * 0.838, comm_overlap=47.0),
     "hta_trace_diff_test_test.json.gz": Expect(
-        HTA, "idle 7.5% (busy 92.5%); comm-comp overlap 69%", busy=92.5, comm=ISSUE_20),
+        HTA, "idle 7.5% (busy 92.5%); comm-comp overlap 69%", busy=92.5, comm_overlap=69.0,
+        comm_overlapped=True),
     "kineto_old_resnet50_profiler_api_num_workers_0.pt.trace.json.gz": Expect(
         TB, "input data loading 21.0% of the step; GPU utilization 67.82%",
         busy=67.82, input_pct=21.0),
@@ -132,7 +143,8 @@ EXPECT: dict[str, Expect] = {
         "hipFree: no caching allocator pool)", top="memory_pressure"),
     "tracelens_mi300_resnet_act_checkpoint.json.gz": Expect(
         f"{TL} / {TB}", "busy 97.4%, exposed communication 67.8% of GPU time (TraceLens); GPU "
-        "utilization 96.5% of the steps (tb_plugin)", busy=97.4, comm=ISSUE_20),
+        "utilization 96.5% of the steps (tb_plugin)", busy=97.4, comm_pct=67.8,
+        top="exposed_communication"),
     "tracelens_torch_compile_triton_trace.json.gz": Expect(TL, "GPU busy 100%", busy=100.0),
 }
 
@@ -164,6 +176,37 @@ def checks(e: Expect, rep: Report) -> list[tuple[str, bool]]:
     if e.top:
         first = findings[0].id if findings else "nothing"
         out.append((f"top finding {first}", first == e.top))
+    out.extend(comm_checks(e, rep))
+    return out
+
+
+def comm_checks(e: Expect, rep: Report) -> list[tuple[str, bool]]:
+    """The communication verdicts (module docstring)."""
+    findings = rep.advice.findings
+    pos = next((i for i, f in enumerate(findings) if f.id == "exposed_communication"), None)
+    f = findings[pos] if pos is not None else None
+    out: list[tuple[str, bool]] = []
+    if e.comm_pct is not None:
+        s = summarize(rep.analysis)
+        step = s.step_time.mean_ms if s.step_time else 0.0
+        ours = 100 * s.breakdown_ms["communication"] / step if step else 0.0
+        out.append((f"exposed communication {ours:.1f}% vs {e.comm_pct:.1f}%",
+                    close(ours, e.comm_pct)))
+        warned = f is not None and f.severity is not Severity.INFO
+        out.append((f"exposed_communication {f.severity.value if f else 'none'}", warned))
+        before = {g.id for g in findings[:pos]} if pos is not None else {"(missing)"}
+        allowed = IDLE_RULES if e.comm_after_idle else set()
+        out.append((f"ranked {'-' if pos is None else pos + 1} after {sorted(before)}",
+                    pos is not None and before <= allowed))
+    if e.comm_overlap is not None:
+        ra = rep.analysis.ranks[0]
+        r = comm_overlap(rep.analysis.graph.rank(ra.rank), ra)
+        got = 100 * r.overlap_share if r else 0.0
+        out.append((f"comm/compute overlap {got:.1f}% vs {e.comm_overlap}%",
+                    close(got, e.comm_overlap)))
+    if e.comm_overlapped:
+        out.append((f"exposed_communication {f.severity.value if f else 'none'} (mostly "
+                    "overlapped)", f is None or f.severity is Severity.INFO))
     return out
 
 
@@ -184,7 +227,7 @@ def test_every_file_is_there_and_every_row_has_a_check() -> None:
     assert sorted(p.name for p in EXTERNAL.glob("*.json.gz")) == sorted(EXPECT)
     for name, e in EXPECT.items():
         counted = (e.busy is not None and not e.busy_not_compared) or e.input_pct is not None \
-            or e.amp or e.top
+            or e.amp or e.top or e.comm_pct is not None or e.comm_overlap is not None
         assert counted, f"{name}: nothing to check"
 
 
@@ -199,14 +242,7 @@ def test_agreement_over_all_files(reports: Any) -> None:
     assert len(agree) >= MIN_AGREEING, sorted(set(EXPECT) - set(agree))
 
 
-def test_no_rule_is_about_communication_yet() -> None:
-    # the communication verdicts above are left out of the count because no rule could say
-    # them; a communication rule (issue 20) must turn them into checks
-    assert not any(getattr(r, "category", "") == "communication" for r in RULES)
-
-
-def test_measured_communication_is_there(reports: Any) -> None:
-    # what issue 20 will build on: the exposed collectives are measured per step already
-    for name in ("tracelens_mi300_resnet_act_checkpoint.json.gz",
-                 "hta_df_index_resolver_df_index_resolver.json.gz"):
-        assert summarize(reports(name).analysis).breakdown_ms["communication"] > 0, name
+def test_every_communication_verdict_is_checked() -> None:
+    # every file of a multi-GPU job whose tool gave a communication verdict has its checks
+    comm = [n for n, e in EXPECT.items() if e.comm_pct is not None or e.comm_overlapped]
+    assert len(comm) == 5

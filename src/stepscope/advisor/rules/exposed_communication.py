@@ -1,0 +1,141 @@
+"""``exposed_communication``: collectives (NCCL/RCCL kernels) that no compute runs under.
+
+Exposed communication is the step time during which a communication kernel runs and no
+compute kernel does (the ``communication`` category of the step breakdown). Overlapping it
+with compute hides it, at most as much as there is compute not already under communication
+in the step (``model.communication``)::
+
+    saving(step) = min(exposed comm, compute time with no communication under it)
+
+Mean over the steady steps, then over ranks (a rank without communication counts 0). The
+estimate assumes perfect overlap (the last bucket's all-reduce has nothing left to hide
+under), so confidence is medium; when two thirds of the communication already overlaps
+compute, severity is info at most. Evidence: exposed communication per step and share, the
+total and overlapped share (HTA's comm/compute overlap), the top collectives by exposed
+time, and per rank figures when there are several. See docs/rules/exposed_communication.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
+from stepscope.advisor.rules import _transfers as tr
+from stepscope.advisor.rules._kernels import short
+from stepscope.model.communication import CommOverlap, comm_overlap
+from stepscope.model.confidence import Confidence
+
+ID = "exposed_communication"
+CATEGORY = "communication"
+MAX_RANKS_LISTED = 8
+# When most of the communication already runs under compute, the overlap works and what is
+# left is mostly the part that depends on the step's last compute (the final bucket): info at
+# most. HTA's public traces: 46% overlap with 21.5% of kernel time exposed (a problem), 69%
+# overlap (none); docs/rules/exposed_communication.md.
+MOSTLY_OVERLAPPED = 2 / 3
+
+FIX = Fix(
+    pytorch=("DDP: let gradient buckets all-reduce during the backward - smaller buckets "
+             "start earlier (DistributedDataParallel(bucket_cap_mb=...), try 10-50; the first "
+             "bucket is 1 MB), gradient_as_bucket_view=True saves the copy into the buckets, "
+             "static_graph=True when the graph does not change; with gradient accumulation "
+             "wrap the non-final micro-steps in `with model.no_sync():` so only the last one "
+             "communicates; send bf16 gradients with model.register_comm_hook(None, "
+             "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook). "
+             "FSDP: overlap the all-gathers with forward_prefetch=True and backward_prefetch="
+             "BackwardPrefetch.BACKWARD_PRE (FSDP2: reshard_after_forward=False for the last "
+             "blocks, or set_modules_to_forward_prefetch / set_modules_to_backward_prefetch). "
+             "In general a larger per-GPU batch gives each collective more compute to hide "
+             "under."),
+    tensorflow=("MirroredStrategy / MultiWorkerMirroredStrategy: pack gradients into fewer, "
+                "larger all-reduces (tf.distribute.experimental.CommunicationOptions("
+                "bytes_per_pack=..., implementation=NCCL)); mixed precision halves the bytes "
+                "of the gradients; a larger per-replica batch gives the collectives more "
+                "compute to hide under."),
+    jax=("let XLA schedule collectives under compute: XLA_FLAGS=\"--xla_gpu_enable_latency_"
+         "hiding_scheduler=true\" (with --xla_gpu_enable_pipelined_all_gather / "
+         "_reduce_scatter / _all_reduce=true and --xla_gpu_all_reduce_combine_threshold_bytes "
+         "to combine small collectives); shard so that parameters are all-gathered layer by "
+         "layer, and a larger per-device batch."),
+    cuda=("run NCCL on its own stream and issue each collective as soon as its input is "
+          "ready, with events to order the consumer; split large collectives to pipeline "
+          "them with the compute that follows; a larger per-GPU batch amortises them."),
+)
+
+
+def _ms(ns: float) -> str:
+    return tr.fmt_ms(ns / 1e6)
+
+
+def check(ctx: Context) -> Sequence[Finding]:
+    per_rank = [comm_overlap(ctx.graph_of(ra.rank), ra) for ra in ctx.ranks]
+    best = tr.mean_over_ranks(ctx, per_rank)
+    if best is None:
+        return []
+    saving_ms, r, results = best
+    n = r.n_steps
+    exposed_ms = r.exposed_ns / n / 1e6
+    share = ctx.share(exposed_ms)
+    ev = [
+        (f"{_ms(r.exposed_ns / n)} ms per step ({100 * share:.1f}% of the step) of "
+         f"communication kernels with no compute kernel running"),
+        (f"communication {_ms(r.comm_ns / n)} ms per step, {100 * r.overlap_share:.1f}% of it "
+         f"overlapped by compute (comm/compute overlap); compute {_ms(r.compute_ns / n)} ms, "
+         f"{_ms(r.free_ns / n)} ms of it with no communication under it"),
+    ]
+    for c in r.top[:3]:
+        ev.append(f"{short(c.name)}: {tr.fmt_count(c.count / n)} per step, "
+                  f"{_ms(c.total_ns / n)} ms, {_ms(c.exposed_ns / n)} ms exposed")
+    if len(ctx.ranks) > 1:
+        ev.append(_ranks_line(results, len(ctx.ranks)))
+    overlap = sum(x.comm_ns - x.exposed_ns for x in results) / max(
+        1, sum(x.comm_ns for x in results))
+    cap = Severity.CRITICAL
+    if overlap >= MOSTLY_OVERLAPPED:
+        cap = Severity.INFO
+        ev.append(f"{100 * overlap:.0f}% of the communication already overlaps compute: the "
+                  f"rest is likely what waits for the step's last compute (info at most)")
+    top = r.top[0].name if r.top else "collectives"
+    title = (f"Exposed communication {tr.fmt_ms(exposed_ms)} ms per step "
+             f"({100 * share:.0f}%, {short(top, 48)}): overlapping it with compute saves up to "
+             f"~{tr.fmt_ms(saving_ms)} ms per step")
+    method = (f"per steady step, the time communication (NCCL/RCCL) kernels run with no compute "
+              f"kernel running, capped at the compute time with no communication under it "
+              f"(what perfect overlap could hide it under); mean over {n} steady steps"
+              + (f" and over {len(ctx.ranks)} ranks" if len(ctx.ranks) > 1 else ""))
+    return [ctx.finding(
+        id=ID, category=CATEGORY, title=title, saving_ms=saving_ms, method=method,
+        evidence=ev, fix=FIX,
+        where=Where(rank=r.rank, steps=(r.worst,), start_ns=r.start_ns, end_ns=r.end_ns,
+                    kernels=tuple(c.name for c in r.top)),
+        confidence=Confidence.MEDIUM, max_severity=cap,
+        note=("an upper bound: a collective whose result the next compute needs (the last "
+              "gradient bucket, the first all-gather) cannot hide; on several ranks, time "
+              "spent waiting for a late rank inside a collective also counts as exposed"),
+    )]
+
+
+def _ranks_line(results: Sequence[CommOverlap], n_ranks: int) -> str:
+    rows = sorted(results, key=lambda x: x.rank)
+    parts = [f"rank {x.rank} {_ms(x.exposed_ns / x.n_steps)} ms ({100 * x.overlap_share:.0f}% "
+             f"overlapped)" for x in rows[:MAX_RANKS_LISTED]]
+    more = f", ... {len(rows) - MAX_RANKS_LISTED} more" if len(rows) > MAX_RANKS_LISTED else ""
+    return (f"exposed communication per step on {len(rows)} of {n_ranks} ranks: "
+            + ", ".join(parts) + more)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    id: str = ID
+    title: str = "Communication not overlapped by compute"
+    category: str = CATEGORY
+    requires: tuple[str, ...] = ("kernels",)
+
+    def check(self, ctx: Context) -> Sequence[Finding]:
+        return check(ctx)
+
+
+RULE = _Rule()
+
+__all__ = ["RULE"]

@@ -1,0 +1,115 @@
+"""What overlapping the exposed communication with compute would save per step (the method:
+the ``exposed_communication`` rule's docs page).
+
+Per steady step window of a rank (all its devices merged, like the step breakdown)::
+
+    comm       = time with a communication (NCCL/RCCL) kernel running
+    exposed    = comm time with no compute kernel running (the breakdown's ``communication``)
+    overlapped = comm - exposed (HTA's comm/compute overlap is overlapped / comm)
+    free       = compute time with no communication under it: what could still hide some
+    saving     = min(exposed, free)
+
+A collective can only hide under compute that does not depend on it (the last gradient
+bucket's all-reduce has no backward left to run under), so ``saving`` is what perfect
+overlap would give: an upper bound. Summed over the steady steps; per step in the rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import stepscope.analysis.intervals as iv
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.busy import IntervalSet, is_communication
+from stepscope.analysis.graph import StepGraph
+from stepscope.analysis.kernel_names import signature_head
+from stepscope.model import transfers as mt
+
+
+@dataclass(frozen=True)
+class CollectiveTime:
+    """The communication kernels of one name over the steady steps."""
+
+    name: str  # the kernel name without its parameter list
+    count: int
+    total_ns: int  # sum of kernel durations
+    exposed_ns: int  # of which no compute kernel ran
+
+
+@dataclass(frozen=True)
+class CommOverlap:
+    rank: int
+    n_steps: int
+    comm_ns: int  # union of communication kernel time, summed over the steady steps
+    exposed_ns: int
+    compute_ns: int  # union of compute kernel time
+    free_ns: int  # compute time with no communication under it
+    saving_ns: int  # sum over steps of min(exposed, free)
+    per_step_exposed_ns: tuple[int, ...]
+    steps: tuple[int, ...]  # step indexes of the steady steps
+    worst: int  # step index with the most exposed communication
+    start_ns: int  # its window
+    end_ns: int
+    top: tuple[CollectiveTime, ...]  # by exposed time, largest first
+
+    @property
+    def saving_ms(self) -> float:
+        return self.saving_ns / self.n_steps / 1e6
+
+    @property
+    def overlap_share(self) -> float:
+        """Share of the communication time during which compute also ran (HTA's figure)."""
+        return (self.comm_ns - self.exposed_ns) / self.comm_ns if self.comm_ns else 0.0
+
+
+def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5) -> CommOverlap | None:
+    """``None`` when the rank has no steady step or no communication kernel in them."""
+    idx = [i for i, s in enumerate(ra.steps.steps) if s.steady]
+    if not idx:
+        return None
+    ws, we = ra.steps.window_starts[idx], ra.steps.window_ends[idx]
+    act = mt.activity(g)
+    comm_set, comp_set = act.communication, act.compute
+    comm = comm_set.within(ws, we)
+    if int(comm.sum()) == 0:
+        return None
+    exposed = (comm_set - comp_set).within(ws, we)
+    compute = comp_set.within(ws, we)
+    free = (comp_set - comm_set).within(ws, we)
+    saving = np.minimum(exposed, free)
+    top = _top(g, comp_set, ws, we, n_top)
+    w = int(np.argmax(exposed))
+    return CommOverlap(
+        rank=ra.rank, n_steps=len(idx), comm_ns=int(comm.sum()), exposed_ns=int(exposed.sum()),
+        compute_ns=int(compute.sum()), free_ns=int(free.sum()), saving_ns=int(saving.sum()),
+        per_step_exposed_ns=tuple(int(x) for x in exposed),
+        steps=tuple(ra.steps.steps[i].index for i in idx), worst=ra.steps.steps[idx[w]].index,
+        start_ns=int(ws[w]), end_ns=int(we[w]), top=top)
+
+
+def _top(g: StepGraph, compute: IntervalSet, ws: np.ndarray, we: np.ndarray,
+         n_top: int) -> tuple[CollectiveTime, ...]:
+    k = g.table("kernels")
+    if k.num_rows == 0:
+        return ()
+    m = is_communication(k.column("name"))
+    s = k.column("ts_ns").to_numpy()[m]
+    e = s + k.column("dur_ns").to_numpy()[m]
+    inside = iv.assign_to_windows(s, ws, we) >= 0  # started in a steady step
+    if not inside.any():
+        return ()
+    s, e = s[inside], e[inside]
+    names = np.array(k.column("name").to_numpy(zero_copy_only=False)[m][inside], dtype=object)
+    exposed = mt.uncovered(compute, s, e)
+    out: dict[str, list[int]] = {}
+    for n, d, x in zip(names, (e - s).tolist(), exposed.tolist(), strict=True):
+        row = out.setdefault(signature_head(str(n)), [0, 0, 0])
+        row[0] += 1
+        row[1] += d
+        row[2] += x
+    rows = [CollectiveTime(name=n, count=c, total_ns=t, exposed_ns=x)
+            for n, (c, t, x) in out.items()]
+    rows.sort(key=lambda r: (-r.exposed_ns, -r.total_ns, r.name))
+    return tuple(rows[:n_top])
