@@ -203,7 +203,8 @@ def names_at(t: pa.Table, column: str, idx: I64) -> list[str]:
     return [str(v) if i >= 0 and v is not None else "" for v, i in zip(vals, idx.tolist())]
 
 
-def _ops(g: StepGraph, kind: str) -> tuple[pa.Table, I64, I64]:
+def ops_of_kind(g: StepGraph, kind: str) -> tuple[pa.Table, I64, I64]:
+    """The graph's ``cpu_ops`` rows of one kind (``CpuOpKind``), with their starts and ends."""
     ops = g.table("cpu_ops")
     m = str_in(ops, "kind", (kind,))
     ops = ops.filter(pa.array(m, type=pa.bool_())) if ops.num_rows else ops
@@ -238,8 +239,8 @@ def analyze_syncs(
     b = _blocking(g)
     api = b.api
     pid, tid = column_i64(api, "pid"), column_i64(api, "tid")
-    fw, fw_s, fw_e = _ops(g, CpuOpKind.FRAMEWORK.value)
-    py, py_s, py_e = _ops(g, CpuOpKind.PYTHON.value)
+    fw, fw_s, fw_e = ops_of_kind(g, CpuOpKind.FRAMEWORK.value)
+    py, py_s, py_e = ops_of_kind(g, CpuOpKind.PYTHON.value)
     py_user = str_in(py, "name", tuple(nm for nm in distinct_names(py, "name")
                                        if is_user_frame(nm)))
 

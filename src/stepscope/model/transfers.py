@@ -35,11 +35,10 @@ from stepscope.analysis.launches import (
     LAUNCH_KINDS,
     bounds,
     column_i64,
-    column_str,
     distinct_names,
     str_in,
 )
-from stepscope.analysis.syncs import SyncPointKind, is_user_frame
+from stepscope.analysis.syncs import SyncPointKind, is_user_frame, names_at, ops_of_kind
 from stepscope.schema import CopyKind, CpuOpKind, MemoryKind
 
 __all__ = ["TINY_BYTES"]
@@ -307,21 +306,6 @@ def gpu_steps(g: StepGraph, ra: RankAnalysis, api: Api) -> GpuSteps | None:
 # -- call sites ----------------------------------------------------------------------------
 
 
-def _ops(g: StepGraph, kind: str) -> tuple[pa.Table, I64, I64]:
-    ops = g.table("cpu_ops")
-    m = str_in(ops, "kind", (kind,))
-    ops = ops.filter(pa.array(m, type=pa.bool_())) if ops.num_rows else ops
-    s, e = bounds(ops)
-    return ops, s, e
-
-
-def _names(t: pa.Table, idx: I64) -> list[str]:
-    if t.num_rows == 0 or idx.size == 0:
-        return [""] * idx.size
-    vals = column_str(t, "name").take(pa.array(np.maximum(idx, 0))).to_pylist()
-    return [str(v) if i >= 0 and v is not None else "" for v, i in zip(vals, idx.tolist())]
-
-
 @dataclass(frozen=True)
 class Sites:
     """For host calls: the enclosing framework ops and user Python frame."""
@@ -333,8 +317,8 @@ class Sites:
 
 def call_sites(g: StepGraph, pid: I64, tid: I64, s: I64, e: I64) -> Sites:
     n = iv.as_i64(s).size
-    fw, fs, fe = _ops(g, CpuOpKind.FRAMEWORK.value)
-    py, ps, pe = _ops(g, CpuOpKind.PYTHON.value)
+    fw, fs, fe = ops_of_kind(g, CpuOpKind.FRAMEWORK.value)
+    py, ps, pe = ops_of_kind(g, CpuOpKind.PYTHON.value)
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return Sites((), z, z)
@@ -345,8 +329,8 @@ def call_sites(g: StepGraph, pid: I64, tid: I64, s: I64, e: I64) -> Sites:
     ui = np.flatnonzero(user)
     pg, qg2 = iv.group_ids((column_i64(py, "pid")[ui], column_i64(py, "tid")[ui]), (pid, tid))
     fr = iv.containing_by_group(pg, ps[ui], pe[ui], qg2, s, e)
-    frame = _names(py, np.where(fr >= 0, ui[np.maximum(fr, 0)] if ui.size else -1, -1))
-    inn, out = _names(fw, inner), _names(fw, outer)
+    frame = names_at(py, "name", np.where(fr >= 0, ui[np.maximum(fr, 0)] if ui.size else -1, -1))
+    inn, out = names_at(fw, "name", inner), names_at(fw, "name", outer)
     labels = tuple(f or (f"{o} > {i}" if o and i and o != i else i or o)
                    for f, o, i in zip(frame, out, inn))
     o_ok = (outer >= 0) & ((fe - fs)[np.maximum(outer, 0)] <= MAX_COPY_OP_NS if fs.size
