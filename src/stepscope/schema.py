@@ -113,6 +113,32 @@ class InputWaitSource(str, Enum):
     CAPTURE_HOOK = "capture_hook"
 
 
+class CollectiveOp(str, Enum):
+    """What a collective does (``collectives.op``); the nccl-tests bus-bandwidth factor of each
+    is in ``model.collectives``."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    SEND = "send"
+    RECV = "recv"
+    SEND_RECV = "send_recv"  # a grouped send/recv pair (NCCL SendRecv kernels)
+    BARRIER = "barrier"
+    OTHER = "other"
+
+
+class CollectiveSource(str, Enum):
+    """Where a ``collectives`` row's arguments came from."""
+
+    KERNEL_ARGS = "kernel_args"  # Kineto kernel event args (torch >= 2.4)
+    PARAM_COMMS = "param_comms"  # Kineto ``record_param_comms`` op args, linked by External id
+    FLIGHT_RECORDER = "flight_recorder"  # torch.distributed's NCCL flight recorder (record)
+    KERNEL_NAME = "kernel_name"  # the NCCL/RCCL kernel name only: no sizes, no group
+
+
 class DeviceType(str, Enum):
     CPU = "cpu"
     GPU = "gpu"
@@ -192,13 +218,22 @@ TABLES: dict[str, TableSpec] = {
                 _c("uuid", pa.string(), "GPU UUID as NVML and nvidia-smi print it (GPU-...)"),
                 _c("pci_bus_id", pa.string(),
                    "PCI address domain:bus:device.function, lowercase hex (0000:18:00.0)"),
+                _c("numa_node", pa.int32(), "host NUMA node the GPU is attached to"),
+                _c("numa_cpus", pa.string(), "CPUs of that NUMA node, as Linux lists them (0-15,32-47)"),
+                _c("nvlink_links", pa.int32(), "active NVLink links"),
+                _c("nvlink_gbs", pa.float64(),
+                   "NVLink bandwidth per direction, all active links together", "GB/s"),
+                _c("pcie_gbs", pa.float64(),
+                   "PCIe bandwidth per direction at the link's max generation and width", "GB/s"),
             ),
         ),
         TableSpec(
             "processes",
             "Processes seen in the run (host processes; GPU 'processes' of a Kineto trace are devices).",
             (RANK, _c("pid", pa.int64(), "process id", nullable=False), _c("name", pa.string(), ""),
-             _c("host", pa.string(), "host name")),
+             _c("host", pa.string(), "host name"),
+             _c("cpu_affinity", pa.string(),
+                "CPUs the process may run on, as Linux lists them (0-15,32-47)")),
         ),
         TableSpec(
             "threads",
@@ -295,6 +330,34 @@ TABLES: dict[str, TableSpec] = {
             "Training steps as marked by the source (analysis may derive others).",
             (RANK, TS, DUR, _c("step", pa.int64(), "step number as the source numbers it", nullable=False),
              _c("source", _ENUM, "StepSource"), _c("name", pa.string(), "")),
+        ),
+        TableSpec(
+            "collectives",
+            "Collective and point-to-point communication calls, one row per call per rank, with "
+            "the GPU time of their kernels (ts_ns/dur_ns: first kernel start to last kernel end).",
+            (
+                RANK, TS, DUR, DEVICE, STREAM, CORR, EXT,
+                _c("op", _ENUM, "CollectiveOp", nullable=False),
+                _c("name", _NAME, "the source's name (allreduce, _allgather_base, kernel name)",
+                   nullable=False),
+                _c("pg", pa.string(), "process group name"),
+                _c("pg_desc", pa.string(), "process group description (default_pg ...)"),
+                _c("pg_ranks", pa.list_(pa.int32()), "global ranks of the process group"),
+                _c("group_size", pa.int32(), "ranks in the process group"),
+                _c("dtype", _ENUM, "element type (Float, BFloat16 ...)"),
+                _c("in_elems", pa.int64(), "input elements"),
+                _c("out_elems", pa.int64(), "output elements"),
+                _c("bytes", pa.int64(),
+                   "message size as nccl-tests counts it: the input of all-reduce, reduce-scatter, "
+                   "all-to-all, broadcast, reduce, send; the output of all-gather and recv", "B"),
+                _c("seq", pa.int64(), "sequence number within the process group, if the source has one"),
+                _c("host_ts_ns", pa.int64(), "when the host issued the call", "ns"),
+                _c("host_dur_ns", pa.int64(), "how long the issuing host call took", "ns"),
+                _c("kernels", pa.int32(), "GPU kernels the call ran (0: none seen)"),
+                _c("algorithm", _ENUM, "NCCL algorithm from the kernel name (RING, TREE ...)"),
+                _c("protocol", _ENUM, "NCCL protocol from the kernel name (LL, LL128, SIMPLE)"),
+                _c("source", _ENUM, "CollectiveSource", nullable=False),
+            ),
         ),
         TableSpec(
             "input_waits",
@@ -424,7 +487,8 @@ def markdown() -> str:
     out.append("")
     out += ["## Enumerations", ""]
     for enum_cls in (CopyKind, MemoryKind, ApiKind, ApiDomain, SyncKind, AnnotationSource,
-                     CpuOpKind, StepSource, InputWaitSource, DeviceType, SourceKind):
+                     CpuOpKind, StepSource, InputWaitSource, CollectiveOp, CollectiveSource,
+                     DeviceType, SourceKind):
         out.append(f"- `{enum_cls.__name__}`: " + ", ".join(f"`{m.value}`" for m in enum_cls))
     return "\n".join(out) + "\n"
 
