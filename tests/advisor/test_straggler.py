@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.model.test_collectives import straggler as plant
 
 from stepscope.advisor.base import Finding, Severity
 from stepscope.advisor.engine import advise
 from stepscope.advisor.rules import exposed_communication, straggler
 from stepscope.analysis import analyze
 from stepscope.store.run import Run
-from tests.model.test_collectives import straggler as plant
 
 
 def _findings(run: Run, *rules: Any) -> tuple[Finding, ...]:
@@ -81,3 +81,16 @@ def test_late_rank_that_changes_every_step_is_no_straggler(builder: Any,
 def test_small_lateness_stays_silent(builder: Any, tmp_path: Path) -> None:
     plant(builder, late=30)  # rank 0 waits 30 µs per 1000 µs step: 3% < 5%
     assert _findings(builder.build(tmp_path / "run")) == ()
+
+
+def test_the_late_ranks_own_idle_findings_fold_into_it(builder: Any, tmp_path: Path) -> None:
+    plant(builder)
+    fs = advise(analyze(builder.build(tmp_path / "run"))).findings
+    top = fs[0]
+    assert top.id == "straggler"
+    # rank 1's GPU idles 0.5 ms per step (host work 0-400 plus the wait for rank 0's end):
+    # found by an idle rule on rank 1, folded into the straggler, not ranked above it
+    folded = [e for e in top.evidence if e.startswith("on rank 1: ")]
+    assert folded and "folded here" in folded[0]
+    assert not [f for f in fs if f.where.rank == 1 and f.category in ("host", "input")]
+    assert "On that rank: " in top.fix.pytorch
