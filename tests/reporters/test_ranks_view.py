@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.model.test_collectives import straggler
 
 from stepscope.analysis import analyze
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.ranks_view import ranks_view
 from stepscope.reporters.report import build_report
 from stepscope.reporters.terminal import render_text
-from tests.model.test_collectives import straggler
 
 
 def test_view_of_a_straggler_run(builder: Any, tmp_path: Path) -> None:
