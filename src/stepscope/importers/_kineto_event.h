@@ -34,7 +34,7 @@ typedef struct {
     double occ; int occ_st;
     const uchar *sync; Py_ssize_t synclen; int sync_esc, sync_st;
     int strx_st; /* args name / labels */
-    int comm; /* a communication call's event: args "Collective name", or record_param_comms */
+    int comm; /* args has a "Collective name" key: a communication call's event */
     uint32_t seen;
     uint64_t aseen;
 } Ev;

@@ -248,9 +248,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (cat < 0) goto fallback;
         last = cat;
         int rc = commit(&s, &o, &e, (uchar)kinds[cat], (uchar)cat, pos);
-        if (rc == 0 && kinds[cat] != K_SKIP &&
-            (e.comm || (e.name_st == 1 && !e.name_esc && e.namelen == 18 &&
-                        !memcmp(e.name, "record_param_comms", 18)))) {
+        /* a communication call's arguments ("Collective name": a record_param_comms op, an
+         * NCCL kernel of torch >= 2.4): its span too, for kineto/comms.py */
+        if (rc == 0 && e.comm && kinds[cat] != K_SKIP) {
             int64_t span[3] = {ev_start - base, s.p - base, pos};
             if (put(&o.b[B_COMM], span, sizeof span)) goto nomem;
         }

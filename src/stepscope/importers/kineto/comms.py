@@ -39,19 +39,17 @@ _RANKS = re.compile(r"^\s*\[\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*,?\s*\]\s*$")
 
 
 def is_call(e: Event) -> bool:
-    """A communication call's event: a kernel with a ``Collective name`` arg, or a
-    ``record_param_comms`` op (with or without arguments)."""
-    if e.cat == "kernel":
-        return getattr(e.args, "collective", None) is not None
-    return e.cat in _OP_CATEGORIES and e.name == PARAM_COMMS
+    """A communication call's event: a kernel or a ``record_param_comms`` op with a
+    ``Collective name`` arg (the compiled scanner hands back the events with that key)."""
+    if getattr(e.args, "collective", None) is None:
+        return False
+    return e.cat == "kernel" or (e.cat in _OP_CATEGORIES and e.name == PARAM_COMMS)
 
 
 def calls_of(buckets: dict[str, list[Event]]) -> list[Event]:
     """The communication calls' events of one decoded chunk (bucketed by category)."""
-    out = [e for e in buckets.get("kernel", ()) if is_call(e)]
-    for cat in _OP_CATEGORIES:
-        out += [e for e in buckets.get(cat, ()) if e.name == PARAM_COMMS]
-    return out
+    return [e for cat in ("kernel", *sorted(_OP_CATEGORIES)) for e in buckets.get(cat, ())
+            if is_call(e)]
 
 
 def _int(v: Any, bounds: tuple[int, int] = _INT64) -> int | None:

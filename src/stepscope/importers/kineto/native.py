@@ -5,7 +5,8 @@ chunk of the event array and returns, for the events of the categories the table
 columns, packed arrays (category, phase, position, name id, the integer fields and their
 states, ``ts``/``dur``/occupancy, grid/block, sync kind) and one string table; events of
 categories the builder keeps as objects (annotations) come back as byte spans, decoded here
-with the msgspec Structs; ignored categories are only counted. :mod:`scanned` turns
+with the msgspec Structs, and so do (besides their row) the events whose args have a
+``Collective name`` (``kineto.comms``: the collectives); ignored categories are only counted. :mod:`scanned` turns
 the arrays into the same columns :mod:`tables` makes from decoded events.
 
 Whenever the scanner meets anything it does not reproduce exactly (see the C file's header:
@@ -105,7 +106,7 @@ class Scanned:
     strings: pa.Array
     objects: dict[str, list[Event]]  # object categories: decoded events, in file order
     object_pos: dict[str, list[int]]
-    comm: list[Event]  # communication calls' events (also rows): decoded, in file order
+    comm: list[Event]  # events with a "Collective name" arg (also rows): decoded (kineto.comms)
     end: int  # offset after what was read (after the array's ']' for the last chunk)
 
     def rows(self, category: str) -> npt.NDArray[np.intp]:
