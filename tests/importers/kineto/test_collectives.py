@@ -191,3 +191,21 @@ def test_synthetic_calls_through_both_readers(tmp_path: Path) -> None:
     if kineto_native.EXTENSION is not None:
         fast = parse_kineto(path, default_rank=0, chunk_bytes=4000, native=True)
         assert _plain(fast.tables["collectives"]).equals(_plain(slow.tables["collectives"]))
+
+
+def test_a_scanner_built_from_older_sources_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An extension from before the collectives (17 items, no communication spans) would drop
+    the kernel args it scanned: its chunks go to msgspec instead."""
+    if kineto_native.EXTENSION is None:
+        pytest.skip("the compiled scanner is not built")
+    real = kineto_native.EXTENSION
+
+    class Old:
+        @staticmethod
+        def scan(*args: object) -> object:
+            got = real.scan(*args)
+            return None if got is None else got[:14] + got[15:]  # without the comm spans
+
+    monkeypatch.setattr(kineto_native, "EXTENSION", Old)
+    t = parse_kineto(NCCL, default_rank=0, chunk_bytes=50_000, native=True).tables["collectives"]
+    assert t.num_rows == 21

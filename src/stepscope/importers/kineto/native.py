@@ -120,6 +120,9 @@ class Scanned:
         return self.ints[rows, j], self.set[rows, j]
 
 
+_RESULT_ITEMS = 18  # what the scanner returns (_kineto_scan.c, the end of scan())
+
+
 def _array(buf: bytes, dtype: Any, width: int = 0) -> Any:
     a = np.frombuffer(buf, dtype=dtype)
     return a.reshape(-1, width) if width else a
@@ -133,7 +136,7 @@ def scan(data: Any, start: int, stop: int, *, tail: bool,
     if EXTENSION is None:
         return None
     got = EXTENSION.scan(data, start, stop, CATEGORIES, _KIND_BYTES, tail)
-    if got is None:
+    if got is None or len(got) != _RESULT_ITEMS:  # (an extension built from older sources)
         return None
     (events, counts, nrows, cat, ph, pos, name, ints, ist, flt, xyz, xst, sync, objs, comm,
      offsets, text, end) = got
