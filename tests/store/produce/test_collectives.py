@@ -212,3 +212,12 @@ def test_the_contract_asks_for_collectives_only_with_communication() -> None:
     assert contract_gaps(SourceKind.CUPTI, rows, communication=True) == ("collectives",)
     assert contract_gaps(SourceKind.CUPTI, {**rows, "collectives": 1}, communication=True) == ()
     assert contract_gaps(SourceKind.HOST, {}, communication=True) == ()
+
+
+def test_a_timed_call_of_several_kernels_keeps_them_all() -> None:
+    k = _kernels([(AR, 100, 30, 20, 21, 9), (AR, 140, 20, 20, 22, 9)])
+    calls = _calls([{"rank": 0, "ts_ns": 100, "dur_ns": 60, "kernels": 2, "op": "all_reduce",
+                     "name": "allreduce", "correlation": 21, "external_id": 9,
+                     "source": "kernel_args"}])
+    t = complete(calls, k, rank=0)
+    assert t is not None and t.column("source").to_pylist() == ["kernel_args"]

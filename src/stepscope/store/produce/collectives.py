@@ -195,6 +195,8 @@ def complete(collectives: pa.Table | None, kernels: pa.Table, rank: int) -> pa.T
     for r in rows:  # rows with their GPU time already: their kernels are taken
         if (r["kernels"] or 0) > 0 and r["correlation"] is not None:
             used[by_corr.get(r["correlation"], [])] = True
+        if (r["kernels"] or 0) > 1 and r["external_id"] is not None:
+            used[by_ext.get(r["external_id"], [])] = True
     unplaced: list[Row] = []
     for r in rows:
         if (r["kernels"] or 0) > 0:
