@@ -1,13 +1,22 @@
-"""What a CUDA/HIP runtime or driver API call does, from its name.
+"""What a CUDA/HIP runtime or driver API call does, from its name; which GPU kernels are
+communication (NCCL/RCCL and other collective kernels), from theirs.
 
-Shared by the importers and capture so that ``api_calls.kind`` means the same
-thing whatever produced the run. Names are matched case-sensitively on their
+Shared by the importers, capture, the store's producers and the analyses so that
+``api_calls.kind`` and "a communication kernel" mean the same thing whatever produced the run. Names are matched case-sensitively on their
 documented spelling (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``hipMemcpyAsync``...).
 """
 
 from __future__ import annotations
 
+import re
+
 from stepscope.schema import ApiKind
+
+# A communication kernel, by name: NCCL/RCCL kernels, and collectives outside them (torch's
+# symmetric-memory multimem_all_reduce_kernel ...). ``analysis.busy`` and
+# ``store.produce.collectives`` both use this one test.
+COMM_KERNEL = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv",
+                         re.IGNORECASE)
 
 _PREFIXES = ("cuda", "cu", "hip")
 
@@ -69,3 +78,8 @@ def is_blocking_call(name: str) -> bool:
         return True
     return sfx in _BLOCKING_COPY or (sfx.startswith("Memcpy") and not sfx.endswith("Async")
                                      and "Async" not in sfx)
+
+
+def is_communication_kernel(name: str) -> bool:
+    """True for a communication (NCCL/RCCL or other collective) kernel's name."""
+    return COMM_KERNEL.search(name) is not None

@@ -418,28 +418,37 @@ class SourceContract:
     always: tuple[str, ...]
     with_gpu: tuple[str, ...]
     doc: str
+    # required as soon as the rank ran communication (NCCL/RCCL) kernels: the assembler makes
+    # them from the kernels when the source gave none (store.produce.collectives.complete)
+    with_communication: tuple[str, ...] = ()
 
-    def required(self, gpu_activity: bool) -> tuple[str, ...]:
-        return self.always + (self.with_gpu if gpu_activity else ())
+    def required(self, gpu_activity: bool, communication: bool = False) -> tuple[str, ...]:
+        return (self.always + (self.with_gpu if gpu_activity else ())
+                + (self.with_communication if communication else ()))
 
 
 CONTRACTS: dict[SourceKind, SourceContract] = {
     c.kind: c
     for c in (
         SourceContract(SourceKind.KINETO, (), ("devices", "streams", "api_calls"),
-                       "the trace's deviceProperties, GPU stream names, CUDA/HIP runtime calls"),
+                       "the trace's deviceProperties, GPU stream names, CUDA/HIP runtime calls",
+                       ("collectives",)),
         SourceContract(SourceKind.CUPTI, (), ("devices", "api_calls"),
-                       "the CUDA driver's device rows, CUPTI's runtime/driver call records"),
+                       "the CUDA driver's device rows, CUPTI's runtime/driver call records",
+                       ("collectives",)),
         SourceContract(SourceKind.TORCH, (), ("devices", "streams", "api_calls"),
-                       "the driver's (else Kineto's) device rows, Kineto's streams and calls"),
+                       "the driver's (else Kineto's) device rows, Kineto's streams and calls",
+                       ("collectives",)),
         SourceContract(SourceKind.HOST, (), (), "whatever the host capture saw"),
     )
 }
 
 
-def required_tables(kind: SourceKind, gpu_activity: bool) -> tuple[str, ...]:
-    """The tables a rank of ``kind`` must provide (``CONTRACTS``)."""
-    return CONTRACTS[kind].required(gpu_activity)
+def required_tables(kind: SourceKind, gpu_activity: bool,
+                    communication: bool = False) -> tuple[str, ...]:
+    """The tables a rank of ``kind`` must provide (``CONTRACTS``); ``communication``: the rank
+    ran communication kernels."""
+    return CONTRACTS[kind].required(gpu_activity, communication)
 
 
 def spec(name: str) -> TableSpec:
@@ -479,11 +488,14 @@ def markdown() -> str:
     out += ["## Tables each source must provide", "",
             "Every row of GPU activity (" + ", ".join(f"`{t}`" for t in GPU_ACTIVITY_TABLES)
             + ") obliges a source to provide the tables below; a run that lacks one has a "
-            "`missing_tables` diagnostic in its manifest.", "",
-            "| source | always | with GPU activity | from |", "|---|---|---|---|"]
+            "`missing_tables` diagnostic in its manifest; so does a communication (NCCL/RCCL) "
+            "kernel for the tables under \"with communication\".", "",
+            "| source | always | with GPU activity | with communication | from |",
+            "|---|---|---|---|---|"]
     for k in CONTRACTS.values():
         out.append(f"| `{k.kind.value}` | {', '.join(f'`{t}`' for t in k.always) or '-'} | "
-                   f"{', '.join(f'`{t}`' for t in k.with_gpu) or '-'} | {k.doc} |")
+                   f"{', '.join(f'`{t}`' for t in k.with_gpu) or '-'} | "
+                   f"{', '.join(f'`{t}`' for t in k.with_communication) or '-'} | {k.doc} |")
     out.append("")
     out += ["## Enumerations", ""]
     for enum_cls in (CopyKind, MemoryKind, ApiKind, ApiDomain, SyncKind, AnnotationSource,

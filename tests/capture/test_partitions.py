@@ -69,3 +69,30 @@ def test_a_partition_as_a_bundle() -> None:
     # its own said once, then its ending, and the window it left open (no window_end_ns)
     assert [(d.code, d.file) for d in b.diagnostics] == [
         ("x", "rank 1 (pid 7)"), ("process_ended", ""), ("partial_run", "")]
+
+
+def test_a_captured_rank_with_nccl_kernels_gets_collectives(tmp_path: Path) -> None:
+    """A CUPTI capture gives no collectives of its own: the assembler makes them from the
+    NCCL kernels (store.produce.collectives), one per kernel, with op, algorithm, protocol."""
+    from stepscope.store.manifest import Manifest, SourceInfo
+    from stepscope.store.produce.assemble import assemble
+    from stepscope.store.run import Run
+    from stepscope.store.writer import conform
+
+    meta = PartitionMeta(pid=7, start_ns=1, host="h",
+                         settings={"gpu": {"backend": "cupti", "state": "stopped"}})
+    names = ["sm90_gemm",
+             "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+             "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"]
+    kernels = conform("kernels", {"rank": [0] * 3, "ts_ns": [10, 20, 40], "dur_ns": [5, 15, 3],
+                                  "name": names, "device": [0] * 3, "stream": [7, 13, 13],
+                                  "correlation": [1, 2, 3]})
+    b = bundle(0, Partition(path=Path("p1-7"), meta=meta, tables={"kernels": kernels}))
+    assert b.kind is SourceKind.CUPTI
+    run = Run(assemble(tmp_path / "run", [b],
+                       lambda facts: Manifest(source=SourceInfo(kind="test"), ranks=())))
+    t = run.table("collectives")
+    assert [(r["op"], r["ts_ns"], r["dur_ns"], r["stream"], r["correlation"], r["algorithm"],
+             r["protocol"], r["dtype"], r["source"]) for r in t.to_pylist()] == [
+        ("all_reduce", 20, 15, 13, 2, "RING", "LL", "BFloat16", "kernel_name"),
+        ("send_recv", 40, 3, 13, 3, None, None, None, "kernel_name")]

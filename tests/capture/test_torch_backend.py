@@ -70,3 +70,18 @@ def test_kinetos_row_fills_in_for_a_used_gpu_the_driver_did_not_describe(tmp_pat
     assert [(r["device"], r["name"]) for r in rows] == [(0, "NVIDIA H100 80GB HBM3"),
                                                         (3, "driver's GPU")]
     assert set(run.table("kernels").column("device").to_pylist()) == {0}
+
+
+def test_the_traces_collectives_reach_the_run_with_their_kernels(tmp_path: Path) -> None:
+    """torch.profiler's record_param_comms / NCCL kernel args pass the merge and are linked to
+    their kernels by the assembler (store.produce.collectives)."""
+    nccl = TRACE.parent / "nccl_parser_config_nccl_data.json.gz"
+    staging = staged(tmp_path, gzip.decompress(nccl.read_bytes()))
+    run = Run(merge(staging, tmp_path / "run", command=["x.py"], returncode=0,
+                    read_trace=parse_kineto))
+    t = run.table("collectives")
+    assert t.num_rows == 21 and set(t.column("source").to_pylist()) == {"kernel_args"}
+    assert set(t.column("kernels").to_pylist()) == {1}
+    r = next(r for r in t.to_pylist() if r["external_id"] == 12945)
+    assert (r["op"], r["bytes"], r["correlation"], r["dur_ns"]) == (
+        "all_reduce", 6637568 * 4, 60047, 2636669)

@@ -7,7 +7,6 @@ Compute vs communication kernels are told apart by name (NCCL/RCCL kernels).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,9 +16,9 @@ import pyarrow.compute as pc
 import stepscope.analysis.intervals as iv
 from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.intervals import I64
+from stepscope.call_kinds import COMM_KERNEL
 
-COMM_NAME = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv",
-                       re.IGNORECASE)
+COMM_NAME = COMM_KERNEL  # the one test of a communication kernel (call_kinds)
 
 
 @dataclass(frozen=True)

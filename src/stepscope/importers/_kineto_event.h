@@ -34,6 +34,7 @@ typedef struct {
     double occ; int occ_st;
     const uchar *sync; Py_ssize_t synclen; int sync_esc, sync_st;
     int strx_st; /* args name / labels */
+    int comm; /* args has a "Collective name" key: a communication call's event */
     uint32_t seen;
     uint64_t aseen;
 } Ev;
@@ -191,6 +192,7 @@ static int args_object(Scan *s, Ev *e, int depth) {
         }
         int rc;
         if (which < 0) {
+            if (kl == 15 && !memcmp(k, "Collective name", 15)) e->comm = 1;
             rc = value(s, depth + 1);
         } else if (which < N_ARGI) {
             rc = int_field(s, &e->ints[2 + which], &e->ist[2 + which], depth + 1);
@@ -253,6 +255,7 @@ static int event(Scan *s, Ev *e) {
     memset(e->ist, 0, sizeof e->ist);
     e->ts = e->dur = e->occ = NAN;
     e->ts_st = e->dur_st = e->args_st = e->occ_st = e->sync_st = e->sync_esc = e->strx_st = 0;
+    e->comm = 0;
     e->xst[0] = e->xst[1] = 0;
     e->seen = 0;
     e->aseen = 0;

@@ -101,9 +101,10 @@ static int32_t intern_span(Scan *s, Strings *t, const uchar *p, Py_ssize_t n, in
     return intern(t, v, vl);
 }
 
-enum { B_CAT, B_PH, B_POS, B_NAME, B_INT, B_IST, B_FLT, B_XYZ, B_XST, B_SYNC, B_OBJ, N_BUF };
+enum { B_CAT, B_PH, B_POS, B_NAME, B_INT, B_IST, B_FLT, B_XYZ, B_XST, B_SYNC, B_OBJ, B_COMM, N_BUF };
 
-/* Bytes per row of each column buffer (B_OBJ is appended to on its own). */
+/* Bytes per row of each column buffer (B_OBJ and B_COMM are appended to on their own: the
+ * spans of events for msgspec, and of communication calls' events, which are also rows). */
 static const Py_ssize_t ROW_BYTES[B_OBJ] = {1, 1, 4, 4, 8 * N_INT, N_INT, 8 * 3, 8 * 6, 2, 4};
 
 typedef struct {
@@ -247,6 +248,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (cat < 0) goto fallback;
         last = cat;
         int rc = commit(&s, &o, &e, (uchar)kinds[cat], (uchar)cat, pos);
+        /* a communication call's arguments ("Collective name": a record_param_comms op, an
+         * NCCL kernel of torch >= 2.4): its span too, for kineto/comms.py */
+        if (rc == 0 && e.comm && kinds[cat] != K_SKIP) {
+            int64_t span[3] = {ev_start - base, s.p - base, pos};
+            if (put(&o.b[B_COMM], span, sizeof span)) goto nomem;
+        }
         if (rc == 1) {
             int64_t span[3] = {ev_start - base, s.p - base, pos};
             if (put(&o.b[B_OBJ], span, sizeof span)) goto nomem;

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import stepscope.importers.kineto.comms as comms
 import stepscope.importers.kineto.tables as kt
 from stepscope.importers.kineto.columns import Drops, Timed, timed
 from stepscope.importers.kineto.events import DeviceProps, Event
@@ -162,6 +163,7 @@ class TableBuilder:
         self.categories: Counter[str] = Counter()
         self.events = 0
         self.host_pid: int | None = None
+        self.comm: list[Event] = []  # communication calls' events (kineto.comms)
 
     def add(self, index: int, events: list[Event], skipped: Sequence[int] = ()) -> None:
         """Turn one chunk of events (the first is event ``index`` of the file) into
@@ -174,6 +176,7 @@ class TableBuilder:
             if old in buckets:
                 buckets[new] = buckets.get(new, []) + buckets.pop(old)
         fill_correlation_from_flows(buckets, self.flows)
+        self.comm += comms.calls_of(buckets)
 
         def x(cat: str) -> Timed:
             return timed(phase(buckets.get(cat), "X", drops=self.drops), 0, self.drops)
@@ -227,6 +230,10 @@ class TableBuilder:
             for cols in out.values():
                 if "ts_ns" in cols:
                     cols["ts_ns"] = cols["ts_ns"] + np.int64(base_ns)
+        coll = comms.collective_columns(self.comm, base_ns)
+        self.comm = []
+        if coll is not None:
+            out["collectives"] = coll
         procs, threads, stream_names = self._processes_threads()
         if procs:
             out["processes"] = {"pid": [p for p, _ in procs], "name": [n for _, n in procs]}

@@ -61,6 +61,18 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     addr: IntLike = _f("Addr")
     name: str | None = None  # metadata events: process_name / thread_name
     labels: str | None = None  # metadata events: process_labels
+    # a collective's arguments (NCCL kernels of torch >= 2.4, record_param_comms ops): any JSON
+    # type, checked where they are read (kineto.comms), so that an odd one drops no event
+    collective: Any = _f("Collective name")
+    in_elems: Any = _f("In msg nelems")
+    out_elems: Any = _f("Out msg nelems")
+    group_size: Any = _f("Group size")
+    dtype: Any = None
+    pg: Any = _f("Process Group Name")
+    pg_desc: Any = _f("Process Group Description")
+    pg_ranks: Any = _f("Process Group Ranks")
+    seq: Any = None
+    seq_cap: Any = _f("Seq")
 
 
 EMPTY_ARGS = Args()

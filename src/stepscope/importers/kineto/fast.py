@@ -34,10 +34,21 @@ Phase = Literal["X", "B", "E", "i", "I", "s", "t", "f", "M", "b", "n", "e", "C",
 
 
 class OpArgs(msgspec.Struct, gc=False, frozen=True):
-    """``cpu_op`` args: the op ids (Kineto's key order)."""
+    """``cpu_op`` args: the op ids (Kineto's key order), and a ``record_param_comms`` op's
+    collective arguments (as ``events.Args``'s)."""
 
     external_id: IntLike = _f("External id")
     sequence: IntLike = _f("Sequence number")
+    pg: Any = _f("Process Group Name")
+    out_elems: Any = _f("Out msg nelems")
+    pg_ranks: Any = _f("Process Group Ranks")
+    group_size: Any = _f("Group size")
+    in_elems: Any = _f("In msg nelems")
+    dtype: Any = None
+    pg_desc: Any = _f("Process Group Description")
+    collective: Any = _f("Collective name")
+    seq: Any = None
+    seq_cap: Any = _f("Seq")
 
 
 class MemArgs(msgspec.Struct, gc=False, frozen=True):

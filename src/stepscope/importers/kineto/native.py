@@ -5,7 +5,8 @@ chunk of the event array and returns, for the events of the categories the table
 columns, packed arrays (category, phase, position, name id, the integer fields and their
 states, ``ts``/``dur``/occupancy, grid/block, sync kind) and one string table; events of
 categories the builder keeps as objects (annotations) come back as byte spans, decoded here
-with the msgspec Structs; ignored categories are only counted. :mod:`scanned` turns
+with the msgspec Structs, and so do (besides their row) the events whose args have a
+``Collective name`` (``kineto.comms``: the collectives); ignored categories are only counted. :mod:`scanned` turns
 the arrays into the same columns :mod:`tables` makes from decoded events.
 
 Whenever the scanner meets anything it does not reproduce exactly (see the C file's header:
@@ -105,6 +106,7 @@ class Scanned:
     strings: pa.Array
     objects: dict[str, list[Event]]  # object categories: decoded events, in file order
     object_pos: dict[str, list[int]]
+    comm: list[Event]  # events with a "Collective name" arg (also rows): decoded (kineto.comms)
     end: int  # offset after what was read (after the array's ']' for the last chunk)
 
     def rows(self, category: str) -> npt.NDArray[np.intp]:
@@ -116,6 +118,9 @@ class Scanned:
         """An integer field of ``rows``: values and whether each is set."""
         j = COLUMN[name]
         return self.ints[rows, j], self.set[rows, j]
+
+
+_RESULT_ITEMS = 18  # what the scanner returns (_kineto_scan.c, the end of scan())
 
 
 def _array(buf: bytes, dtype: Any, width: int = 0) -> Any:
@@ -131,30 +136,24 @@ def scan(data: Any, start: int, stop: int, *, tail: bool,
     if EXTENSION is None:
         return None
     got = EXTENSION.scan(data, start, stop, CATEGORIES, _KIND_BYTES, tail)
-    if got is None:
+    if got is None or len(got) != _RESULT_ITEMS:  # (an extension built from older sources)
         return None
-    (events, counts, nrows, cat, ph, pos, name, ints, ist, flt, xyz, xst, sync, objs, offsets,
-     text, end) = got
+    (events, counts, nrows, cat, ph, pos, name, ints, ist, flt, xyz, xst, sync, objs, comm,
+     offsets, text, end) = got
     cat_a = _array(cat, np.uint8)
     ist_a = _array(ist, np.uint8, len(INT_COLUMNS)).astype(bool)
     need = _NEED_CORRELATION[cat_a]
     if need.any() and not ist_a[need, COLUMN["correlation"]].all():
         return None  # GPU events without a correlation id: the flows are needed (NeedFlows)
-    spans = _array(objs, np.int64, 3)
     objects: dict[str, list[Event]] = {}
     object_pos: dict[str, list[int]] = {}
-    if len(spans):
-        view = memoryview(data)
-        try:
-            decoded = decoder.decode(b"".join((b"[", b",".join(
-                [view[s:e] for s, e in spans[:, :2].tolist()]), b"]")))
-        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
-            return None
-        finally:
-            del view
-        for ev, p in zip(decoded, spans[:, 2].tolist()):
-            objects.setdefault(ev.cat, []).append(ev)
-            object_pos.setdefault(ev.cat, []).append(p)
+    decoded = _decode_spans(data, _array(objs, np.int64, 3), decoder)
+    comm_events = _decode_spans(data, _array(comm, np.int64, 3), decoder)
+    if decoded is None or comm_events is None:
+        return None
+    for ev, p in decoded:
+        objects.setdefault(ev.cat or "", []).append(ev)
+        object_pos.setdefault(ev.cat or "", []).append(p)
     n_strings = len(offsets) // 4 - 1
     strings = pa.Array.from_buffers(pa.string(), n_strings,
                                     [None, pa.py_buffer(offsets), pa.py_buffer(text)])
@@ -165,7 +164,25 @@ def scan(data: Any, start: int, stop: int, *, tail: bool,
         name=_array(name, np.int32), ints=_array(ints, np.int64, len(INT_COLUMNS)), set=ist_a,
         floats=_array(flt, np.float64, 3), xyz=_array(xyz, np.int64, 6),
         xyz_set=_array(xst, np.uint8, 2).astype(bool), sync=_array(sync, np.int32),
-        strings=strings, objects=objects, object_pos=object_pos, end=end)
+        strings=strings, objects=objects, object_pos=object_pos,
+        comm=[ev for ev, _ in comm_events], end=end)
+
+
+def _decode_spans(data: Any, spans: npt.NDArray[np.int64],
+                  decoder: msgspec.json.Decoder[Any]) -> list[tuple[Event, int]] | None:
+    """The events at ``spans`` (start, stop, place in the chunk), decoded with ``decoder``;
+    None when one does not decode (the chunk then goes to msgspec whole)."""
+    if not len(spans):
+        return []
+    view = memoryview(data)
+    try:
+        decoded = decoder.decode(b"".join((b"[", b",".join(
+            [view[s:e] for s, e in spans[:, :2].tolist()]), b"]")))
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    finally:
+        del view
+    return list(zip(decoded, spans[:, 2].tolist()))
 
 
 __all__ = ["CATEGORIES", "ENV", "EXTENSION", "INT_COLUMNS", "Scanned", "enabled", "scan"]

@@ -38,6 +38,7 @@ from stepscope.importers.kineto.columns import (
     us_to_ns,
 )
 from stepscope.importers.kineto.columns import timed as columns_timed
+from stepscope.importers.kineto.comms import is_call
 from stepscope.importers.kineto.native import COLUMN_CATEGORIES, Scanned
 from stepscope.schema import ApiDomain, CopyKind, CpuOpKind, DeviceType, SyncKind
 
@@ -282,6 +283,7 @@ def add_chunk(b: TableBuilder, index: int, sc: Scanned, skipped: Sequence[int] =
     drops = b.drops
     drops.set_chunk(index, (), skipped)
     b.events += sc.events
+    b.comm += [e for e in sc.comm if is_call(e)]
     b.categories.update(sc.counts)
     rows = {c: sc.rows(c) for c in sc.counts if c in COLUMN_CATEGORIES}
 

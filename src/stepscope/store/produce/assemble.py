@@ -4,9 +4,11 @@
 
 ``stepscope import`` (``importers.import_traces``) and the merge of a capture
 (``capture.partitions.merge``) both end here. Each bundle's tables are written through
-``RunWriter`` (which checks their columns) as they come, one bundle at a time; each bundle is
-then checked against what its kind of source must provide (``schema.CONTRACTS``), a gap becoming
-a ``missing_tables`` diagnostic; a rank given twice is refused. The manifest's ranks and
+``RunWriter`` (which checks their columns) as they come, one bundle at a time; its
+``collectives`` go last, through ``collectives.complete`` (linked to the rank's NCCL/RCCL
+kernels, or made from them when the source gave none). Each bundle is then checked against
+what its kind of source must provide (``schema.CONTRACTS``), a gap becoming a
+``missing_tables`` diagnostic; a rank given twice is refused. The manifest's ranks and
 per-rank diagnostics come from the bundles; the rest (what the run's source was, its settings,
 overhead, run-wide diagnostics) from the caller's ``head``, asked once every table is written.
 """
@@ -24,6 +26,7 @@ from stepscope.errors import RunError
 from stepscope.progress import report as say_progress
 from stepscope.store.manifest import Diagnostic, Manifest
 from stepscope.store.produce.bundle import RankBundle, contract_gaps, gap_diagnostic
+from stepscope.store.produce.collectives import communication_kernels, complete
 from stepscope.store.writer import RunWriter
 
 # told of each table as it is written: (rank, table name, the table)
@@ -47,15 +50,29 @@ def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: M
                                f"{bundle.rank.file or 'another'}): a run has one of each rank")
             rows: dict[str, int] = {}
             what = f"writing rank {r}'s tables"
+            given: pa.Table | None = None  # the source's collectives, completed at the end
+            comm = communication_kernels({})
             for i, name in enumerate(bundle.tables):
                 say_progress(what, i, len(bundle.tables))
                 table = bundle.tables[name]
+                if name == "collectives":
+                    given = table
+                    continue
                 rows[name] = writer.write(name, r, table)
                 if on_table is not None:
                     on_table(r, name, table)
+                if name == "kernels":
+                    comm = communication_kernels(table)
                 del table  # one table in memory at a time
+            done = complete(given, comm, r)
+            if done is not None or given is not None:
+                table = done if done is not None else given
+                rows["collectives"] = writer.write("collectives", r, table)
+                if on_table is not None:
+                    on_table(r, "collectives", table)
+                del table
             say_progress(what, len(bundle.tables), len(bundle.tables))
-            missing = contract_gaps(bundle.kind, rows)
+            missing = contract_gaps(bundle.kind, rows, communication=comm.num_rows > 0)
             gaps = (gap_diagnostic(bundle, missing),) if missing else ()
             fact = dataclasses.replace(bundle, tables={},
                                        diagnostics=(*bundle.diagnostics, *gaps))

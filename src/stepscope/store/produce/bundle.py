@@ -50,10 +50,12 @@ def gpu_activity(rows: Mapping[str, int]) -> bool:
     return any(rows.get(t, 0) > 0 for t in GPU_ACTIVITY_TABLES)
 
 
-def contract_gaps(kind: SourceKind, rows: Mapping[str, int]) -> tuple[str, ...]:
+def contract_gaps(kind: SourceKind, rows: Mapping[str, int], *,
+                  communication: bool = False) -> tuple[str, ...]:
     """The tables a rank of ``kind`` with ``rows`` (table -> rows written) must provide and
-    lacks (``schema.CONTRACTS``)."""
-    return tuple(t for t in required_tables(kind, gpu_activity(rows)) if rows.get(t, 0) <= 0)
+    lacks (``schema.CONTRACTS``); ``communication``: the rank ran NCCL/RCCL kernels."""
+    need = required_tables(kind, gpu_activity(rows), communication)
+    return tuple(t for t in need if rows.get(t, 0) <= 0)
 
 
 def gap_diagnostic(bundle: RankBundle, missing: tuple[str, ...]) -> Diagnostic:
