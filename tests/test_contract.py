@@ -48,7 +48,8 @@ from stepscope.store.run import Run
 
 DATA = Path(__file__).parent / "data"
 # tables that only programs doing that thing fill: a rule needing them may be skipped
-PROGRAM_TABLES = {"memcpy": "host/device copies", "input_waits": "a data loader the hooks see"}
+PROGRAM_TABLES = {"memcpy": "host/device copies", "input_waits": "a data loader the hooks see",
+                  "collectives": "communication between ranks (NCCL/RCCL)"}
 REQUIRED = sorted({t for rule in RULES for t in rule.requires})
 DEVICE_RULES = {"small_grid", "low_occupancy", "no_tensor_cores", "tc_misaligned"}
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -223,7 +224,8 @@ def test_a_run_recorded_on_an_h100_skips_no_rule_for_a_missing_table() -> None:
     (dev,) = run.table("devices").to_pylist()
     assert (dev["name"], dev["sm_count"], dev["compute_major"]) == ("NVIDIA H100 80GB HBM3", 132, 9)
     rep = build_report(run)
-    assert [s.id for s in rep.advice.skipped] == ["input_bound"]
+    # a one-GPU program: no DataLoader, no collectives
+    assert [s.id for s in rep.advice.skipped] == ["input_bound", "straggler", "slow_collectives"]
     assert not [f for f in rep.advice.findings if f.severity.value != "info"]  # healthy
 
 

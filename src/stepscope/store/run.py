@@ -105,7 +105,8 @@ def check_tables(path: Path, manifest: Manifest) -> None:
     ``rank-<r>.parquet`` per rank of the manifest, each with its table's columns, and as many
     rows in all as the manifest counts. Reads only the files' footers (~0.1 ms each), so a
     deleted, swapped, truncated or foreign file is one line at open, never a report of wrong
-    numbers. A manifest without row counts (written by hand) is checked for files only."""
+    numbers. A manifest without row counts (written by hand) is checked for files only. A
+    file may lack nullable columns (added to the schema after it was written; read as nulls)."""
     ranks = {r.rank for r in manifest.ranks}
     counts = manifest.tables
     for name in TABLE_NAMES:
@@ -119,6 +120,9 @@ def check_tables(path: Path, manifest: Manifest) -> None:
                                "(the run is damaged)")
             continue
         columns = spec(name).arrow_schema.names
+        # columns added to the schema later are nullable: a run written before them lacks
+        # them and reads them as nulls
+        optional = {c.name for c in spec(name).columns if c.nullable}
         rows = 0
         for f in sorted(folder.glob("rank-*.parquet")):
             rank = f.name[len("rank-"):-len(".parquet")]
@@ -130,7 +134,7 @@ def check_tables(path: Path, manifest: Manifest) -> None:
             except (OSError, pa.ArrowException) as exc:
                 raise RunError(f"{f}: cannot read table ({_first_line(exc)})") from None
             got = meta.schema.to_arrow_schema().names
-            if got != columns:
+            if got != columns and got != [c for c in columns if c in got or c not in optional]:
                 lacks = [c for c in columns if c not in got]
                 odd = [c for c in got if c not in columns]
                 why = (f"no column {lacks[0]}" if lacks else f"a column {odd[0]}" if odd
