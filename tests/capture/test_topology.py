@@ -23,16 +23,24 @@ from stepscope.capture.topology import (
     open_nvml,
     pcie_gbs,
     process_cpus,
+    single_node,
     with_topology,
 )
 
 
 class TopoNvml(FakeNvml):
     """Two GPUs: GPU 0 (bus 10) has 18 NVLink 4.0 links, 2 of them down, and a Gen5 x16 link;
-    GPU 1 (bus 11) has no NVLink (NOT_SUPPORTED) and its PCIe calls fail."""
+    GPU 1 (bus 11) has no NVLink (NOT_SUPPORTED) and its PCIe calls fail. Memory affinity:
+    GPU 0 node 1, GPU 1 node 0 (nvmlDeviceGetNumaNodeId, the GPU memory's own node where GPUs
+    are NUMA nodes, says 1 for GPU 1: it must not be the answer)."""
 
     NVML_FEATURE_ENABLED = 1
     NVML_NVLINK_MAX_LINKS = 18
+    NVML_AFFINITY_SCOPE_NODE = 0
+
+    def nvmlDeviceGetMemoryAffinity(self, h: Any, words: int, scope: int) -> list[int]:
+        assert words >= 1 and scope == 0
+        return [1 << (1 - h.index)] + [0] * (words - 1)
 
     def nvmlDeviceGetNvLinkState(self, h: Any, link: int) -> int:
         if h.index == 1:
@@ -92,18 +100,26 @@ def test_link_bandwidths() -> None:
     assert nvlink_gbs(0, 6) is None and nvlink_gbs(4, None) is None
 
 
-def test_nvml_first_then_sysfs(tmp_path: Path) -> None:
+def test_nvml_and_sysfs(tmp_path: Path) -> None:
     nv = TopoNvml()
     nv.nvmlInit()
-    topo = NvmlTopology(nv, _sys(tmp_path))
-    # GPU 0: NVML's NUMA id fails (fake) -> sysfs node 0; 16 of 18 links up
+    root = _sys(tmp_path)
+    (tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:11:00.0" / "numa_node").write_text(
+        "-1\n")  # sysfs without a node for GPU 1: NVML's memory affinity says node 0
+    topo = NvmlTopology(nv, root)
+    # GPU 0: sysfs node 0 before NVML's node 1; 16 of 18 links up
     assert topo.gpu("0000:10:00.0") == GpuTopology(
         numa_node=0, numa_cpus="0-3,8-11", nvlink_links=16, nvlink_gbs=400.0, pcie_gbs=63.02)
-    # GPU 1: NVML says node 1; no NVLink (0 links); PCIe from sysfs (Gen4 x8)
+    # GPU 1: node 0 from NVML's memory affinity; no NVLink (0 links); PCIe from sysfs (Gen4 x8)
     assert topo.gpu("00000000:11:00.0") == GpuTopology(
-        numa_node=1, numa_cpus="4-7,12-15", nvlink_links=0, nvlink_gbs=None, pcie_gbs=15.75)
+        numa_node=0, numa_cpus="0-3,8-11", nvlink_links=0, nvlink_gbs=None, pcie_gbs=15.75)
     assert topo.gpu("0000:99:00.0") == GpuTopology()  # not NVML's, not in sysfs
     assert topo.gpu(None) == GpuTopology()
+
+
+def test_node_masks() -> None:
+    assert single_node([0b100]) == 2 and single_node([0, 1]) == 64
+    assert single_node([0b11]) is None and single_node([0, 0]) is None
 
 
 def test_without_nvml_sysfs_only(tmp_path: Path) -> None:

@@ -6,8 +6,12 @@ Read in the profiled process when its GPU backend stops, next to the CUDA driver
 (``capture.devices``), for the GPUs the process used, matched to NVML by PCI bus id (so that
 ``CUDA_VISIBLE_DEVICES`` renumbering does not matter). Sources, first that answers:
 
-- NUMA node: NVML ``nvmlDeviceGetNumaNodeId``, else sysfs
-  ``/sys/bus/pci/devices/<bus id>/numa_node``; its CPUs: ``/sys/devices/system/node/node<N>/cpulist``.
+- NUMA node: sysfs ``/sys/bus/pci/devices/<bus id>/numa_node`` (the node of the PCIe root the
+  GPU hangs off), else NVML ``nvmlDeviceGetMemoryAffinity`` at node scope (the node
+  ``nvidia-smi topo -m`` prints as "NUMA Affinity") when it names one node; its CPUs:
+  ``/sys/devices/system/node/node<N>/cpulist``. Not ``nvmlDeviceGetNumaNodeId``: NVML documents
+  it for "platforms where the GPUs are NUMA nodes" (coherent GPU memory, e.g. GH200), where it
+  names the GPU memory's own CPU-less node, not the host node near the GPU.
 - NVLink: ``nvmlDeviceGetNvLinkState`` for each link up to ``NVML_NVLINK_MAX_LINKS`` (links
   that answer ``NVML_FEATURE_ENABLED`` are active), ``nvmlDeviceGetNvLinkVersion`` of an
   active link for the per-link bandwidth (``NVLINK_GBS``); a GPU whose links all answer
@@ -43,7 +47,8 @@ NVLINK_GBS: dict[int, float] = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 
 # (Pascal 6, Volta 7, Ampere 8, Hopper 9, Blackwell 10).
 NVLINK_GBS_BY_CC: dict[int, float] = {6: 20.0, 7: 25.0, 8: 25.0, 9: 25.0, 10: 50.0}
 NVML_FEATURE_ENABLED = 1
-MAX_LINKS_DEFAULT = 18  # pynvml.NVML_NVLINK_MAX_LINKS on Hopper-era bindings
+MAX_LINKS_DEFAULT = 18
+MASK_WORDS = 4  # 64-bit words of NUMA node mask asked for: nodes 0-255  # pynvml.NVML_NVLINK_MAX_LINKS on Hopper-era bindings
 
 # PCIe bandwidth per lane and per direction after line encoding, GB/s (PCI-SIG rates):
 # Gen1 2.5 GT/s and Gen2 5 GT/s with 8b/10b; Gen3 8, Gen4 16, Gen5 32 GT/s with 128b/130b;
@@ -147,6 +152,14 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def single_node(words: Sequence[int]) -> int | None:
+    """The node of a NUMA node mask (64-bit words, bit ``i`` of word ``w`` = node ``64 w + i``,
+    as ``nvmlDeviceGetMemoryAffinity`` returns it) when it names exactly one, else None."""
+    nodes = [64 * w + i for w, word in enumerate(words) for i in range(64)
+             if (int(word) >> i) & 1]
+    return nodes[0] if len(nodes) == 1 else None
+
+
 def _bus_id(nv: Any, h: Any) -> str:
     return _text(nv.nvmlDeviceGetPciInfo(h).busId)
 
@@ -202,12 +215,13 @@ class NvmlTopology:
             pcie_gbs=pcie if pcie is not None else _sysfs_pcie(bus, self._root))
 
     def _numa_node(self, h: Any, bus: str) -> int | None:
+        node = pci_numa_node(bus, self._root)
         nv = self._nv
-        if h is not None and hasattr(nv, "nvmlDeviceGetNumaNodeId"):
-            node = _safe(lambda: int(nv.nvmlDeviceGetNumaNodeId(h)))
-            if node is not None and node >= 0:
-                return int(node)
-        return pci_numa_node(bus, self._root)
+        if node is not None or h is None or not hasattr(nv, "nvmlDeviceGetMemoryAffinity"):
+            return node
+        scope = getattr(nv, "NVML_AFFINITY_SCOPE_NODE", 0)
+        words = _safe(lambda: list(nv.nvmlDeviceGetMemoryAffinity(h, MASK_WORDS, scope)))
+        return single_node(words) if words else None
 
     def _nvlinks(self, h: Any) -> tuple[int | None, int | None]:
         """(active links, the version code of the first), (None, None) when NVML is absent."""
@@ -279,4 +293,4 @@ def with_topology(rows: Sequence[Mapping[str, Any]], *, use_nvml: bool = True,
 
 __all__ = ["NVLINK_GBS", "PCIE_LANE_GBS", "TOPOLOGY_COLUMNS", "GpuTopology", "NvmlTopology",
            "add_topology", "bus_key", "close_nvml", "format_cpulist", "nvlink_gbs", "open_nvml",
-           "pcie_gbs", "process_cpus", "with_topology"]
+           "pcie_gbs", "process_cpus", "single_node", "with_topology"]
