@@ -87,6 +87,21 @@ class TraceBuilder:
         return self.kernel(f"ncclDevKernel_{name}_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
                            ts, dur, **kw)
 
+    def call(self, op: str, ts: float, dur: float, *, rank: int = 0, pg: str | None = "0",
+             seq: int | None = None, nbytes: int | None = None, group_size: int | None = None,
+             source: str = "kernel_args", stream: int = 20, kernels: int = 1) -> TraceBuilder:
+        """A ``collectives`` row (``op``: a CollectiveOp value) and, unless ``kernels`` is 0,
+        its NCCL kernel at the same time."""
+        kname = {"all_reduce": "AllReduce", "all_gather": "AllGather",
+                 "reduce_scatter": "ReduceScatter", "broadcast": "Broadcast",
+                 "send_recv": "SendRecv"}.get(op, "AllReduce")
+        if kernels:
+            self.collective(kname, ts, dur, rank=rank, stream=stream)
+        self._add("collectives", rank, ts_ns=_ns(ts), dur_ns=_ns(dur), device=0, stream=stream,
+                  op=op, name=f"nccl:{op}", pg=pg, group_size=group_size, bytes=nbytes,
+                  seq=seq, kernels=kernels, source=source)
+        return self
+
     def memcpy(self, kind: str, ts: float, dur: float, nbytes: int, *, src: str | None = None,
                dst: str | None = None, stream: int = 7, device: int = 0, rank: int = 0,
                api: tuple[str, float, float] | None = None, tid: int | None = None) -> TraceBuilder:

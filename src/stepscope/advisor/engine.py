@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stepscope.advisor.base import Context, Finding, Rule, Severity, Skipped
+from stepscope.advisor.folding import fold
 from stepscope.analysis import Analysis
 from stepscope.analysis.summary import summarize
 from stepscope.model.overhead import HostTrust, host_trust
@@ -53,4 +54,4 @@ def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
             found.extend(rule.check(ctx))
         except SkipRule as exc:
             skipped.append(Skipped(rule.id, str(exc)))
-    return Advice(findings=rank_findings(found), skipped=tuple(skipped), host_trust=trust)
+    return Advice(findings=rank_findings(fold(found)), skipped=tuple(skipped), host_trust=trust)

@@ -9,6 +9,10 @@ Per steady step window of a rank (all its devices merged, like the step breakdow
     free       = compute time with no communication under it: what could still hide some
     saving     = min(exposed, free)
 
+With several ranks, the part of a collective spent waiting for a late rank (its kernel's first
+``wait`` ns, ``model.collectives``) is the ``straggler`` finding's, not a transfer that overlap
+could hide: ``waits`` (per rank, (start, end) intervals) are taken out of ``exposed`` first.
+
 A collective can only hide under compute that does not depend on it (the last gradient
 bucket's all-reduce has no backward left to run under), so ``saving`` is what perfect
 overlap would give: an upper bound. Summed over the steady steps; per step in the rule.
@@ -48,6 +52,7 @@ class CommOverlap:
     free_ns: int  # compute time with no communication under it
     saving_ns: int  # sum over steps of min(exposed, free)
     per_step_exposed_ns: tuple[int, ...]
+    waiting_ns: int  # exposed time spent waiting for a late rank (taken out of exposed_ns)
     steps: tuple[int, ...]  # step indexes of the steady steps
     worst: int  # step index with the most exposed communication
     start_ns: int  # its window
@@ -64,8 +69,10 @@ class CommOverlap:
         return (self.comm_ns - self.exposed_ns) / self.comm_ns if self.comm_ns else 0.0
 
 
-def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5) -> CommOverlap | None:
-    """``None`` when the rank has no steady step or no communication kernel in them."""
+def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5,
+                 waits: tuple[tuple[int, int], ...] = ()) -> CommOverlap | None:
+    """``None`` when the rank has no steady step or no communication kernel in them.
+    ``waits``: the rank's waits for late ranks inside collectives (start, end)."""
     idx = [i for i, s in enumerate(ra.steps.steps) if s.steady]
     if not idx:
         return None
@@ -75,7 +82,13 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5) -> CommOverlap 
     comm = comm_set.within(ws, we)
     if int(comm.sum()) == 0:
         return None
-    exposed = (comm_set - comp_set).within(ws, we)
+    exposed_all = comm_set - comp_set
+    exposed = exposed_all.within(ws, we)
+    waiting = np.zeros_like(exposed)
+    if waits:
+        wait_set = IntervalSet.of([a for a, _ in waits], [b for _, b in waits])
+        exposed = (exposed_all - wait_set).within(ws, we)
+        waiting = exposed_all.within(ws, we) - exposed
     compute = comp_set.within(ws, we)
     free = (comp_set - comm_set).within(ws, we)
     saving = np.minimum(exposed, free)
@@ -84,7 +97,7 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5) -> CommOverlap 
     return CommOverlap(
         rank=ra.rank, n_steps=len(idx), comm_ns=int(comm.sum()), exposed_ns=int(exposed.sum()),
         compute_ns=int(compute.sum()), free_ns=int(free.sum()), saving_ns=int(saving.sum()),
-        per_step_exposed_ns=tuple(int(x) for x in exposed),
+        per_step_exposed_ns=tuple(int(x) for x in exposed), waiting_ns=int(waiting.sum()),
         steps=tuple(ra.steps.steps[i].index for i in idx), worst=ra.steps.steps[idx[w]].index,
         start_ns=int(ws[w]), end_ns=int(we[w]), top=top)
 

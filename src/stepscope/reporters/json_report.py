@@ -23,6 +23,11 @@ Contract (version 1; later versions only add keys):
                     sm_coverage, waves, tensor_cores, precision, category
   launches, syncs, copies, input   per-rank detail objects (see docs/report-json.md)
   ranks             per-rank summaries
+  collectives       across ranks (``reporters.ranks_view``): matched_by, matched, unmatched,
+                    per rank {rank, step_ms, compute_ms, communication_ms, host_ms, wait_ms,
+                    late_calls, calls}, groups [{op, name, pg, bytes, ranks, calls,
+                    transfer_ms, wait_ms, busbw_gbs}], heat {steps, ranks, wait_ms[step][rank],
+                    late[step]}; null for a run of one rank
   findings          ranked advisor findings: id, category, severity, title, est_saving_ms,
                     est_saving_pct, method, evidence, fix{pytorch,tensorflow,jax,cuda}, where,
                     confidence, note, docs
@@ -43,6 +48,7 @@ import numpy as np
 
 from stepscope.advisor import Finding
 from stepscope.analysis.summary import StepTimeStats, summarize
+from stepscope.reporters.ranks_view import ranks_view
 from stepscope.reporters.report import REPORT_SCHEMA, Report
 
 
@@ -155,6 +161,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "copies": {str(ra.rank): ra.copies for ra in a.ranks},
         "input": {str(ra.rank): ra.input for ra in a.ranks},
         "ranks": [dataclasses.asdict(r) for r in s.ranks],
+        "collectives": _collectives(report) if len(a.ranks) > 1 else None,
         "findings": [finding_dict(f) for f in report.advice.findings],
         "skipped_rules": [dataclasses.asdict(x) for x in report.advice.skipped],
         "host_trust": report.advice.host_trust,
@@ -162,6 +169,14 @@ def report_dict(report: Report) -> dict[str, Any]:
     result = jsonable(out)
     assert isinstance(result, dict)
     return result
+
+
+def _collectives(report: Report) -> dict[str, Any]:
+    v = ranks_view(report.analysis)
+    return {"matched_by": v.matched_by, "matched": v.matched, "unmatched": v.unmatched,
+            "ranks": v.rows, "groups": v.groups,
+            "heat": {"steps": v.steps, "ranks": [r.rank for r in v.rows], "wait_ms": v.wait_ms,
+                     "late": v.late}}
 
 
 def to_json(report: Report, *, indent: int | None = 2) -> str:

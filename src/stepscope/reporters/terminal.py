@@ -13,6 +13,7 @@ from rich.text import Text
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.analysis.summary import RunSummary, summarize
 from stepscope.errors import printable
+from stepscope.reporters.ranks_view import RanksView, ranks_view
 from stepscope.reporters.report import Report, fix_for
 
 WIDTH = 100
@@ -230,6 +231,46 @@ def _kernels(report: Report, limit: int) -> Table:
     return tab
 
 
+MAX_RANK_ROWS = 16
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _ranks(view: RanksView) -> list[RenderableType]:
+    """Per rank: its step and breakdown, its waits inside collectives and how often it was
+    the late rank; then the collectives by transfer time."""
+    tab = Table(title="Ranks (mean of steady steps, ms)", title_justify="left", expand=False,
+                show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for name in ("rank", "step", "compute", "exposed comm", "GPU idle", "waiting", "late at"):
+        tab.add_column(name, justify="right")
+    rows = sorted(view.rows, key=lambda r: -(r.step_ms or 0.0))
+    for r in rows[:MAX_RANK_ROWS]:
+        late = "-" if r.late_calls is None else f"{r.late_calls}/{r.calls}"
+        tab.add_row(str(r.rank), _fmt(r.step_ms), _fmt(r.compute_ms),
+                    _fmt(r.communication_ms), _fmt(r.host_ms), _fmt(r.wait_ms), late)
+    out: list[RenderableType] = [tab]
+    if len(rows) > MAX_RANK_ROWS:
+        out.append(Text(f"   ... {len(rows) - MAX_RANK_ROWS} more ranks in the JSON report",
+                        style="dim"))
+    out.append(Text("   waiting: inside collectives for a later rank, per step; late at: "
+                    "matched collectives the rank arrived last at", style="dim"))
+    if view.groups:
+        col = Table(title=f"Collectives ({view.matched} matched across ranks by "
+                          f"{view.matched_by})", title_justify="left", expand=False,
+                    show_edge=False, pad_edge=False, box=None, header_style="bold")
+        col.add_column("op", no_wrap=True, overflow="ellipsis", max_width=18)
+        for name in ("MB", "ranks", "calls", "transfer ms", "wait ms", "bus GB/s"):
+            col.add_column(name, justify="right")
+        for g in view.groups[:6]:
+            col.add_row(Text(g.op), "-" if g.bytes is None else f"{g.bytes / 1e6:.1f}",
+                        str(g.ranks), str(g.calls), f"{g.transfer_ms:.3f}", f"{g.wait_ms:.3f}",
+                        "-" if g.busbw_gbs is None else f"{g.busbw_gbs:.0f}")
+        out += [Text(), col]
+    return out
+
+
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
@@ -268,6 +309,8 @@ def render(report: Report, *, top_kernels: int = 8) -> Group:
         if not s.devices_used:
             title += ": all host time, no GPU activity recorded"
         parts += [Text(title, style="bold"), breakdown_bar(s.breakdown_ms), _legend(s), Text()]
+    if len(report.analysis.ranks) > 1:
+        parts += [*_ranks(ranks_view(report.analysis)), Text()]
     if s.kernels:
         parts += [_kernels(report, top_kernels), Text()]
     parts += _findings(report)

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.advisor.rules._kernels import short
+from stepscope.model.collectives import CrossRank, bus_factor, run_cross_rank
 from stepscope.model.communication import CommOverlap, comm_overlap
 from stepscope.model.confidence import Confidence
+from stepscope.model.links import link_of
 
 ID = "exposed_communication"
 CATEGORY = "communication"
@@ -69,7 +71,10 @@ def _ms(ns: float) -> str:
 
 
 def check(ctx: Context) -> Sequence[Finding]:
-    per_rank = [comm_overlap(ctx.graph_of(ra.rank), ra) for ra in ctx.ranks]
+    x = run_cross_rank(ctx.analysis)
+    per_rank = [comm_overlap(ctx.graph_of(ra.rank), ra,
+                             waits=(rc.wait_intervals if x and (rc := x.rank(ra.rank)) else ()))
+                for ra in ctx.ranks]
     best = tr.mean_over_ranks(ctx, per_rank)
     if best is None:
         return []
@@ -89,6 +94,12 @@ def check(ctx: Context) -> Sequence[Finding]:
                   f"{_ms(c.total_ns / n)} ms, {_ms(c.exposed_ns / n)} ms exposed")
     if len(ctx.ranks) > 1:
         ev.append(_ranks_line(results, len(ctx.ranks)))
+    if x is not None:
+        ev.extend(_volume_lines(ctx, x))
+    waited = sum(x.waiting_ns / x.n_steps for x in results) / max(1, len(results))
+    if waited > 0:
+        ev.append(f"not counted: {_ms(waited)} ms per step (mean over ranks) spent waiting in "
+                  f"collectives for a late rank (see straggler)")
     overlap = sum(x.comm_ns - x.exposed_ns for x in results) / max(
         1, sum(x.comm_ns for x in results))
     cap = Severity.CRITICAL
@@ -112,8 +123,29 @@ def check(ctx: Context) -> Sequence[Finding]:
         confidence=Confidence.MEDIUM, max_severity=cap,
         note=("an upper bound: a collective whose result the next compute needs (the last "
               "gradient bucket, the first all-gather) cannot hide; on several ranks, time "
-              "spent waiting for a late rank inside a collective also counts as exposed"),
+              "a rank waits inside a collective for a late rank is left out (straggler) where "
+              "the collectives could be matched across ranks"),
     )]
+
+
+def _volume_lines(ctx: Context, x: CrossRank) -> list[str]:
+    """The seed's check: bytes per step through the link, and the least time that takes."""
+    sized = [i for i in x.instances if i.bytes]
+    if not sized or x.n_steps == 0:
+        return []
+    n = max(len(i.ranks) for i in sized)
+    per_step = sum(i.bytes or 0 for i in sized) / x.n_steps
+    bus = sum((i.bytes or 0) * bus_factor(i.op, len(i.ranks)) for i in sized) / x.n_steps
+    ops = sorted({i.op for i in sized})
+    line = (f"{per_step / 1e6:.1f} MB per step through {', '.join(o.replace('_', '-') for o in ops)} "
+            f"over {n} ranks")
+    if "all_reduce" in ops:
+        line += " (DDP: the gradients, = parameters x bytes per element; bf16 halves fp32)"
+    link = link_of([d for ra in ctx.ranks for d in ra.devices])
+    if link is not None and x.hosts == 1:
+        line += (f"; at the {link.reachable_gbs:.0f} GB/s NCCL reaches on this {link.kind} "
+                 f"that is at least {_ms(bus / link.reachable_gbs)} ms of transfer per step")
+    return [line]
 
 
 def _ranks_line(results: Sequence[CommOverlap], n_ranks: int) -> str:

@@ -1697,6 +1697,49 @@ function renderRanks() {
     tip: ['Rank ' + r.rank, 'mean step ' + fmtMs(r.mean)].concat(CATS.filter(c => r.breakdown[c] > 0).map(c => CAT_LABEL[c] + ': ' + fmtMs(r.breakdown[c]))),
     onclick: () => { const st = U.steps.filter(x => x.rank === r.rank); if (st.length) openTimeline(st[0].start_us, st[st.length - 1].end_us, {rank: r.rank}); }})),
   {height: 200, fmtY: v => num(v, 1) + ' ms', aria: 'per-rank breakdown'});
+  renderCollectives(el);
+}
+
+/** Collectives across ranks: the step x rank wait heat map and the collectives by kind. */
+function renderCollectives(el) {
+  const C = R.collectives;
+  if (!C || !C.matched) {
+    el.appendChild(h('p', {class: 'note', text: 'No collectives could be matched across ranks (none recorded, or one rank only).'}));
+    return;
+  }
+  el.appendChild(h('h3', {text: 'Waiting inside collectives, per step and rank'}));
+  el.appendChild(h('p', {class: 'note', text: `${C.matched} collectives matched across ranks by ${C.matched_by}` +
+    (C.unmatched ? `, ${C.unmatched} calls left unmatched` : '') +
+    '. A cell is the time the rank waited inside collectives for a later rank in that step (kernel duration minus the shortest over the ranks); ● marks the step\'s late rank. Click a cell to open the step.'}));
+  const heat = C.heat, max = Math.max(1e-9, ...heat.wait_ms.flat());
+  const grid = h('div', {class: 'heat', role: 'grid', 'aria-label': 'wait per step and rank'});
+  grid.style.gridTemplateColumns = `auto repeat(${heat.ranks.length}, minmax(2.2em, 1fr))`;
+  grid.appendChild(h('div', {class: 'muted', text: 'step'}));
+  for (const r of heat.ranks) grid.appendChild(h('div', {class: 'muted', text: 'rank ' + r}));
+  heat.steps.forEach((step, i) => {
+    grid.appendChild(h('div', {class: 'muted', text: String(step)}));
+    heat.ranks.forEach((r, j) => {
+      const w = heat.wait_ms[i][j], late = heat.late[i] === r;
+      const cell = h('div', {class: 'cell', text: late ? '●' : '', title: `step ${step}, rank ${r}: waited ${fmtMs(w)}` + (late ? ' (late rank)' : '')});
+      cell.style.background = `rgba(200, 60, 160, ${(0.08 + 0.92 * w / max).toFixed(3)})`;
+      cell.addEventListener('click', () => {
+        const st = U.steps.find(x => x.rank === r && x.number === step);
+        if (st) openTimeline(st.start_us, st.end_us, {rank: r});
+      });
+      grid.appendChild(cell);
+    });
+  });
+  el.appendChild(grid);
+  el.appendChild(h('h3', {text: 'Collectives by kind'}));
+  dataTable(el, [{key: 'op', label: 'op', text: true}, {key: 'name', label: 'name', text: true, name: true},
+    {key: 'pg', label: 'group', text: true}, {key: 'bytes', label: 'size', fmt: v => v === null ? '–' : fmtBytes(v)},
+    {key: 'ranks', label: 'ranks'}, {key: 'calls', label: 'calls'},
+    {key: 'transfer_ms', label: 'transfer (median)', fmt: fmtMs}, {key: 'wait_ms', label: 'wait (median)', fmt: fmtMs},
+    {key: 'busbw_gbs', label: 'bus GB/s', fmt: v => num(v, 0)}],
+  C.groups, {filter: false, sort: 'transfer_ms'});
+  dataTable(el, [{key: 'rank', label: 'rank'}, {key: 'wait_ms', label: 'waiting / step', fmt: fmtMs},
+    {key: 'late_calls', label: 'late at'}, {key: 'calls', label: 'matched calls'}],
+  C.ranks, {filter: false, sort: 'wait_ms'});
 }
 
 function renderFooter() {

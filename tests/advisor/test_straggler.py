@@ -1,0 +1,96 @@
+"""straggler: one rank late at the collectives (builder times in µs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.model.test_collectives import straggler as plant
+
+from stepscope.advisor.base import Finding, Severity
+from stepscope.advisor.engine import advise
+from stepscope.advisor.rules import exposed_communication, straggler
+from stepscope.analysis import analyze
+from stepscope.store.run import Run
+
+
+def _findings(run: Run, *rules: Any) -> tuple[Finding, ...]:
+    return advise(analyze(run), list(rules) or [straggler.RULE]).findings
+
+
+def test_names_the_late_rank_its_cause_and_the_wait(builder: Any, tmp_path: Path) -> None:
+    plant(builder)
+    (f,) = _findings(builder.build(tmp_path / "run"))
+    assert f.id == "straggler" and f.where.rank == 1
+    # rank 0 waits 400 µs per 1000 µs step for rank 1
+    assert f.est_saving_ms == pytest.approx(0.4) and f.severity is Severity.CRITICAL
+    assert f.title == ("Rank 1 is the straggler (host-side work): the other ranks wait ~0.400 "
+                       "ms per step for it in the collectives")
+    assert f.evidence[0].startswith("rank 1 arrived last at ")
+    assert "the others waited 0.400 ms per step in them" in f.evidence[0]
+    assert f.evidence[1] == ("wait inside collectives per step: rank 0 0.400 ms, rank 1 "
+                             "0.000 ms")
+    assert f.evidence[2].startswith("rank 1's step: 0.400 ms host against 0.000 ms")
+    assert "move it out of the step" in f.fix.pytorch
+    assert f.where.steps and f.where.start_ns is not None
+
+
+def test_exposed_communication_leaves_the_wait_to_the_straggler(builder: Any,
+                                                               tmp_path: Path) -> None:
+    plant(builder)
+    fs = {f.id: f for f in _findings(builder.build(tmp_path / "run"), straggler.RULE,
+                                     exposed_communication.RULE)}
+    # rank 0: all-reduce 400-900, compute 0-400, waiting 400-800: 100 µs exposed transfer;
+    # rank 1: all-reduce 800-900 after its gemm: 100 µs. Without the wait rank 0 had 500.
+    e = fs["exposed_communication"]
+    assert e.title.startswith("Exposed communication 0.100 ms per step")
+    assert any(line.startswith("not counted: 0.200 ms per step (mean over ranks) spent "
+                               "waiting") for line in e.evidence)
+    assert fs["straggler"].est_saving_ms > e.est_saving_ms
+
+
+def test_balanced_ranks_get_nothing(builder: Any, tmp_path: Path) -> None:
+    # the late rank alternates, and no rank waits more than 20 µs of a 1000 µs step
+    for i in range(8):
+        t0 = i * 1000
+        for r in (0, 1):
+            builder.step(t0, 1000, rank=r, step=i)
+            builder.kernel("gemm", t0, 600, rank=r)
+        late = i % 2
+        builder.call("all_reduce", t0 + 600, 120, rank=1 - late)
+        builder.call("all_reduce", t0 + 620, 100, rank=late)
+    assert _findings(builder.build(tmp_path / "run")) == ()
+
+
+def test_late_rank_that_changes_every_step_is_no_straggler(builder: Any,
+                                                            tmp_path: Path) -> None:
+    # 300 µs waits, but each rank is late every other step: no one rank to fix
+    for i in range(8):
+        t0 = i * 1000
+        for r in (0, 1):
+            builder.step(t0, 1000, rank=r, step=i)
+        late = i % 2
+        builder.kernel("gemm", t0, 400, rank=1 - late)
+        builder.kernel("gemm", t0, 700, rank=late)
+        builder.call("all_reduce", t0 + 400, 400, rank=1 - late)
+        builder.call("all_reduce", t0 + 700, 100, rank=late)
+    assert _findings(builder.build(tmp_path / "run")) == ()
+
+
+def test_small_lateness_stays_silent(builder: Any, tmp_path: Path) -> None:
+    plant(builder, late=30)  # rank 0 waits 30 µs per 1000 µs step: 3% < 5%
+    assert _findings(builder.build(tmp_path / "run")) == ()
+
+
+def test_the_late_ranks_own_idle_findings_fold_into_it(builder: Any, tmp_path: Path) -> None:
+    plant(builder)
+    fs = advise(analyze(builder.build(tmp_path / "run"))).findings
+    top = fs[0]
+    assert top.id == "straggler"
+    # rank 1's GPU idles 0.5 ms per step (host work 0-400 plus the wait for rank 0's end):
+    # found by an idle rule on rank 1, folded into the straggler, not ranked above it
+    folded = [e for e in top.evidence if e.startswith("on rank 1: ")]
+    assert folded and "folded here" in folded[0]
+    assert not [f for f in fs if f.where.rank == 1 and f.category in ("host", "input")]
+    assert "On that rank: " in top.fix.pytorch
