@@ -43,6 +43,7 @@ class TraceBuilder:
         self._corr = 1000
         self._ids = 0
         self.device_props = dict(H100 if device is None else device)
+        self.rank_device: dict[int, dict[str, Any]] = {}
         self.ranks: set[int] = {0}
 
     # -- helpers ---------------------------------------------------------------
@@ -173,8 +174,16 @@ class TraceBuilder:
         self._add("threads", rank, pid=self.pid if pid is None else pid, tid=tid, name=name)
         return self
 
-    def process(self, name: str, pid: int, *, rank: int = 0) -> TraceBuilder:
-        self._add("processes", rank, pid=pid, name=name)
+    def process(self, name: str, pid: int, *, rank: int = 0, **cols: Any) -> TraceBuilder:
+        """A ``processes`` row; ``cols``: its other columns (``cpu_affinity`` ...)."""
+        self._add("processes", rank, pid=pid, name=name, **cols)
+        return self
+
+    def gpu(self, rank: int, **props: Any) -> TraceBuilder:
+        """``devices`` columns of ``rank``'s GPUs that differ from the builder's device
+        (``numa_node``, ``numa_cpus`` ...)."""
+        self.ranks.add(rank)
+        self.rank_device[rank] = props
         return self
 
     def stack(self, ts: float, frames: list[str], *, tid: int | None = None,
@@ -201,7 +210,8 @@ class TraceBuilder:
                         cols[k].append(r.get(k))
                 tables[table] = dict(cols)
             if devices:
-                dev = {k: [v] * devices for k, v in self.device_props.items()}
+                props = {**self.device_props, **self.rank_device.get(rank, {})}
+                dev = {k: [v] * devices for k, v in props.items()}
                 dev["device"] = list(range(devices))
                 tables["devices"] = dev
             parts.append((rank, tables))

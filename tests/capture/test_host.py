@@ -43,6 +43,22 @@ def test_drain_has_every_table_with_schema_columns() -> None:
     assert cap.settings_for_manifest()["samplers"]["metrics"] == {"ran": False, "why": "sample_hz = 0"}
 
 
+def test_processes_carry_their_cpu_affinity() -> None:
+    asked: list[int] = []
+
+    def cpus(pid: int) -> str | None:
+        asked.append(pid)
+        return "0-15,32-47" if pid == 0 else None
+
+    cap = HostCapture(HostSettings(sample_hz=0, stack_hz=0, **QUIET), cpus=cpus)
+    cap.start()
+    cap._note_process(os.getpid() + 1, "worker")  # a DataLoader worker, as the hooks note it
+    cap.stop()
+    procs = cap.drain()["processes"]
+    assert procs["cpu_affinity"] == ["0-15,32-47", None]  # this process is asked as pid 0
+    assert asked == [0, os.getpid() + 1]
+
+
 @pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
 def test_psutil_samples_at_roughly_sample_hz(process: bool) -> None:
     pytest.importorskip("psutil")

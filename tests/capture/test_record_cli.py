@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from stepscope.capture.topology import format_cpulist
 from stepscope.cli.main import main
 from stepscope.store.run import Run
 
@@ -61,6 +62,9 @@ def test_cpu_torch_training_is_recorded(tmp_path: Path) -> None:
     assert run.table("input_waits").num_rows > 0
     assert run.table("samples").num_rows > 0
     assert run.table("threads").num_rows > 0 and run.table("processes").num_rows == 1
+    if hasattr(os, "sched_getaffinity"):  # the program inherits this process's CPUs
+        want = format_cpulist(os.sched_getaffinity(0))
+        assert run.table("processes").column("cpu_affinity").to_pylist() == [want]
     assert "rank0" in run.manifest.overhead
     assert any(d.code == "gpu_not_captured" for d in run.manifest.diagnostics)
 

@@ -64,3 +64,27 @@ def test_the_runs_frameworks_come_from_its_processes() -> None:
                                         "rank1": {"frameworks": ["jax", "triton"]}})) == (
         "jax", "triton")
     assert run_frameworks(m("capture", {"rank0": {"window": "x"}})) == ()
+
+
+def test_devices_show_their_links_and_numa_nodes(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for rank in (0, 1):
+        b.gpu(rank, numa_node=rank, numa_cpus=("0-15", "16-31")[rank], nvlink_links=18,
+              nvlink_gbs=450.0, pcie_gbs=63.02)
+        for i in range(3):
+            b.step(i * 1000, 1000, rank=rank)
+            b.kernel("k", i * 1000, 500, rank=rank)
+    rep = build_report(b.build(tmp_path / "run"))
+    text = render_text(rep, width=100)
+    assert "(CC 9.0, 132 SMs; NVLink 18 links 450 GB/s, PCIe 63 GB/s per direction)" in text
+    assert "GPU NUMA nodes: rank 0 cuda:0 node 0, rank 1 cuda:0 node 1" in text
+    devs = json.loads(to_json(rep))["run"]["devices"]
+    assert [(d["rank"], d["numa_node"], d["nvlink_gbs"]) for d in devs] == [(0, 0, 450.0),
+                                                                          (1, 1, 450.0)]
+
+
+def test_devices_without_topology_show_none(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(0, 1000).kernel("k", 0, 500)
+    text = render_text(build_report(b.build(tmp_path / "run")), width=100)
+    assert "NVLink" not in text and "NUMA" not in text and "(CC 9.0, 132 SMs)" in text

@@ -55,6 +55,7 @@ from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
 from stepscope.capture.host_slot import HostSlot
 from stepscope.capture.schedule import DEFAULT_MAX_SECONDS, Action
 from stepscope.capture.step_times import StepTimes
+from stepscope.capture.topology import with_topology
 from stepscope.capture.window_io import WindowIO
 from stepscope.store.manifest import Diagnostic
 
@@ -96,7 +97,8 @@ class Session(WindowIO):
         diags: list[Diagnostic] = []
         super().__init__(config, clock, part, HostSlot(host_factory, diags),
                          GpuSlot(config.gpu, config.gpu_api,
-                                 gpu_factory or partial(make_gpu, spill_dir=part.path)), diags)
+                                 gpu_factory or partial(make_gpu, spill_dir=part.path),
+                                 topology=partial(with_topology, use_nvml=config.nvml)), diags)
         self.boundaries = 0
         self._last_boundary: int | None = None
         self._poll_s = poll_s

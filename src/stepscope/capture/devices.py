@@ -12,16 +12,27 @@ stopping thread's GPU only.
 Rows the backend made itself are replaced by the driver's for the GPUs used; a GPU the driver
 could not describe keeps the backend's row, and GPUs the process did not use are dropped
 (``store.produce.devices.choose``; the ``torch`` backend's Kineto rows meet the driver's at the
-merge, ``capture.materialize``). The rows themselves are made in ``store.produce.devices``.
+merge, ``capture.materialize``). The rows themselves are made in ``store.produce.devices``; where
+each GPU sits in the machine (NUMA node and its CPUs, NVLink, PCIe) is added to them by the
+``topology`` reader given (``capture.topology.with_topology`` in a recording).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stepscope.capture.cuda_driver import CudaDriver
-from stepscope.store.produce.devices import Columns, choose, device_row, record_devices
+from stepscope.store.produce.devices import (
+    Columns,
+    choose,
+    device_columns,
+    device_row,
+    record_devices,
+    rows_of,
+)
+
+TopologyReader = Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]]
 
 
 def used_devices(driver: CudaDriver | None, tables: Mapping[str, Any]) -> list[int]:
@@ -46,10 +57,15 @@ def driver_rows(driver: CudaDriver | None, ordinals: list[int]) -> dict[int, dic
     return rows
 
 
-def devices_table(driver: CudaDriver | None, tables: Mapping[str, Any]) -> Columns | None:
-    """The ``devices`` columns for the GPUs used (module doc); None when there are none."""
+def devices_table(driver: CudaDriver | None, tables: Mapping[str, Any],
+                  topology: TopologyReader | None = None) -> Columns | None:
+    """The ``devices`` columns for the GPUs used (module doc); None when there are none.
+    ``topology``: fills the rows' NUMA/NVLink/PCIe columns (``capture.topology``)."""
     used = used_devices(driver, tables)
-    return choose(driver_rows(driver, used), tables.get("devices"), used)
+    cols = choose(driver_rows(driver, used), tables.get("devices"), used)
+    if cols is None or topology is None:
+        return cols
+    return device_columns(topology(rows_of(cols)))
 
 
-__all__ = ["devices_table", "driver_rows", "used_devices"]
+__all__ = ["TopologyReader", "devices_table", "driver_rows", "used_devices"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stepscope.capture import cuda_driver
-from stepscope.capture.devices import devices_table
+from stepscope.capture.devices import TopologyReader, devices_table
 from stepscope.errors import CaptureError
 from stepscope.store.manifest import Diagnostic
 from stepscope.store.produce.devices import record_devices
@@ -74,11 +74,15 @@ class GpuSlot:
 
     def __init__(self, backend: str, api: str, factory: GpuFactory, *,
                  driver: DriverFactory | None = None,
-                 no_gpu: Callable[[], str | None] | None = None) -> None:
+                 no_gpu: Callable[[], str | None] | None = None,
+                 topology: TopologyReader | None = None) -> None:
         """``driver``: the CUDA driver already in the process (default: ``CudaDriver.attach``,
         which never loads it); ``no_gpu``: why there is no usable GPU (default:
-        ``cuda_driver.no_gpu_reason``), asked only when the backend cannot start."""
+        ``cuda_driver.no_gpu_reason``), asked only when the backend cannot start; ``topology``:
+        adds where each GPU sits (NUMA node, NVLink, PCIe) to the ``devices`` rows (default:
+        none; a recording passes ``capture.topology.with_topology``)."""
         self.backend, self.api, self._factory = backend, api, factory
+        self._topology = topology
         self._driver, self._no_gpu = driver, no_gpu
         self.gpu: GpuLike | None = None
         self._ready: threading.Event | None = None
@@ -187,7 +191,7 @@ class GpuSlot:
         rest = {k: v for k, v in data.items() if k != "devices"}
         try:
             driver = (self._driver or cuda_driver.CudaDriver.attach)()
-            rows = devices_table(driver, data)
+            rows = devices_table(driver, data, self._topology)
         except Exception as exc:  # noqa: BLE001 - never break the program for a table
             diags.append(Diagnostic("warning", "devices_not_read",
                                     f"the GPUs' properties could not be read: {exc!r}"))

@@ -56,6 +56,7 @@ from stepscope.capture.samplers.metrics import open_samplers
 from stepscope.capture.samplers.numa import numa_node_cpus
 from stepscope.capture.samplers.remote import SamplerProcess
 from stepscope.capture.stacks import StackSampler
+from stepscope.capture.topology import process_cpus
 from stepscope.schema import StepSource
 from stepscope.settings import Settings
 from stepscope.store.manifest import Diagnostic
@@ -83,13 +84,16 @@ class HostSettings:
 
 
 class HostCapture:
-    """See the module docstring. ``nvml_module``/``import_module``/``env``/``sys_root`` are for tests."""
+    """See the module docstring. ``nvml_module``/``import_module``/``env``/``sys_root``/``cpus``
+    (a process's CPU affinity as a cpulist) are for tests."""
 
     def __init__(self, settings: HostSettings, *, rank: int = 0,
                  clock: Callable[[], int] = time.time_ns, nvml_module: Any = None,
                  import_module: Callable[[str], ModuleType] = importlib.import_module,
-                 env: Mapping[str, str] | None = None, sys_root: str = "/") -> None:
+                 env: Mapping[str, str] | None = None, sys_root: str = "/",
+                 cpus: Callable[[int], str | None] = process_cpus) -> None:
         self.settings = settings
+        self._cpus = cpus
         self.rank = rank
         self._clock = clock
         self._nvml_module = nvml_module
@@ -317,7 +321,13 @@ class HostCapture:
         with self._lock:
             if pid not in self._seen_pids:
                 self._seen_pids.add(pid)
-                self._push("processes", (pid, name, socket.gethostname()))
+                self._push("processes", (pid, name, socket.gethostname(), self._affinity(pid)))
+
+    def _affinity(self, pid: int) -> str | None:
+        """``processes.cpu_affinity``: the CPUs ``pid`` may run on when it is first seen (a
+        binding made later by the program itself is not seen; ``torchrun --numa-binding``,
+        ``numactl`` and ``taskset`` bind before the interpreter starts)."""
+        return self._cpus(0 if pid == os.getpid() else pid)
 
     def _push(self, table: str, row: tuple[Any, ...]) -> None:
         self._buffers.push(table, row)

@@ -77,8 +77,8 @@ def _legend(s: RunSummary, width: int = WIDTH) -> Text:
 
 def _header(report: Report, s: RunSummary) -> Text:
     m = report.manifest
-    devs = {(d.get("name") or "GPU", d.get("compute_major"), d.get("compute_minor"), d.get("sm_count"))
-            for ra in report.analysis.ranks for d in ra.devices}
+    devs = {(d.get("name") or "GPU", d.get("compute_major"), d.get("compute_minor"), d.get("sm_count"),
+             _links(d)) for ra in report.analysis.ranks for d in ra.devices}
     t = Text()
     t.append("stepscope", style="bold")
     t.append(f"  {m.source.kind} run, {len(m.ranks)} rank(s)")
@@ -87,12 +87,36 @@ def _header(report: Report, s: RunSummary) -> Text:
         t.append(f"\nPARTIAL: {end.text}", style="bold red")
     elif end.text:
         t.append(f"\n{end.text[0].upper()}{end.text[1:]}", style="yellow")
-    for name, major, minor, sms in sorted(devs, key=str):
+    for name, major, minor, sms, links in sorted(devs, key=str):
         cc = f"CC {major}.{minor}, " if major is not None else ""
-        t.append(f"\n{name} ({cc}{sms} SMs)")
+        t.append(f"\n{name} ({cc}{sms} SMs{links})")
+    numa = _numa_line(report)
+    if numa:
+        t.append("\n" + numa)
     if m.source.kind == "capture":
         t.append("\n" + _capture_line(m.settings or {}, m.overhead or {}), style="dim")
     return t
+
+
+def _links(d: dict[str, Any]) -> str:
+    """``"; NVLink 18 links 450 GB/s, PCIe 63 GB/s"`` (per direction), "" when unknown."""
+    parts = []
+    if d.get("nvlink_links"):
+        gbs = f" {d['nvlink_gbs']:.0f} GB/s" if d.get("nvlink_gbs") else ""
+        parts.append(f"NVLink {d['nvlink_links']} links{gbs}")
+    if d.get("pcie_gbs"):
+        parts.append(f"PCIe {d['pcie_gbs']:.0f} GB/s")
+    return ("; " + ", ".join(parts) + " per direction") if parts else ""
+
+
+def _numa_line(report: Report) -> str:
+    """``"GPU NUMA nodes: rank 0 cuda:0 node 0, rank 1 cuda:1 node 1"``, "" when none is known."""
+    parts = [f"rank {ra.rank} cuda:{d.get('device')} node {d['numa_node']}"
+             for ra in report.analysis.ranks for d in ra.devices if d.get("numa_node") is not None]
+    if not parts:
+        return ""
+    more = f", ... {len(parts) - 8} more" if len(parts) > 8 else ""
+    return "GPU NUMA nodes: " + ", ".join(parts[:8]) + more
 
 
 def _capture_line(settings: dict[str, Any], overhead: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from stepscope.advisor.base import Rule
 RULE_IDS: tuple[str, ...] = (
     "input_bound", "host_bound", "step_gaps", "launch_bound", "sync_calls",
     "pageable_memcpy", "excess_transfers", "no_copy_overlap", "exposed_communication",
-    "straggler", "slow_collectives",
+    "straggler", "slow_collectives", "numa_affinity",
     "small_grid", "low_occupancy", "no_tensor_cores", "tc_misaligned",
     "memory_pressure", "memory_underused", "unstable_steps",
 )

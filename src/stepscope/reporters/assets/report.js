@@ -471,8 +471,13 @@ function deviceSummary() {
   const parts = [...devs.values()].map(({d, n}) => (n > 1 ? n + '× ' : '') + (d.name || 'GPU'));
   const d0 = [...devs.values()][0].d;
   const sub = [d0.compute_major !== null && d0.compute_major !== undefined ? `CC ${d0.compute_major}.${d0.compute_minor}` : null,
-    d0.sm_count ? d0.sm_count + ' SMs' : null, d0.total_memory ? fmtBytes(d0.total_memory) : null].filter(Boolean).join(', ');
-  return [parts.join(', '), sub];
+    d0.sm_count ? d0.sm_count + ' SMs' : null, d0.total_memory ? fmtBytes(d0.total_memory) : null,
+    d0.nvlink_links ? `NVLink ${d0.nvlink_links} links` + (d0.nvlink_gbs ? ` ${Math.round(d0.nvlink_gbs)} GB/s` : '') : null,
+    d0.pcie_gbs ? `PCIe ${Math.round(d0.pcie_gbs)} GB/s` : null].filter(Boolean).join(', ');
+  // the host NUMA node of each GPU, when the run says (stepscope record)
+  const numa = R.run.devices.filter(d => d.numa_node !== null && d.numa_node !== undefined)
+    .map(d => (d.rank !== undefined && d.rank !== null ? `rank ${d.rank} ` : '') + `cuda:${d.device} node ${d.numa_node}`);
+  return [parts.join(', '), numa.length ? sub + '; NUMA ' + [...new Set(numa)].join(', ') : sub];
 }
 
 function overheadText() {
