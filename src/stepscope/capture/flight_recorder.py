@@ -230,7 +230,8 @@ class FlightRecorderTap:
         c10d = getattr(getattr(torch, "_C", None), "_distributed_c10d", None)
         dump = read_dumps(c10d)
         self.note_groups()
-        in_use = _initialized(dist) or bool(dump.entries)
+        # in use: a group exists now or existed when the window opened, or calls were recorded
+        in_use = _initialized(dist) or bool(self._groups) or bool(dump.entries)
         diags: list[Diagnostic] = []
         if dump.errors:
             diags.append(Diagnostic("warning", "flight_recorder_failed",
