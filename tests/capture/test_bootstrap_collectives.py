@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tests.capture.test_bootstrap import FakeClock, FakeHost, run_steps
+from tests.capture.test_flight_recorder import FakeC10d, modules, pickled
+
 from stepscope.capture.bootstrap import CaptureConfig, Session
 from stepscope.capture.flight_recorder import FlightRecorderTap
 from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import make_schedule
 from stepscope.store.run import Run
-from tests.capture.test_bootstrap import FakeClock, FakeHost, run_steps
-from tests.capture.test_flight_recorder import FakeC10d, modules, pickled
 
 STEP = 10_000_000  # run_steps' 10 ms
 
@@ -110,3 +111,60 @@ def test_switched_off_nothing_is_read(tmp_path: Path) -> None:
     run = _run(tmp_path)
     assert run.manifest.settings["ranks"]["rank0"]["flight_recorder"] == {"state": "off"}
     assert "collectives" not in run.manifest.tables or run.table("collectives").num_rows == 0
+
+
+def test_the_torch_backend_leaves_the_collectives_to_its_trace(tmp_path: Path) -> None:
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), gpu="torch")
+    s = Session(cfg, clock=FakeClock(), environ={}, host_factory=lambda c, r, clk: FakeHost(clk),
+                poll_s=None)
+    assert not s.comms.enabled and s.comms.status["state"] == "off"
+    assert "record_param_comms" in s.comms.status["why"]
+    on = Session(CaptureConfig(staging=str(tmp_path / "s2"), gpu="none"), clock=FakeClock(),
+                 environ={}, host_factory=lambda c, r, clk: FakeHost(clk), poll_s=None)
+    assert on.comms.enabled
+
+
+PROGRAM = """
+import os, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(8):
+    model(torch.ones(3, 4)).sum().backward()
+    dist.all_reduce(model.weight.grad)
+    opt.step()
+    opt.zero_grad()
+print("steps done", os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"))
+sys.exit(3)  # inside the window (steps 2-50): the window closes at exit
+"""
+
+
+def test_a_recorded_program_keeps_its_output_and_status_and_its_collectives(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("torch.distributed")
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    env = {k: v for k, v in os.environ.items()
+           if "BUFFER_SIZE" not in k and k not in ("STEPSCOPE_CAPTURE", "RANK", "WORLD_SIZE")}
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    plain = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    rec = subprocess.run([sys.executable, "-m", "stepscope", "record", "-o", str(tmp_path / "run"),
+                          "--quiet", "--steps", "2-50", "--backend", "none", "--no-stacks", "--",
+                          str(script)], env={**env, "PYTHONPATH": src}, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert plain.returncode == rec.returncode == 3
+    assert rec.stdout == plain.stdout == "steps done None\n"
+    assert "deprecated" not in rec.stderr
+    run = Run(tmp_path / "run")
+    rows = run.query("SELECT list(seq ORDER BY seq) AS seq, list(DISTINCT bytes) AS b, "
+                     "list(DISTINCT name) AS name FROM collectives").to_pylist()
+    # the all-reduce of the 2x4 float gradient in iterations 3..7 (boundary 2 is the end of
+    # iteration 2; the window ends with the program)
+    assert rows == [{"seq": [4, 5, 6, 7, 8], "b": [32], "name": ["gloo:all_reduce"]}]

@@ -116,10 +116,15 @@ class Session(WindowIO):
         self.exit_status: int | None = None  # a non-zero sys.exit() status (capture.process)
         self._timers: list[threading.Timer] = []
         # torch.distributed's collectives (capture.flight_recorder): the buffer is sized in
-        # this process's environment (os.environ, or the mapping a test gives)
+        # this process's environment (os.environ, or the mapping a test gives). With
+        # --backend torch the Kineto trace has them (record_param_comms): not read twice
         fr_env: MutableMapping[str, str] = (env if isinstance(env, MutableMapping)
                                             else dict(env))
-        self.comms = FlightRecorderTap(config.flight_recorder, fr_env, clock=clock)
+        torch_backend = config.gpu == "torch"
+        self.comms = FlightRecorderTap(
+            config.flight_recorder and not torch_backend, fr_env, clock=clock,
+            off_because="--backend torch: the trace's record_param_comms" if torch_backend
+            and config.flight_recorder else "")
 
     # -- lifecycle ---------------------------------------------------------------------------
     def begin(self) -> Session:

@@ -156,14 +156,17 @@ class FlightRecorderTap:
     def __init__(self, enabled: bool, environ: MutableMapping[str, str], *,
                  modules: Mapping[str, Any] | None = None,
                  clock: Callable[[], int] = time.time_ns,
-                 realtime: Callable[[], int] = time.time_ns) -> None:
+                 realtime: Callable[[], int] = time.time_ns, off_because: str = "") -> None:
+        """``off_because``: why a disabled tap is off (said in ``status``)."""
         self.enabled = enabled
         self._environ = environ
         self._modules: Mapping[str, Any] = sys.modules if modules is None else modules
         self._clock, self._realtime = clock, realtime
         self._finder: PostImportFinder | None = None
         self._groups: dict[str, list[int]] = {}
-        self.status: dict[str, Any] = {"state": "off" if not enabled else "waiting for torch"}
+        self.status: dict[str, Any] = ({"state": "waiting for torch"} if enabled else
+                                       {"state": "off", **({"why": off_because} if off_because
+                                                           else {})})
 
     # -- arming ----------------------------------------------------------------------------
     def arm(self) -> None:
