@@ -30,7 +30,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -115,16 +115,8 @@ class Session(WindowIO):
         self.ended = "running"
         self.exit_status: int | None = None  # a non-zero sys.exit() status (capture.process)
         self._timers: list[threading.Timer] = []
-        # torch.distributed's collectives (capture.flight_recorder): the buffer is sized in
-        # this process's environment (os.environ, or the mapping a test gives). With
-        # --backend torch the Kineto trace has them (record_param_comms): not read twice
-        fr_env: MutableMapping[str, str] = (env if isinstance(env, MutableMapping)
-                                            else dict(env))
-        torch_backend = config.gpu == "torch"
-        self.comms = FlightRecorderTap(
-            config.flight_recorder and not torch_backend, fr_env, clock=clock,
-            off_because="--backend torch: the trace's record_param_comms" if torch_backend
-            and config.flight_recorder else "")
+        # torch.distributed's collectives (capture.flight_recorder)
+        self.comms = FlightRecorderTap.for_capture(config, env, clock)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def begin(self) -> Session:
@@ -299,11 +291,7 @@ class Session(WindowIO):
     def _write_collectives(self, lo: int, hi: int) -> None:
         """The window's collectives from torch.distributed's flight recorder (read once, after
         the window: ``capture.flight_recorder``); a failure is a diagnostic."""
-        try:
-            tables, diags = self.comms.take(self._rank, lo, hi)
-        except Exception as exc:
-            tables, diags = {}, [Diagnostic("warning", "flight_recorder_failed",
-                                            f"reading the flight recorder failed: {exc!r}")]
+        tables, diags = self.comms.take_safely(self._rank, lo, hi)
         self._diags.extend(diags)
         if tables:
             self.out.write(tables)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from stepscope.capture.config import CaptureConfig
 from stepscope.capture.fr_rows import collective_rows, config_ranks, merge_entries
 from stepscope.capture.hooks.post_import import PostImportFinder
 from stepscope.store.manifest import Diagnostic
@@ -168,6 +169,20 @@ class FlightRecorderTap:
                                        {"state": "off", **({"why": off_because} if off_because
                                                            else {})})
 
+    @staticmethod
+    def for_capture(config: CaptureConfig, environ: Mapping[str, str],
+                    clock: Callable[[], int]) -> FlightRecorderTap:
+        """The session's tap: sizes the buffer in ``environ`` (``os.environ``, or a test's
+        mapping); off with ``--no-flight-recorder``, and with ``--backend torch``, whose Kineto
+        trace has the collectives (``record_param_comms``): not read twice."""
+        env: MutableMapping[str, str] = (environ if isinstance(environ, MutableMapping)
+                                         else dict(environ))
+        torch_backend = config.gpu == "torch"
+        why = ("--backend torch: the trace's record_param_comms"
+               if torch_backend and config.flight_recorder else "")
+        return FlightRecorderTap(config.flight_recorder and not torch_backend, env, clock=clock,
+                                 off_because=why)
+
     # -- arming ----------------------------------------------------------------------------
     def arm(self) -> None:
         """Size the buffer now if torch is imported, else right after ``import torch``."""
@@ -220,6 +235,15 @@ class FlightRecorderTap:
             self._groups.update(group_ranks(dist))
         except Exception:  # a group being made on another thread: the read tries again
             pass
+
+    def take_safely(self, rank: int, lo: int, hi: int
+                    ) -> tuple[dict[str, dict[str, list[Any]]], list[Diagnostic]]:
+        """``take``, with anything it raises turned into a diagnostic."""
+        try:
+            return self.take(rank, lo, hi)
+        except Exception as exc:
+            return {}, [Diagnostic("warning", "flight_recorder_failed",
+                                   f"reading the flight recorder failed: {exc!r}")]
 
     def take(self, rank: int, lo: int, hi: int
              ) -> tuple[dict[str, dict[str, list[Any]]], list[Diagnostic]]:
