@@ -42,13 +42,15 @@ class Recording:
         gpu_api: str = "filtered",
         max_rows: int = 2_000_000,
         overwrite: bool = False,
+        flight_recorder: bool = True,
     ) -> None:
         self.out = Path(out)
         self.overwrite = overwrite
         self._schedule = make_schedule(steps, delay, duration)
         self._options: dict[str, Any] = {"sample_hz": sample_hz, "stacks": stacks, "hooks": hooks,
                                          "backend": backend, "gpu_api": gpu_api,
-                                         "max_rows": max_rows}
+                                         "max_rows": max_rows,
+                                         "flight_recorder": flight_recorder}
         self._staging: Path | None = None
         self._session: Session | None = None
         self.path: Path | None = None  # the run folder, once written
@@ -61,7 +63,8 @@ class Recording:
                                sample_hz=float(self._options["sample_hz"]),
                                stacks=bool(self._options["stacks"]), hooks=bool(self._options["hooks"]),
                                gpu=str(self._options["backend"]), gpu_api=str(self._options["gpu_api"]),
-                               max_rows=int(self._options["max_rows"]))
+                               max_rows=int(self._options["max_rows"]),
+                               flight_recorder=bool(self._options["flight_recorder"]))
         self._session = Session(config, argv=tuple(sys.argv))
         push(self._session)
         self._session.begin()
@@ -107,12 +110,16 @@ def record(
     gpu_api: str = "filtered",
     max_rows: int = 2_000_000,
     overwrite: bool = False,
+    flight_recorder: bool = True,
 ) -> Recording:
-    """Capture this process inside a ``with`` block (see the module doc). ``backend`` and
-    ``gpu_api`` are ``stepscope record``'s ``--backend`` and ``--gpu-api``."""
+    """Capture this process inside a ``with`` block (see the module doc). ``backend``,
+    ``gpu_api`` and ``flight_recorder`` are ``stepscope record``'s ``--backend``, ``--gpu-api``
+    and (off) ``--no-flight-recorder``; the flight recorder is sized only if torch.distributed
+    has made no process group yet."""
     return Recording(out, steps=steps, delay=delay, duration=duration, sample_hz=sample_hz,
                      backend=backend, gpu_api=gpu_api, max_rows=max_rows,
-                     stacks=stacks, hooks=hooks, overwrite=overwrite)
+                     stacks=stacks, hooks=hooks, overwrite=overwrite,
+                     flight_recorder=flight_recorder)
 
 
 def step() -> None:

@@ -51,6 +51,7 @@ from stepscope.capture.auto_window import (
 )
 from stepscope.capture.chunks import Tables, clip, concat, threads_cpu_s
 from stepscope.capture.config import ENV_VAR, CaptureConfig, HostLike, default_host
+from stepscope.capture.flight_recorder import FlightRecorderTap
 from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
 from stepscope.capture.host_slot import HostSlot
 from stepscope.capture.schedule import DEFAULT_MAX_SECONDS, Action
@@ -116,10 +117,13 @@ class Session(WindowIO):
         self.ended = "running"
         self.exit_status: int | None = None  # a non-zero sys.exit() status (capture.process)
         self._timers: list[threading.Timer] = []
+        # torch.distributed's collectives (capture.flight_recorder)
+        self.comms = FlightRecorderTap.for_capture(config, env, clock)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def begin(self) -> Session:
         with self._lock:
+            self.comms.arm()
             self._write_meta()
             if not self.schedule.timed and self.schedule.first <= 1:
                 self.gpu.prepare()  # no step to wait for (else: at boundary 0, see _on_boundary)
@@ -277,7 +281,22 @@ class Session(WindowIO):
                 self.out.write(clip(data, self.open_ns, now))
                 self.out.write(clip(gpu, self.open_ns, now))
                 self._count_raw()
+                self._write_collectives(self.open_ns, now)
             self._write_meta()
+
+    def _open(self, now: int) -> bool:
+        opened = super()._open(now)
+        if opened:
+            self.comms.note_groups()  # the groups' ranks, in case they are gone at the close
+        return opened
+
+    def _write_collectives(self, lo: int, hi: int) -> None:
+        """The window's collectives from torch.distributed's flight recorder (read once, after
+        the window: ``capture.flight_recorder``); a failure is a diagnostic."""
+        tables, diags = self.comms.take_safely(self._rank, lo, hi)
+        self._diags.extend(diags)
+        if tables:
+            self.out.write(tables)
 
     def _pre_window_gpu(self) -> list[Tables]:
         return self.auto.take_pre()
@@ -305,6 +324,7 @@ class Session(WindowIO):
                 self._keep_tail()
             self._step_times.stop_after()
             self.host.release_hooks()
+            self.comms.disarm()
             self.finished = True
             self._write_meta()
 
@@ -331,6 +351,7 @@ class Session(WindowIO):
                 self.out.write(clip(d, tail.start_ns, now))
         else:
             self._discard_raw()
+        self._write_collectives(tail.start_ns, now)
         self._measure(None, now)
 
     def _write_meta(self) -> None:
@@ -343,7 +364,8 @@ class Session(WindowIO):
                                     "window_ended_with_program": self._ended_open,
                                     "step_boundaries_seen": self.boundaries,
                                     "gpu": self.gpu.status, **self.auto.settings(),
-                                    "frameworks": frameworks_loaded()}
+                                    "frameworks": frameworks_loaded(),
+                                    "flight_recorder": dict(self.comms.status)}
         # the overhead figures from the window's close on (later with the steps after it)
         no_steps = NO_STEPS if used.kind not in ("steps", "time") else None
         overhead = (self._step_times.report(*self._measured, no_steps=no_steps)

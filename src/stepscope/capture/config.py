@@ -36,6 +36,9 @@ class CaptureConfig:
     # the default window's fallback (capture.auto_window): no step hook has fired this long
     # after the GPU was first used: a time window opens; negative: no fallback
     auto_warmup_s: float = DEFAULT_WARMUP_S
+    # size torch.distributed's flight recorder (when the user has not) and read what
+    # collectives the window issued (capture.flight_recorder); --no-flight-recorder: neither
+    flight_recorder: bool = True
 
     @property
     def auto_window(self) -> bool:

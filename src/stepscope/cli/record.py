@@ -68,6 +68,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpu-api", choices=("none", "filtered", "all"), default="filtered",
                    help="CUDA runtime/driver calls to record: the ones that matter (launches, "
                         "syncs, copies, allocations; default), all, or none")
+    p.add_argument("--no-flight-recorder", action="store_true",
+                   help="do not size or read torch.distributed's flight recorder (the "
+                        "collectives then have no sizes or process groups; docs/record.md)")
     p.add_argument("--quiet", action="store_true", help="print nothing (the run is still written)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="train.py ARGS | -m module ARGS | python ... | torchrun ...")
@@ -117,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
     config = CaptureConfig(staging=str(staging.resolve()), schedule=schedule,
                            sample_hz=args.sample_hz, stacks=not args.no_stacks,
                            pkg_root=str(PKG_ROOT), gpu=args.backend, gpu_api=args.gpu_api,
-                           nvtx_step=args.nvtx, auto_warmup_s=warmup)
+                           nvtx_step=args.nvtx, auto_warmup_s=warmup,
+                           flight_recorder=not args.no_flight_recorder)
     try:
         result = launch(cmd, child_env(config))
     except StepscopeError:
