@@ -152,6 +152,21 @@ def test_host_side_calls_are_matched_in_issue_order_per_group_and_stream() -> No
     assert rows[("flight_recorder", "0", 1)]["host_ts_ns"] == 90
 
 
+def test_calls_of_another_backend_never_take_a_kernel() -> None:
+    # a gloo all-reduce (CPU) issued before the NCCL one: the kernel is the NCCL call's
+    k = _kernels([(AR, 100, 30, 20, 1, None)])
+    calls = _calls([
+        {"rank": 0, "ts_ns": 80, "host_ts_ns": 80, "op": "all_reduce", "name": "gloo:all_reduce",
+         "pg": "1", "seq": 1},
+        {"rank": 0, "ts_ns": 90, "host_ts_ns": 90, "op": "all_reduce", "name": "nccl:all_reduce",
+         "pg": "0", "seq": 1},
+    ])
+    t = complete(calls, k, rank=0)
+    assert t is not None
+    got = {r["name"]: (r["kernels"], r["correlation"]) for r in t.to_pylist()}
+    assert got == {"gloo:all_reduce": (0, None), "nccl:all_reduce": (1, 1)}
+
+
 def test_calls_link_by_external_id_or_correlation_and_timed_rows_stay() -> None:
     k = _kernels([(AR, 100, 30, 20, 11, 7), (AR, 140, 20, 20, 12, 7),  # one call, two kernels
                   (AG, 300, 10, 20, 13, None), (AR, 500, 5, 20, 14, None)])

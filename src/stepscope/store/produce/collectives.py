@@ -246,6 +246,14 @@ def _from_kernel(k: Row, kn: KernelName | None, rank: int) -> Row:
             "source": CollectiveSource.KERNEL_NAME.value}
 
 
+def _may_run_nccl(row: Row) -> bool:
+    """A host-side call of another backend (torch's flight recorder names them ``gloo:...``,
+    ``mpi:...``) ran no GPU kernel: it is never matched to one."""
+    name = str(row.get("name") or "")
+    backend = name.split(":", 1)[0].lower() if ":" in name else ""
+    return backend in ("", "nccl", "rccl")
+
+
 def _walk(calls: Sequence[Row], lane: Sequence[int], ks: Sequence[Row],
           parsed: dict[str, KernelName | None]) -> list[tuple[Row, int]]:
     """Calls matched in order to the kernels of one stream (``lane``: kernel indices in time
@@ -273,6 +281,8 @@ def _in_issue_order(calls: list[Row], ks: Sequence[Row], parsed: dict[str, Kerne
     groups: defaultdict[Any, list[Row]] = defaultdict(list)
     for r in sorted(calls, key=lambda r: (r["host_ts_ns"] if r["host_ts_ns"] is not None
                                           else r["ts_ns"])):
+        if not _may_run_nccl(r):
+            continue
         groups[r.get("pg")].append(r)
     free = dict(lanes)
     for pg in sorted(groups, key=lambda g: -len(groups[g])):
