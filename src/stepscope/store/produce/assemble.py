@@ -4,7 +4,8 @@
 
 ``stepscope import`` (``importers.import_traces``) and the merge of a capture
 (``capture.partitions.merge``) both end here. Each bundle's tables are written through
-``RunWriter`` (which checks their columns) as they come, one bundle at a time; each bundle is
+``RunWriter`` (which checks their columns) as they come, one bundle at a time (tables a worker
+wrote already, a bundle's ``staged`` files, are checked the same way and moved in); each bundle is
 then checked against what its kind of source must provide (``schema.CONTRACTS``), a gap becoming
 a ``missing_tables`` diagnostic; a rank given twice is refused. The manifest's ranks and
 per-rank diagnostics come from the bundles; the rest (what the run's source was, its settings,
@@ -47,17 +48,25 @@ def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: M
                                f"{bundle.rank.file or 'another'}): a run has one of each rank")
             rows: dict[str, int] = {}
             what = f"writing rank {r}'s tables"
+            total = len(bundle.tables) + len(bundle.staged)
             for i, name in enumerate(bundle.tables):
-                say_progress(what, i, len(bundle.tables))
+                say_progress(what, i, total)
                 table = bundle.tables[name]
                 rows[name] = writer.write(name, r, table)
                 if on_table is not None:
                     on_table(r, name, table)
                 del table  # one table in memory at a time
-            say_progress(what, len(bundle.tables), len(bundle.tables))
+            for i, (name, path) in enumerate(bundle.staged.items(), len(bundle.tables)):
+                say_progress(what, i, total)
+                if name in rows:
+                    raise RunError(f"{path}: rank {r}'s {name} given twice")
+                rows[name] = writer.adopt(name, r, path)
+                if on_table is not None:
+                    on_table(r, name, writer.table(name, r))
+            say_progress(what, total, total)
             missing = contract_gaps(bundle.kind, rows)
             gaps = (gap_diagnostic(bundle, missing),) if missing else ()
-            fact = dataclasses.replace(bundle, tables={},
+            fact = dataclasses.replace(bundle, tables={}, staged={},
                                        diagnostics=(*bundle.diagnostics, *gaps))
             seen[r] = fact
             facts.append(fact)
