@@ -22,8 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from stepscope.errors import StepscopeError
-from stepscope.importers.engines import Result, Submit
-from stepscope.importers.rank_work import RankTask, stage_rank
+from stepscope.importers.rank_work import RankTask, Result, Submit, stage_rank
 
 MISSING = ("--engine dask needs Dask's distributed scheduler, which is not installed: "
            "pip install 'stepscope[dask]'")

@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, Protocol
 
-from stepscope import errors
-from stepscope.errors import RunError, StepscopeError, TraceFormatError
+from stepscope.errors import (
+    CaptureError,
+    DamagedFileError,
+    QueryError,
+    RunError,
+    StepscopeError,
+    TraceFormatError,
+)
 from stepscope.importers.registry import FORMATS
 from stepscope.importers.trace_sets import FileFacts, facts
 from stepscope.store.produce import RankBundle
@@ -64,15 +71,28 @@ class RankFailure:
         return RankFailure(type(exc).__name__, str(exc))
 
     def exception(self) -> StepscopeError:
-        cls = getattr(errors, self.error, StepscopeError)
-        if isinstance(cls, type) and issubclass(cls, TraceFormatError):
-            return cls(self.path, self.problem)
-        if isinstance(cls, type) and issubclass(cls, StepscopeError):
-            return cls(self.message)
-        return StepscopeError(self.message)
+        if self.error in (TraceFormatError.__name__, DamagedFileError.__name__):
+            trace = DamagedFileError if self.error == DamagedFileError.__name__ \
+                else TraceFormatError
+            return trace(self.path, self.problem)
+        cls = next((c for c in _PLAIN if c.__name__ == self.error), StepscopeError)
+        return cls(self.message)
 
     def raise_(self) -> NoReturn:
         raise self.exception()
+
+
+_PLAIN = (RunError, QueryError, CaptureError, StepscopeError)  # errors of one message
+
+
+class Result(Protocol):
+    """A per-rank result to come, on any engine (``concurrent.futures.Future``,
+    ``distributed.Future``)."""
+
+    def result(self) -> Any: ...
+
+
+Submit = Callable[[RankTask], Result]  # an engine: runs ``stage_rank`` on a task
 
 
 def part_folder(task: RankTask) -> Path:
@@ -106,4 +126,5 @@ def stage_rank(task: RankTask) -> StagedRank | RankFailure:
         return RankFailure.of(exc)
 
 
-__all__ = ["RankFailure", "RankTask", "StagedRank", "part_folder", "stage_rank"]
+__all__ = ["RankFailure", "RankTask", "Result", "StagedRank", "Submit", "part_folder",
+           "stage_rank"]
