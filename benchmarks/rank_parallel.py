@@ -114,8 +114,9 @@ def _proc_tree_rss(pid: int) -> int:
 
 def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run ``cmd``; wall, CPU, the command's peak RSS and the peak of its tree's RSS."""
+    errors = tempfile.TemporaryFile()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=errors)
     peak = [0]
     cpu: dict[int, float] = {}
     stop = threading.Event()
@@ -131,8 +132,10 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     wall = time.perf_counter() - t0
     stop.set()
     th.join()
-    err = proc.stderr.read().decode() if proc.stderr else ""
     proc.returncode = os.waitstatus_to_exitcode(status)
+    with errors:
+        errors.seek(0)
+        err = errors.read().decode(errors="replace")
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.strip()}")
     own = usage.ru_utime + usage.ru_stime  # the command and the children it waited for
