@@ -217,3 +217,18 @@ def test_the_dask_engine_writes_the_serial_run(four: tuple[list[Path], Path],
         run = import_traces(files, tmp_path / "dask", engine=f"dask:{cluster.scheduler_address}")
     _same_run(serial, run)
     assert _left(tmp_path) == ["dask"]
+
+
+def test_an_import_that_stops_before_reading_starts_no_workers(
+        four: tuple[list[Path], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepscope.importers import engines
+
+    def no_pool(workers: int) -> Any:
+        raise AssertionError("a pool was started")
+
+    monkeypatch.setattr(engines, "process_pool", no_pool)
+    files, serial = four
+    (tmp_path / "run").mkdir()
+    with pytest.raises(RunError, match="already exists"):
+        import_traces(files, tmp_path / "run", workers=2)
+    assert _left(tmp_path) == ["run"]

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from pathlib import Path
@@ -132,15 +132,22 @@ def ordered(submit: Submit, tasks: Iterable[RankTask], window: int, total: int
 @contextmanager
 def open_pool(engine: Engine, workers: int) -> Iterator[Submit]:
     """``submit(task)`` on ``engine`` with ``workers`` workers (a Dask scheduler given by
-    address has its own)."""
-    if engine.name == "dask":
-        from stepscope.importers.dask_engine import dask_pool
+    address has its own). The engine starts at the first task: an import that stops before
+    reading (the output exists already) starts no workers."""
+    with ExitStack() as stack:
+        started: list[Submit] = []
 
-        with dask_pool(engine.address, workers) as submit:
-            yield submit
-    else:
-        with process_pool(workers) as submit:
-            yield submit
+        def submit(task: RankTask) -> Result:
+            if not started:
+                if engine.name == "dask":
+                    from stepscope.importers.dask_engine import dask_pool
+
+                    started.append(stack.enter_context(dask_pool(engine.address, workers)))
+                else:
+                    started.append(stack.enter_context(process_pool(workers)))
+            return started[0](task)
+
+        yield submit
 
 
 WORKER_MODULE = "stepscope.importers.rank_work"
