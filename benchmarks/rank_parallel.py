@@ -186,10 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                              str(out), "--quiet", *extra], env)
                 results[name].append(r)
                 got = tables(out)
-                if first is None:
-                    first = got
+                if name == configs[0][0]:  # the report of the run, once per round
                     report.append(measure([args.python, "-m", "stepscope", "report", str(out),
                                            "-o", str(Path(tmp) / f"report-{rep}.json")], env))
+                if first is None:
+                    first = got
                 elif got != first:
                     print(f"{name}: the run's tables differ from the first run's",
                           file=sys.stderr)
