@@ -124,10 +124,14 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
 
     def checked(read: Iterator[tuple[RankBundle, FileFacts]]) -> Iterator[RankBundle]:
         ranks: dict[int, str] = {}
+        same_pid: dict[int | None, list[FileFacts]] = {}
         for bundle, fact in read:
             r = bundle.rank.rank
             seen.append(fact)
-            check_cycles_by_content(seen)
+            # cycles are files of one process: only the new file's process is checked again
+            # (checking every file seen after each one was quadratic in ranks)
+            same_pid.setdefault(fact.pid, []).append(fact)
+            check_cycles_by_content(same_pid[fact.pid])
             if r in ranks:
                 raise TraceFormatError(
                     str(fact.path), f"rank {r} again (also the rank of {ranks[r]}); "
