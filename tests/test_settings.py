@@ -24,13 +24,15 @@ def test_each_variable_is_understood() -> None:
         "STEPSCOPE_CUPTI_LIB": "/x/libcupti.so", "STEPSCOPE_CUPTI_NESTED_DRIVER": "1",
         "STEPSCOPE_CUPTI_PREPARED_BUFFERS": "0", "STEPSCOPE_CUPTI_SYNC": "1",
         "STEPSCOPE_CUPTI_ZEROED_BUFFERS": "0", "STEPSCOPE_KINETO_NATIVE": "Off",
+        "STEPSCOPE_IMPORT_ENGINE": "dask:tcp://10.0.0.5:8786", "STEPSCOPE_IMPORT_WORKERS": "6",
         "STEPSCOPE_SAMPLER_PROCESS": "0", "STEPSCOPE_TORCH_DRIVER_CALLS": " cuLaunchKernel, ,cuX",
     })
     assert s == Settings(capture='{"staging": "/tmp/x"}', cupti_api_via="activity",
                          cupti_detach=True, cupti_detach_with_graphs=True,
                          cupti_dump="/tmp/dump", cupti_lib="/x/libcupti.so",
                          cupti_nested_driver=True, cupti_prepared_buffers=0, cupti_sync=True,
-                         cupti_zeroed_buffers=False, kineto_native=False, sampler_process=False,
+                         cupti_zeroed_buffers=False, import_engine="dask:tcp://10.0.0.5:8786",
+                         import_workers=6, kineto_native=False, sampler_process=False,
                          torch_driver_calls=frozenset({"cuLaunchKernel", "cuX"}))
     assert not Settings.from_env({"STEPSCOPE_CUPTI_DETACH": "0"}).cupti_detach
     assert Settings.from_env({"STEPSCOPE_TORCH_DRIVER_CALLS": ""}).torch_driver_calls == frozenset()
@@ -41,6 +43,8 @@ def test_a_bad_value_means_the_default() -> None:
     s = Settings.from_env(bad)
     assert (s.cupti_api_via, s.cupti_prepared_buffers, s.cupti_sync, s.cupti_nested_driver) == (
         "callbacks", 4, False, False)
+    assert (s.import_engine, s.import_workers) == ("process", None)
+    assert Settings.from_env({"STEPSCOPE_IMPORT_WORKERS": "0"}).import_workers is None
     assert Settings.from_env({"STEPSCOPE_CUPTI_PREPARED_BUFFERS": "-3"}).cupti_prepared_buffers == 4
     assert Settings.from_env({"STEPSCOPE_CUPTI_DUMP": ""}).cupti_dump is None
 

@@ -14,6 +14,8 @@ Documented for users in ``docs/settings.md``; the table there and :data:`VARIABL
 | ``STEPSCOPE_CUPTI_PREPARED_BUFFERS`` | CUPTI buffers made ahead at start | an integer >= 0 | ``4`` |
 | ``STEPSCOPE_CUPTI_SYNC`` | record CUPTI's GPU-side synchronization records | ``0``, ``1`` | ``0`` |
 | ``STEPSCOPE_CUPTI_ZEROED_BUFFERS`` | tell CUPTI its buffers are zero-filled already | ``1``, ``0`` | ``1`` |
+| ``STEPSCOPE_IMPORT_ENGINE`` | where ``stepscope import`` reads the ranks when ``--engine`` is not given: a local process pool, or a Dask cluster (local, or the scheduler at ``ADDRESS``) | ``process``, ``dask``, ``dask:ADDRESS`` | ``process`` |
+| ``STEPSCOPE_IMPORT_WORKERS`` | how many ranks ``stepscope import`` reads at once when ``--workers`` is not given (``1``: one after another) | an integer >= 1 | from the traces' size, the cores and the memory |
 | ``STEPSCOPE_KINETO_NATIVE`` | the compiled Kineto reader (``0``, ``false``, ``no``, ``off``: the Python one) | on/off | on |
 | ``STEPSCOPE_SAMPLER_PROCESS`` | sample psutil/NVML in a separate process (``0``: a thread of the program) | ``1``, ``0`` | ``1`` |
 | ``STEPSCOPE_TORCH_DRIVER_CALLS`` | the driver calls kept in a torch process (comma-separated; empty: none) | names | the launches |
@@ -47,6 +49,8 @@ class Settings:
     cupti_prepared_buffers: int = 4
     cupti_sync: bool = False
     cupti_zeroed_buffers: bool = True
+    import_engine: str = "process"  # "process" | "dask" | "dask:ADDRESS"
+    import_workers: int | None = None  # None: chosen (importers.engines.plan_workers)
     kineto_native: bool = True
     sampler_process: bool = True
     torch_driver_calls: frozenset[str] | None = None  # None: the capture's default
@@ -62,6 +66,8 @@ class Settings:
         detach = get("CUPTI_DETACH", "1")
         prepared = get("CUPTI_PREPARED_BUFFERS", "4")
         driver_calls = env.get("STEPSCOPE_TORCH_DRIVER_CALLS")
+        workers = get("IMPORT_WORKERS", "")
+        engine = get("IMPORT_ENGINE", "process")
         return cls(
             capture=env.get(CAPTURE_VAR) or None,
             cupti_api_via="activity" if get("CUPTI_API_VIA", "callbacks") == "activity"
@@ -74,6 +80,9 @@ class Settings:
             cupti_prepared_buffers=max(0, int(prepared)) if prepared.isdigit() else 4,
             cupti_sync=get("CUPTI_SYNC", "0") == "1",
             cupti_zeroed_buffers=get("CUPTI_ZEROED_BUFFERS", "1") != "0",
+            import_engine=engine if engine in ("process", "dask") or engine.startswith("dask:")
+            else "process",
+            import_workers=int(workers) if workers.isdigit() and int(workers) > 0 else None,
             kineto_native=get("KINETO_NATIVE", "1").lower() not in _OFF,
             sampler_process=env.get("STEPSCOPE_SAMPLER_PROCESS", "1") != "0",
             torch_driver_calls=None if driver_calls is None
@@ -84,5 +93,6 @@ class Settings:
 VARIABLES = ("STEPSCOPE_CAPTURE", "STEPSCOPE_CUPTI_API_VIA", "STEPSCOPE_CUPTI_DETACH",
              "STEPSCOPE_CUPTI_DUMP", "STEPSCOPE_CUPTI_LIB", "STEPSCOPE_CUPTI_NESTED_DRIVER",
              "STEPSCOPE_CUPTI_PREPARED_BUFFERS", "STEPSCOPE_CUPTI_SYNC",
-             "STEPSCOPE_CUPTI_ZEROED_BUFFERS", "STEPSCOPE_KINETO_NATIVE",
+             "STEPSCOPE_CUPTI_ZEROED_BUFFERS", "STEPSCOPE_IMPORT_ENGINE",
+             "STEPSCOPE_IMPORT_WORKERS", "STEPSCOPE_KINETO_NATIVE",
              "STEPSCOPE_SAMPLER_PROCESS", "STEPSCOPE_TORCH_DRIVER_CALLS")

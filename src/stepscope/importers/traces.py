@@ -9,12 +9,18 @@ checks each bundle against what its kind of source must provide.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from stepscope._version import __version__
-from stepscope.errors import DamagedFileError, TraceFormatError
+from stepscope.errors import DamagedFileError, RunError, TraceFormatError
+from stepscope.importers.dask_engine import distributed
+from stepscope.importers.engines import Engine, open_pool, ordered, plan_workers
+from stepscope.importers.rank_work import RankFailure, RankTask
 from stepscope.importers.registry import FORMATS, Format, format_of
 from stepscope.importers.trace_sets import (
     FileFacts,
@@ -26,6 +32,7 @@ from stepscope.importers.trace_sets import (
     mixed_jobs,
     walk,
 )
+from stepscope.settings import Settings
 from stepscope.store.manifest import Diagnostic, Manifest, SourceInfo
 from stepscope.store.produce import RankBundle, assemble
 
@@ -92,27 +99,52 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
     return out, diags
 
 
-def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bool = False) -> Path:
+def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bool = False,
+                  workers: int | None = None, engine: str | Engine | None = None) -> Path:
     """Import PyTorch profiler traces (files and/or folders, one file per rank)
     into a run at ``out``; returns its path. The run is written atomically: on
-    any error nothing is left at ``out`` (an existing run there is untouched)."""
+    any error nothing is left at ``out`` (an existing run there is untouched).
+
+    ``workers``: how many ranks are read at once (1: one after another, in this process; None:
+    ``STEPSCOPE_IMPORT_WORKERS``, else chosen from the set's size, the cores and the memory,
+    ``engines.plan_workers``). ``engine``: where (``process``: a local process pool; ``dask`` or
+    ``dask:ADDRESS``: a Dask cluster, ``dask_engine``; None: ``STEPSCOPE_IMPORT_ENGINE``, else
+    ``process``). The run is the same either way."""
     files, diags = _detected(paths)
+    settings = Settings.from_env()
+    chosen = engine if isinstance(engine, Engine) else Engine.parse(
+        engine or settings.import_engine)
+    if chosen.name == "dask":
+        distributed()  # one line now when Dask is missing, not after the files were read
+    wanted = workers if workers is not None else settings.import_workers
+    if chosen.address and wanted is None:  # a cluster's size is its own: keep every file queued
+        wanted = len(files)
+    n = plan_workers([f for f, _ in files], wanted)
     seen: list[FileFacts] = []
 
-    def bundles() -> Iterator[RankBundle]:  # one file's tables in memory at a time
+    def checked(read: Iterator[tuple[RankBundle, FileFacts]]) -> Iterator[RankBundle]:
         ranks: dict[int, str] = {}
-        for i, (f, fmt) in enumerate(files):
-            bundle = fmt.read(f, default_rank=i)
+        same_pid: dict[int | None, list[FileFacts]] = {}
+        for bundle, fact in read:
             r = bundle.rank.rank
-            seen.append(facts(f, r, bundle.details.get("rank_source") == "distributedInfo",
-                              bundle.rank.pid, bundle.rank.world_size, bundle.tables))
-            check_cycles_by_content(seen)
+            seen.append(fact)
+            # cycles are files of one process: only the new file's process is checked again
+            # (checking every file seen after each one was quadratic in ranks)
+            same_pid.setdefault(fact.pid, []).append(fact)
+            check_cycles_by_content(same_pid[fact.pid])
             if r in ranks:
                 raise TraceFormatError(
-                    str(f), f"rank {r} again (also the rank of {ranks[r]}); "
-                            "give each rank's trace once")
+                    str(fact.path), f"rank {r} again (also the rank of {ranks[r]}); "
+                                    "give each rank's trace once")
             ranks[r] = bundle.rank.file
             yield bundle
+
+    def serial() -> Iterator[tuple[RankBundle, FileFacts]]:  # one file's tables at a time
+        for i, (f, fmt) in enumerate(files):
+            bundle = fmt.read(f, default_rank=i)
+            yield bundle, facts(f, bundle.rank.rank,
+                                bundle.details.get("rank_source") == "distributedInfo",
+                                bundle.rank.pid, bundle.rank.world_size, bundle.tables)
 
     def head(facts: Sequence[RankBundle]) -> Manifest:
         tools = list(dict.fromkeys(b.tool for b in facts))
@@ -129,7 +161,34 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
             stepscope_version=__version__,
             diagnostics=(*diags, *((mixed,) if mixed is not None else ())))
 
-    return assemble(out, bundles(), head, overwrite=overwrite)
+    if n == 1 and chosen.name == "process":
+        return assemble(out, checked(serial()), head, overwrite=overwrite)
+    with parts_folder(Path(out)) as parts, open_pool(chosen, n) as submit:
+        tasks = [RankTask(f, fmt.name, i, parts, str(out)) for i, (f, fmt) in enumerate(files)]
+
+        def parallel() -> Iterator[tuple[RankBundle, FileFacts]]:
+            for result in ordered(submit, tasks, 2 * n, len(tasks)):
+                if isinstance(result, RankFailure):
+                    result.raise_()
+                yield result.bundle, result.facts
+
+        return assemble(out, checked(parallel()), head, overwrite=overwrite)
+
+
+@contextmanager
+def parts_folder(out: Path) -> Iterator[Path]:
+    """The folder where the workers of a parallel import write ranks' tables until the run
+    assembler adopts them: a hidden sibling of the run (one file system: adopting is a rename),
+    removed on leaving whatever happened."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".parts", dir=out.parent))
+    except OSError as exc:
+        raise RunError(f"{out.parent}: cannot create the run folder ({exc.strerror})") from None
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 __all__ = ["FORMATS", "import_traces", "trace_files"]

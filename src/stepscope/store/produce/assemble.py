@@ -4,7 +4,8 @@
 
 ``stepscope import`` (``importers.import_traces``) and the merge of a capture
 (``capture.partitions.merge``) both end here. Each bundle's tables are written through
-``RunWriter`` (which checks their columns) as they come, one bundle at a time; its
+``RunWriter`` (which checks their columns) as they come, one bundle at a time (tables a worker
+wrote already, a bundle's ``staged`` files, are checked the same way and moved in); its
 ``collectives`` go last, through ``collectives.complete`` (linked to the rank's NCCL/RCCL
 kernels, or made from them when the source gave none). Each bundle is then checked against
 what its kind of source must provide (``schema.CONTRACTS``), a gap becoming a
@@ -27,7 +28,7 @@ from stepscope.progress import report as say_progress
 from stepscope.store.manifest import Diagnostic, Manifest
 from stepscope.store.produce.bundle import RankBundle, contract_gaps, gap_diagnostic
 from stepscope.store.produce.collectives import communication_kernels, complete
-from stepscope.store.writer import RunWriter
+from stepscope.store.writer import RunWriter, read_partition
 
 # told of each table as it is written: (rank, table name, the table)
 TableObserver = Callable[[int, str, pa.Table], None]
@@ -52,8 +53,9 @@ def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: M
             what = f"writing rank {r}'s tables"
             given: pa.Table | None = None  # the source's collectives, completed at the end
             comm = communication_kernels({})
+            total = len(bundle.tables) + len(bundle.staged)
             for i, name in enumerate(bundle.tables):
-                say_progress(what, i, len(bundle.tables))
+                say_progress(what, i, total)
                 table = bundle.tables[name]
                 if name == "collectives":
                     given = table
@@ -64,6 +66,21 @@ def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: M
                 if name == "kernels":
                     comm = communication_kernels(table)
                 del table  # one table in memory at a time
+            for i, (name, path) in enumerate(bundle.staged.items(), len(bundle.tables)):
+                say_progress(what, i, total)
+                if name in rows or (name == "collectives" and given is not None):
+                    raise RunError(f"{path}: rank {r}'s {name} given twice")
+                if name == "collectives":  # completed below, with the rank's kernels
+                    given = read_partition(path, name, r)
+                    continue
+                rows[name] = writer.adopt(name, r, path)
+                if on_table is not None or name == "kernels":
+                    table = writer.table(name, r)
+                    if on_table is not None:
+                        on_table(r, name, table)
+                    if name == "kernels":
+                        comm = communication_kernels(table)
+                    del table
             done = complete(given, comm, r)
             if done is not None or given is not None:
                 table = done if done is not None else given
@@ -71,10 +88,10 @@ def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: M
                 if on_table is not None:
                     on_table(r, "collectives", table)
                 del table
-            say_progress(what, len(bundle.tables), len(bundle.tables))
+            say_progress(what, total, total)
             missing = contract_gaps(bundle.kind, rows, communication=comm.num_rows > 0)
             gaps = (gap_diagnostic(bundle, missing),) if missing else ()
-            fact = dataclasses.replace(bundle, tables={},
+            fact = dataclasses.replace(bundle, tables={}, staged={},
                                        diagnostics=(*bundle.diagnostics, *gaps))
             seen[r] = fact
             facts.append(fact)

@@ -27,6 +27,9 @@ class RankBundle:
     holds one table of one process in memory at a time); the assembler looks each up once.
     ``tool``, ``clock_offset_ns`` and ``details``: the source's own facts about this rank (an
     imported file's producer, the offset added to its timestamps, what was read).
+    ``staged``: tables already written as partition files (``store.writer.write_partition``) by
+    another process (a worker of a rank-parallel import), table -> file; the assembler checks
+    and adopts them (``RunWriter.adopt``) instead of writing them, so they never travel.
     """
 
     kind: SourceKind
@@ -36,6 +39,7 @@ class RankBundle:
     tool: str = ""
     clock_offset_ns: int = 0
     details: Mapping[str, Any] = field(default_factory=dict)
+    staged: Mapping[str, Path] = field(default_factory=dict)
 
 
 class TraceReader(Protocol):
