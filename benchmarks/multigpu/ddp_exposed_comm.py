@@ -1,10 +1,11 @@
 """DDP with exposed communication: a comm-heavy model (4 x Linear(8192, 8192) + a small head,
 268M parameters = 1.07 GB of fp32 gradients, TF32 matmuls on a batch of 1024 per rank: a few
 ms of compute) whose gradients are all-reduced in fp32 as ONE bucket after the whole backward
-(``bucket_cap_mb`` larger than all gradients; the small head alone fills DDP's 1 MB first
-bucket). Nothing runs under that all-reduce.
+(``bucket_cap_mb`` larger than all gradients: with an explicit cap DDP's first bucket has that
+cap too; with older torch's 1 MB first bucket the small head alone fills it). Nothing runs
+under that all-reduce.
 
-``--fix`` (``--fix-mode both``, default): DDP's default 25 MB buckets, so the all-reduces start
+``--fix`` (``--fix-mode both``, default): DDP's default buckets (1 MB first, then 25 MB), so the all-reduces start
 during the backward, plus ``bf16_compress_hook`` (half the bytes). ``--fix-mode buckets`` or
 ``bf16``: one of the two. Expected top finding: ``exposed_communication``.
 
@@ -50,10 +51,10 @@ def build(fixed: bool, ctx: Ctx, args: argparse.Namespace) -> Step:
     grad_mb = sum(p.numel() for p in net.parameters()) * 4 / 2**20
     small = fixed and args.fix_mode in ("both", "buckets")
     hook = fixed and args.fix_mode in ("both", "bf16")
-    cap = 25.0 if small else float(2 ** int(grad_mb * 2).bit_length())  # > all gradients
-    model = harness.ddp(net, ctx, bucket_cap_mb=cap)
+    cap = None if small else float(2 ** int(grad_mb * 2).bit_length())  # > all gradients
+    model = harness.ddp(net, ctx, bucket_cap_mb=cap)  # None: DDP's default
+    comp = default_hooks.bf16_compress_hook
     if hook:
-        comp = default_hooks.bf16_compress_hook
         if ctx.backend == "gloo":  # gloo has no bf16 all-reduce everywhere: fp16 on the CPU
             comp = default_hooks.fp16_compress_hook
         model.register_comm_hook(None, comp)
@@ -65,7 +66,7 @@ def build(fixed: bool, ctx: Ctx, args: argparse.Namespace) -> Step:
 
     return Step(step, info={"batch": batch, "width": width, "layers": layers,
                             "grad_mb": round(grad_mb, 1), "bucket_cap_mb": cap,
-                            "comm_hook": (comp.__name__ if hook else None),
+                            "comm_hook": comp.__name__ if hook else None,
                             "fix_mode": args.fix_mode if fixed else None})
 
 

@@ -52,8 +52,8 @@ def build(fixed: bool, ctx: Ctx, args: argparse.Namespace) -> Step:
             del seen[:-100]
 
     return Step(step, info={"batch": batch, "width": width, "layers": layers,
-                            "extra_allreduce_mb": 0.0 if fixed else round(flat.numel() * 4 / 2**20,
-                                                                          1),
+                            "params": flat.numel(),
+                            "extra_allreduce_bytes": 0 if fixed else flat.numel() * 4,
                             "item": not fixed and not args.no_item})
 
 

@@ -67,13 +67,54 @@ def devices(jax: Any) -> list[Any]:
     return list(gpus) if gpus else list(jax.devices())
 
 
+def loss_fn(jax: Any, ps: list[Any], xb: Any) -> Any:
+    h = xb
+    for w in ps:
+        h = jax.numpy.tanh(h @ w)
+    return jax.numpy.mean(h * h)
+
+
+def step_function(jax: Any, mesh: Any, n: int, fixed: bool) -> Any:
+    """The jitted data-parallel SGD step ``(params, x) -> (params, mean loss)``: per device the
+    loss and gradients of its shard of the batch, gradients averaged with explicit ``psum``s.
+
+    ``check_vma=False`` (``check_rep=False`` in older JAX): with the check on, differentiating
+    w.r.t. the replicated parameters inside ``shard_map`` inserts its own ``psum`` of the
+    gradients, and the planted collective would be a second one."""
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    jnp = jax.numpy
+
+    def local(ps: list[Any], xb: Any) -> tuple[list[Any], Any]:
+        loss, grads = jax.value_and_grad(lambda q, b: loss_fn(jax, q, b))(ps, xb)
+        if fixed:  # one psum per layer, bf16: XLA may start each when its gradient is ready
+            grads = [jax.lax.psum(g.astype(jnp.bfloat16), "d").astype(jnp.float32) / n
+                     for g in grads]
+        else:  # the plant: one flat fp32 psum after the whole backward
+            flat = jnp.concatenate([g.reshape(-1) for g in grads])
+            flat = jax.lax.psum(flat, "d") / n
+            offs = np.cumsum([0, *[g.size for g in grads]])
+            grads = [flat[int(a):int(b)].reshape(g.shape)
+                     for a, b, g in zip(offs[:-1], offs[1:], grads)]
+        new = [p - LR * g for p, g in zip(ps, grads)]
+        return new, jax.lax.psum(loss, "d") / n
+
+    sm = shard_map_fn(jax)
+    kw = dict(mesh=mesh, in_specs=(P(), P("d")), out_specs=(P(), P()))
+    try:
+        mapped = sm(local, check_vma=False, **kw)
+    except TypeError:  # jax.experimental.shard_map: check_rep
+        mapped = sm(local, check_rep=False, **kw)
+    return jax.jit(mapped, donate_argnums=0)
+
+
 def build(fixed: bool, jax: Any, args: argparse.Namespace) -> tuple[timing.Step, Any]:
     """The step, and what returns its latest loss (to wait for the step before)."""
     import numpy as np
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    jnp = jax.numpy
     devs = devices(jax)[:args.devices] if args.devices else devices(jax)
     gpu = devs[0].platform == "gpu"
     n = len(devs)
@@ -87,30 +128,7 @@ def build(fixed: bool, jax: Any, args: argparse.Namespace) -> tuple[timing.Step,
               for _ in range(layers)]
     x = jax.device_put(rng.standard_normal((batch * n, width), dtype=np.float32), shard)
 
-    def loss_fn(ps: list[Any], xb: Any) -> Any:
-        h = xb
-        for w in ps:
-            h = jnp.tanh(h @ w)
-        return jnp.mean(h * h)
-
-    def local(ps: list[Any], xb: Any) -> tuple[list[Any], Any]:
-        loss, grads = jax.value_and_grad(loss_fn)(ps, xb)
-        if fixed:  # one psum per layer, bf16: XLA may start each when its gradient is ready
-            grads = [jax.lax.psum(g.astype(jnp.bfloat16), "d").astype(jnp.float32) / n
-                     for g in grads]
-        else:  # the plant: one flat fp32 psum after the whole backward
-            flat = jnp.concatenate([g.reshape(-1) for g in grads])
-            flat = jax.lax.psum(flat, "d") / n
-            sizes = [g.size for g in grads]
-            offs = np.cumsum([0, *sizes])
-            grads = [flat[int(a):int(b)].reshape(g.shape)
-                     for a, b, g in zip(offs[:-1], offs[1:], grads)]
-        new = [p - LR * g for p, g in zip(ps, grads)]
-        return new, jax.lax.psum(loss, "d") / n
-
-    sm = shard_map_fn(jax)
-    mapped = sm(local, mesh=mesh, in_specs=(P(), P("d")), out_specs=(P(), P()))
-    step_fn = jax.jit(mapped, donate_argnums=0)
+    step_fn = step_function(jax, mesh, n, fixed)
     state: dict[str, Any] = {"params": params, "loss": None}
 
     def step() -> None:
