@@ -169,6 +169,9 @@ def phase_compare(s: Scenario, args: argparse.Namespace, out: Path, clock: Clock
     traces = out / "traces" / s.name
     if traces.exists():
         shutil.rmtree(traces)
+    if args.timing == "separate":
+        phase_separate(s, args, out, clock, summ, traces)
+        return
     cmd = launch(s, args) + ["--compare", "--rounds", str(args.rounds), "--steps",
                              str(args.block_steps), "--warmup", str(args.warmup)]
     if s.torch:
@@ -186,6 +189,47 @@ def phase_compare(s: Scenario, args: argparse.Namespace, out: Path, clock: Clock
         summ["info"] = line.get("info")
         summ["program"] = {k: line.get(k) for k in ("world_size", "backend", "device", "gpu",
                                                     "torch", "jax")}
+    summ["traces"] = sorted(glob.glob(str(traces / "*.pt.trace.json.gz")))
+
+
+def phase_separate(s: Scenario, args: argparse.Namespace, out: Path, clock: Clock,
+                   summ: dict[str, Any], traces: Path) -> None:
+    """``--timing separate``: ``--rounds`` launches of each variant, alternating (BF, FB, ...),
+    each timing ``--separate-steps`` steps; medians of the launches' median step times. The
+    first baseline launch also writes the traces."""
+    import statistics
+
+    runs: dict[str, list[float]] = {"base": [], "fix": []}
+    launches: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        for variant in (("base", "fix") if r % 2 == 0 else ("fix", "base")):
+            cmd = launch(s, args) + ["--steps", str(args.separate_steps), "--warmup",
+                                     str(args.warmup)] + (["--fix"] if variant == "fix" else [])
+            if s.torch and variant == "base" and not runs["base"]:
+                cmd += ["--profile", str(traces)]
+            res = run(cmd, clock.limit(args.timeout),
+                      out / "logs" / f"{s.name}.{variant}{r}.log")
+            line = read_json_line(Path(res["log"]).read_text(errors="replace"))
+            res["median_step_ms"] = line.get("median_step_ms") if line else None
+            launches.append(res)
+            if res["rc"] == EXIT_SKIPPED:
+                summ.update(status="skipped", reason=res.get("error"), compare=launches)
+                return
+            if line and line.get("median_step_ms") is not None:
+                runs[variant].append(float(line["median_step_ms"]))
+                summ["info"] = line.get("info")
+                summ["program"] = {k: line.get(k) for k in ("world_size", "backend", "device",
+                                                            "gpu", "torch", "jax")}
+    summ["compare"] = {"mode": "separate", "launches": launches,
+                       "rc": next((x["rc"] for x in launches if x["rc"] != 0), 0),
+                       "error": next((x["error"] for x in launches if x.get("error")), None)}
+    if runs["base"] and runs["fix"]:
+        b, f = statistics.median(runs["base"]), statistics.median(runs["fix"])
+        summ["timing"] = {"baseline_ms": round(b, 4), "fixed_ms": round(f, 4),
+                          "saving_ms": round(b - f, 4),
+                          "saving_pct": round(100 * (b - f) / b, 2) if b > 0 else 0.0,
+                          "mode": "separate", "baseline_runs_ms": runs["base"],
+                          "fixed_runs_ms": runs["fix"]}
     summ["traces"] = sorted(glob.glob(str(traces / "*.pt.trace.json.gz")))
 
 
@@ -284,7 +328,8 @@ def suite_meta(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
                             warmup=args.warmup, inflight=2, program_seconds=args.program_seconds,
                             names=names)
     meta = rr.suite_meta(ns, sys.argv)
-    meta.update(nproc=args.nproc, block_steps=args.block_steps, record_steps=args.record_steps,
+    meta.update(nproc=args.nproc, timing=args.timing, block_steps=args.block_steps,
+                separate_steps=args.separate_steps, record_steps=args.record_steps,
                 torch=(meta.get("versions") or {}).get("torch"),
                 jax=(meta.get("versions") or {}).get("jax"), budget_s=args.budget,
                 env={k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE",
@@ -315,7 +360,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--skip", default="", help="comma-separated scenarios to leave out")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None,
                     help="cpu: a dry run with gloo (default: cuda when nvidia-smi is there)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (3)")
+    ap.add_argument("--timing", choices=("interleaved", "separate"), default="interleaved",
+                    help="interleaved: both variants in one launch (default); separate: one "
+                         "launch per variant and round, alternating")
+    ap.add_argument("--rounds", type=int, default=3, help="timing rounds (3)")
+    ap.add_argument("--separate-steps", type=int, default=30,
+                    help="--timing separate: steps timed per launch (30)")
     ap.add_argument("--block-steps", type=int, default=10, help="steps per timing block (10)")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per variant (5)")
     ap.add_argument("--record-steps", type=int, default=HOOK_STEPS,
@@ -329,7 +379,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="import / report limit, s")
     ap.add_argument("--budget", type=float, default=540.0,
                     help="start no scenario likely to end after S seconds (540)")
-    ap.add_argument("--copy-to", default=None, help="also copy the results here")
+    ap.add_argument("--copy-to", default=None,
+                    help="also copy accuracy.md, summary.json, bundle.tar.gz here")
+    ap.add_argument("--bundle-mb", type=float, default=14.0,
+                    help="size limit of bundle.tar.gz's traces and runs (14)")
     args = ap.parse_args(argv)
     if args.device is None:
         args.device = "cuda" if shutil.which("nvidia-smi") else "cpu"
@@ -346,16 +399,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def copy_results(out: Path, dest: Path | None) -> None:
+def copy_results(out: Path, dest: Path | None, bundle: bool = False) -> None:
+    """accuracy.md and summary.json (and bundle.tar.gz) into ``dest``: three files, as the
+    device machine returns at most 8."""
     if dest is None:
         return
-    for rel in ("accuracy.md", "meta.json", "summary.json"):
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in ("accuracy.md", "summary.json", *(("bundle.tar.gz",) if bundle else ())):
         if (out / rel).exists():
-            dest.mkdir(parents=True, exist_ok=True)
             shutil.copy2(out / rel, dest / rel)
-    for sub in ("summaries",):
-        if (out / sub).is_dir():
-            shutil.copytree(out / sub, dest / sub, dirs_exist_ok=True)
+
+
+def pack_bundle(out: Path, names: list[str], limit_mb: float) -> dict[str, Any]:
+    """out/bundle.tar.gz: summaries, meta, logs and report JSONs first, then the torch.profiler
+    traces and the recorded/imported runs while they fit ``limit_mb``."""
+    import tarfile
+
+    first: list[Path] = [out / "meta.json", out / "accuracy.md"]
+    later: list[Path] = []
+    for n in names:
+        first += [out / "summaries" / f"{n}.json", *sorted((out / "logs").glob(f"{n}.*")),
+                  out / "rec" / f"{n}.report.json", out / "prof" / f"{n}.report.json"]
+        later += [out / "traces" / n]
+    later += [out / d / n for d in ("rec", "prof") for n in names]
+    limit = int(limit_mb * 2**20)
+    dest = out / "bundle.tar.gz"
+    total, left_out = 0, []
+    with tarfile.open(dest, "w:gz", compresslevel=6) as tar:
+        for p in first:
+            if p.is_file():
+                tar.add(p, arcname=str(p.relative_to(out)))
+                total += p.stat().st_size
+        for p in later:
+            if not p.exists():
+                continue
+            size = rr.tree_bytes(p) if p.is_dir() else p.stat().st_size
+            if total + size > limit:
+                left_out.append(str(p.relative_to(out)))
+                continue
+            tar.add(p, arcname=str(p.relative_to(out)))
+            total += size
+    return {"bytes": dest.stat().st_size, "left_out": left_out}
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -388,6 +472,13 @@ def main(argv: list[str] | None = None) -> int:
         (out / "accuracy.md").write_text(score.table(list(done.values()), meta))
         copy_results(out, copy_to)
 
+    def bundle() -> None:
+        try:
+            meta["bundle"] = pack_bundle(out, list(done), args.bundle_mb)
+        except OSError as exc:
+            meta["bundle"] = {"error": str(exc)}
+        copy_results(out, copy_to, bundle=True)
+
     for i, name in enumerate(args.names, 1):
         s = BY_NAME[name]
         log(f"[{i}/{len(args.names)}] {name} ({clock.elapsed:.0f} s)")
@@ -397,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             summ = run_scenario(s, args, out, clock, save)
         save(summ)
+        bundle()
         log(f"    {summ['status']} in {summ.get('wall_s', 0)} s: {score.verdict_cell(summ)}")
     log(f"suite: {clock.elapsed:.0f} s")
     log((out / "accuracy.md").read_text())

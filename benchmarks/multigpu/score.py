@@ -2,7 +2,7 @@
 """Score the multi-GPU suite's summaries and print the markdown table for docs/accuracy.md.
 
     python3 benchmarks/multigpu/score.py OUT            # OUT/summaries/*.json (run_suite.py)
-    python3 benchmarks/multigpu/score.py a.json b.json  # summary files
+    python3 benchmarks/multigpu/score.py OUT/summary.json a.json   # summary files
 
 Per scenario and path (``record``: ``stepscope record`` of the baseline; ``profiler``: the
 baseline's torch.profiler traces, one per rank, imported together), on the run's JSON report:
@@ -31,7 +31,7 @@ for _p in (str(HERE), str(HERE.parent / "scenarios")):
         sys.path.insert(0, _p)
 
 import timing  # noqa: E402  (torch-free)
-from registry import BY_NAME, SCENARIOS  # noqa: E402
+from registry import SCENARIOS  # noqa: E402
 
 SERIOUS = ("warning", "critical")
 TOLERANCE = 0.30
@@ -158,14 +158,23 @@ def row(s: dict[str, Any]) -> str:
             f"{est_cell(s, 'record')} | {est_cell(s, 'profiler')} | {meas} | {verdict_cell(s)} |")
 
 
+def timing_text(meta: dict[str, Any]) -> str:
+    if meta.get("timing") == "separate":
+        return (f"untraced timing: {meta.get('rounds', '?')} launches per variant, alternating, "
+                f"{meta.get('separate_steps', '?')} steps each; median of the launches' median "
+                "step times")
+    return (f"untraced timing: both variants in one launch, {meta.get('rounds', '?')} "
+            f"interleaved rounds × {meta.get('block_steps', '?')} steps per variant; medians of "
+            "the block means")
+
+
 def table(summaries: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str:
     meta = meta or {}
     head = []
     if meta:
         head = [f"{meta.get('nproc', '?')} × {meta.get('device_name') or meta.get('device', '?')}"
                 f"; torch {meta.get('torch', '?')}, jax {meta.get('jax', '?')}; "
-                f"{meta.get('date', '')}; timing: {meta.get('rounds', '?')} interleaved rounds × "
-                f"{meta.get('block_steps', '?')} steps per variant, medians.", ""]
+                f"{meta.get('date', '')}; {timing_text(meta)}.", ""]
     lines = [*head,
              ("| scenario | expected | top finding (record) | top finding (torch.profiler) | "
               "est / measured (record) | est / measured (profiler) | measured untraced "
@@ -185,16 +194,27 @@ def table(summaries: list[dict[str, Any]], meta: dict[str, Any] | None = None) -
     return "\n".join(lines)
 
 
-def load(paths: list[Path]) -> list[dict[str, Any]]:
+def load(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Summaries (rescored) and the suite's meta from suite folders (``summaries/*.json``,
+    ``meta.json``), ``summary.json`` files (``{"meta", "scenarios"}``) or single summaries."""
     files: list[Path] = []
+    meta: dict[str, Any] = {}
     for p in paths:
-        files += sorted((p / "summaries").glob("*.json")) if p.is_dir() else [p]
-    out = []
+        if p.is_dir():
+            files += sorted((p / "summaries").glob("*.json"))
+            if (p / "meta.json").exists():
+                meta = json.loads((p / "meta.json").read_text())
+        else:
+            files.append(p)
+    out: dict[str, dict[str, Any]] = {}
     for f in files:
         d = json.loads(f.read_text())
-        if d.get("scenario") in BY_NAME or "scenario" in d:
-            out.append(rescore(d))
-    return out
+        if not isinstance(d, dict):
+            raise ValueError(f"{f}: not a summary")
+        meta = d.get("meta") or meta
+        for s in d.get("scenarios", [d] if "scenario" in d else []):
+            out[s["scenario"]] = rescore(s)
+    return list(out.values()), meta
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,15 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"score.py: {missing[0]}: no such file or folder", file=sys.stderr)
         return 2
     try:
-        summaries = load(paths)
-    except (OSError, ValueError) as exc:
+        summaries, meta = load(paths)
+    except (OSError, ValueError, KeyError) as exc:
         print(f"score.py: cannot read the summaries: {exc}", file=sys.stderr)
         return 2
-    meta: dict[str, Any] = {}
-    for p in paths:
-        m = p / "meta.json" if p.is_dir() else None
-        if m and m.exists():
-            meta = json.loads(m.read_text())
     print(table(summaries, meta))
     return 0
 

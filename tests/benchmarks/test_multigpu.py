@@ -247,3 +247,35 @@ def test_score_cli_reads_a_suite_folder_and_rejects_a_missing_one(
     assert "| ddp_straggler | straggler rank 1 |" in capsys.readouterr().out
     assert score.main([str(tmp_path / "nope")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+    both = tmp_path / "summary.json"  # run_suite.py's summary.json: {"meta", "scenarios"}
+    both.write_text(json.dumps({"meta": {"nproc": 4, "device_name": "H200", "timing":
+                                         "separate", "rounds": 3, "separate_steps": 30},
+                                "scenarios": [s, summary("ddp_balanced", [], [])]}))
+    assert score.main([str(both)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("4 × H200;") and "3 launches per variant, alternating, 30 steps" in out
+    assert "| ddp_balanced | (healthy) |" in out and "| ddp_straggler |" in out
+    (tmp_path / "bad.json").write_text("[1]")
+    assert score.main([str(tmp_path / "bad.json")]) == 2
+
+
+def test_the_bundle_keeps_summaries_and_reports_first_and_leaves_out_what_does_not_fit(
+        tmp_path: Path) -> None:
+    for rel, size in (("meta.json", 10), ("summaries/a.json", 10), ("logs/a.record.log", 10),
+                      ("rec/a.report.json", 10), ("traces/a/a.rank0.pt.trace.json.gz", 1000),
+                      ("rec/a/manifest.json", 3 * 2**20)):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(os.urandom(size))
+    res = run_suite.pack_bundle(tmp_path, ["a"], limit_mb=2.0)
+    import tarfile
+
+    with tarfile.open(tmp_path / "bundle.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"meta.json", "summaries/a.json", "logs/a.record.log", "rec/a.report.json",
+            "traces/a/a.rank0.pt.trace.json.gz"} <= names
+    assert "rec/a/manifest.json" not in names and res["left_out"] == ["rec/a"]
+    dest = tmp_path / "copy"
+    (tmp_path / "accuracy.md").write_text("t")
+    run_suite.copy_results(tmp_path, dest, bundle=True)
+    assert sorted(p.name for p in dest.iterdir()) == ["accuracy.md", "bundle.tar.gz"]
