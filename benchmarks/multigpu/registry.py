@@ -5,7 +5,7 @@ A scenario runs as ``LAUNCH`` says: "torchrun" (``torchrun --standalone --nproc-
 PROGRAM``, one process per GPU) or "python" (one process driving every local GPU: JAX).
 ``expected``: the rule that must be the top warning/critical finding ("" = healthy: no
 warning/critical straggler or communication finding); ``late_rank``: the rank a straggler
-finding must name (None: none planted).
+finding must name (None: none planted), ``cause`` what it must say makes that rank late.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Scenario:
     planted: str  # one line
     fix: str  # one line ("" = no fix: the fixed variant is an alternative setting)
     late_rank: int | None = None
+    cause: str | None = None  # a word the straggler finding's title or evidence must hold
     # findings that must NOT be warning/critical on a healthy run (others may be)
     forbidden: tuple[str, ...] = ("straggler", "exposed_communication", "slow_collectives")
 
@@ -47,7 +48,7 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("ddp_straggler", "straggler", "torchrun",
              "rank 1 does 25 ms of Python busy-loop host work before each step",
-             "the extra host work removed", late_rank=1),
+             "the extra host work removed", late_rank=1, cause="host"),
     Scenario("ddp_exposed_comm", "exposed_communication", "torchrun",
              "1.07 GB of fp32 gradients all-reduced as one bucket after the whole backward",
              "25 MB buckets + bf16_compress_hook"),

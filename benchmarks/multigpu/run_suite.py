@@ -271,6 +271,7 @@ def phase_profiler(s: Scenario, args: argparse.Namespace, out: Path, clock: Cloc
 
 def new_summary(s: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     return {"scenario": s.name, "expected": s.expected, "late_rank": s.late_rank,
+            "cause": s.cause,
             "forbidden": list(s.forbidden), "planted": s.planted, "fix": s.fix,
             "launch": s.launch, "nproc": args.nproc, "device": args.device, "status": "running"}
 

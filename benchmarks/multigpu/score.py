@@ -9,7 +9,8 @@ baseline's torch.profiler traces, one per rank, imported together), on the run's
 
 - planted (``expected`` set): ranked first = the first warning/critical finding is the planted
   rule (``timing.score_first_serious``, as the single-GPU suite scores it) and, for a straggler,
-  names the planted rank (``where.rank``); estimate = the rule's ``est_saving_pct`` over the
+  names the planted rank (``where.rank``; whether its title or evidence names the cause, e.g.
+  "host", is noted beside the verdict); estimate = the rule's ``est_saving_pct`` over the
   measured saving (% of the untraced baseline step), ok within ±30%. Verdict: pass (both),
   partial (ranked first, estimate off), FAIL.
 - healthy (``expected == ""``): pass when none of the scenario's ``forbidden`` rules (straggler,
@@ -54,6 +55,10 @@ def score_path(summary: dict[str, Any], findings: list[dict[str, Any]] | None) -
     top = next((f for f in fs if f.get("severity") in SERIOUS), None)
     sc["top_rank"] = top.get("rank") if top else None
     sc["rank_ok"] = None if late is None else bool(sc["ranked_first"] and sc["top_rank"] == late)
+    cause = summary.get("cause")
+    text = " ".join([str((top or {}).get("title", "")),
+                     *map(str, (top or {}).get("evidence") or [])]).lower()
+    sc["cause_named"] = None if not cause or not sc["ranked_first"] else cause.lower() in text
     first = bool(sc["ranked_first"]) and sc["rank_ok"] is not False
     if findings is None:
         sc["verdict"] = "no report"
@@ -139,6 +144,8 @@ def verdict_cell(summary: dict[str, Any]) -> str:
             v += f" ({', '.join(sc['forbidden_found'])})"
         if sc.get("rank_ok") is False and sc.get("ranked_first"):
             v += f" (rank {sc.get('top_rank')} named)"
+        if sc.get("cause_named") is False:
+            v += f" (cause {summary.get('cause')} not named)"
         parts.append(f"{path}: {v}")
     return "; ".join(parts) or "–"
 

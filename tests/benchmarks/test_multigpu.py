@@ -165,9 +165,11 @@ def test_the_budget_cuts_a_phase_to_what_is_left() -> None:
 TIMING = {"baseline_ms": 32.0, "fixed_ms": 8.0, "saving_ms": 24.0, "saving_pct": 75.0}
 
 
-def f(id_: str, severity: str, pct: float, rank: int | None = None) -> dict[str, Any]:
+def f(id_: str, severity: str, pct: float, rank: int | None = None,
+      evidence: tuple[str, ...] = ()) -> dict[str, Any]:
     return {"id": id_, "severity": severity, "est_saving_pct": pct,
-            "est_saving_ms": pct * 0.32, "confidence": "high", "title": id_, "rank": rank}
+            "est_saving_ms": pct * 0.32, "confidence": "high", "title": id_, "rank": rank,
+            "evidence": list(evidence)}
 
 
 def summary(name: str, rec: list[dict[str, Any]] | None, prof: list[dict[str, Any]] | None,
@@ -187,6 +189,8 @@ def test_straggler_passes_only_when_first_on_the_planted_rank_within_30_percent(
                    [f("sync_calls", "info", 90.0), f("straggler", "critical", 90.0, 1)])
     rec, prof = good["score"]["record"], good["score"]["profiler"]
     assert rec["verdict"] == "pass" and rec["ratio_pct"] == 0.88  # 66 / 75
+    assert rec["cause_named"] is False  # title "straggler", no evidence: no "host"
+    assert "record: pass (cause host not named)" in score.verdict_cell(good)
     assert prof["ranked_first"] and prof["ratio_pct"] == 1.2 and prof["verdict"] == "pass"
     wrong_rank = summary("ddp_straggler", [f("straggler", "critical", 70.0, 0)], [])
     assert wrong_rank["score"]["record"]["rank_ok"] is False
@@ -215,8 +219,9 @@ def test_healthy_fails_only_on_a_serious_communication_or_straggler_finding() ->
 
 def test_the_table_has_one_row_per_scenario_in_registry_order() -> None:
     rows = [summary("ddp_balanced", [], []),
-            summary("ddp_straggler", [f("straggler", "critical", 66.0, 1)],
-                    [f("straggler", "critical", 90.0, 1)]),
+            summary("ddp_straggler", [f("straggler", "critical", 66.0, 1, ("late by host "
+                                                                          "time",))],
+                    [f("straggler", "critical", 90.0, 1, ("Host: 25 ms",))]),
             {**run_suite.new_summary(registry.BY_NAME["fsdp2"],
                                      argparse.Namespace(nproc=2, device="cuda")),
              "status": "not run", "reason": "--budget 540 s (530 s used)"}]
