@@ -1,13 +1,15 @@
-"""DDP with exposed communication: a comm-heavy model (4 x Linear(8192, 8192) + a small head,
-268M parameters = 1.07 GB of fp32 gradients, TF32 matmuls on a batch of 1024 per rank: a few
-ms of compute) whose gradients are all-reduced in fp32 as ONE bucket after the whole backward
-(``bucket_cap_mb`` larger than all gradients: with an explicit cap DDP's first bucket has that
-cap too; with older torch's 1 MB first bucket the small head alone fills it). Nothing runs
-under that all-reduce.
+"""DDP with exposed communication: 16 x Linear(4096, 4096) + a small head (268M fp32
+parameters = 1.07 GB of gradients), bf16 autocast on a batch of 4096 per rank (~11 ms of
+forward and backward, each layer's backward longer than its gradients' all-reduce on NVLink),
+whose gradients are all-reduced as ONE bucket after the whole backward (``bucket_cap_mb``
+larger than all gradients: with an explicit cap DDP's first bucket has that cap too; with
+older torch's 1 MB first bucket the small head alone fills it). Nothing runs under that
+all-reduce.
 
-``--fix`` (``--fix-mode both``, default): DDP's default buckets (1 MB first, then 25 MB), so the all-reduces start
-during the backward, plus ``bf16_compress_hook`` (half the bytes). ``--fix-mode buckets`` or
-``bf16``: one of the two. Expected top finding: ``exposed_communication``.
+``--fix`` (``--fix-mode buckets``, default): DDP's default buckets (1 MB first, then 25 MB;
+one per 64 MB weight here), so each layer's all-reduce runs under the backward of the layers
+before it. ``--fix-mode bf16``: ``bf16_compress_hook`` (half the bytes, one bucket);
+``both``. Expected top finding: ``exposed_communication``.
 
     torchrun --standalone --nproc-per-node=2 benchmarks/multigpu/ddp_exposed_comm.py [--fix]
 """
@@ -32,21 +34,18 @@ HEAD = 16  # outputs of the small head (its gradients fit DDP's 1 MB first bucke
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--fix-mode", choices=("both", "buckets", "bf16"), default="both",
-                    help="what --fix changes: 25 MB buckets and the bf16 hook (both), or one")
-    ap.add_argument("--batch", type=int, default=None, help="rows per rank (CUDA: 1024)")
-    ap.add_argument("--width", type=int, default=None, help="layer width (CUDA: 8192)")
-    ap.add_argument("--layers", type=int, default=None, help="big layers (CUDA: 4)")
+    ap.add_argument("--fix-mode", choices=("both", "buckets", "bf16"), default="buckets",
+                    help="what --fix changes: DDP's default buckets, the bf16 hook, or both")
+    ap.add_argument("--batch", type=int, default=None, help="rows per rank (CUDA: 4096)")
+    ap.add_argument("--width", type=int, default=None, help="layer width (CUDA: 4096)")
+    ap.add_argument("--layers", type=int, default=None, help="big layers (CUDA: 16)")
 
 
 def build(fixed: bool, ctx: Ctx, args: argparse.Namespace) -> Step:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    batch, width, layers = ctx.pick((1024, 8192, 4), (32, 128, 2))
+    batch, width, layers = ctx.pick((4096, 4096, 16), (32, 128, 2))
     batch, width, layers = args.batch or batch, args.width or width, args.layers or layers
-    if ctx.cuda:  # TF32 in both variants: the step is about communication, not tensor cores
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     net = mlp([width] * (layers + 1) + [HEAD], ctx.device)
     grad_mb = sum(p.numel() for p in net.parameters()) * 4 / 2**20
     small = fixed and args.fix_mode in ("both", "buckets")
@@ -60,9 +59,10 @@ def build(fixed: bool, ctx: Ctx, args: argparse.Namespace) -> Step:
         model.register_comm_hook(None, comp)
     opt = adamw(model, ctx.device)
     x = randn(batch, width, device=ctx.device, seed=1 + ctx.rank)
+    amp = torch.bfloat16 if ctx.cuda else None  # fp32 parameters and gradients either way
 
     def step() -> None:
-        train_step(model, opt, x, device=ctx.device, amp=None)
+        train_step(model, opt, x, device=ctx.device, amp=amp)
 
     return Step(step, info={"batch": batch, "width": width, "layers": layers,
                             "grad_mb": round(grad_mb, 1), "bucket_cap_mb": cap,

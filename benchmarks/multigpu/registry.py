@@ -51,7 +51,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              "the extra host work removed", late_rank=1, cause="host"),
     Scenario("ddp_exposed_comm", "exposed_communication", "torchrun",
              "1.07 GB of fp32 gradients all-reduced as one bucket after the whole backward",
-             "25 MB buckets + bf16_compress_hook"),
+             "DDP's default buckets (all-reduces under the backward)"),
     Scenario("ddp_balanced", "", "torchrun",
              "nothing: bf16 MLP, compute-bound, all-reduce under the backward", ""),
     Scenario("ddp_extra_allreduce", "exposed_communication", "torchrun",

@@ -94,3 +94,45 @@ def test_the_late_ranks_own_idle_findings_fold_into_it(builder: Any, tmp_path: P
     assert folded and "folded here" in folded[0]
     assert not [f for f in fs if f.where.rank == 1 and f.category in ("host", "input")]
     assert "On that rank: " in top.fix.pytorch
+
+
+def test_a_wait_hidden_under_compute_costs_nothing(builder: Any, tmp_path: Path) -> None:
+    # FSDP-like prefetch: rank 0's all-gather (stream 21) starts at 100 and waits 400 µs for
+    # rank 1, while rank 0's gemm runs 0-700 on stream 7: the wait costs rank 0's step nothing
+    for i in range(6):
+        t0 = i * 1000
+        for r in (0, 1):
+            builder.step(t0, 1000, rank=r, step=i)
+            builder.kernel("gemm", t0, 700, rank=r)
+        builder.call("all_gather", t0 + 100, 450, rank=0, stream=21)
+        builder.call("all_gather", t0 + 500, 50, rank=1, stream=21)
+    run = builder.build(tmp_path / "run")
+    assert _findings(run) == ()
+    from stepscope.model.collectives import cross_rank
+    a = analyze(run)
+    x = cross_rank(a, a.graph)
+    assert x is not None and x.instances
+    i = x.instances[0]
+    assert i.waits_ns == (400_000, 0) and i.cost_ns == 400_000
+    assert i.exposed_waits_ns == (0, 0) and i.stall_ns == 0
+    assert x.rank(1) is not None and x.rank(1).late_cost_ns > 0 and x.rank(1).late_stall_ns == 0
+
+
+def test_a_host_late_rank_within_the_profilers_cost_is_info(builder: Any, tmp_path: Path) -> None:
+    # the same planted run, but the profiler's host cost is estimated at 0.3 ms per step: a
+    # host-late rank by 0.4 ms may be the profiler's own doing
+    from stepscope.advisor.base import Context
+    from stepscope.analysis.summary import summarize
+    from stepscope.model.confidence import Confidence
+
+    plant(builder)
+    a = analyze(builder.build(tmp_path / "run"))
+    ctx = Context(analysis=a, summary=summarize(a), host_confidence=Confidence.MEDIUM,
+                  host_note="", host_inflation_ms=0.3)
+    (f,) = straggler.RULE.check(ctx)
+    assert f.severity is Severity.INFO and f.confidence is Confidence.LOW
+    assert "the lateness may be the profiler's" in f.note
+    ctx = Context(analysis=a, summary=summarize(a), host_confidence=Confidence.HIGH,
+                  host_note="", host_inflation_ms=0.1)
+    (f,) = straggler.RULE.check(ctx)
+    assert f.severity is Severity.CRITICAL

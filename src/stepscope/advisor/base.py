@@ -95,6 +95,7 @@ class Context:
     summary: RunSummary
     host_confidence: Confidence  # how far host-side timings can be trusted (profiler overhead)
     host_note: str  # why, when not high
+    host_inflation_ms: float = 0.0  # per step: the profiler's estimated cost on the host
     # results shared by several rules, computed once per advise() call (see ``memo``)
     _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 

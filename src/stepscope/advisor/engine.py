@@ -39,7 +39,8 @@ def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
         rules = RULES
     trust = host_trust(analysis)
     ctx = Context(analysis=analysis, summary=summarize(analysis),
-                  host_confidence=trust.confidence, host_note=trust.note)
+                  host_confidence=trust.confidence, host_note=trust.note,
+                  host_inflation_ms=trust.est_inflation_ms)
     found: list[Finding] = []
     skipped: list[Skipped] = []
     for rule in rules:

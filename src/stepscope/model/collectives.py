@@ -10,6 +10,10 @@ end together. So, per instance (one call, matched over its ranks)::
     late rank = the rank with the shortest duration
     cost      = 2nd shortest duration - shortest: how much earlier the collective would end
                 if the late rank had arrived with the next-latest one
+    stall     = the part of that cost the waiting ranks spent with no compute kernel running
+                (median over the ranks that waited: min(cost, their exposed wait)): what
+                their step would lose. A wait under compute (an FSDP all-gather prefetched on
+                its own stream while the layer before still computes) costs the step nothing.
 
 All from durations, so none of it depends on the ranks' clocks agreeing (ranks on several
 hosts); the clocks are aligned on collective ends only to place ranks on one timeline
@@ -32,11 +36,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.graph import RunGraph
+from stepscope.model import transfers as mt
 from stepscope.schema import CollectiveOp
 
 P2P_OPS = frozenset({CollectiveOp.SEND.value, CollectiveOp.RECV.value,
@@ -67,6 +74,7 @@ class Instance:
     ranks: tuple[int, ...]
     starts_ns: tuple[int, ...]  # kernel start per rank, on each rank's own clock
     durs_ns: tuple[int, ...]
+    exposed_waits_ns: tuple[int, ...] = ()  # of each rank's wait, the time no compute ran
 
     @property
     def transfer_ns(self) -> int:
@@ -90,6 +98,16 @@ class Instance:
         return b - a
 
     @property
+    def stall_ns(self) -> int:
+        """The cost the waiting ranks spent with no compute running (module docstring)."""
+        if len(self.durs_ns) < 2 or not self.exposed_waits_ns:
+            return 0
+        late = int(np.argmin(self.durs_ns))
+        cost = self.cost_ns
+        hit = [min(cost, x) for i, x in enumerate(self.exposed_waits_ns) if i != late]
+        return int(np.median(hit))
+
+    @property
     def busbw_gbs(self) -> float | None:
         if not self.bytes or self.transfer_ns <= 0:
             return None
@@ -106,6 +124,8 @@ class RankComm:
     transfer_ns: int  # summed
     late: int  # calls where it arrived last
     late_cost_ns: int  # sum of the cost of those calls (Instance.cost_ns)
+    late_stall_ns: int  # sum of their stall (Instance.stall_ns): what the others' steps lose
+    exposed_wait_ns: int  # of wait_ns, the time no compute kernel ran on this rank
     wait_intervals: tuple[tuple[int, int], ...]  # (start, end) of each wait, its own clock
 
 
@@ -116,7 +136,7 @@ class CrossRank:
     steps: tuple[int, ...]  # the step numbers steady on every rank that ran collectives
     n_steps: int  # steps the sums are over (len(steps); else the fewest steady steps of a rank)
     per_step_wait_ns: Mapping[int, Mapping[int, int]]  # step number -> rank -> wait
-    per_step_late: Mapping[int, int]  # step number -> the rank with the largest cost in it
+    per_step_late: Mapping[int, int]  # step number -> the rank with the largest stall in it
     unmatched: int  # calls of the ranks left out (one rank only, ops disagree, p2p)
     matched_by: str  # "sequence" | "step" | "order" (position, when step numbers differ)
     offsets_ns: Mapping[int, int]  # add to a rank's times to put it on rank 0's clock
@@ -232,6 +252,7 @@ def cross_rank(analysis: Analysis, graph: RunGraph) -> CrossRank | None:
             continue
         instances.append(inst)
     instances.sort(key=lambda x: (x.step if x.step is not None else -1, min(x.starts_ns)))
+    instances = _with_exposure(instances, graph)
     if common:
         n_steps = len(common)
     else:
@@ -258,6 +279,23 @@ def _instance(rows: list[tuple[int, int]], calls: Mapping[int, _Calls],
         bytes=max(sizes) if sizes else None, ranks=tuple(r for r, _ in rows),
         starts_ns=tuple(int(calls[r].ts[i]) for r, i in rows),
         durs_ns=tuple(int(calls[r].dur[i]) for r, i in rows))
+
+
+def _with_exposure(instances: list[Instance], graph: RunGraph) -> list[Instance]:
+    """Each instance with the part of each rank's wait that no compute kernel covered."""
+    ranks = sorted({r for x in instances for r in x.ranks})
+    exposed: dict[tuple[int, int], int] = {}
+    for r in ranks:
+        compute = mt.activity(graph.rank(r)).compute
+        idx = [(k, x.ranks.index(r)) for k, x in enumerate(instances) if r in x.ranks]
+        if not idx:
+            continue
+        s = np.array([instances[k].starts_ns[j] for k, j in idx], dtype=np.int64)
+        w = np.array([instances[k].waits_ns[j] for k, j in idx], dtype=np.int64)
+        for (k, _), v in zip(idx, mt.uncovered(compute, s, s + w).tolist(), strict=True):
+            exposed[(k, r)] = int(v)
+    return [dataclasses.replace(x, exposed_waits_ns=tuple(exposed[(k, r)] for r in x.ranks))
+            for k, x in enumerate(instances)]
 
 
 def _common_steps(analysis: Analysis, ranks: set[int]) -> set[int]:
@@ -291,32 +329,38 @@ def _hosts(graph: RunGraph, ranks: Sequence[int]) -> int:
 def _summarize(instances: Sequence[Instance], calls: Mapping[int, _Calls],
                steps: tuple[int, ...], n_steps: int, unmatched: int, matched_by: str,
                offsets: Mapping[int, int], hosts: int) -> CrossRank:
-    acc: dict[int, list[int]] = {r: [0, 0, 0, 0, 0] for r in calls}
+    # per rank: calls, wait, transfer, late, late cost, late stall, exposed wait
+    acc: dict[int, list[int]] = {r: [0] * 7 for r in calls}
     waits: dict[int, list[tuple[int, int]]] = {r: [] for r in calls}
     per_step: dict[int, dict[int, int]] = {}
-    step_cost: dict[int, dict[int, int]] = {}
+    step_stall: dict[int, dict[int, int]] = {}
     for x in instances:
         late = x.late_rank
-        for r, s, w, d in zip(x.ranks, x.starts_ns, x.waits_ns, x.durs_ns, strict=True):
+        ex = x.exposed_waits_ns or (0,) * len(x.ranks)
+        for r, s, w, d, e in zip(x.ranks, x.starts_ns, x.waits_ns, x.durs_ns, ex, strict=True):
             a = acc[r]
             a[0] += 1
             a[1] += w
             a[2] += d - w
+            a[6] += e
             if w > 0:
                 waits[r].append((s, s + w))
             if x.step is not None:
                 per_step.setdefault(x.step, {}).setdefault(r, 0)
                 per_step[x.step][r] += w
+        stall = x.stall_ns
         acc[late][3] += 1
         acc[late][4] += x.cost_ns
+        acc[late][5] += stall
         if x.step is not None:
-            sc = step_cost.setdefault(x.step, {})
-            sc[late] = sc.get(late, 0) + x.cost_ns
+            sc = step_stall.setdefault(x.step, {})
+            sc[late] = sc.get(late, 0) + stall
     ranks = tuple(RankComm(rank=r, calls=a[0], wait_ns=a[1], transfer_ns=a[2], late=a[3],
-                           late_cost_ns=a[4], wait_intervals=tuple(sorted(waits[r])))
+                           late_cost_ns=a[4], late_stall_ns=a[5], exposed_wait_ns=a[6],
+                           wait_intervals=tuple(sorted(waits[r])))
                   for r, a in sorted(acc.items()))
     per_step_late = {s: max(c.items(), key=lambda kv: (kv[1], -kv[0]))[0]
-                     for s, c in step_cost.items() if any(c.values())}
+                     for s, c in step_stall.items() if any(c.values())}
     return CrossRank(instances=tuple(instances), ranks=ranks, steps=steps, n_steps=n_steps,
                      per_step_wait_ns=per_step, per_step_late=per_step_late,
                      unmatched=unmatched, matched_by=matched_by, offsets_ns=dict(offsets),

@@ -2,13 +2,14 @@
 
 From the collectives matched across ranks (``model.collectives``): at each call the rank
 with the shortest kernel arrived last; the call would have ended earlier by the gap to the
-next-latest rank (its ``cost``). Per rank, the cost of the calls it was last at, summed over
-the common steady steps::
+next-latest rank (its ``cost``), of which the waiting ranks lose the part no compute of
+theirs ran under (its ``stall``). Per rank, summed over the common steady steps::
 
-    saving per step = sum(cost of the calls where the rank arrived last) / steps
+    saving per step = sum(stall of the calls where the rank arrived last) / steps
 
-which is what the other ranks would stop waiting if that rank kept up with the next-latest
-one. The rule names the rank with the largest cost and fires when it is the late rank in
+which is the waiting time the other ranks' steps would lose if that rank kept up with the
+next-latest one (waits hidden under their own compute, as with FSDP's prefetched
+all-gathers, cost nothing). The rule names the rank with the largest cost and fires when it is the late rank in
 most steps (at least max(60%, 1.5/N) of them, N ranks: on a balanced run the late rank
 changes from step to step) and the saving is at least 5% of the step. The cause is read from
 the late rank's own step breakdown against the median of the others (the category where it
@@ -23,13 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.advisor.base import WARNING_SHARE, Context, Finding, Fix, Where
+from stepscope.advisor.base import WARNING_SHARE, Context, Finding, Fix, Severity, Where
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
 from stepscope.model.collectives import CrossRank, run_cross_rank
 from stepscope.model.confidence import Confidence
 
 ID = "straggler"
+HOST_CAUSES = frozenset({"host", "launch", "idle", "sync", "input_wait"})
 CATEGORY = "communication"
 MIN_CONCENTRATION = 0.6
 MAX_RANKS_LISTED = 8
@@ -93,10 +95,10 @@ def check(ctx: Context) -> Sequence[Finding]:
     x = run_cross_rank(ctx.analysis)
     if x is None or not x.instances or x.n_steps == 0:
         return []
-    worst = max(x.ranks, key=lambda r: (r.late_cost_ns, -r.rank))
-    if worst.late_cost_ns <= 0:
+    worst = max(x.ranks, key=lambda r: (r.late_stall_ns, -r.rank))
+    if worst.late_stall_ns <= 0:
         return []
-    saving_ms = worst.late_cost_ns / x.n_steps / 1e6
+    saving_ms = worst.late_stall_ns / x.n_steps / 1e6
     n = len(x.ranks)
     conc, conc_line = _concentration(x, worst.rank)
     if conc < max(MIN_CONCENTRATION, 1.5 / n) or ctx.share(saving_ms) < WARNING_SHARE:
@@ -104,12 +106,13 @@ def check(ctx: Context) -> Sequence[Finding]:
     late = ctx.analysis.rank(worst.rank)
     others = [ra for ra in ctx.ranks if ra.rank != worst.rank and x.rank(ra.rank) is not None]
     cause, mine, theirs = _cause(late, others) if others else ("", 0.0, 0.0)
-    waits = sorted(((r.wait_ns / x.n_steps, r.rank) for r in x.ranks if r.rank != worst.rank))
-    median_wait = float(np.median([w for w, _ in waits])) if waits else 0.0
+    others_rc = [r for r in x.ranks if r.rank != worst.rank]
+    median_wait = float(np.median([r.wait_ns for r in others_rc])) / x.n_steps
+    median_exposed = float(np.median([r.exposed_wait_ns for r in others_rc])) / x.n_steps
     ev = [
         (f"rank {worst.rank} arrived last at {worst.late} of {len(x.instances)} matched "
          f"collectives ({conc_line}); the others waited {_ms(median_wait)} ms per step in them "
-         f"(median rank)"),
+         f"(median rank), {_ms(median_exposed)} ms of it with no compute of theirs running"),
         _waits_line(x),
     ]
     what = ""
@@ -126,20 +129,29 @@ def check(ctx: Context) -> Sequence[Finding]:
              + f": the other ranks wait ~{tr.fmt_ms(saving_ms)} ms per step for it in the "
              f"collectives")
     method = (f"at each collective matched across {n} ranks (by {x.matched_by}), the rank with "
-              f"the shortest kernel arrived last; its cost is the gap to the next-shortest "
-              f"(how much earlier the call would end had it kept up). Sum of the costs of the "
-              f"calls rank {worst.rank} was last at, over {x.n_steps} common steady steps")
+              f"the shortest kernel arrived last; the gap to the next-shortest is how much "
+              f"earlier the call would end had it kept up, counted where the waiting ranks ran "
+              f"no compute meanwhile. Sum over the calls rank {worst.rank} was last at, per "
+              f"step over {x.n_steps} common steady steps")
     extra = CAUSE_FIX.get(cause, "")
     fix = Fix(pytorch=FIX_BASE.pytorch + extra, tensorflow=FIX_BASE.tensorflow + extra,
               jax=FIX_BASE.jax + extra, cuda=FIX_BASE.cuda + extra)
     steps, start, end = _worst_step(x, late, worst.rank)
+    confidence = Confidence.HIGH if cause else Confidence.MEDIUM
+    cap = Severity.CRITICAL
+    note = ("the waiting ranks' time inside the collectives also shows as exposed "
+            "communication; the exposed_communication finding counts only the transfer")
+    if cause in HOST_CAUSES and ctx.host_inflation_ms >= 0.5 * saving_ms:
+        # a profiler that slows every host event can make one host-bound rank late by itself
+        confidence, cap = Confidence.LOW, Severity.INFO
+        note = (f"the late rank is late on the host, and the profiler's own host cost is "
+                f"estimated at {tr.fmt_ms(ctx.host_inflation_ms)} ms per step: the lateness "
+                f"may be the profiler's; record with a lighter profiler before acting. " + note)
     return [ctx.finding(
         id=ID, category=CATEGORY, title=title, saving_ms=saving_ms, method=method,
         evidence=ev, fix=fix, where=Where(rank=worst.rank, steps=steps, start_ns=start,
                                           end_ns=end),
-        confidence=Confidence.HIGH if cause else Confidence.MEDIUM,
-        note=("the waiting ranks' time inside the collectives also shows as exposed "
-              "communication; the exposed_communication finding counts only the transfer"),
+        confidence=confidence, max_severity=cap, note=note,
     )]
 
 
