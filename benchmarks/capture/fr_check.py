@@ -66,8 +66,15 @@ def check(run_dir: str) -> int:
     from stepscope.store.run import Run
 
     run = Run(run_dir)
-    rows = run.query("SELECT rank, name, op, bytes, seq, pg, pg_ranks, device, dtype, kernels, "
-                     "ts_ns, host_ts_ns FROM collectives ORDER BY rank, host_ts_ns").to_pylist()
+    every = run.query("SELECT rank, name, op, bytes, seq, pg, pg_ranks, device, dtype, kernels, "
+                      "ts_ns, host_ts_ns, source FROM collectives ORDER BY rank, host_ts_ns"
+                      ).to_pylist()
+    # the flight recorder's rows; kernels no row claimed come back as kernel_name rows
+    rows = [r for r in every if r["source"] == "flight_recorder"]
+    for r in sorted({x["rank"] for x in every}):
+        left = [x for x in every if x["rank"] == r and x["source"] != "flight_recorder"]
+        print(f"rank {r}: {len(left)} communication kernels no recorded call claimed: "
+              + ", ".join(sorted({f"{x['op']} (stream of ts {x['ts_ns']})" for x in left})[:6]))
     ranks = sorted({r["rank"] for r in rows})
     world = len(run.manifest.ranks)
     nccl = any(str(r["name"]).startswith("nccl:") for r in rows)

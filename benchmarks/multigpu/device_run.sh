@@ -14,7 +14,8 @@ n=$(nvidia-smi -L | wc -l)
 { timeout 120 python3 -m stepscope record -o /tmp/frcheck --force --steps 3-7 -- \
     torchrun --standalone --nproc-per-node="$n" benchmarks/capture/fr_check.py 2>&1 | grep -i deprecat
   timeout 60 python3 benchmarks/capture/fr_check.py --check /tmp/frcheck
-  timeout 60 python3 -m stepscope report /tmp/frcheck | head -60; } > "$out/fr_check.txt" 2>&1
+  timeout 60 python3 -m stepscope report /tmp/frcheck | head -60
+  tar czf "$out/frcheck.tar.gz" -C /tmp frcheck; } > "$out/fr_check.txt" 2>&1
 timeout $((budget + 60)) python3 benchmarks/multigpu/run_suite.py /tmp/mg --nproc "$n" \
     --budget "$budget" --copy-to "$out/mg" "$@" > "$out/suite.log" 2>&1
 tail -c 12000 "$out/suite.log"

@@ -33,10 +33,9 @@ out and counted (``CrossRank.unmatched``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import dataclasses
 
 import numpy as np
 import pyarrow as pa
