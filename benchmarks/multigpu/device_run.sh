@@ -19,3 +19,7 @@ n=$(nvidia-smi -L | wc -l)
 timeout $((budget + 60)) python3 benchmarks/multigpu/run_suite.py /tmp/mg --nproc "$n" \
     --budget "$budget" --copy-to "$out/mg" "$@" > "$out/suite.log" 2>&1
 tail -c 12000 "$out/suite.log"
+# the rank-parallel import on this machine's CPUs (process pool; Dask is not installed there)
+timeout "${RANKPAR_S:-0}" python3 benchmarks/rank_parallel.py --ranks 64 --workers 1,4,16 \
+    --engines process --repeats 3 --python python3 --json "$out/rank_parallel.json" \
+    > "$out/rank_parallel.txt" 2>&1 || true
