@@ -17,9 +17,9 @@ n=$(nvidia-smi -L | wc -l)
   timeout 60 python3 -m stepscope report /tmp/frcheck | head -60
   tar czf "$out/frcheck.tar.gz" -C /tmp frcheck; } > "$out/fr_check.txt" 2>&1
 timeout $((budget + 60)) python3 benchmarks/multigpu/run_suite.py /tmp/mg --nproc "$n" \
-    --budget "$budget" --copy-to "$out/mg" "$@" > "$out/suite.log" 2>&1
-tail -c 12000 "$out/suite.log"
+    --budget "$budget" --copy-to "$out/mg" "$@" > /tmp/suite.log 2>&1
+tail -c 9000 /tmp/suite.log
 # the rank-parallel import on this machine's CPUs (process pool; Dask is not installed there)
 timeout "${RANKPAR_S:-0}" python3 benchmarks/rank_parallel.py --ranks 64 --workers 1,4,16 \
     --engines process --repeats 3 --python python3 --json "$out/rank_parallel.json" \
-    > "$out/rank_parallel.txt" 2>&1 || true
+    > /tmp/rank_parallel.txt 2>&1; tail -5 /tmp/rank_parallel.txt
