@@ -20,6 +20,6 @@ timeout $((budget + 60)) python3 benchmarks/multigpu/run_suite.py /tmp/mg --npro
     --budget "$budget" --copy-to "$out/mg" "$@" > /tmp/suite.log 2>&1
 tail -c 9000 /tmp/suite.log
 # the rank-parallel import on this machine's CPUs (process pool; Dask is not installed there)
-timeout "${RANKPAR_S:-0}" python3 benchmarks/rank_parallel.py --ranks 64 --workers 1,4,16 \
+[ -n "${RANKPAR_S:-}" ] && timeout "$RANKPAR_S" python3 benchmarks/rank_parallel.py --ranks 64 --workers 1,4,16 \
     --engines process --repeats 3 --python python3 --json "$out/rank_parallel.json" \
     > /tmp/rank_parallel.txt 2>&1; tail -5 /tmp/rank_parallel.txt
