@@ -152,6 +152,37 @@ def test_host_side_calls_are_matched_in_issue_order_per_group_and_stream() -> No
     assert rows[("flight_recorder", "0", 1)]["host_ts_ns"] == 90
 
 
+RS = "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+SR = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def test_a_groups_calls_on_several_streams() -> None:
+    # as torch 2.11 ran fr_check on 2 H100s: DDP's async all-reduces of group 0 on its NCCL
+    # stream 19; group 0's blocking all-gather, reduce-scatter and all-to-all, and group 1's
+    # barrier (a one-element all-reduce), on the current stream 7; the send on stream 23
+    k = _kernels([(AR, 1_000_000, 100, 19, 1, None), (AR, 1_400_000, 100, 19, 2, None),
+                  (AG, 1_700_000, 10, 7, 3, None), (RS, 1_800_000, 10, 7, 4, None),
+                  (SR, 1_900_000, 10, 7, 5, None), (SR, 2_000_000, 10, 23, 6, None),
+                  (AR, 2_100_000, 10, 7, 7, None), (AR, 3_000_000, 100, 19, 8, None)])
+    calls = _calls([
+        {"rank": 0, "ts_ns": t, "host_ts_ns": t, "op": op, "name": "nccl:" + op, "pg": pg,
+         "seq": seq}
+        for t, op, pg, seq in [(900_000, "all_reduce", "0", 1), (1_300_000, "all_reduce", "0", 2),
+                               (1_500_000, "all_gather", "0", 3),
+                               (1_550_000, "reduce_scatter", "0", 4),
+                               (1_600_000, "all_to_all", "0", 5), (1_650_000, "send", "0", 1),
+                               (1_680_000, "barrier", "1", 1),
+                               (2_900_000, "all_reduce", "0", 6)]])
+    t = complete(calls, k, rank=0)
+    assert t is not None
+    got = {(r["pg"], r["op"], r["seq"]): r["correlation"] for r in t.to_pylist()}
+    assert got == {("0", "all_reduce", 1): 1, ("0", "all_reduce", 2): 2,
+                   ("0", "all_gather", 3): 3, ("0", "reduce_scatter", 4): 4,
+                   ("0", "all_to_all", 5): 5, ("0", "send", 1): 6, ("1", "barrier", 1): 7,
+                   ("0", "all_reduce", 6): 8}
+    assert all(r["source"] == "flight_recorder" for r in t.to_pylist())  # no kernel left over
+
+
 def test_calls_of_another_backend_never_take_a_kernel() -> None:
     # a gloo all-reduce (CPU) issued before the NCCL one: the kernel is the NCCL call's
     k = _kernels([(AR, 100, 30, 20, 1, None)])

@@ -254,53 +254,50 @@ def _may_run_nccl(row: Row) -> bool:
     return backend in ("", "nccl", "rccl")
 
 
-def _walk(calls: Sequence[Row], lane: Sequence[int], ks: Sequence[Row],
-          parsed: dict[str, KernelName | None]) -> list[tuple[Row, int]]:
-    """Calls matched in order to the kernels of one stream (``lane``: kernel indices in time
-    order); a kernel whose op disagrees is skipped, a call with no kernel left stays out."""
-    out: list[tuple[Row, int]] = []
-    j = 0
-    for r in calls:
-        k = j
-        while k < len(lane) and not _compatible(r["op"], parsed[ks[lane[k]]["name"]]):
-            k += 1
-        if k == len(lane):
-            continue
-        out.append((r, lane[k]))
-        j = k + 1
-    return out
+# a host-side call is issued before its kernel starts; the clocks may disagree by a little
+ISSUE_SLACK_NS = 50_000
 
 
 def _in_issue_order(calls: list[Row], ks: Sequence[Row], parsed: dict[str, KernelName | None],
                     used: np.ndarray) -> None:
-    """Host-side calls (no correlation, no external id) onto the free kernels: each process
-    group onto the stream that matches most of its calls (groups with more calls choose first)."""
+    """Host-side calls (no correlation, no external id) onto the free kernels, in the order
+    they were issued. A process group's calls need not share one stream (torch runs a blocking
+    collective on the current stream, an async one on the group's NCCL stream, point-to-point on
+    a stream of its own), but on each stream kernels run in issue order. So each call takes,
+    on the stream its (group, op) took before if that has a compatible kernel left, else on
+    whichever stream starts one first, the first free compatible kernel that starts after the
+    call was issued; a stream's kernels before the one taken are not offered again."""
     lanes: defaultdict[tuple[Any, Any], list[int]] = defaultdict(list)
     for i in sorted(np.flatnonzero(~used).tolist(), key=lambda i: ks[i]["ts_ns"]):
         lanes[(ks[i]["device"], ks[i]["stream"])].append(i)
-    groups: defaultdict[Any, list[Row]] = defaultdict(list)
-    for r in sorted(calls, key=lambda r: (r["host_ts_ns"] if r["host_ts_ns"] is not None
-                                          else r["ts_ns"])):
-        if not _may_run_nccl(r):
-            continue
-        groups[r.get("pg")].append(r)
-    free = dict(lanes)
-    for pg in sorted(groups, key=lambda g: -len(groups[g])):
-        group = groups[pg]
-        device = {r.get("device") for r in group} - {None}
-        best: tuple[int, Any, list[tuple[Row, int]]] | None = None
-        for key, lane in free.items():
-            if device and key[0] not in device:
+    head = dict.fromkeys(lanes, 0)  # per lane, the first kernel still on offer
+    sticky: dict[tuple[Any, Any], tuple[Any, Any]] = {}
+    for r in sorted((c for c in calls if _may_run_nccl(c)),
+                    key=lambda c: c["host_ts_ns"] if c["host_ts_ns"] is not None else c["ts_ns"]):
+        issued = (r["host_ts_ns"] if r["host_ts_ns"] is not None else r["ts_ns"]) or 0
+        device = r.get("device")
+        offers: dict[tuple[Any, Any], int] = {}
+        for key, lane in lanes.items():
+            if device is not None and key[0] != device:
                 continue
-            pairs = _walk(group, lane, ks, parsed)
-            if pairs and (best is None or len(pairs) > best[0]):
-                best = (len(pairs), key, pairs)
-        if best is None:
+            j = head[key]
+            while j < len(lane) and (ks[lane[j]]["ts_ns"] < issued - ISSUE_SLACK_NS
+                                     or not _compatible(r["op"], parsed[ks[lane[j]]["name"]])):
+                j += 1
+            if j < len(lane):
+                offers[key] = j
+        if not offers:
             continue
-        del free[best[1]]
-        for r, i in best[2]:
-            _link(r, [ks[i]], parsed)
-            used[i] = True
+        me = (r.get("pg"), r["op"])
+        key = sticky.get(me)
+        if key not in offers:
+            key = min(offers, key=lambda k: ks[lanes[k][offers[k]]]["ts_ns"])
+        j = offers[key]
+        i = lanes[key][j]
+        _link(r, [ks[i]], parsed)
+        used[i] = True
+        head[key] = j + 1
+        sticky[me] = key
 
 
 __all__ = ["ALGORITHMS", "ELEMENT_BYTES", "PROTOCOLS", "KernelName", "collective_op",
