@@ -66,7 +66,8 @@ class TraceBuilder:
         return self
 
     def kernel(self, name: str, ts: float, dur: float, *, stream: int = 7, device: int = 0,
-               grid: tuple[int, int, int] = (1024, 1, 1), block: tuple[int, int, int] = (256, 1, 1),
+               grid: tuple[int | None, int | None, int | None] = (1024, 1, 1),
+               block: tuple[int, int, int] = (256, 1, 1),
                regs: int | None = 32, smem: int | None = 0, rank: int = 0,
                correlation: int | None = None, launch: tuple[float, float] | None = None,
                tid: int | None = None, external_id: int | None = None) -> TraceBuilder:
@@ -82,8 +83,10 @@ class TraceBuilder:
         return self
 
     def collective(self, name: str, ts: float, dur: float, **kw: Any) -> TraceBuilder:
-        """A communication kernel, e.g. ``collective('AllReduce', ...)``."""
+        """A communication kernel, e.g. ``collective('AllReduce', ...)``; its grid unknown
+        unless given (``grid=(24, 1, 1)``: NCCL's blocks, one per channel)."""
         kw.setdefault("stream", 20)
+        kw.setdefault("grid", (None, None, None))
         return self.kernel(f"ncclDevKernel_{name}_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
                            ts, dur, **kw)
 

@@ -7,7 +7,7 @@ out=${1:?OUTDIR}; budget=${2:-480}; shift 2 || shift $#
 mkdir -p "$out"
 export PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-n=$(nvidia-smi -L | wc -l)
+n=${NPROC:-$(nvidia-smi -L | wc -l)}
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1
   python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())"
   timeout 60 python3 benchmarks/capture/topology_check.py; } > "$out/topology.txt" 2>&1

@@ -3,7 +3,8 @@
 The kernel-name sequence of a training loop repeats with the step; the period is the lag
 ``p`` maximising the match rate ``mean(seq[i] == seq[i+p])`` (smallest such lag within 2% of
 the best, and at least 90% matching); boundaries are placed before the kernel phase preceded
-by the longest median GPU gap (the period is found in the first :data:`MAX_PERIODIC_KERNELS`
+by the longest median GPU gap (with several devices in one process, on the busiest device's
+kernels, whose sequence repeats where the devices' interleaving does not) (the period is found in the first :data:`MAX_PERIODIC_KERNELS`
 kernels and continued over the rest); a period shorter than :data:`MIN_PERIODIC_STEP_NS`
 (2 ms: one op of an eager loop, whose step no marker shows) is grouped into steps of whole
 periods at least that long, and the detail says so.
@@ -65,8 +66,24 @@ def find_period(seq: np.ndarray) -> tuple[int, float]:
     return best_p, best_m
 
 
+def _one_device(k: pa.Table) -> pa.Table:
+    """The kernels of the rank's busiest device. One process driving several GPUs (JAX over
+    the local devices) runs the same step on each, but their kernels interleave differently
+    every step: the sequence that repeats is one device's."""
+    if k.num_rows == 0:
+        return k
+    dev = k.column("device")
+    counts = pc.value_counts(dev).to_pylist()
+    if len(counts) < 2:
+        return k
+    best = max(counts, key=lambda c: (c["counts"], -(c["values"] if c["values"] is not None
+                                                      else -1)))["values"]
+    mask = pc.is_null(dev) if best is None else pc.equal(dev, best)
+    return k.filter(pc.fill_null(mask, False))
+
+
 def periodic_steps(g: StepGraph) -> StepInfo | None:
-    full = g.table("kernels")
+    full = _one_device(g.table("kernels"))
     if full.num_rows < 8:
         return None
     full = full.sort_by([("ts_ns", "ascending")])

@@ -7,7 +7,12 @@ Per steady step window of a rank (all its devices merged, like the step breakdow
     exposed    = comm time with no compute kernel running (the breakdown's ``communication``)
     overlapped = comm - exposed (HTA's comm/compute overlap is overlapped / comm)
     free       = compute time with no communication under it: what could still hide some
-    saving     = min(exposed, free)
+    saving     = min(exposed, free) x (1 - sm_share)
+
+``sm_share``: the share of the GPU's SMs the communication kernels occupy (their blocks over
+the SM count, weighted by their time; NCCL runs one block per channel, 24 of an H100's 132 on
+the 2- and 4-GPU runs of docs/accuracy.md): compute that runs beside them runs that much
+slower, so hiding ``x`` of communication under compute costs about ``sm_share x x`` of it.
 
 With several ranks, the part of a collective spent waiting for a late rank (its kernel's first
 ``wait`` ns, ``model.collectives``) is the ``straggler`` finding's, not a transfer that overlap
@@ -23,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 import stepscope.analysis.intervals as iv
 from stepscope.analysis import RankAnalysis
@@ -55,6 +61,7 @@ class CommOverlap:
     waiting_ns: int  # exposed time spent waiting for a late rank (taken out of exposed_ns)
     steps: tuple[int, ...]  # step indexes of the steady steps
     worst: int  # step index with the most exposed communication
+    sm_share: float  # of the SMs, what the communication kernels occupy (time-weighted)
     start_ns: int  # its window
     end_ns: int
     top: tuple[CollectiveTime, ...]  # by exposed time, largest first
@@ -91,15 +98,41 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5,
         waiting = exposed_all.within(ws, we) - exposed
     compute = comp_set.within(ws, we)
     free = (comp_set - comm_set).within(ws, we)
-    saving = np.minimum(exposed, free)
+    share = _sm_share(g, ra)
+    saving = np.minimum(exposed, free) * (1.0 - share)
     top = _top(g, comp_set, ws, we, n_top)
     w = int(np.argmax(exposed))
     return CommOverlap(
         rank=ra.rank, n_steps=len(idx), comm_ns=int(comm.sum()), exposed_ns=int(exposed.sum()),
         compute_ns=int(compute.sum()), free_ns=int(free.sum()), saving_ns=int(saving.sum()),
+        sm_share=share,
         per_step_exposed_ns=tuple(int(x) for x in exposed), waiting_ns=int(waiting.sum()),
         steps=tuple(ra.steps.steps[i].index for i in idx), worst=ra.steps.steps[idx[w]].index,
         start_ns=int(ws[w]), end_ns=int(we[w]), top=top)
+
+
+def _sm_share(g: StepGraph, ra: RankAnalysis) -> float:
+    """Time-weighted mean over the communication kernels of min(1, blocks / SMs); 0 when the
+    grid or the device's SM count is unknown."""
+    sms = {int(d["device"]): int(d["sm_count"]) for d in ra.devices
+           if d.get("sm_count") and d.get("device") is not None}
+    k = g.table("kernels")
+    if k.num_rows == 0 or not sms:
+        return 0.0
+    m = is_communication(k.column("name"))
+    if not m.any():
+        return 0.0
+    sub = k.filter(pa.array(m))
+    num = den = 0.0
+    for d, x, y, z, t in zip(*(sub.column(c).to_pylist() for c in
+                               ("device", "grid_x", "grid_y", "grid_z", "dur_ns")), strict=True):
+        n = sms.get(int(d)) if d is not None else None
+        if n is None or x is None:
+            continue
+        blocks = x * (y or 1) * (z or 1)
+        num += min(1.0, blocks / n) * float(t)
+        den += float(t)
+    return num / den if den > 0 else 0.0
 
 
 def _top(g: StepGraph, compute: IntervalSet, ws: np.ndarray, we: np.ndarray,

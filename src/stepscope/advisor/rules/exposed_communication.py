@@ -6,6 +6,7 @@ with compute hides it, at most as much as there is compute not already under com
 in the step (``model.communication``)::
 
     saving(step) = min(exposed comm, compute time with no communication under it)
+                   x (1 - share of the SMs the communication kernels occupy)
 
 Mean over the steady steps, then over ranks (a rank without communication counts 0). The
 estimate assumes perfect overlap (the last bucket's all-reduce has nothing left to hide
@@ -113,7 +114,9 @@ def check(ctx: Context) -> Sequence[Finding]:
              f"~{tr.fmt_ms(saving_ms)} ms per step")
     method = (f"per steady step, the time communication (NCCL/RCCL) kernels run with no compute "
               f"kernel running, capped at the compute time with no communication under it "
-              f"(what perfect overlap could hide it under); mean over {n} steady steps"
+              f"(what perfect overlap could hide it under), less the {100 * r.sm_share:.0f}% "
+              f"of it the compute would lose to the communication kernels' blocks on the SMs; "
+              f"mean over {n} steady steps"
               + (f" and over {len(ctx.ranks)} ranks" if len(ctx.ranks) > 1 else ""))
     return [ctx.finding(
         id=ID, category=CATEGORY, title=title, saving_ms=saving_ms, method=method,

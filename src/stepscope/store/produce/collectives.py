@@ -289,9 +289,9 @@ def _in_issue_order(calls: list[Row], ks: Sequence[Row], parsed: dict[str, Kerne
         if not offers:
             continue
         me = (r.get("pg"), r["op"])
-        key = sticky.get(me)
-        if key not in offers:
-            key = min(offers, key=lambda k: ks[lanes[k][offers[k]]]["ts_ns"])
+        stuck = sticky.get(me)
+        key = stuck if stuck is not None and stuck in offers else min(
+            offers, key=lambda k: ks[lanes[k][offers[k]]]["ts_ns"])
         j = offers[key]
         i = lanes[key][j]
         _link(r, [ks[i]], parsed)
