@@ -29,6 +29,7 @@ from stepscope.errors import (
 from stepscope.importers.registry import FORMATS
 from stepscope.importers.trace_sets import FileFacts, facts
 from stepscope.store.produce import RankBundle
+from stepscope.store.produce.collectives import with_collectives
 from stepscope.store.writer import write_partition
 
 
@@ -112,10 +113,12 @@ def stage_rank(task: RankTask) -> StagedRank | RankFailure:
         staged: dict[str, Path] = {}
         try:
             folder.mkdir()  # not parents: a parts folder removed means the import is over
-            for name in list(bundle.tables):
+            tables = with_collectives(bundle.tables, r)  # the assembler adopts them as they are
+            for name in list(tables):
                 dest = folder / f"{name}.parquet"
-                if write_partition(dest, name, r, bundle.tables[name]):
+                if write_partition(dest, name, r, tables[name]):
                     staged[name] = dest
+            del tables
         except OSError as exc:
             if not task.parts.exists():  # the import ended (an error elsewhere): leave nothing
                 shutil.rmtree(folder, ignore_errors=True)

@@ -191,16 +191,6 @@ def check_partition(path: Path, table: str, rank: int) -> int:
     return int(meta.num_rows)
 
 
-def read_partition(path: Path, table: str, rank: int) -> pa.Table:
-    """A partition file ``write_partition`` wrote, checked as ``check_partition`` checks it, read
-    into memory (for a table the assembler rewrites, e.g. ``collectives``)."""
-    check_partition(path, table, rank)
-    try:
-        return pq.read_table(path, schema=spec(table).arrow_schema)
-    except (OSError, pa.ArrowException) as exc:
-        raise RunError(f"{path}: cannot read ({_why(exc)})") from None
-
-
 class RunWriter:
     """Write a run atomically.
 

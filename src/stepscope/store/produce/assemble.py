@@ -5,7 +5,8 @@
 ``stepscope import`` (``importers.import_traces``) and the merge of a capture
 (``capture.partitions.merge``) both end here. Each bundle's tables are written through
 ``RunWriter`` (which checks their columns) as they come, one bundle at a time (tables a worker
-wrote already, a bundle's ``staged`` files, are checked the same way and moved in); its
+wrote already, a bundle's ``staged`` files with their collectives completed by the worker
+(``collectives.with_collectives``), are checked the same way and moved in); its
 ``collectives`` go last, through ``collectives.complete`` (linked to the rank's NCCL/RCCL
 kernels, or made from them when the source gave none). Each bundle is then checked against
 what its kind of source must provide (``schema.CONTRACTS``), a gap becoming a
@@ -28,7 +29,7 @@ from stepscope.progress import report as say_progress
 from stepscope.store.manifest import Diagnostic, Manifest
 from stepscope.store.produce.bundle import RankBundle, contract_gaps, gap_diagnostic
 from stepscope.store.produce.collectives import communication_kernels, complete
-from stepscope.store.writer import RunWriter, read_partition
+from stepscope.store.writer import RunWriter
 
 # told of each table as it is written: (rank, table name, the table)
 TableObserver = Callable[[int, str, pa.Table], None]
@@ -67,20 +68,12 @@ def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: M
                     comm = communication_kernels(table)
                 del table  # one table in memory at a time
             for i, (name, path) in enumerate(bundle.staged.items(), len(bundle.tables)):
-                say_progress(what, i, total)
-                if name in rows or (name == "collectives" and given is not None):
+                say_progress(what, i, total)  # written by a worker, collectives completed
+                if name in rows:
                     raise RunError(f"{path}: rank {r}'s {name} given twice")
-                if name == "collectives":  # completed below, with the rank's kernels
-                    given = read_partition(path, name, r)
-                    continue
                 rows[name] = writer.adopt(name, r, path)
-                if on_table is not None or name == "kernels":
-                    table = writer.table(name, r)
-                    if on_table is not None:
-                        on_table(r, name, table)
-                    if name == "kernels":
-                        comm = communication_kernels(table)
-                    del table
+                if on_table is not None:
+                    on_table(r, name, writer.table(name, r))
             done = complete(given, comm, r)
             if done is not None or given is not None:
                 table = done if done is not None else given
@@ -89,7 +82,8 @@ def assemble(out: str | os.PathLike[str], bundles: Iterable[RankBundle], head: M
                     on_table(r, "collectives", table)
                 del table
             say_progress(what, total, total)
-            missing = contract_gaps(bundle.kind, rows, communication=comm.num_rows > 0)
+            talked = comm.num_rows > 0 or "collectives" in bundle.staged
+            missing = contract_gaps(bundle.kind, rows, communication=talked)
             gaps = (gap_diagnostic(bundle, missing),) if missing else ()
             fact = dataclasses.replace(bundle, tables={}, staged={},
                                        diagnostics=(*bundle.diagnostics, *gaps))

@@ -219,6 +219,19 @@ def complete(collectives: pa.Table | None, kernels: pa.Table, rank: int) -> pa.T
     return conform("collectives", {c: [r.get(c) for r in rows] for c in _COLUMNS})
 
 
+def with_collectives(tables: Mapping[str, pa.Table], rank: int) -> dict[str, pa.Table]:
+    """A rank's tables with its ``collectives`` completed (:func:`complete`): for a producer
+    that writes a rank's tables itself (a worker of a rank-parallel import), so the assembler
+    can take them as they are."""
+    out = dict(tables)
+    kernels = out.get("kernels")
+    done = complete(out.get("collectives"),
+                    kernels if kernels is not None else communication_kernels({}), rank)
+    if done is not None:
+        out["collectives"] = done
+    return out
+
+
 def _link(row: Row, hits: Sequence[Row], parsed: dict[str, KernelName | None]) -> None:
     """Fill a call's GPU side from its kernels (first start to last end)."""
     first = min(hits, key=lambda k: k["ts_ns"])
@@ -300,5 +313,5 @@ def _in_issue_order(calls: list[Row], ks: Sequence[Row], parsed: dict[str, Kerne
         sticky[me] = key
 
 
-__all__ = ["ALGORITHMS", "ELEMENT_BYTES", "PROTOCOLS", "KernelName", "collective_op",
+__all__ = ["with_collectives", "ALGORITHMS", "ELEMENT_BYTES", "PROTOCOLS", "KernelName", "collective_op",
            "communication_kernels", "complete", "message_bytes", "parse_kernel_name"]
