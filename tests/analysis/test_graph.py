@@ -85,3 +85,18 @@ def test_graph_and_results_are_built_once(builder: Any, tmp_path: Path) -> None:
     full = kernel_table(g, window=a.ranks[0].steady_window)
     assert kernel_table(g, window=a.ranks[0].steady_window) is full
     assert kernel_table(g, window=a.ranks[0].steady_window, limit=50) == a.ranks[0].kernels
+
+
+def test_ranks_share_the_kernel_name_classification(builder: Any, tmp_path: Path) -> None:
+    # two ranks with the same kernel: classified once per run, not once per rank
+    from stepscope.analysis.kernels import kernel_frame
+
+    for r in (0, 1):
+        builder.step(0, 100, rank=r).kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 10, 50, rank=r)
+    g = run_graph(builder.build(tmp_path / "run"))
+    for r in (0, 1):
+        kernel_frame(g.rank(r))
+    cache = g.rank(0).shared(("kernel_classes",), dict)
+    assert cache is g.rank(1).shared(("kernel_classes",), dict)
+    assert list(cache) == ["sm90_xmma_gemm_bf16bf16_bf16f32"]
+    assert g.rank(0).memo(("x",), lambda: 1) == 1 and g.rank(1).memo(("x",), lambda: 2) == 2

@@ -43,6 +43,24 @@ def test_periodicity_fallback(tmp_path: Path) -> None:
     assert info.steps[0].start_ns == 50_000
 
 
+def test_periodicity_of_one_process_driving_several_gpus(tmp_path: Path) -> None:
+    # one process, two GPUs running the same 5 kernels per step; their kernels interleave in
+    # another order every step (device 1 a little early, then late), so the merged sequence
+    # does not repeat; each device's does
+    b = TraceBuilder()
+    t = 0.0
+    for i in range(8):
+        t += 50
+        skew = 3.0 if i % 3 == 0 else -3.0 if i % 3 == 1 else 7.0
+        for j, name in enumerate(("embed", "gemm", "gemm", "relu", "opt")):
+            b.kernel(name, t + 12 * j, 10, device=0)
+            b.kernel(name, t + 12 * j + skew + 0.5, 10, device=1, stream=8)
+        t += 60
+    info = detect_steps(rank_graph(b.build(tmp_path / "r", devices=2), 0))
+    assert info.source == "periodicity"
+    assert len(info.steps) == 7 and all(s.wall_ns == 110_000 for s in info.steps)
+
+
 def test_whole_trace_fallback(tmp_path: Path) -> None:
     b = TraceBuilder()
     b.kernel("a", 10, 5).kernel("b", 30, 5)

@@ -144,6 +144,9 @@ class StepGraph:
     manifest: Manifest
     _read: Callable[[str], pa.Table] = field(compare=False, repr=False)
     _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+    # what every rank's graph of one run shares (RunGraph's): results that depend on names
+    # only, not on a rank's events (the classification of kernel names)
+    _shared: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # -- the tables ------------------------------------------------------------------------
 
@@ -173,6 +176,13 @@ class StepGraph:
         if key not in self._memo:
             self._memo[key] = compute()
         return cast(T, self._memo[key])
+
+    def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()`` once per run and key, shared by every rank's graph: only for values
+        that do not depend on the rank's events (a cache keyed by kernel name)."""
+        if key not in self._shared:
+            self._shared[key] = compute()
+        return cast(T, self._shared[key])
 
     # -- API call <-> GPU records ----------------------------------------------------------
 
@@ -270,13 +280,15 @@ class RunGraph:
     _read: Callable[[str, int | None], pa.Table] = field(compare=False, repr=False)
     _graphs: dict[int | None, StepGraph] = field(default_factory=dict, compare=False,
                                                  repr=False)
+    _shared: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def rank(self, rank: int | None) -> StepGraph:
         """Rank ``rank``'s graph (``None``: every rank's events together), built once."""
         if rank not in self._graphs:
             read = self._read
             self._graphs[rank] = StepGraph(rank=rank, manifest=self.manifest,
-                                           _read=lambda name: read(name, rank))
+                                           _read=lambda name: read(name, rank),
+                                           _shared=self._shared)
         return self._graphs[rank]
 
     @property

@@ -224,9 +224,11 @@ def classify_kernel(name: str) -> KernelClass:
     return KernelClass(cat, _tensor_cores(head, cat, prec), prec)
 
 
-def classify_names(names: Sequence[str]) -> list[KernelClass]:
-    """``classify_kernel`` for each name, computed once per distinct name."""
-    seen: dict[str, KernelClass] = {}
+def classify_names(names: Sequence[str],
+                   seen: dict[str, KernelClass] | None = None) -> list[KernelClass]:
+    """``classify_kernel`` for each name, computed once per distinct name (``seen``: a cache
+    to share across calls, e.g. the ranks of one run)."""
+    seen = {} if seen is None else seen
     out: list[KernelClass] = []
     for n in names:
         kc = seen.get(n)

@@ -125,7 +125,7 @@ def _kernel_frame(graph: StepGraph) -> pa.Table:
     k = graph.table("kernels")
     n = k.num_rows
     codes, names = _name_codes(k)
-    classes = classify_names(names)
+    classes = classify_names(names, graph.shared(("kernel_classes",), dict))
     cat = np.array([c.category for c in classes] or [""], dtype=object)
     tcs = np.array([c.tensor_cores for c in classes] or [None], dtype=object)
     prec = np.array([c.precision for c in classes] or [None], dtype=object)
