@@ -17,19 +17,17 @@ from stepscope.importers.kineto import parse_kineto
 from stepscope.store.produce.collectives import complete
 from stepscope.store.run import Run
 
-FIXTURES = Path(__file__).parents[4] / "shared" / "fixtures"
+DATA = Path(__file__).parents[2] / "data"  # copies of ../shared/fixtures (PROVENANCE.md)
 
-HTA = FIXTURES / "hta"
-EXT = FIXTURES / "external"
+HTA = DATA
+EXT = DATA / "external"
 NCCL = HTA / "nccl_parser_config_nccl_data.json.gz"
-B200 = EXT / "tracelens_b200_eager_trace.json.gz"
+B200 = DATA / "collectives" / "tracelens_b200_eager_trace.json.gz"
 MI300 = EXT / "tracelens_mi300_resnet_act_checkpoint.json.gz"
 SAMPLED = [HTA / f"trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]
 QUEUE = EXT / "hta_negative_queue_length_values_check_rank0.json.gz"
-LARGE_INT = EXT / "hta_large_integer_trace_rank-70.pt.trace.json.gz"
+LARGE_INT = DATA / "collectives" / "hta_large_integer_trace_rank-70.pt.trace.json.gz"
 DIFF = EXT / "hta_trace_diff_control_control.json.gz"
-
-pytestmark = pytest.mark.skipif(not NCCL.exists(), reason="shared fixtures not present")
 
 
 def _rows(path: Path) -> list[dict[str, object]]:
@@ -209,3 +207,29 @@ def test_a_scanner_built_from_older_sources_is_not_used(monkeypatch: pytest.Monk
     monkeypatch.setattr(kineto_native, "EXTENSION", Old)
     t = parse_kineto(NCCL, default_rank=0, chunk_bytes=50_000, native=True).tables["collectives"]
     assert t.num_rows == 21
+
+
+def test_odd_argument_values_read_as_unknown(tmp_path: Path) -> None:
+    # counts that are text, negative or beyond what bytes can hold, a list for a group size, a
+    # dict for a dtype, an unparseable rank list, a 70-bit sequence number on the
+    # record_param_comms op (its kernel has no arguments): nulls, no error
+    import gzip
+    import json
+
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+           "dur": 1000, "args": {}},
+          {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
+           "ts": 10, "dur": 5, "args": {
+               "External id": 7, "Collective name": "allreduce", "In msg nelems": "abc",
+               "Out msg nelems": -5, "Group size": [1, 2], "dtype": {"x": 1},
+               "Process Group Ranks": "[0, 1, x]", "Seq": 2 ** 70}},
+          {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)",
+           "pid": 0, "tid": 7, "ts": 20, "dur": 50, "args": {
+               "External id": 7, "correlation": 3, "device": 0, "stream": 7}}]
+    path = tmp_path / "odd.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": ev}, f)
+    (row,) = Run(import_traces([path], tmp_path / "run")).table("collectives").to_pylist()
+    assert row["op"] == "all_reduce" and row["kernels"] == 1 and row["source"] == "param_comms"
+    assert [row[k] for k in ("in_elems", "out_elems", "bytes", "group_size", "pg_ranks", "seq")] \
+        == [None] * 6

@@ -52,6 +52,9 @@ def calls_of(buckets: dict[str, list[Event]]) -> list[Event]:
             if is_call(e)]
 
 
+_COUNT = (0, (1 << 59) - 1)  # element counts: never negative; x 8 bytes still fits an int64
+
+
 def _int(v: Any, bounds: tuple[int, int] = _INT64) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int):
         return None
@@ -95,13 +98,13 @@ def _arguments(e: Event) -> dict[str, Any] | None:
     if name is None or op is None:
         return None
     dtype = _str(getattr(a, "dtype", None))
-    in_elems = _int(getattr(a, "in_elems", None))
-    out_elems = _int(getattr(a, "out_elems", None))
+    in_elems = _int(getattr(a, "in_elems", None), _COUNT)
+    out_elems = _int(getattr(a, "out_elems", None), _COUNT)
     seq = getattr(a, "seq", None)
     return {"op": op.value, "name": name, "pg": _str(getattr(a, "pg", None)),
             "pg_desc": _str(getattr(a, "pg_desc", None)),
             "pg_ranks": _ranks(getattr(a, "pg_ranks", None)),
-            "group_size": _int(getattr(a, "group_size", None), _INT32), "dtype": dtype,
+            "group_size": _int(getattr(a, "group_size", None), (1, _INT32[1])), "dtype": dtype,
             "in_elems": in_elems, "out_elems": out_elems,
             "bytes": message_bytes(op, dtype, in_elems, out_elems),
             "seq": _int(seq if seq is not None else getattr(a, "seq_cap", None))}
