@@ -42,7 +42,7 @@ from stepscope.capture.schedule import make_schedule
 from stepscope.capture.staging import PartitionMeta, StagingPartition
 from stepscope.capture.torch_backend import TorchCapture
 from stepscope.importers import import_traces, parse_kineto
-from stepscope.schema import SourceKind
+from stepscope.schema_enums import SourceKind
 from stepscope.store.produce.bundle import contract_gaps
 from stepscope.store.run import Run
 

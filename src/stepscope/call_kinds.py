@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from stepscope.schema import ApiKind
+from stepscope.schema_enums import ApiKind
 
 # A communication kernel, by name: NCCL/RCCL kernels, and collectives outside them (torch's
 # symmetric-memory multimem_all_reduce_kernel ...). ``analysis.busy`` and

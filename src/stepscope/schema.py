@@ -13,135 +13,22 @@ Conventions
 * Ids are explicit; a value that is not known is null, never ``-1``.
 * Names (kernel names, API names, annotation text) are dictionary-encoded.
 * Closed sets (copy kinds, memory kinds, API kinds ...) are small dictionary-
-  encoded string columns whose allowed values are the ``Enum`` members below.
+  encoded string columns whose allowed values are the ``Enum`` members of
+  ``stepscope.schema_enums``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 import pyarrow as pa
+
+from stepscope.schema_enums import ENUMS, SourceKind
 
 SCHEMA_VERSION = 1
 
 _NAME = pa.dictionary(pa.int32(), pa.string())
 _ENUM = pa.dictionary(pa.int8(), pa.string())
-
-
-class CopyKind(str, Enum):
-    """Direction of a memory copy."""
-
-    HTOD = "HtoD"
-    DTOH = "DtoH"
-    DTOD = "DtoD"
-    HTOH = "HtoH"
-    PTOP = "PtoP"
-    UNKNOWN = "unknown"
-
-
-class MemoryKind(str, Enum):
-    """Kind of memory at one end of a copy or memset."""
-
-    PAGEABLE = "pageable"
-    PINNED = "pinned"
-    DEVICE = "device"
-    MANAGED = "managed"
-    ARRAY = "array"
-    UNKNOWN = "unknown"
-
-
-class ApiKind(str, Enum):
-    """What a CUDA/HIP runtime or driver call does, for launch/sync/copy analysis."""
-
-    LAUNCH = "launch"
-    GRAPH_LAUNCH = "graph_launch"
-    SYNC = "sync"
-    MEMCPY = "memcpy"
-    MEMSET = "memset"
-    ALLOC = "alloc"
-    FREE = "free"
-    EVENT = "event"
-    STREAM = "stream"
-    OTHER = "other"
-
-
-class ApiDomain(str, Enum):
-    RUNTIME = "runtime"
-    DRIVER = "driver"
-
-
-class SyncKind(str, Enum):
-    """GPU-side synchronization records (CUPTI SYNCHRONIZATION / Kineto ``cuda_sync``)."""
-
-    STREAM = "stream"
-    EVENT = "event"
-    CONTEXT = "context"
-    STREAM_WAIT_EVENT = "stream_wait_event"
-    UNKNOWN = "unknown"
-
-
-class AnnotationSource(str, Enum):
-    """Where a range annotation came from."""
-
-    USER = "user"  # torch record_function, TF TraceMe, JAX named scopes on the host
-    GPU_USER = "gpu_user"  # host annotation projected onto a GPU stream by Kineto
-    NVTX = "nvtx"
-    PROFILER_STEP = "profiler_step"
-
-
-class CpuOpKind(str, Enum):
-    FRAMEWORK = "framework"  # aten::*, TF ops ...
-    PYTHON = "python"  # python_function events (with_stack)
-
-
-class StepSource(str, Enum):
-    """How step boundaries were found (see ``analysis.steps``)."""
-
-    PROFILER_STEP = "profiler_step"
-    ANNOTATION = "annotation"
-    NVTX = "nvtx"
-    HOOK = "hook"
-    MANUAL = "manual"
-    PERIODICITY = "periodicity"
-    WHOLE_TRACE = "whole_trace"
-
-
-class InputWaitSource(str, Enum):
-    DATALOADER = "dataloader"  # torch DataLoader __next__ / enumerate(DataLoader)
-    TF_DATA = "tf_data"
-    CAPTURE_HOOK = "capture_hook"
-
-
-class CollectiveOp(str, Enum):
-    """What a collective does (``collectives.op``); the nccl-tests bus-bandwidth factor of each
-    is in ``model.collectives``."""
-
-    ALL_REDUCE = "all_reduce"
-    ALL_GATHER = "all_gather"
-    REDUCE_SCATTER = "reduce_scatter"
-    ALL_TO_ALL = "all_to_all"
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
-    SEND = "send"
-    RECV = "recv"
-    SEND_RECV = "send_recv"  # a grouped send/recv pair (NCCL SendRecv kernels)
-    BARRIER = "barrier"
-    OTHER = "other"
-
-
-class CollectiveSource(str, Enum):
-    """Where a ``collectives`` row's arguments came from."""
-
-    KERNEL_ARGS = "kernel_args"  # Kineto kernel event args (torch >= 2.4)
-    PARAM_COMMS = "param_comms"  # Kineto ``record_param_comms`` op args, linked by External id
-    FLIGHT_RECORDER = "flight_recorder"  # torch.distributed's NCCL flight recorder (record)
-    KERNEL_NAME = "kernel_name"  # the NCCL/RCCL kernel name only: no sizes, no group
-
-
-class DeviceType(str, Enum):
-    CPU = "cpu"
-    GPU = "gpu"
 
 
 @dataclass(frozen=True)
@@ -396,15 +283,6 @@ TABLES: dict[str, TableSpec] = {
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 
 
-class SourceKind(str, Enum):
-    """What produced a rank's tables (``store.produce.RankBundle.kind``)."""
-
-    KINETO = "kineto"  # a PyTorch profiler (Kineto) trace, imported
-    CUPTI = "cupti"  # `stepscope record`, the CUPTI backends (ctypes or cupti-python)
-    TORCH = "torch"  # `stepscope record --backend torch`: torch.profiler in the process
-    HOST = "host"  # `stepscope record` with no GPU backend running: host-side tables only
-
-
 GPU_ACTIVITY_TABLES = ("kernels", "memcpy", "memset")  # rows here: the source saw GPU activity
 
 
@@ -498,9 +376,7 @@ def markdown() -> str:
                    f"{', '.join(f'`{t}`' for t in k.with_communication) or '-'} | {k.doc} |")
     out.append("")
     out += ["## Enumerations", ""]
-    for enum_cls in (CopyKind, MemoryKind, ApiKind, ApiDomain, SyncKind, AnnotationSource,
-                     CpuOpKind, StepSource, InputWaitSource, CollectiveOp, CollectiveSource,
-                     DeviceType, SourceKind):
+    for enum_cls in ENUMS:
         out.append(f"- `{enum_cls.__name__}`: " + ", ".join(f"`{m.value}`" for m in enum_cls))
     return "\n".join(out) + "\n"
 

@@ -22,7 +22,7 @@ from stepscope.capture.fr_rows import (
     op_of,
     parse_ranks,
 )
-from stepscope.schema import CollectiveOp
+from stepscope.schema_enums import CollectiveOp
 from stepscope.store.writer import conform
 
 T0 = 1_795_000_000_000_000_000  # CLOCK_REALTIME ns, as c10::getTime() gives on Linux

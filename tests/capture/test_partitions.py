@@ -10,7 +10,7 @@ import pytest
 
 from stepscope.capture.partitions import Partition, bundle, ended_by, settle_launched, source_kind
 from stepscope.capture.staging import PartitionMeta
-from stepscope.schema import SourceKind
+from stepscope.schema_enums import SourceKind
 from stepscope.store.manifest import Diagnostic
 
 

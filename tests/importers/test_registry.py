@@ -8,7 +8,8 @@ import pytest
 
 from stepscope.errors import TraceFormatError
 from stepscope.importers import FORMATS, detect, format_of
-from stepscope.schema import CONTRACTS, SourceKind
+from stepscope.schema import CONTRACTS
+from stepscope.schema_enums import SourceKind
 
 DATA = Path(__file__).parent.parent / "data"
 

@@ -39,7 +39,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.steady import StepInfo
 from stepscope.analysis.steps import STEP_NAME
-from stepscope.schema import AnnotationSource
+from stepscope.schema_enums import AnnotationSource
 
 CATEGORIES: tuple[str, ...] = (
     "compute", "communication", "copies", "input_wait", "sync", "launch", "host", "idle",

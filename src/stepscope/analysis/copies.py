@@ -55,7 +55,7 @@ from stepscope.analysis.launches import (
     str_in,
 )
 from stepscope.call_kinds import is_blocking_call
-from stepscope.schema import CopyKind, MemoryKind
+from stepscope.schema_enums import CopyKind, MemoryKind
 
 TINY_BYTES = 64 * 1024
 DIRECTIONS = (CopyKind.HTOD, CopyKind.DTOH, CopyKind.DTOD, CopyKind.PTOP, CopyKind.HTOH)

@@ -59,7 +59,7 @@ import pyarrow.compute as pc
 import stepscope.analysis.intervals as iv
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
-from stepscope.schema import ApiKind, CpuOpKind
+from stepscope.schema_enums import ApiKind, CpuOpKind
 
 LONG_GAP_NS = 100_000
 _NONE = np.iinfo(np.int64).max

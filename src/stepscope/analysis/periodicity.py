@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.steady import StepInfo, make_step_info
-from stepscope.schema import StepSource
+from stepscope.schema_enums import StepSource
 
 MIN_PERIOD_MATCH = 0.90
 MAX_PERIODIC_KERNELS = 200_000

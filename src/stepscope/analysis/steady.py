@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.analysis.intervals import I64
-from stepscope.schema import StepSource
+from stepscope.schema_enums import StepSource
 
 # slow steps are outliers only while rare: at least this many, more than this share of the
 # steps (after a warm-up), recur (a DataLoader stall every other step) and stay in

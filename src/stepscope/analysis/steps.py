@@ -23,7 +23,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.periodicity import no_step_hook, periodic_steps
 from stepscope.analysis.steady import Step, StepInfo, make_step_info, select_steady
-from stepscope.schema import AnnotationSource, StepSource
+from stepscope.schema_enums import AnnotationSource, StepSource
 
 STEP_NAME = re.compile(
     r"^(profilerstep#\d+|(train(ing)?[_ ]?)?step([#_ :-]*\d+)?|train|iteration([#_ :-]*\d+)?|"

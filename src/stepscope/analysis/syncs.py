@@ -68,7 +68,7 @@ from stepscope.analysis.launches import (
     str_in,
 )
 from stepscope.call_kinds import is_blocking_call
-from stepscope.schema import ApiKind, CopyKind, CpuOpKind, MemoryKind
+from stepscope.schema_enums import ApiKind, CopyKind, CpuOpKind, MemoryKind
 
 TOP_CALL_SITES = 20
 LIBRARY_ROOTS = frozenset({

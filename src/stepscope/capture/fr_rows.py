@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.schema import CollectiveOp, CollectiveSource
+from stepscope.schema_enums import CollectiveOp, CollectiveSource
 
 # bytes per element of c10::toString(ScalarType) names
 ELEMENT_BYTES: dict[str, int] = {

@@ -57,7 +57,7 @@ from stepscope.capture.samplers.numa import numa_node_cpus
 from stepscope.capture.samplers.remote import SamplerProcess
 from stepscope.capture.stacks import StackSampler
 from stepscope.capture.topology import process_cpus
-from stepscope.schema import StepSource
+from stepscope.schema_enums import StepSource
 from stepscope.settings import Settings
 from stepscope.store.manifest import Diagnostic
 

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from stepscope.schema import InputWaitSource
+from stepscope.schema_enums import InputWaitSource
 
 
 class LoaderRecords:

@@ -45,7 +45,8 @@ from stepscope.capture.gpu_pace import GPU_TABLES, GpuBusy, with_gpu_pace
 from stepscope.capture.materialize import materialize, raw_bytes
 from stepscope.capture.staging import META_NAME, PartitionMeta
 from stepscope.errors import CaptureError
-from stepscope.schema import TABLE_NAMES, SourceKind, empty_table
+from stepscope.schema import TABLE_NAMES, empty_table
+from stepscope.schema_enums import SourceKind
 from stepscope.store.manifest import Diagnostic, Manifest, RankInfo, SourceInfo
 from stepscope.store.produce import RankBundle, TraceReader, assemble
 

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from stepscope.importers.detect import detect
 from stepscope.importers.kineto.parse import parse_kineto
-from stepscope.schema import SourceKind
+from stepscope.schema_enums import SourceKind
 from stepscope.store.produce import TraceReader
 
 

@@ -15,7 +15,7 @@ from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.launches import column_str
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.model import transfers as mt
-from stepscope.schema import ApiKind
+from stepscope.schema_enums import ApiKind
 
 BURST_GAP_NS = 100_000
 

@@ -43,7 +43,7 @@ import pyarrow as pa
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.graph import RunGraph
 from stepscope.model import transfers as mt
-from stepscope.schema import CollectiveOp
+from stepscope.schema_enums import CollectiveOp
 
 P2P_OPS = frozenset({CollectiveOp.SEND.value, CollectiveOp.RECV.value,
                      CollectiveOp.SEND_RECV.value})

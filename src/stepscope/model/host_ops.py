@@ -25,7 +25,7 @@ from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
 from stepscope.analysis.steps import STEP_NAME
 from stepscope.analysis.syncs import is_user_frame
-from stepscope.schema import AnnotationSource, ApiKind, CpuOpKind
+from stepscope.schema_enums import AnnotationSource, ApiKind, CpuOpKind
 
 GPU_WORK_KINDS = (*LAUNCH_KINDS, ApiKind.MEMCPY.value, ApiKind.MEMSET.value)
 

@@ -15,7 +15,7 @@ from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, str_in
 from stepscope.model.transfers import Windows, activity, load_api
-from stepscope.schema import CpuOpKind, DeviceType
+from stepscope.schema_enums import CpuOpKind, DeviceType
 
 MEMORY_USED_METRICS = ("gpu.memory_used_bytes", "gpu.memory_used", "gpu.mem_used")  # bytes (NVML samples: the first)
 MIN_CPU_OP_NS = 50_000

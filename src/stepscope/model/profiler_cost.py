@@ -48,7 +48,7 @@ import numpy as np
 from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import bounds, column_i64, str_in
-from stepscope.schema import CpuOpKind
+from stepscope.schema_enums import CpuOpKind
 
 OP_NS = 2_000
 SHAPES_NS = 300

@@ -39,7 +39,7 @@ from stepscope.analysis.launches import (
     str_in,
 )
 from stepscope.analysis.syncs import SyncPointKind, is_user_frame, names_at, ops_of_kind
-from stepscope.schema import CopyKind, CpuOpKind, MemoryKind
+from stepscope.schema_enums import CopyKind, CpuOpKind, MemoryKind
 
 __all__ = ["TINY_BYTES"]
 

@@ -62,7 +62,7 @@ from stepscope.reporters.timeline_columns import (
 )
 from stepscope.reporters.timeline_counters import CounterData, build_counters
 from stepscope.reporters.timeline_host import API_KINDS, order_key, thread_events
-from stepscope.schema import CopyKind, MemoryKind
+from stepscope.schema_enums import CopyKind, MemoryKind
 
 __all__ = ["KINDS", "K", "Page", "Timeline", "add_steps", "layout", "rel_us"]
 COPY_KINDS = [c.value for c in CopyKind]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepscope.reporters.timeline_columns import I64
-from stepscope.schema import ApiKind
+from stepscope.schema_enums import ApiKind
 
 API_KINDS = [a.value for a in ApiKind]
 DEFAULT_STACK_PERIOD_NS = 50_000_000  # `stepscope record`'s default: stacks at 20 Hz

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 from stepscope.errors import RunError
-from stepscope.schema import CONTRACTS, SourceKind, required_tables
+from stepscope.schema import CONTRACTS, required_tables
+from stepscope.schema_enums import SourceKind
 from stepscope.store import Manifest, RankInfo, Run, SourceInfo
 from stepscope.store.manifest import Diagnostic
 from stepscope.store.produce import RankBundle, assemble

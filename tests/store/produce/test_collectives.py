@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from stepscope.schema import CollectiveOp, SourceKind
+from stepscope.schema_enums import CollectiveOp, SourceKind
 from stepscope.store.manifest import Manifest, RankInfo, SourceInfo
 from stepscope.store.produce.assemble import assemble
 from stepscope.store.produce.bundle import RankBundle, contract_gaps

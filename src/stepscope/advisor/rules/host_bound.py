@@ -54,7 +54,7 @@ from stepscope.model.confidence import Confidence
 from stepscope.model.host import HostTime, host_time, mean_sample, stack_frames
 from stepscope.model.host_ops import host_time_by_op
 from stepscope.model.idle import IdleSplit
-from stepscope.schema import CpuOpKind
+from stepscope.schema_enums import CpuOpKind
 
 UNSEEN_SHARE = 0.5  # more than this share with no host event: at most medium confidence
 

@@ -41,7 +41,7 @@ from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.placement import RankPlacement, cpulist, rank_placement
 from stepscope.model.confidence import Confidence
 from stepscope.model.idle import IdleSplit, split_idle
-from stepscope.schema import CopyKind
+from stepscope.schema_enums import CopyKind
 
 ID = "numa_affinity"
 CATEGORY = "host"

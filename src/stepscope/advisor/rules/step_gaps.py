@@ -33,7 +33,7 @@ from stepscope.advisor.rules._evidence import (
 from stepscope.analysis import RankAnalysis
 from stepscope.model.host_ops import OpTime, host_time_by_op
 from stepscope.model.idle import IdleSplit, split_idle
-from stepscope.schema import CpuOpKind
+from stepscope.schema_enums import CpuOpKind
 
 FLOOR_LAUNCHES = 2
 HINTS: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -40,7 +40,7 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis.breakdown import GPU_CATEGORIES
 from stepscope.analysis.steady import Step
 from stepscope.model.confidence import Confidence
-from stepscope.schema import StepSource
+from stepscope.schema_enums import StepSource
 
 MIN_STEPS = 3
 CV_INFO = 0.10

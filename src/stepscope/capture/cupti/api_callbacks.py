@@ -32,7 +32,7 @@ from typing import Any
 from stepscope.call_kinds import classify_api
 from stepscope.capture.cupti.api_calls import CallPlan
 from stepscope.capture.cupti.native import gil_held
-from stepscope.schema import ApiKind
+from stepscope.schema_enums import ApiKind
 
 NEEDED = ("cuptiSubscribe", "cuptiUnsubscribe", "cuptiEnableCallback", "cuptiEnableDomain",
           "cuptiGetTimestamp")

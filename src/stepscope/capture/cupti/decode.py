@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from stepscope.call_kinds import classify_api
 from stepscope.capture.cupti import layouts as L
-from stepscope.schema import AnnotationSource, ApiDomain, ApiKind
+from stepscope.schema_enums import AnnotationSource, ApiDomain, ApiKind
 from stepscope.store.produce.nesting import nest
 
 U8 = npt.NDArray[np.uint8]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stepscope.schema import CopyKind, MemoryKind, SyncKind
+from stepscope.schema_enums import CopyKind, MemoryKind, SyncKind
 
 # CUpti_ActivityKind values used here
 MEMCPY = 1

@@ -35,7 +35,7 @@ from stepscope.capture.cupti.native import (
     mapped_libcupti,
 )
 from stepscope.capture.cupti.settings import GpuSettings
-from stepscope.schema import ApiDomain
+from stepscope.schema_enums import ApiDomain
 from stepscope.store.manifest import Diagnostic
 
 

@@ -38,7 +38,7 @@ from typing import Any
 from stepscope.call_kinds import classify_api
 from stepscope.capture.cupti import layouts as L
 from stepscope.capture.cupti.decode import api_base_name, wanted_call
-from stepscope.schema import ApiKind
+from stepscope.schema_enums import ApiKind
 from stepscope.settings import Settings
 
 # Driver calls kept in a torch process: the launches that do not come from torch's runtime calls

@@ -26,7 +26,7 @@ import stepscope.importers.kineto.tables as kt
 from stepscope.importers.kineto.columns import Drops, Timed, timed
 from stepscope.importers.kineto.events import DeviceProps, Event
 from stepscope.importers.kineto.fast import Decoders
-from stepscope.schema import AnnotationSource, ApiDomain, CpuOpKind
+from stepscope.schema_enums import AnnotationSource, ApiDomain, CpuOpKind
 from stepscope.store.produce.devices import DeviceProperties, device_row
 from stepscope.store.produce.devices import device_columns as device_columns_of
 

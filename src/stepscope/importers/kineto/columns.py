@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from stepscope.importers.kineto.events import Args, Event
-from stepscope.schema import CopyKind, MemoryKind
+from stepscope.schema_enums import CopyKind, MemoryKind
 from stepscope.store.manifest import Diagnostic
 
 I64 = npt.NDArray[np.int64]

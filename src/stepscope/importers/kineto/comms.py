@@ -28,7 +28,7 @@ import numpy as np
 
 from stepscope.importers.kineto.columns import MAX_US, us_to_ns
 from stepscope.importers.kineto.events import Event
-from stepscope.schema import CollectiveSource
+from stepscope.schema_enums import CollectiveSource
 from stepscope.store.produce.collectives import collective_op, message_bytes
 
 PARAM_COMMS = "record_param_comms"

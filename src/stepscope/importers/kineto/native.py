@@ -35,7 +35,7 @@ from stepscope.importers.kineto.build import (
     IGNORED_CATEGORIES,
 )
 from stepscope.importers.kineto.events import Event
-from stepscope.schema import CpuOpKind
+from stepscope.schema_enums import CpuOpKind
 from stepscope.settings import Settings
 
 

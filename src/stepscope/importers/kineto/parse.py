@@ -30,7 +30,7 @@ from stepscope.importers.kineto.reader import CHUNK_BYTES, EventReader, SplitFai
 from stepscope.importers.kineto.scanned import add_chunk
 from stepscope.importers.kineto.trace_file import load_bytes
 from stepscope.progress import report as say_progress
-from stepscope.schema import SourceKind
+from stepscope.schema_enums import SourceKind
 from stepscope.store.manifest import Diagnostic, RankInfo
 from stepscope.store.produce.bundle import RankBundle
 from stepscope.store.writer import conform

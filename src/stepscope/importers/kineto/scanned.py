@@ -40,7 +40,7 @@ from stepscope.importers.kineto.columns import (
 from stepscope.importers.kineto.columns import timed as columns_timed
 from stepscope.importers.kineto.comms import is_call
 from stepscope.importers.kineto.native import COLUMN_CATEGORIES, Scanned
-from stepscope.schema import ApiDomain, CopyKind, CpuOpKind, DeviceType, SyncKind
+from stepscope.schema_enums import ApiDomain, CopyKind, CpuOpKind, DeviceType, SyncKind
 
 Rows = npt.NDArray[np.intp]
 I32, I64 = pa.int32(), pa.int64()

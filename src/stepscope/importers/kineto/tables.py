@@ -28,7 +28,7 @@ from stepscope.importers.kineto.columns import (
     with_nulls,
 )
 from stepscope.importers.kineto.events import Event
-from stepscope.schema import (
+from stepscope.schema_enums import (
     AnnotationSource,
     ApiDomain,
     CopyKind,

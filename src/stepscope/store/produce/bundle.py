@@ -2,7 +2,7 @@
 
 Capture's merge (``capture.partitions``) and every importer (``importers.FORMATS``) end in
 ``RankBundle`` values, which ``store.produce.assemble`` writes as one run. A bundle says what
-kind of source made it (``schema.SourceKind``), so that the assembler can check it against the
+kind of source made it (``schema_enums.SourceKind``), so that the assembler can check it against the
 tables that kind must provide (``schema.CONTRACTS``).
 """
 
@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from stepscope.schema import GPU_ACTIVITY_TABLES, SourceKind, required_tables
+from stepscope.schema import GPU_ACTIVITY_TABLES, required_tables
+from stepscope.schema_enums import SourceKind
 from stepscope.store.manifest import Diagnostic, RankInfo
 
 

@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.call_kinds import COMM_KERNEL
-from stepscope.schema import CollectiveOp, CollectiveSource, spec
+from stepscope.schema import spec
+from stepscope.schema_enums import CollectiveOp, CollectiveSource
 from stepscope.store.writer import conform
 
 Op = CollectiveOp
