@@ -193,7 +193,7 @@ class FlightRecorderTap:
             self._arm(torch)
         elif self._modules is sys.modules and self._finder is None:
             self._finder = PostImportFinder({"torch": self._on_torch})
-            sys.meta_path.insert(0, self._finder)
+            self._finder.insert()
 
     def _on_torch(self, module: ModuleType) -> None:
         try:
@@ -219,10 +219,7 @@ class FlightRecorderTap:
     def disarm(self) -> None:
         """Take the import watcher out (the buffer size stays: groups already read it)."""
         if self._finder is not None:
-            try:
-                sys.meta_path.remove(self._finder)
-            except ValueError:
-                pass
+            self._finder.remove()
             self._finder = None
 
     # -- reading ---------------------------------------------------------------------------

@@ -61,7 +61,7 @@ class TorchHooks:
             if self._nvtx_step:
                 callbacks.update({m: self._guarded(self._patch_nvtx) for m in nvtx_steps.NVTX_MODULES})
         self._finder = post_import.PostImportFinder(callbacks)
-        sys.meta_path.insert(0, self._finder)
+        self._finder.insert()
         for name, callback in callbacks.items():
             if name in (DATALOADER_MODULE, OPTIMIZER_MODULE):
                 self.installed.setdefault(name, "waiting for import")
@@ -71,10 +71,7 @@ class TorchHooks:
 
     def uninstall(self) -> None:
         if self._finder is not None:
-            try:
-                sys.meta_path.remove(self._finder)
-            except ValueError:
-                pass
+            self._finder.remove()
             self._finder = None
         for patch in reversed(self._patches):
             patch.undo()

@@ -44,6 +44,17 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
     def __init__(self, callbacks: Mapping[str, Callable[[ModuleType], None]]) -> None:
         self._callbacks = dict(callbacks)
 
+    def insert(self) -> None:
+        """Watch imports from now on (first on ``sys.meta_path``)."""
+        sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        """Stop watching; a finder already taken out (by the program) is no error."""
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
