@@ -56,6 +56,11 @@ _HOST = ("input_wait", "sync", "launch", "host", "idle")
 
 
 def ranks_view(analysis: Analysis) -> RanksView:
+    """The view of ``analysis``, built once (the terminal, JSON and HTML reporters share it)."""
+    return analysis.memo(("ranks_view",), lambda: _ranks_view(analysis))
+
+
+def _ranks_view(analysis: Analysis) -> RanksView:
     x = run_cross_rank(analysis)
     rows = []
     for ra in analysis.ranks:
