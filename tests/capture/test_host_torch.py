@@ -93,9 +93,9 @@ def test_single_process_loader_waits_steps_and_restore() -> None:
 
 @FORK_OK
 def test_worker_loader_settings_and_worker_cpu() -> None:
-    cap = _capture(sample_hz=20.0)
+    cap = _capture(sample_hz=50.0)  # the loop lasts ~0.3 s: ~15 samples while the workers live
     cap.start()
-    loader = DataLoader(SlowData(24, 0.01), batch_size=2, num_workers=2, prefetch_factor=2,
+    loader = DataLoader(SlowData(24, 0.025), batch_size=2, num_workers=2, prefetch_factor=2,
                         persistent_workers=True)
     assert _train(loader) == 12
     cap.stop()
