@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from stepscope.capture.samplers.nvml import NvmlSampler, parse_visible_devices
 
 from ..fake_nvml import FakeNvml
@@ -43,3 +45,20 @@ def test_visible_devices_parsing() -> None:
     assert parse_visible_devices("") == []
     assert parse_visible_devices("2, 0,bad,1") == ["2", "0"]
     assert parse_visible_devices("GPU-abc,MIG-x") == ["GPU-abc", "MIG-x"]
+
+
+def test_gpu_numa_node_is_the_pcie_roots_as_sysfs_has_it(tmp_path: Path) -> None:
+    # NVML's nvmlDeviceGetNumaNodeId says the GPU memory's own node on GH200-class machines;
+    # the manifest's node must be the one of the CPUs near the GPU, as in the devices table
+    fake = FakeNvml()
+    nv = NvmlSampler(fake, env={"CUDA_VISIBLE_DEVICES": "0,1"}, sys_root=str(tmp_path))
+    assert nv.open() is None
+    assert nv.numa_nodes == {0: None, 1: 1}  # no sysfs: NVML's answer where it has one
+    nv.close()
+    dev = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:11:00.0"  # GPU 1's bus id
+    dev.mkdir(parents=True)
+    (dev / "numa_node").write_text("0\n")
+    nv = NvmlSampler(fake, env={"CUDA_VISIBLE_DEVICES": "0,1"}, sys_root=str(tmp_path))
+    assert nv.open() is None
+    assert nv.numa_nodes == {0: None, 1: 0}  # sysfs wins over NVML's 1
+    nv.close()

@@ -128,13 +128,17 @@ class NvmlSampler:
         return None  # MIG instances: not mapped to a parent GPU here
 
     def _numa_node(self, h: Any) -> int | None:
+        """The NUMA node of the GPU's PCIe root (sysfs), as the devices table has it
+        (capture.topology); NVML's nvmlDeviceGetNumaNodeId only when sysfs has none: where GPU
+        memory is a NUMA node of its own (GH200-class machines) that call names the GPU
+        memory's node, not the CPUs near the GPU."""
         nv = self._nvml
-        if hasattr(nv, "nvmlDeviceGetNumaNodeId"):
-            node = _safe(lambda: int(nv.nvmlDeviceGetNumaNodeId(h)))
-            if node is not None and node >= 0:
-                return int(node)
         bus = _safe(lambda: _text(nv.nvmlDeviceGetPciInfo(h).busId))
-        return pci_numa_node(bus, self._sys_root) if bus else None
+        node = pci_numa_node(bus, self._sys_root) if bus else None
+        if node is None and hasattr(nv, "nvmlDeviceGetNumaNodeId"):
+            got = _safe(lambda: int(nv.nvmlDeviceGetNumaNodeId(h)))
+            node = got if got is not None and got >= 0 else None
+        return node
 
     def close(self) -> None:
         self._gpm.close()
