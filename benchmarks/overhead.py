@@ -90,7 +90,8 @@ CONFIGS = ("stepscope", "stepscope-attached", "stepscope-prev", "stepscope-threa
            "stepscope-activity", "stepscope-kernels", "stepscope-nodriver", "stepscope-host",
            "stepscope-host-thread",
            "stepscope-gpu", "stepscope-gpu-nomark", "stepscope-bare", "stepscope-bare-allapi",
-           "stepscope-bare-prepared", "stepscope-cuptipy",
+           "stepscope-bare-prepared", "stepscope-bare-nocopy", "stepscope-bare-kernels",
+           "stepscope-cuptipy",
            "stepscope-torch", "torch-cpu-cuda", "torch-cuda")
 # configurations whose setting holds for the whole process (an environment variable read once,
 # another source tree): never mixed with others in one process (mixed.py, paired.py)
@@ -280,8 +281,13 @@ def captured_block(config: str, step: Callable[[], None], steps: int, run: Path
         from stepscope.capture.cupti.capture import CuptiCapture
         from stepscope.capture.cupti.settings import GpuSettings
 
-        gs = GpuSettings(api="all", sync=False, nvtx=False, driver=True) \
-            if config == "stepscope-bare-allapi" else GpuSettings()
+        gs = {"stepscope-bare-allapi": GpuSettings(api="all", sync=False, nvtx=False, driver=True),
+              # what the copy/memset kinds cost where the program makes no copy (they hook calls)
+              "stepscope-bare-nocopy": GpuSettings(memcpy=False, memset=False),
+              # the floor: kernel records alone
+              "stepscope-bare-kernels": GpuSettings(api="none", memcpy=False, memset=False,
+                                                    nvtx=False, overhead=False),
+              }.get(config, GpuSettings())
         if config == "stepscope-bare-prepared":  # made off the main thread, as the session does
             made: list[CuptiCapture] = []
             t = threading.Thread(target=lambda: made.append(
