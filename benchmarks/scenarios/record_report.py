@@ -81,7 +81,8 @@ def condense_report(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def condense_advice(advice: dict[str, Any] | None) -> dict[str, Any]:
-    """The same for run.py's torch.profiler advice (``common.advise_trace``)."""
+    """The same for run.py's profiler-trace advice (``trace_advice.advise_trace``: torch.profiler
+    for PyTorch, jax.profiler's XSpace for JAX)."""
     if not advice:
         return {}
     return {"findings": [_finding(f) for f in advice.get("findings", [])],
@@ -239,8 +240,8 @@ def totals(rows: list[dict[str, Any]], path: str) -> str:
     return text
 
 
-HEADER = ("| scenario | planted rule | top finding via record | via torch.profiler | "
-          "est. / measured via record | via torch.profiler | ranked first? record / profiler | "
+HEADER = ("| scenario | planted rule | top finding via record | via profiler trace | "
+          "est. / measured via record | via profiler trace | ranked first? record / profiler | "
           "measured saving ms / % (baseline → fixed ms) | record: steps (how found) |")
 
 
@@ -257,8 +258,10 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         ("Measured: baseline and fixed timed interleaved in one process, untraced (median block "
          "step time). Record: `stepscope record -o RUN --quiet -- python program.py NAME` "
-         "(default window), then the advisor. torch.profiler: the baseline traced in the "
-         "timing process (CPU+CUDA, 5 active steps), imported, advised. Top finding = the "
+         "(default window), then the advisor. Profiler trace: the baseline traced in the "
+         "timing process, imported, advised: torch.profiler (CPU+CUDA, 5 active steps) for "
+         "PyTorch, jax.profiler (XSpace, 8 steps in StepTraceAnnotation) for JAX; n/a for "
+         "CuPy. Top finding = the "
          "first warning/critical finding. est. / measured = the planted rule's est_saving_pct "
          "(share of the captured step) / the measured saving (share of the untraced baseline "
          "step); ok = within ±30%."),
@@ -270,9 +273,9 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             continue
         lines += ["", f"## {table}", "", HEADER, "|---|---|---|---|---|---|---|---|---|"]
         lines += [row(r) for r in rows]
-        lines += ["", (f"Record: {totals(rows, 'record')}. torch.profiler: "
+        lines += ["", (f"Record: {totals(rows, 'record')}. Profiler trace: "
                        f"{totals(rows, 'profiler')}.")]
-    lines += ["", (f"**All: record {totals(results, 'record')}; torch.profiler "
+    lines += ["", (f"**All: record {totals(results, 'record')}; profiler trace "
                    f"{totals(results, 'profiler')}.**"), "", "## Details", ""]
     lines += [detail(r) for r in results if detail(r)]
     lines.append("")
@@ -309,9 +312,9 @@ def detail(r: dict[str, Any]) -> str:
                      f"{rec.get('run_bytes', 0) / 2**20:.1f} MiB")
     prof = r.get("profiler") or {}
     if "findings" in prof:
-        parts.append(f"torch.profiler findings: {_findings_text(prof['findings'])}")
+        parts.append(f"profiler-trace findings: {_findings_text(prof['findings'])}")
     if prof.get("error"):
-        parts.append(f"torch.profiler error: {_esc(prof['error'])}")
+        parts.append(f"profiler-trace error: {_esc(prof['error'])}")
     if r.get("error"):
         parts.append(f"ERROR: {_esc(r['error'])}")
     info = (r.get("info") or {}).get("baseline")

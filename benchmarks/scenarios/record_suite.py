@@ -200,7 +200,7 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
             return res
         advice = tt.get("advice")
         res["profiler"] = ({"status": "n/a", "why": f"{meta.framework} program"}
-                           if meta.framework != "torch" else
+                           if meta.framework not in ("torch", "jax") else
                            {"status": "ok" if advice else "error",
                             "error": tt.get("advice_error") or tt.get("error"),
                             **rr.condense_advice(advice)})

@@ -59,7 +59,7 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
     res["description"] = meta.description
     res["framework"] = meta.framework
     if meta.framework != "torch":
-        return run_timed_only(mod, args, res, t0)
+        return run_timed_only(mod, args, res, t0, out)
 
     import common
     import torch
@@ -126,10 +126,31 @@ def _close(res: dict[str, Any], steps: tuple[Any, ...], t0: float) -> None:
     res["wall_s"] = round(time.perf_counter() - t0, 3)
 
 
+def _jax_profiler_leg(base: Any, res: dict[str, Any], args: argparse.Namespace,
+                      out: Path) -> None:
+    """The JAX baseline traced with jax.profiler (XSpace), imported and advised: the JAX
+    scenarios' counterpart of the torch.profiler trace."""
+    from jaxtrace import trace_jax
+    from trace_advice import advise_trace
+
+    name = res["scenario"]
+    try:
+        res["trace"] = trace_jax(base, out / "traces" / f"{name}.jax")
+        log(f"    jax.profiler trace: {res['trace']['bytes'] / 1e6:.1f} MB, "
+            f"{res['trace']['wall_s']:.1f} s")
+        res["advice"] = advise_trace(Path(res["trace"]["path"]), out / "runs" / name)
+        res["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - keep the measurement
+        res["advice_error"] = f"{type(exc).__name__}: {exc}"
+        res["advice_traceback"] = traceback.format_exc()
+        log(f"    jax.profiler leg failed: {res['advice_error']}")
+
+
 def run_timed_only(mod: Any, args: argparse.Namespace, res: dict[str, Any],
-                   t0: float) -> dict[str, Any]:
-    """A JAX or CuPy scenario: build and time both variants, nothing else (torch.profiler does
-    not apply, and this process never imports torch)."""
+                   t0: float, out: Path | None = None) -> dict[str, Any]:
+    """A JAX or CuPy scenario: build and time both variants (torch.profiler does not apply, and
+    this process never imports torch); a JAX baseline is then traced with jax.profiler and its
+    XSpace file advised (``_jax_profiler_leg``)."""
     import timing
 
     base = fixed = None
@@ -147,7 +168,9 @@ def run_timed_only(mod: Any, args: argparse.Namespace, res: dict[str, Any],
         res["timing"] = t.to_dict()
         res["trace"] = None
         res["status"] = "measured"
-        res["score"] = timing.score(res["expected"], res["timing"], None)
+        if res["framework"] == "jax" and not args.no_advise and out is not None:
+            _jax_profiler_leg(base, res, args, out)
+        res["score"] = timing.score(res["expected"], res["timing"], res.get("advice"))
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
         _failed(res, exc)
     finally:

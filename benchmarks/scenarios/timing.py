@@ -27,6 +27,8 @@ SCENARIOS: tuple[str, ...] = (
     # one per framework path (issue 17): no torch.optim, Triton, JAX eager / jit, CuPy, inference
     "torch_manual_sgd", "triton_small_grid", "jax_eager", "jax_jit", "cupy_pageable",
     "torch_inference",
+    # JAX users' own problems (issue 23): a host callback in the step, the input pipeline inline
+    "jax_host_callback", "jax_input_host",
 )
 
 # program.py's default length (see scenario_meta): a step-hook program runs the record window's
