@@ -17,7 +17,7 @@ the trace (never by program name):
 
       T_k      = k alpha + (T - m alpha)           (the split costs (k - m) alpha more)
       tail_k   = alpha + (T - m alpha) / k         (the last bucket: nothing left to hide under)
-      hidden_k = min(T_k - tail_k, free compute of the step)
+      hidden_k = min(T_k - tail_k, compute free of communication + what already hides it)
       after_k  = T_k - hidden_k                    (still exposed)
       cost_k   = after_k + c x hidden_k            (c: compute slowdown per hidden ns)
       overlap  = exposed + c x (already overlapped) - min over k of cost_k
@@ -227,7 +227,7 @@ def _overlap(g: StepGraph, k: pa.Table, comm_m: np.ndarray, ra: RankAnalysis,
         xs = [x for x in ov if x.step == s]
         t = float(sum(x.end - x.start for x in xs))
         e = float(sum(x.exposed for x in xs))
-        free = float(free_ns[s])
+        free = float(free_ns[s]) + (t - e)  # and the compute it already runs under
         sp = best_split(t, len(xs), alpha, c, free, splittable=split)
         splits.append(sp)
         plain += max(0.0, e + c * (t - e) - sp.cost_ns)
