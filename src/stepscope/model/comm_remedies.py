@@ -4,12 +4,14 @@ or removing / shrinking it (the method: docs/rules/exposed_communication.md).
 The communication kernels of a rank's steady steps are split into two groups by evidence from
 the trace (never by program name):
 
-- **removable**: a collective whose result the host waits for right after it (a synchronising
-  runtime call or copy that returns within ``SYNC_AFTER_NS`` of its end: a metric or loss
-  reduction read with ``.item()``), one that repeats what other collectives of the same
-  operation in the step already carry while those mostly overlap compute (as long as what
-  they carry together, within a factor 2: a check or second reduction of the same data), or a small one (a transfer shorter than ``2 alpha``: latency,
-  nothing to split). Remedy ``remove``: the step loses its exposed time, nothing else.
+- **removable**: a collective whose result the host waits for right after it, with nothing
+  queued behind it (a synchronising runtime call or copy that returns within
+  ``SYNC_AFTER_NS`` of its end, and no kernel starts between: a metric or loss reduction
+  read with ``.item()``, a check of the replicas), or one that repeats what other
+  collectives of the same operation in the step already carry while those mostly overlap
+  compute (as long as they are together, within a factor 2: a check or second reduction of
+  the same data).
+  Remedy ``remove``: the step loses its exposed time, nothing else.
 - **overlappable**: the rest (a gradient reduction issued after the whole backward). Remedy
   ``overlap``: split it into ``k`` buckets that each start under the compute before it. With a
   latency-bandwidth (Hockney) model ``t(n) = alpha + n / beta`` per call, the group's
@@ -50,7 +52,7 @@ import numpy as np
 import pyarrow as pa
 
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis.busy import IntervalSet, is_communication
+from stepscope.analysis.busy import IntervalSet, gpu_activity, is_communication
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import signature_head
 from stepscope.analysis.kernels import kernel_frame
@@ -137,32 +139,66 @@ class _Kernel:
 
 
 def remedies(g: StepGraph, ra: RankAnalysis, ws: np.ndarray, we: np.ndarray,
-             free: np.ndarray, hidden_by: IntervalSet, sm_share: float,
-             comm_blocks: float) -> tuple[Remedy, ...]:
-    """Each remedy's saving over the rank's steady windows ``[ws, we)``; ``free``: per window,
-    the compute time with no communication under it (what could hide more), ``hidden_by``:
-    what does not count as exposed (compute, waits for late ranks)."""
+             waits: IntervalSet, sm_share: float, comm_blocks: float) -> tuple[Remedy, ...]:
+    """Each remedy's saving over the rank's steady windows ``[ws, we)``; ``waits``: the
+    rank's waits for late ranks inside collectives (not exposed transfer). Per device of the
+    rank (its own compute; several devices of one process run side by side), then the mean
+    over the devices with communication."""
     k = kernel_frame(g)
     if k.num_rows == 0:
         return ()
     comm_m = is_communication(k.column("name"))
-    ks = _comm_kernels(k, comm_m, ws, we, hidden_by)
-    if not ks:
-        return ()
     link = link_of(ra.devices)
     alpha = float(ALPHA_NS.get(link.kind, DEFAULT_ALPHA_NS) if link else DEFAULT_ALPHA_NS)
-    removable = _removable(g, ks, alpha)
+    starts = np.sort(np.asarray(k.column("ts_ns").to_numpy(), dtype=np.int64))
+    acts = gpu_activity(g)
+    dev = np.asarray(k.column("device").fill_null(0).to_numpy(), dtype=np.int64)
+    per_dev: list[list[Remedy]] = []
+    for d, act in sorted(acts.items()):
+        m = comm_m & (dev == d)
+        if not m.any():
+            continue
+        free = (act.compute - act.communication).within(ws, we)
+        ks = _comm_kernels(k, m, ws, we, act.compute | waits)
+        if not ks:
+            continue
+        per_dev.append(_device_remedies(g, k, ~comm_m & (dev == d), ra, ks, ws, free,
+                                        starts, alpha, sm_share, comm_blocks))
+    return _mean(per_dev)
+
+
+def _device_remedies(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankAnalysis,
+                     ks: list[_Kernel], ws: np.ndarray, free: np.ndarray,
+                     starts: np.ndarray, alpha: float, sm_share: float,
+                     comm_blocks: float) -> list[Remedy]:
+    """The remedies of one device's communication kernels ``ks``; ``compute_m``: its compute
+    kernels (rows of ``k``)."""
+    removable = _removable(g, ks, starts)
     out: list[Remedy] = []
     rem = [x for x, r in zip(ks, removable, strict=True) if r]
     if rem and sum(x.exposed for x in rem) > 0:
         out.append(Remedy("remove", float(sum(x.exposed for x in rem)),
                           sum(x.exposed for x in rem),
                           f"{len(rem)} collectives over {len(ws)} steps whose exposed time "
-                          f"goes with them (host waits on them, repeats of bytes already "
-                          f"sent, or latency-bound)"))
+                          f"goes with them (the host waits on them before queueing more, or "
+                          f"they repeat what the step's overlapped collectives carry)"))
     ov = [x for x, r in zip(ks, removable, strict=True) if not r]
     if ov and sum(x.exposed for x in ov) > 0:
-        out.extend(_overlap(g, k, comm_m, ra, ov, free, alpha, sm_share, comm_blocks))
+        out.extend(_overlap(g, k, compute_m, ra, ov, free, alpha, sm_share, comm_blocks))
+    return out
+
+
+def _mean(per_dev: list[list[Remedy]]) -> tuple[Remedy, ...]:
+    """Per remedy kind, the mean over the devices (a device without it counts 0)."""
+    if not per_dev:
+        return ()
+    n = len(per_dev)
+    out: list[Remedy] = []
+    kinds = [m.kind for rs in per_dev for m in rs]
+    for kind in dict.fromkeys(kinds):
+        ms = [m for rs in per_dev for m in rs if m.kind == kind]
+        out.append(Remedy(kind, sum(m.saving_ns for m in ms) / n,
+                          int(sum(m.exposed_ns for m in ms) / n), ms[0].detail))
     return tuple(out)
 
 
@@ -179,7 +215,12 @@ def _comm_kernels(k: pa.Table, m: np.ndarray, ws: np.ndarray, we: np.ndarray,
             for i in order if ok[i]]
 
 
-def _removable(g: StepGraph, ks: list[_Kernel], alpha: float) -> list[bool]:
+def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[bool]:
+    """Per kernel: the host waits for it (a sync or copy call returns within
+    ``SYNC_AFTER_NS`` of its end, and no kernel starts on the rank between its end and that
+    return: nothing was queued behind it), or it repeats the step's overlapped collectives of
+    its operation (as long as they are together, within a factor 2, while it is mostly
+    exposed). ``starts``: every kernel start of the rank, sorted."""
     api = g.table("api_calls")
     if api.num_rows:
         kind = np.asarray(api.column("kind").to_numpy(zero_copy_only=False), dtype=object)
@@ -190,15 +231,19 @@ def _removable(g: StepGraph, ks: list[_Kernel], alpha: float) -> list[bool]:
         a_s = a_e = np.zeros(0, dtype=np.int64)
     out: list[bool] = []
     for x in ks:
-        waited = bool(np.any((a_s < x.end) & (a_e >= x.end) & (a_e <= x.end + SYNC_AFTER_NS)))
-        small = (x.end - x.start) < 2 * alpha
+        hit = (a_s < x.end) & (a_e >= x.end) & (a_e <= x.end + SYNC_AFTER_NS)
+        waited = False
+        if hit.any():
+            ret = int(a_e[hit].max())
+            nxt = int(np.searchsorted(starts, x.end, side="left"))
+            waited = nxt >= starts.size or int(starts[nxt]) >= ret
         op = _op(x.name)
         others = [y for y in ks if y.step == x.step and y is not x and _op(y.name) == op
                   and (y.end - y.start) > 0
                   and 1 - y.exposed / (y.end - y.start) >= MOSTLY_HIDDEN]
         dur, carried = x.end - x.start, sum(y.end - y.start for y in others)
         repeat = x.exposed > 0.5 * dur and 0.5 * carried <= dur <= 2 * carried
-        out.append(waited or small or repeat)
+        out.append(waited or repeat)
     return out
 
 
@@ -210,13 +255,13 @@ def _op(name: str) -> str:
     return head
 
 
-def _overlap(g: StepGraph, k: pa.Table, comm_m: np.ndarray, ra: RankAnalysis,
+def _overlap(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankAnalysis,
              ov: list[_Kernel], free_ns: np.ndarray, alpha: float,
              sm_share: float, comm_blocks: float) -> list[Remedy]:
     sms = max((int(d["sm_count"]) for d in ra.devices if d.get("sm_count")), default=0)
     steps = sorted({x.step for x in ov})
-    c = _contention_before(k, comm_m, ov, sms, comm_blocks, sm_share)
-    xla = _is_xla(k, comm_m)
+    c = _contention_before(k, compute_m, ov, sms, comm_blocks, sm_share)
+    xla = _is_xla(k, compute_m)
     split = all(_op(x.name) in ("allreduce", "reducescatter") for x in ov)
     f32 = split and all(_F32.search(x.name) for x in ov)
     cast_ns = 0.0 if xla else _cast_ns(g, ra, ov)
@@ -250,7 +295,7 @@ def _overlap(g: StepGraph, k: pa.Table, comm_m: np.ndarray, ra: RankAnalysis,
     return out
 
 
-def _contention_before(k: pa.Table, comm_m: np.ndarray, ov: list[_Kernel], sms: int,
+def _contention_before(k: pa.Table, cm: np.ndarray, ov: list[_Kernel], sms: int,
                        comm_blocks: float, sm_share: float) -> float:
     """``contention`` over the compute kernels that end before each step's first overlappable
     collective, latest first, as much compute time as the collectives last."""
@@ -258,7 +303,6 @@ def _contention_before(k: pa.Table, comm_m: np.ndarray, ov: list[_Kernel], sms: 
     per_sm = k.column("active_blocks_per_sm").to_numpy(zero_copy_only=False)
     s = k.column("ts_ns").to_numpy()
     d = k.column("dur_ns").to_numpy()
-    cm = ~comm_m
     widths: list[tuple[int, int, int]] = []
     unknown = 0
     for step in sorted({x.step for x in ov}):
@@ -284,8 +328,8 @@ def _contention_before(k: pa.Table, comm_m: np.ndarray, ov: list[_Kernel], sms: 
     return (c * known + sm_share * unknown) / (known + unknown)
 
 
-def _is_xla(k: pa.Table, comm_m: np.ndarray) -> bool:
-    names = k.column("name").to_numpy(zero_copy_only=False)[~comm_m]
+def _is_xla(k: pa.Table, compute_m: np.ndarray) -> bool:
+    names = k.column("name").to_numpy(zero_copy_only=False)[compute_m]
     return any("fusion" in str(n) for n in names[:5000])
 
 

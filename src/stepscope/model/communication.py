@@ -108,8 +108,7 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5,
     free = (comp_set - comm_set).within(ws, we)
     share, sms = _sm_share(g, ra)
     bound = np.minimum(exposed, free) * (1.0 - share)
-    hidden_by = comp_set | wait_set if waits else comp_set
-    rem = remedies(g, ra, ws, we, free, hidden_by, share, share * sms)
+    rem = remedies(g, ra, ws, we, wait_set, share, share * sms)
     saving = max((x.saving_ns for x in rem), default=0.0)
     top = _top(g, comp_set, ws, we, n_top)
     w = int(np.argmax(exposed))
