@@ -74,6 +74,11 @@ HBM_GBS: tuple[tuple[str, float], ...] = (
 _F32 = re.compile(r"(^|_)f32(_|$)|float32|Float\b")
 
 
+# ops whose second call over the same data is a repeat (point-to-point and gathers of
+# pipeline or sharded programs repeat by design, once per micro-batch or layer)
+_REDUCTIONS = frozenset({"allreduce", "reduce"})
+
+
 @dataclass(frozen=True)
 class Remedy:
     kind: str  # "overlap" | "overlap_bf16" | "remove"
@@ -242,14 +247,16 @@ def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[bool
                   and (y.end - y.start) > 0
                   and 1 - y.exposed / (y.end - y.start) >= MOSTLY_HIDDEN]
         dur, carried = x.end - x.start, sum(y.end - y.start for y in others)
-        repeat = x.exposed > 0.5 * dur and 0.5 * carried <= dur <= 2 * carried
+        repeat = (op in _REDUCTIONS and x.exposed > 0.5 * dur
+                  and 0.5 * carried <= dur <= 2 * carried)
         out.append(waited or repeat)
     return out
 
 
 def _op(name: str) -> str:
     head = signature_head(name).lower()
-    for o in ("allreduce", "allgather", "reducescatter", "sendrecv", "broadcast", "alltoall"):
+    for o in ("allreduce", "allgather", "reducescatter", "sendrecv", "broadcast", "alltoall",
+              "reduce"):
         if o in head.replace("_", ""):
             return o
     return head
@@ -283,8 +290,9 @@ def _overlap(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankAnalysis,
     kb = int(np.median([sp.buckets for sp in splits]))
     tail = float(np.median([sp.tail_ns for sp in splits]))
     how = "SM share" if c == sm_share else "wave loss"
+    unit = "buckets" if split else "calls as they are"
     out = [Remedy("overlap", plain, exposed_total,
-                  f"in ~{kb} buckets (alpha {alpha / 1e6:.2f} ms per call, calibrated on NVLink): "
+                  f"in ~{kb} {unit} (alpha {alpha / 1e6:.2f} ms per call, calibrated on NVLink): "
                   f"the last ({tail / 1e6:.2f} ms) stays exposed and the compute under the "
                   f"rest runs {100 * c:.0f}% slower ({how})")]
     if f32 and cast_ns is not None:
