@@ -173,13 +173,13 @@ def _remedy_lines(results: Sequence[CommOverlap], n_ranks: int) -> list[str]:
     kinds = sorted({m.kind for x in results for m in x.remedies})
     rows: list[tuple[float, str]] = []
     for kind in kinds:
-        per = [(m.saving_ns / x.n_steps, m) for x in results for m in x.remedies
+        per = [(m.saving_ns / x.n_steps, m, x.n_steps) for x in results for m in x.remedies
                if m.kind == kind]
-        mean = sum(v for v, _ in per) / max(1, n_ranks)
-        top = max(per, key=lambda vm: vm[0])[1]
-        rows.append((mean, f"remedy {_WHAT.get(kind, kind)}: saves ~{_ms(mean * 1)} ms per "
-                           f"step of {_ms(top.exposed_ns / max(1, results[0].n_steps))} ms "
-                           f"exposed ({top.detail})"))
+        mean = sum(v for v, _, _ in per) / max(1, n_ranks)
+        _, top, n = max(per, key=lambda vm: vm[0])
+        rows.append((mean, f"remedy {_WHAT.get(kind, kind)}: saves ~{_ms(mean)} ms per "
+                           f"step of {_ms(top.exposed_ns / max(1, n))} ms exposed "
+                           f"({top.detail})"))
     rows.sort(key=lambda r: -r[0])
     return [line for _, line in rows]
 
