@@ -219,3 +219,34 @@ def test_ddp_one_bucket_after_the_backward_on_two_h100(tmp_path: Path) -> None:
     assert any(line.startswith("remedy overlap it with compute") and "wave loss" in line
                for line in f.evidence)
     assert not any(line.startswith("remedy remove") for line in f.evidence)
+
+
+def test_xla_fuses_the_bf16_casts(builder: Any, tmp_path: Path) -> None:
+    # 2000 µs steps: an XLA fusion 0-1500, an fp32 all-reduce 1500-1900 (bandwidth part 300,
+    # no NCCL grid: no contention). Overlap: k=13 hides 1200 + 276.9 <= 1500 and leaves
+    # 100 + 300/13 = 123.1: saves 276.9. In bf16 (bandwidth part 150, casts fused by XLA):
+    # k=14 hides 1300 + 139.3 and leaves 100 + 150/14 = 110.7: saves 289.3, the best
+    for i in range(3):
+        t0 = i * 2000
+        builder.step(t0, 2000)
+        builder.kernel("loop_tanh_fusion", t0, 1500)
+        builder.collective("AllReduce", t0 + 1500, 400)
+    (f,) = _findings(builder.build(tmp_path / "run"))
+    assert f.est_saving_ms == pytest.approx(0.4 - 0.1 - 0.15 / 14, rel=1e-4)
+    assert "overlapping it in bf16 saves" in f.title
+    lines = [x for x in f.evidence if x.startswith("remedy")]
+    assert lines[0].startswith("remedy overlap it and send bf16") and "fused by XLA" in lines[0]
+    assert lines[1].startswith("remedy overlap it with compute: saves ~0.277 ms")
+
+
+def test_without_sizes_pytorch_casts_are_not_guessed(builder: Any, tmp_path: Path) -> None:
+    # the same with a non-XLA kernel: the casts would be kernels of their own and the
+    # bytes are unknown, so only the overlap remedy: 276.9 µs
+    for i in range(3):
+        t0 = i * 2000
+        builder.step(t0, 2000)
+        builder.kernel("gemm", t0, 1500)
+        builder.collective("AllReduce", t0 + 1500, 400)
+    (f,) = _findings(builder.build(tmp_path / "run"))
+    assert f.est_saving_ms == pytest.approx(0.4 - 0.1 - 0.3 / 13, rel=1e-4)
+    assert not any(x.startswith("remedy overlap it and send bf16") for x in f.evidence)
