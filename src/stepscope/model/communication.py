@@ -36,6 +36,7 @@ from stepscope.analysis.busy import IntervalSet, is_communication
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import signature_head
 from stepscope.model import transfers as mt
+from stepscope.model.comm_remedies import Remedy, remedies
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class CommOverlap:
     exposed_ns: int
     compute_ns: int  # union of compute kernel time
     free_ns: int  # compute time with no communication under it
-    saving_ns: int  # sum over steps of min(exposed, free)
+    saving_ns: int  # the best remedy's saving, summed over the steps (``remedies``)
     per_step_exposed_ns: tuple[int, ...]
     waiting_ns: int  # exposed time spent waiting for a late rank (taken out of exposed_ns)
     steps: tuple[int, ...]  # step indexes of the steady steps
@@ -65,6 +66,12 @@ class CommOverlap:
     start_ns: int  # its window
     end_ns: int
     top: tuple[CollectiveTime, ...]  # by exposed time, largest first
+    remedies: tuple[Remedy, ...] = ()  # each remedy's saving (model.comm_remedies)
+    bound_ns: int = 0  # the former upper bound: sum over steps of min(exposed, free) x (1 - sm_share)
+
+    @property
+    def best(self) -> Remedy | None:
+        return max(self.remedies, key=lambda x: x.saving_ns) if self.remedies else None
 
     @property
     def saving_ms(self) -> float:
@@ -92,36 +99,40 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5,
     exposed_all = comm_set - comp_set
     exposed = exposed_all.within(ws, we)
     waiting = np.zeros_like(exposed)
+    wait_set = IntervalSet.empty()
     if waits:
         wait_set = IntervalSet.of([a for a, _ in waits], [b for _, b in waits])
         exposed = (exposed_all - wait_set).within(ws, we)
         waiting = exposed_all.within(ws, we) - exposed
     compute = comp_set.within(ws, we)
     free = (comp_set - comm_set).within(ws, we)
-    share = _sm_share(g, ra)
-    saving = np.minimum(exposed, free) * (1.0 - share)
+    share, sms = _sm_share(g, ra)
+    bound = np.minimum(exposed, free) * (1.0 - share)
+    rem = remedies(g, ra, ws, we, wait_set, share, share * sms)
+    saving = max((x.saving_ns for x in rem), default=0.0)
     top = _top(g, comp_set, ws, we, n_top)
     w = int(np.argmax(exposed))
     return CommOverlap(
         rank=ra.rank, n_steps=len(idx), comm_ns=int(comm.sum()), exposed_ns=int(exposed.sum()),
-        compute_ns=int(compute.sum()), free_ns=int(free.sum()), saving_ns=int(saving.sum()),
-        sm_share=share,
+        compute_ns=int(compute.sum()), free_ns=int(free.sum()), saving_ns=int(saving),
+        sm_share=share, remedies=rem, bound_ns=int(bound.sum()),
         per_step_exposed_ns=tuple(int(x) for x in exposed), waiting_ns=int(waiting.sum()),
         steps=tuple(ra.steps.steps[i].index for i in idx), worst=ra.steps.steps[idx[w]].index,
         start_ns=int(ws[w]), end_ns=int(we[w]), top=top)
 
 
-def _sm_share(g: StepGraph, ra: RankAnalysis) -> float:
-    """Time-weighted mean over the communication kernels of min(1, blocks / SMs); 0 when the
-    grid or the device's SM count is unknown."""
+def _sm_share(g: StepGraph, ra: RankAnalysis) -> tuple[float, int]:
+    """Time-weighted mean over the communication kernels of min(1, blocks / SMs) (0 when the
+    grid or the device's SM count is unknown), and the SM count."""
     sms = {int(d["device"]): int(d["sm_count"]) for d in ra.devices
            if d.get("sm_count") and d.get("device") is not None}
     k = g.table("kernels")
+    n_sms = max(sms.values(), default=0)
     if k.num_rows == 0 or not sms:
-        return 0.0
+        return 0.0, n_sms
     m = is_communication(k.column("name"))
     if not m.any():
-        return 0.0
+        return 0.0, n_sms
     sub = k.filter(pa.array(m))
     num = den = 0.0
     for d, x, y, z, t in zip(*(sub.column(c).to_pylist() for c in
@@ -132,7 +143,7 @@ def _sm_share(g: StepGraph, ra: RankAnalysis) -> float:
         blocks = x * (y or 1) * (z or 1)
         num += min(1.0, blocks / n) * float(t)
         den += float(t)
-    return num / den if den > 0 else 0.0
+    return (num / den if den > 0 else 0.0), n_sms
 
 
 def _top(g: StepGraph, compute: IntervalSet, ws: np.ndarray, we: np.ndarray,

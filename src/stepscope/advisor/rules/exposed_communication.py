@@ -1,19 +1,24 @@
 """``exposed_communication``: collectives (NCCL/RCCL kernels) that no compute runs under.
 
 Exposed communication is the step time during which a communication kernel runs and no
-compute kernel does (the ``communication`` category of the step breakdown). Overlapping it
-with compute hides it, at most as much as there is compute not already under communication
-in the step (``model.communication``)::
+compute kernel does (the ``communication`` category of the step breakdown). What fixing it
+saves depends on the remedy, and each is estimated from the trace's own evidence
+(``model.comm_remedies``):
 
-    saving(step) = min(exposed comm, compute time with no communication under it)
-                   x (1 - share of the SMs the communication kernels occupy)
+- ``remove``: collectives a host sync waits on right after, repeats of what other (overlapped)
+  collectives of the step already carry, latency-bound small ones: their exposed time;
+- ``overlap``: the rest (a gradient reduction after the whole backward) split into buckets
+  under the compute before it: exposed time, less the extra latency of the split calls and the
+  last bucket's transfer (a latency-bandwidth model, its bandwidth the run's own), less the
+  compute slowdown beside the collectives (the compute kernels' waves on the SMs NCCL leaves);
+- ``overlap_bf16``: the same with half the bytes (fp32 all-reduce), less the casts.
 
-Mean over the steady steps, then over ranks (a rank without communication counts 0). The
-estimate assumes perfect overlap (the last bucket's all-reduce has nothing left to hide
-under), so confidence is medium; when two thirds of the communication already overlaps
-compute, severity is info at most. Evidence: exposed communication per step and share, the
-total and overlapped share (HTA's comm/compute overlap), the top collectives by exposed
-time, and per rank figures when there are several. See docs/rules/exposed_communication.md.
+The headline is the best remedy's, mean over the steady steps, then over ranks (a rank
+without communication counts 0); every remedy is in the evidence. Confidence medium; when
+two thirds of the communication already overlaps compute, severity is info at most.
+Evidence: exposed communication per step and share, the total and overlapped share (HTA's
+comm/compute overlap), the remedies, the top collectives by exposed time, and per rank figures
+when there are several. See docs/rules/exposed_communication.md.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ def check(ctx: Context) -> Sequence[Finding]:
          f"overlapped by compute (comm/compute overlap); compute {_ms(r.compute_ns / n)} ms, "
          f"{_ms(r.free_ns / n)} ms of it with no communication under it"),
     ]
+    ev.extend(_remedy_lines(results, len(ctx.ranks)))
     for c in r.top[:3]:
         ev.append(f"{short(c.name)}: {tr.fmt_count(c.count / n)} per step, "
                   f"{_ms(c.total_ns / n)} ms, {_ms(c.exposed_ns / n)} ms exposed")
@@ -109,14 +115,18 @@ def check(ctx: Context) -> Sequence[Finding]:
         ev.append(f"{100 * overlap:.0f}% of the communication already overlaps compute: the "
                   f"rest is likely what waits for the step's last compute (info at most)")
     top = r.top[0].name if r.top else "collectives"
+    rem = r.best
+    verb = _VERB.get(rem.kind, "fixing it") if rem else "fixing it"
     title = (f"Exposed communication {tr.fmt_ms(exposed_ms)} ms per step "
-             f"({100 * share:.0f}%, {short(top, 48)}): overlapping it with compute saves up to "
+             f"({100 * share:.0f}%, {short(top, 48)}): {verb} saves "
              f"~{tr.fmt_ms(saving_ms)} ms per step")
     method = (f"per steady step, the time communication (NCCL/RCCL) kernels run with no compute "
-              f"kernel running, capped at the compute time with no communication under it "
-              f"(what perfect overlap could hide it under), less the {100 * r.sm_share:.0f}% "
-              f"of it the compute would lose to the communication kernels' blocks on the SMs; "
-              f"mean over {n} steady steps"
+              f"kernel running; saving of the best remedy ({rem.kind if rem else 'none'}): "
+              f"removing a collective saves its exposed time; overlapping one saves it less "
+              f"the split buckets' extra latency and the last bucket (latency-bandwidth model, "
+              f"alpha calibrated on H100 NVLink) and less the compute's slowdown on the SMs "
+              f"the communication kernels hold ({100 * r.sm_share:.0f}% of them); mean over "
+              f"{n} steady steps"
               + (f" and over {len(ctx.ranks)} ranks" if len(ctx.ranks) > 1 else ""))
     return [ctx.finding(
         id=ID, category=CATEGORY, title=title, saving_ms=saving_ms, method=method,
@@ -124,10 +134,10 @@ def check(ctx: Context) -> Sequence[Finding]:
         where=Where(rank=r.rank, steps=(r.worst,), start_ns=r.start_ns, end_ns=r.end_ns,
                     kernels=tuple(c.name for c in r.top)),
         confidence=Confidence.MEDIUM, max_severity=cap,
-        note=("an upper bound: a collective whose result the next compute needs (the last "
-              "gradient bucket, the first all-gather) cannot hide; on several ranks, time "
-              "a rank waits inside a collective for a late rank is left out (straggler) where "
-              "the collectives could be matched across ranks"),
+        note=("the remedy is told from the trace (host syncs, repeated data, size), not from "
+              "the program: check that the collective it calls removable is not needed; on "
+              "several ranks, time a rank waits inside a collective for a late rank is left "
+              "out (straggler) where the collectives could be matched across ranks"),
     )]
 
 
@@ -149,6 +159,29 @@ def _volume_lines(ctx: Context, x: CrossRank) -> list[str]:
         line += (f"; at the {link.reachable_gbs:.0f} GB/s NCCL reaches on this {link.kind} "
                  f"that is at least {_ms(bus / link.reachable_gbs)} ms of transfer per step")
     return [line]
+
+
+_VERB = {"remove": "removing it", "overlap": "overlapping it with compute",
+         "overlap_bf16": "overlapping it in bf16"}
+_WHAT = {"remove": "remove or defer it", "overlap": "overlap it with compute",
+         "overlap_bf16": "overlap it and send bf16"}
+
+
+def _remedy_lines(results: Sequence[CommOverlap], n_ranks: int) -> list[str]:
+    """One line per remedy: its saving per step, mean over ranks, and how it was reached
+    (from the rank that gains most)."""
+    kinds = sorted({m.kind for x in results for m in x.remedies})
+    rows: list[tuple[float, str]] = []
+    for kind in kinds:
+        per = [(m.saving_ns / x.n_steps, m, x.n_steps) for x in results for m in x.remedies
+               if m.kind == kind]
+        mean = sum(v for v, _, _ in per) / max(1, n_ranks)
+        _, top, n = max(per, key=lambda vm: vm[0])
+        rows.append((mean, f"remedy {_WHAT.get(kind, kind)}: saves ~{_ms(mean)} ms per "
+                           f"step of {_ms(top.exposed_ns / max(1, n))} ms exposed "
+                           f"({top.detail})"))
+    rows.sort(key=lambda r: -r[0])
+    return [line for _, line in rows]
 
 
 def _ranks_line(results: Sequence[CommOverlap], n_ranks: int) -> str:
