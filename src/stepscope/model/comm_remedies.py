@@ -11,7 +11,10 @@ the trace (never by program name):
   collectives of the same operation in the step already carry while those mostly overlap
   compute (as long as they are together, within a factor 2: a check or second reduction of
   the same data).
-  Remedy ``remove``: the step loses its exposed time, nothing else.
+  Remedy ``remove``: the step loses its exposed time, the SMs it held while compute ran
+  beside it (``sm_share`` of its overlapped time) and, for one the host waited on, the round
+  trip: the GPU's idle time from its end to the next kernel (the host waited, then had to
+  queue the next work; ``MAX_ROUND_TRIP_NS`` at most per call).
 - **overlappable**: the rest (a gradient reduction issued after the whole backward). Remedy
   ``overlap``: split it into ``k`` buckets that each start under the compute before it. With a
   latency-bandwidth (Hockney) model ``t(n) = alpha + n / beta`` per call, the group's
@@ -63,6 +66,7 @@ ALPHA_NS: dict[str, int] = {"NVLink": 100_000, "PCIe": 100_000}
 DEFAULT_ALPHA_NS = 100_000
 MAX_BUCKETS = 64
 SYNC_AFTER_NS = 50_000  # a host wait that returns this soon after a collective waited on it
+MAX_ROUND_TRIP_NS = 5_000_000  # the GPU idle after a waited-on collective counted as its cost
 MOSTLY_HIDDEN = 0.5  # other collectives of the op that overlap at least this much
 CAST_EFFICIENCY = 0.8  # of the memory bandwidth a cast kernel reaches
 # peak memory bandwidth, GB/s, by device name (first hit wins), where the devices table has none
@@ -77,6 +81,7 @@ _F32 = re.compile(r"(^|_)f32(_|$)|float32|Float\b")
 # ops whose second call over the same data is a repeat (point-to-point and gathers of
 # pipeline or sharded programs repeat by design, once per micro-batch or layer)
 _REDUCTIONS = frozenset({"allreduce", "reduce"})
+_SPLITTABLE = frozenset({"allreduce", "reducescatter"})  # split into buckets of any size
 
 
 @dataclass(frozen=True)
@@ -180,14 +185,20 @@ def _device_remedies(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankA
     kernels (rows of ``k``)."""
     removable = _removable(g, ks, starts)
     out: list[Remedy] = []
-    rem = [x for x, r in zip(ks, removable, strict=True) if r]
-    if rem and sum(x.exposed for x in rem) > 0:
-        out.append(Remedy("remove", float(sum(x.exposed for x in rem)),
-                          sum(x.exposed for x in rem),
+    rem = [(x, r) for x, r in zip(ks, removable, strict=True) if r is not None]
+    exposed = sum(x.exposed for x, _ in rem)
+    if rem and exposed > 0:
+        freed = sm_share * sum(x.end - x.start - x.exposed for x, _ in rem)
+        trips = float(sum(r for _, r in rem))
+        waited = sum(1 for _, r in rem if r > 0)
+        out.append(Remedy("remove", exposed + freed + trips, exposed,
                           f"{len(rem)} collectives over {len(ws)} steps whose exposed time "
                           f"goes with them (the host waits on them before queueing more, or "
-                          f"they repeat what the step's overlapped collectives carry)"))
-    ov = [x for x, r in zip(ks, removable, strict=True) if not r]
+                          f"they repeat what the step's overlapped collectives carry)"
+                          + (f"; with {waited} of them the host's round trip: "
+                             f"{trips / len(ws) / 1e6:.3f} ms per step of GPU idle before the "
+                             f"next kernel" if waited else "")))
+    ov = [x for x, r in zip(ks, removable, strict=True) if r is None]
     if ov and sum(x.exposed for x in ov) > 0:
         out.extend(_overlap(g, k, compute_m, ra, ov, free, alpha, sm_share, comm_blocks))
     return out
@@ -220,12 +231,14 @@ def _comm_kernels(k: pa.Table, m: np.ndarray, ws: np.ndarray, we: np.ndarray,
             for i in order if ok[i]]
 
 
-def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[bool]:
-    """Per kernel: the host waits for it (a sync or copy call returns within
-    ``SYNC_AFTER_NS`` of its end, and no kernel starts on the rank between its end and that
-    return: nothing was queued behind it), or it repeats the step's overlapped collectives of
-    its operation (as long as they are together, within a factor 2, while it is mostly
-    exposed). ``starts``: every kernel start of the rank, sorted."""
+def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[int | None]:
+    """Per kernel, None when it is not removable, else the round trip it costs (ns, 0 for
+    none): the host waits for it (a sync or copy call returns within ``SYNC_AFTER_NS`` of
+    its end, and no kernel starts on the rank between its end and that return: nothing was
+    queued behind it; the round trip is the GPU idle from its end to the next kernel, at most
+    ``MAX_ROUND_TRIP_NS``), or it repeats the step's overlapped collectives of its operation
+    (as long as they are together, within a factor 2, while it is mostly exposed; no round
+    trip). ``starts``: every kernel start of the rank, sorted."""
     api = g.table("api_calls")
     if api.num_rows:
         kind = np.asarray(api.column("kind").to_numpy(zero_copy_only=False), dtype=object)
@@ -234,14 +247,16 @@ def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[bool
         a_e = a_s + api.column("dur_ns").to_numpy()[sel]
     else:
         a_s = a_e = np.zeros(0, dtype=np.int64)
-    out: list[bool] = []
+    out: list[int | None] = []
     for x in ks:
         hit = (a_s < x.end) & (a_e >= x.end) & (a_e <= x.end + SYNC_AFTER_NS)
-        waited = False
+        waited, trip = False, 0
         if hit.any():
             ret = int(a_e[hit].max())
             nxt = int(np.searchsorted(starts, x.end, side="left"))
             waited = nxt >= starts.size or int(starts[nxt]) >= ret
+            if waited and nxt < starts.size:
+                trip = min(MAX_ROUND_TRIP_NS, int(starts[nxt]) - x.end)
         op = _op(x.name)
         others = [y for y in ks if y.step == x.step and y is not x and _op(y.name) == op
                   and (y.end - y.start) > 0
@@ -249,7 +264,7 @@ def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[bool
         dur, carried = x.end - x.start, sum(y.end - y.start for y in others)
         repeat = (op in _REDUCTIONS and x.exposed > 0.5 * dur
                   and 0.5 * carried <= dur <= 2 * carried)
-        out.append(waited or repeat)
+        out.append(trip if waited else (0 if repeat else None))
     return out
 
 
@@ -269,24 +284,34 @@ def _overlap(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankAnalysis,
     steps = sorted({x.step for x in ov})
     c = _contention_before(k, compute_m, ov, sms, comm_blocks, sm_share)
     xla = _is_xla(k, compute_m)
-    split = all(_op(x.name) in ("allreduce", "reducescatter") for x in ov)
-    f32 = split and all(_F32.search(x.name) for x in ov)
-    cast_ns = 0.0 if xla else _cast_ns(g, ra, ov)
+    # reductions split into buckets; the rest (point-to-point, gathers, barriers) overlap as
+    # the calls they are, each group on the compute the other leaves free
+    splittable = [x for x in ov if _op(x.name) in _SPLITTABLE]
+    split = bool(splittable)
+    f32 = split and all(_F32.search(x.name) for x in splittable)
+    cast_ns = 0.0 if xla else (_cast_ns(g, ra, splittable) if f32 else None)
     plain = bf16 = 0.0
     exposed_total = 0
     splits: list[Split] = []
     for s in steps:
-        xs = [x for x in ov if x.step == s]
-        t = float(sum(x.end - x.start for x in xs))
-        e = float(sum(x.exposed for x in xs))
-        free = float(free_ns[s]) + (t - e)  # and the compute it already runs under
-        sp = best_split(t, len(xs), alpha, c, free, splittable=split)
-        splits.append(sp)
-        plain += max(0.0, e + c * (t - e) - sp.cost_ns)
-        if f32 and cast_ns is not None:
-            sb = best_split(t, len(xs), alpha, c, free, bw_scale=0.5)
-            bf16 += max(0.0, e + c * (t - e) - sb.cost_ns - cast_ns / len(steps))
-        exposed_total += int(e)
+        free_left = float(free_ns[s])
+        for group, can_split in (([x for x in splittable if x.step == s], True),
+                                 ([x for x in ov if x.step == s and x not in splittable],
+                                  False)):
+            if not group:
+                continue
+            t = float(sum(x.end - x.start for x in group))
+            e = float(sum(x.exposed for x in group))
+            free = free_left + (t - e)  # and the compute it already runs under
+            sp = best_split(t, len(group), alpha, c, free, splittable=can_split)
+            if can_split or not split:
+                splits.append(sp)
+            free_left = max(0.0, free_left - max(0.0, sp.hidden_ns - (t - e)))
+            plain += max(0.0, e + c * (t - e) - sp.cost_ns)
+            if can_split and f32 and cast_ns is not None:
+                sb = best_split(t, len(group), alpha, c, free, bw_scale=0.5)
+                bf16 += max(0.0, e + c * (t - e) - sb.cost_ns - cast_ns / len(steps))
+            exposed_total += int(e)
     kb = int(np.median([sp.buckets for sp in splits]))
     tail = float(np.median([sp.tail_ns for sp in splits]))
     how = "SM share" if c == sm_share else "wave loss"
