@@ -80,6 +80,41 @@ def test_matched_by_sequence_number_whatever_the_order(builder: Any, tmp_path: P
     assert all(i.durs_ns == (200_000, 100_000) and i.bytes == 200 for i in ag)
 
 
+def test_sequence_numbers_match_across_shifted_steps_and_a_call_without_one(
+        builder: Any, tmp_path: Path) -> None:
+    # 1000 µs steps; rank 1's step boundaries come 300 µs late (its step starts after its own
+    # host work), so its all-reduce of step i (at t0 + 850 on rank 0, t0 + 900 on rank 1) lies
+    # in ITS step i, but the one at t0 + 150 lies in its step i - 1. Every call has a
+    # sequence number but one broadcast per rank (a kernel with no flight-recorder entry,
+    # 1 call in 17 per rank: < 10%). Matched by sequence: every all-reduce pairs up, each in
+    # the step most of its ranks put it in (the lowest on a tie); the broadcasts stay
+    # unmatched. (Before: one call without a number sent everything to step/position
+    # matching, and a call whose ranks disagreed on its step was dropped.)
+    for i in range(8):
+        t0 = i * 1000
+        builder.step(t0, 1000, rank=0, step=i)
+        builder.step(t0 + 300, 1000, rank=1, step=i)
+        builder.call("all_reduce", t0 + 150, 100, rank=0, seq=2 * i, nbytes=64)
+        builder.call("all_reduce", t0 + 200, 50, rank=1, seq=2 * i, nbytes=64)
+        builder.call("all_reduce", t0 + 850, 100, rank=0, seq=2 * i + 1, nbytes=64)
+        builder.call("all_reduce", t0 + 900, 50, rank=1, seq=2 * i + 1, nbytes=64)
+    builder.call("broadcast", 50, 10, rank=0, nbytes=8)
+    builder.call("broadcast", 60, 10, rank=1, nbytes=8)
+    x = _x(builder.build(tmp_path / "run"))
+    assert x.matched_by == "sequence"
+    ar = [i for i in x.instances if i.op == "all_reduce"]
+    steady = set(x.steps)
+    assert len(steady) >= 4
+    assert all(i.ranks == (0, 1) and i.durs_ns == (100_000, 50_000) for i in ar)
+    # the late all-reduce of step i is in step i on both ranks; the early one of step i >= 1
+    # in rank 0's step i and rank 1's step i - 1: the lower, i - 1
+    late = sorted(i.step for i in ar if (i.starts_ns[0] // 1000) % 1000 == 850)
+    early = sorted(i.step for i in ar if (i.starts_ns[0] // 1000) % 1000 == 150)
+    assert late == sorted(steady)
+    assert early == sorted(s for s in steady if s + 1 < 8)
+    assert not [i for i in x.instances if i.op == "broadcast"]
+
+
 def test_disagreeing_ops_and_point_to_point_are_not_matched(builder: Any, tmp_path: Path) -> None:
     for i in range(4):
         t0 = i * 1000

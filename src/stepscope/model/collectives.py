@@ -34,6 +34,7 @@ out and counted (``CrossRank.unmatched``).
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ from stepscope.schema_enums import CollectiveOp
 
 P2P_OPS = frozenset({CollectiveOp.SEND.value, CollectiveOp.RECV.value,
                      CollectiveOp.SEND_RECV.value})
+SEQUENCED_SHARE = 0.9  # of a rank's calls with a sequence number, to match by it
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -199,6 +201,17 @@ def _step_numbers(ra: RankAnalysis, ts: np.ndarray) -> list[int | None]:
 Key = tuple[object, ...]
 
 
+def _sequenced(c: _Calls) -> bool:
+    """Whether a rank's collectives are matched by sequence number: at least
+    ``SEQUENCED_SHARE`` of its calls (point-to-point aside) carry one. A few without (kernels
+    the flight recorder had no entry for, e.g. before its buffer started) are left unmatched;
+    matching everything by step and position instead misaligned the calls of a rank whose
+    step boundaries fall elsewhere (a 4-rank straggler run, 2026-11-26: 2 of 503 calls per
+    rank without a number, half the steps' waits then unmatched)."""
+    seqs = [s for s, o in zip(c.seq, c.op, strict=True) if o not in P2P_OPS]
+    return bool(seqs) and sum(s is not None for s in seqs) >= SEQUENCED_SHARE * len(seqs)
+
+
 def _keys(c: _Calls, steps: list[int | None], mode: str) -> list[Key | None]:
     """Each call's matching key (None: not matched). Only calls inside steady steps."""
     out: list[Key | None] = []
@@ -208,8 +221,8 @@ def _keys(c: _Calls, steps: list[int | None], mode: str) -> list[Key | None]:
         if c.op[i] in P2P_OPS or s is None:
             out.append(None)
             continue
-        if mode == "sequence":
-            out.append((c.pg[i], c.seq[i]))
+        if mode == "sequence":  # a call without a number (its kernel only) is not matched
+            out.append((c.pg[i], c.seq[i]) if c.seq[i] is not None else None)
             continue
         at = (c.pg[i], s if mode == "step" else None)
         k = pos.get(at, 0)
@@ -231,8 +244,7 @@ def cross_rank(analysis: Analysis, graph: RunGraph) -> CrossRank | None:
     if len(calls) < 2:
         return None
     common = _common_steps(analysis, set(calls))
-    if all(s is not None for c in calls.values() for s, o in zip(c.seq, c.op, strict=True)
-           if o not in P2P_OPS):
+    if all(_sequenced(c) for c in calls.values()):
         mode = "sequence"
     else:
         mode = "step" if common else "order"
@@ -271,13 +283,24 @@ def _instance(rows: list[tuple[int, int]], calls: Mapping[int, _Calls],
         return None
     sizes = [b for r, i in rows if (b := calls[r].bytes[i]) is not None]
     r0, i0 = rows[0]
-    steps = {steps_of[r][i] for r, i in rows} - {None}
     return Instance(
         op=calls[r0].op[i0], name=calls[r0].name[i0], pg=calls[r0].pg[i0],
-        step=next(iter(steps)) if len(steps) == 1 else None,
+        step=_step_of([steps_of[r][i] for r, i in rows]),
         bytes=max(sizes) if sizes else None, ranks=tuple(r for r, _ in rows),
         starts_ns=tuple(int(calls[r].ts[i]) for r, i in rows),
         durs_ns=tuple(int(calls[r].dur[i]) for r, i in rows))
+
+
+def _step_of(steps: list[int | None]) -> int | None:
+    """The step of a call matched across ranks: the one most of its ranks put it in (the
+    lowest on a tie). Matched by sequence number, a late rank's own step boundaries can put
+    the same call in the step before or after the others' (its step starts late)."""
+    known = [s for s in steps if s is not None]
+    if not known:
+        return None
+    counts = Counter(known)
+    best = max(counts.values())
+    return min(s for s, n in counts.items() if n == best)
 
 
 def _with_exposure(instances: list[Instance], graph: RunGraph) -> list[Instance]:
