@@ -1,0 +1,119 @@
+"""One XPlane's events in plain terms: each event's line, start and duration (picoseconds, as
+stored), name and stats (names resolved through the plane's stat metadata, reference values
+resolved to their strings), and a small column collector the plane mappers fill."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+Stats = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class XEvent:
+    line_id: int
+    line_name: str
+    start_ps: int  # line.timestamp_ns * 1000 + offset_ps: on the plane's clock
+    dur_ps: int
+    name: str
+    display_name: str
+    stats: Stats
+
+
+class PlaneView:
+    """The stat and event metadata of one ``XPlane`` message, for reading its events."""
+
+    def __init__(self, plane: Any) -> None:
+        self.plane = plane
+        self.name: str = plane.name
+        self.stat_names: dict[int, str] = {k: v.name for k, v in plane.stat_metadata.items()}
+        self._meta: dict[int, tuple[str, str, Stats]] = {}
+
+    def value(self, stat: Any) -> Any:
+        which = stat.WhichOneof("value")
+        if which is None:
+            return None
+        v = getattr(stat, which)
+        if which == "ref_value":
+            return self.stat_names.get(v, "")
+        return v
+
+    def stats(self, stats: Any) -> Stats:
+        return {self.stat_names.get(s.metadata_id, str(s.metadata_id)): self.value(s)
+                for s in stats}
+
+    def plane_stats(self) -> Stats:
+        return self.stats(self.plane.stats)
+
+    def _metadata(self, mid: int) -> tuple[str, str, Stats]:
+        got = self._meta.get(mid)
+        if got is None:
+            m = self.plane.event_metadata.get(mid)
+            got = ("", "", {}) if m is None else (m.name, m.display_name, self.stats(m.stats))
+            self._meta[mid] = got
+        return got
+
+    def lines(self) -> Iterator[Any]:
+        return iter(self.plane.lines)
+
+    def events(self, line: Any) -> Iterator[XEvent]:
+        base = line.timestamp_ns * 1000
+        lname = line.display_name or line.name
+        for e in line.events:
+            name, display, mstats = self._metadata(e.metadata_id)
+            stats = dict(mstats, **self.stats(e.stats)) if mstats else self.stats(e.stats)
+            yield XEvent(line.id, lname, base + e.offset_ps, e.duration_ps, name, display, stats)
+
+
+class Collected:
+    """Rows of the run tables as column lists, table by table (one per import: no shared
+    state). The first row of a table fixes its columns; later rows give the same keys."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[str, list[Any]]] = {}
+
+    def add(self, table: str, **row: Any) -> None:
+        cols = self.tables.get(table)
+        if cols is None:
+            self.tables[table] = {k: [v] for k, v in row.items()}
+            return
+        for k, col in cols.items():
+            col.append(row.get(k))
+
+    def rows(self, table: str) -> int:
+        cols = self.tables.get(table)
+        return len(next(iter(cols.values()))) if cols else 0
+
+
+def int_or_none(v: Any) -> int | None:
+    """An integer stat (XStat int64/uint64, or digits in a string), else None."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str | bytes):
+        try:
+            return int(v)
+        except ValueError:
+            return None
+    return None
+
+
+def key_values(text: Any) -> dict[str, str]:
+    """``"regs:16 static_shared:0 grid:2048,1,1"`` -> ``{"regs": "16", ...}`` (the form of the
+    ``kernel_details`` and ``memcpy_details`` stats)."""
+    if not isinstance(text, str):
+        return {}
+    out = {}
+    for part in text.split():
+        k, sep, v = part.partition(":")
+        if sep:
+            out[k] = v
+    return out
+
+
+__all__ = ["Collected", "PlaneView", "Stats", "XEvent", "int_or_none", "key_values"]
