@@ -64,6 +64,10 @@ def test_the_runs_frameworks_come_from_its_processes() -> None:
                                         "rank1": {"frameworks": ["jax", "triton"]}})) == (
         "jax", "triton")
     assert run_frameworks(m("capture", {"rank0": {"window": "x"}})) == ()
+    # a JAX program that imported torch (for its DataLoader): JAX's step hook paced the steps
+    jax_steps = {"host": {"samplers": {"steps": {"hook": "jax.profiler.StepTraceAnnotation"}}},
+                 "frameworks": ["pytorch", "jax"]}
+    assert run_frameworks(m("capture", {"rank0": jax_steps})) == ("jax", "pytorch")
 
 
 def test_devices_show_their_links_and_numa_nodes(tmp_path: Path) -> None:
@@ -129,3 +133,11 @@ def test_no_input_waits_no_verdict_line(tmp_path: Path) -> None:
     rep = build_report(hostile_run(tmp_path))
     assert "Input pipeline" not in render_text(rep, width=100)
     assert json.loads(to_json(rep))["input_pipeline"] is None
+
+
+def test_step_hook_names_match_the_capture() -> None:
+    from stepscope.capture.hooks.jax_steps import JAX_STEP
+    from stepscope.capture.hooks.optimizer import TORCH_STEP
+    from stepscope.capture.hooks.tf_steps import TF_STEP
+    from stepscope.reporters.report import _STEP_HOOK_FRAMEWORK
+    assert _STEP_HOOK_FRAMEWORK == {JAX_STEP: "jax", TF_STEP: "tensorflow", TORCH_STEP: "pytorch"}

@@ -109,9 +109,22 @@ _FIX_FIELD = {"pytorch": "pytorch", "jax": "jax", "tensorflow": "tensorflow", "c
               "triton": "cuda", "numba": "cuda"}
 
 
+# the step hooks of a recorded run (capture.hooks) that tell which framework drove the steps: a
+# JAX program that imported torch for its DataLoader still reads the JAX fixes
+_STEP_HOOK_FRAMEWORK = {"jax.profiler.StepTraceAnnotation": "jax",
+                        "tf.profiler.experimental.Trace(step_num=...)": "tensorflow",
+                        "torch.optim.Optimizer.step": "pytorch"}
+
+
+def _dig(node: Any, *keys: str) -> Any:
+    for k in keys:
+        node = node.get(k) if isinstance(node, dict) else None
+    return node
+
+
 def run_frameworks(manifest: Manifest) -> tuple[str, ...]:
     """The frameworks the run's program used: what each captured process had imported
-    (``settings.ranks.rank<N>.frameworks``), PyTorch for a torch.profiler (Kineto) trace, JAX
+    (``settings.ranks.rank<N>.frameworks``; first the one whose step hook paced the steps), PyTorch for a torch.profiler (Kineto) trace, JAX
     or TensorFlow for an XSpace profile (what its planes showed: ``source.details.files[].
     framework``); empty where the source does not say."""
     if manifest.source.kind == "kineto":
@@ -124,6 +137,10 @@ def run_frameworks(manifest: Manifest) -> tuple[str, ...]:
             out.append(fw)
     ranks = manifest.settings.get("ranks")
     if isinstance(ranks, dict):
+        for v in ranks.values():  # the framework whose step hook paced the steps goes first
+            fw = _STEP_HOOK_FRAMEWORK.get(str(_dig(v, "host", "samplers", "steps", "hook")))
+            if fw is not None and fw not in out:
+                out.append(fw)
         for v in ranks.values():
             fws = v.get("frameworks") if isinstance(v, dict) else None
             for fw in fws if isinstance(fws, list) else ():
