@@ -5,21 +5,33 @@ resolved to their strings), and a small column collector the plane mappers fill.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 Stats = dict[str, Any]
 
 
-@dataclass(frozen=True)
 class XEvent:
-    line_id: int
-    line_name: str
-    start_ps: int  # line.timestamp_ns * 1000 + offset_ps: on the plane's clock
-    dur_ps: int
-    name: str
-    display_name: str
-    stats: Stats
+    """One event: its line, start and duration (ps), name, and stats decoded on first use (most
+    host events are never asked for theirs, and decoding is most of the cost of a plane)."""
+
+    __slots__ = ("_stats", "_view", "dur_ps", "line_id", "line_name", "meta_stats", "name",
+                 "raw", "start_ps", "display_name")
+
+    def __init__(self, view: PlaneView, line_id: int, line_name: str, start_ps: int,
+                 dur_ps: int, name: str, display_name: str, meta_stats: Stats, raw: Any) -> None:
+        self._view, self.line_id, self.line_name = view, line_id, line_name
+        self.start_ps, self.dur_ps, self.name, self.display_name = start_ps, dur_ps, name, \
+            display_name
+        self.meta_stats, self.raw = meta_stats, raw
+        self._stats: Stats | None = None
+
+    @property
+    def stats(self) -> Stats:
+        """The event metadata's stats, overridden by the event's own."""
+        if self._stats is None:
+            own = self._view.stats(self.raw.stats) if len(self.raw.stats) else {}
+            self._stats = {**self.meta_stats, **own} if self.meta_stats else own
+        return self._stats
 
 
 class PlaneView:
@@ -63,8 +75,8 @@ class PlaneView:
         lname = line.display_name or line.name
         for e in line.events:
             name, display, mstats = self._metadata(e.metadata_id)
-            stats = dict(mstats, **self.stats(e.stats)) if mstats else self.stats(e.stats)
-            yield XEvent(line.id, lname, base + e.offset_ps, e.duration_ps, name, display, stats)
+            yield XEvent(self, line.id, lname, base + e.offset_ps, e.duration_ps, name, display,
+                         mstats, e)
 
 
 class Collected:

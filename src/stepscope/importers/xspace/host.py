@@ -57,16 +57,18 @@ class HostPlane:
 
     def _event(self, tid: int, e: XEvent) -> None:
         out, pid = self.out, self.pid
+        if e.name.startswith(_SKIP):
+            return
         ts, dur = ns(e.start_ps), ns(e.dur_ps)
+        if e.name.startswith("$") and e.dur_ps > 0:  # no stats to read
+            out.add("cpu_ops", ts_ns=ts, dur_ns=dur, pid=pid, tid=tid, name=e.name[1:].strip(),
+                    kind=CpuOpKind.PYTHON.value)
+            return
         if "correlation_id" in e.stats:
             out.add("api_calls", ts_ns=ts, dur_ns=dur, pid=pid, tid=tid,
                     correlation=int_or_none(e.stats["correlation_id"]), name=e.name)
             return
-        if e.name.startswith(_SKIP) or e.dur_ps <= 0:
-            return
-        if e.name.startswith("$"):
-            out.add("cpu_ops", ts_ns=ts, dur_ns=dur, pid=pid, tid=tid, name=e.name[1:].strip(),
-                    kind=CpuOpKind.PYTHON.value)
+        if e.dur_ps <= 0:
             return
         step = int_or_none(e.stats.get("step_num"))
         if step is not None:
