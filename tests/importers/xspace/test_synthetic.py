@@ -31,6 +31,9 @@ def jax_planes(*, start: int | None = START, line_ns: int = LINE_NS) -> list[Pla
     t.event("gemm_k", 4_000_000, 1_000_000, correlation_id=7, device_id=0)  # XLA: launch
     t.event("cuGraphLaunch (CudaGraph:3)", 5_000_000, 500_000, correlation_id=8)
     t.event("cuMemcpyHtoDAsync", 5_500_000, 300_000, correlation_id=9)
+    # a launch a CUDA graph captured (no kernel of its own), a TF-style copy named by its kind
+    t.event("captured_k", 5_900_000, 100_000, correlation_id=99, device_id=0)
+    t.event("MemcpyD2H", 5_950_000, 10_000, correlation_id=98)
     gpu = Plane("/device:GPU:0", {"gpu_device_name": "Test GPU", "core_count": 100,
                                   "clock_rate": 1_500_000, "memory_size": 80_000_000_000,
                                   "memory_bandwidth": 2_000_000_000_000,
@@ -89,7 +92,8 @@ def test_tables_of_a_jax_profile(tmp_path: Path) -> None:
     api = b.tables["api_calls"].to_pylist()
     assert [(r["name"], r["kind"], r["domain"], r["correlation"]) for r in api] == [
         ("cuLaunchKernel", "launch", "driver", 7), ("cuGraphLaunch", "graph_launch", "driver", 8),
-        ("cuMemcpyHtoDAsync", "memcpy", "driver", 9)]
+        ("cuMemcpyHtoDAsync", "memcpy", "driver", 9), ("cuLaunchKernel", "launch", "driver", 99),
+        ("cuMemcpyAsync", "memcpy", "driver", 98)]
     steps = b.tables["steps"].to_pylist()
     assert [(r["step"], r["ts_ns"], r["dur_ns"], r["source"], r["name"]) for r in steps] == [
         (0, at(0), 10_000, "annotation", "train"), (1, at(20_000_000), 10_000, "annotation",

@@ -157,23 +157,36 @@ def _diagnostics(name: str, info: SpaceInfo, tpu: int, ignored: int,
     return diags
 
 
-def _launch_names(api: dict[str, list[Any]], kernels: set[int], copies: set[int],
-                  vendor: str) -> None:
-    """XLA names a kernel launch's API event after the kernel: call it the launch it is."""
-    launch, copy = (("hipLaunchKernel", "hipMemcpyAsync") if vendor == "amd"
-                    else ("cuLaunchKernel", "cuMemcpyAsync"))
+def _launch_names(api: dict[str, list[Any]], copies: set[int], vendor: str) -> None:
+    """XLA and TF name an API event after what it launched (the kernel, ``MemcpyH2D``): call it
+    the call it is. Such an event is a copy when its correlation matches a copy or its name
+    says so, a memset by its name, else a kernel launch (also those a CUDA graph captured,
+    which run no kernel of their own: XLA's command buffers)."""
+    amd = vendor == "amd"
+    launch, copy, memset = (("hipLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync") if amd
+                            else ("cuLaunchKernel", "cuMemcpyAsync", "cuMemsetAsync"))
     names = api["name"]
     for i, (nm, corr) in enumerate(zip(names, api["correlation"])):
-        if nm.startswith(("cu", "hip", "nccl")) and nm[:3] != "cub" and \
-                (nm.startswith("hip") or nm[2:3].isupper() or nm.startswith("cuda")):
+        if _is_api_name(nm):
             names[i] = _PAREN.sub("", nm)
-        elif corr in kernels:
-            names[i] = launch
-        elif corr in copies:
+        elif corr in copies or nm.startswith(("Memcpy", "CopyDeviceTo", "CopyHostTo")):
             names[i] = copy
+        elif nm.startswith("Memset"):
+            names[i] = memset
+        else:
+            names[i] = launch
     api["domain"] = [ApiDomain.DRIVER.value if n.startswith("cu") and not n.startswith("cuda")
                      else ApiDomain.RUNTIME.value for n in names]
     api["kind"] = [classify_api(n).value for n in names]
+
+
+def _is_api_name(name: str) -> bool:
+    """``cuLaunchKernel``, ``cudaMemcpyAsync``, ``hipModuleLaunchKernel``, ``ncclAllReduce``
+    (a vendor prefix, then an upper-case letter), not a kernel named ``cutlass_...``."""
+    for prefix in ("cuda", "cu", "hip", "nccl", "rccl"):
+        if name.startswith(prefix) and name[len(prefix):len(prefix) + 1].isupper():
+            return True
+    return False
 
 
 def _tables(out: Collected, devices: list[dict[str, Any]],
@@ -182,11 +195,9 @@ def _tables(out: Collected, devices: list[dict[str, Any]],
             offset: int, vendor: str) -> dict[str, dict[str, Any]]:
     t = out.tables
     tables: dict[str, dict[str, Any]] = {}
-    corr_k = set(t.get("kernels", {}).get("correlation", ()))
-    corr_c = set(t.get("memcpy", {}).get("correlation", ())) | \
-        set(t.get("memset", {}).get("correlation", ()))
+    corr_c = set(t.get("memcpy", {}).get("correlation", ()))
     if "api_calls" in t:
-        _launch_names(t["api_calls"], corr_k, corr_c, vendor)
+        _launch_names(t["api_calls"], corr_c, vendor)
     for name in (*_HOST_TABLES, *_DEVICE_TABLES):
         if name in t:
             tables[name] = _shifted(t[name], offset)
