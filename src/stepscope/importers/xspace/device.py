@@ -17,7 +17,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from stepscope.importers.xspace.events import Collected, PlaneView, XEvent, int_or_none, key_values
+from stepscope.importers.xspace.events import (
+    Collected,
+    PlaneView,
+    XEvent,
+    int_or_none,
+    key_values,
+    positive_i32,
+)
 from stepscope.schema_enums import AnnotationSource, CopyKind
 from stepscope.store.produce.devices import DeviceProperties, device_row
 
@@ -42,7 +49,7 @@ def ns(ps: int) -> int:
 
 def device_of(plane_name: str) -> int | None:
     m = DEVICE_PLANE.match(plane_name)
-    return int(m.group(1)) if m else None
+    return positive_i32(m.group(1)) if m else None
 
 
 def properties(device: int, stats: dict[str, Any]) -> dict[str, Any]:
@@ -53,13 +60,13 @@ def properties(device: int, stats: dict[str, Any]) -> dict[str, Any]:
     vendor = "amd" if "amd" in vendor else "nvidia" if vendor in ("nvidia", "") else "unknown"
     row = device_row(DeviceProperties(
         device=device, name=_str(stats.get("gpu_device_name") or stats.get("device_name")),
-        compute_major=int_or_none(stats.get("compute_cap_major")),
-        compute_minor=int_or_none(stats.get("compute_cap_minor")),
-        sm_count=int_or_none(stats.get("core_count")),
+        compute_major=int_or_none(stats.get("compute_cap_major"), 0, 1 << 15),
+        compute_minor=int_or_none(stats.get("compute_cap_minor"), 0, 1 << 15),
+        sm_count=positive_i32(stats.get("core_count")),
         warp_size=64 if vendor == "amd" else 32,
-        total_memory=int_or_none(stats.get("memory_size")),
-        clock_khz=int_or_none(stats.get("clock_rate"))), vendor)
-    bw = int_or_none(stats.get("memory_bandwidth"))
+        total_memory=int_or_none(stats.get("memory_size"), 0),
+        clock_khz=int_or_none(stats.get("clock_rate"), 0)), vendor)
+    bw = int_or_none(stats.get("memory_bandwidth"), 0)
     if bw:
         row["memory_bandwidth_gbs"] = bw / 1e9
     return row
@@ -88,14 +95,14 @@ def _kernel(out: Collected, dev: int, stream: int, e: XEvent) -> None:
     kd = key_values(e.stats.get("kernel_details"))
     grid = _xyz(kd.get("grid"))
     block = _xyz(kd.get("block"))
-    regs = int_or_none(kd.get("regs"))
-    static = int_or_none(kd.get("static_shared"))
-    dynamic = int_or_none(kd.get("dynamic_shared"))
-    smem = int_or_none(kd.get("shm", kd.get("group_mem")))
+    regs = positive_i32(kd.get("regs"))
+    static = int_or_none(kd.get("static_shared"), 0)
+    dynamic = int_or_none(kd.get("dynamic_shared"), 0)
+    smem = int_or_none(kd.get("shm", kd.get("group_mem")), 0)
     if smem is None and (static is not None or dynamic is not None):
-        smem = (static or 0) + (dynamic or 0)
+        smem = int_or_none((static or 0) + (dynamic or 0))
     occ = e.stats.get("theoretical_occupancy_pct")
-    occ = occ if occ else int_or_none(kd.get("occ_pct")) or None
+    occ = occ if occ else int_or_none(kd.get("occ_pct"), 0, 100) or None
     out.add("kernels", ts_ns=ns(e.start_ps), dur_ns=ns(e.dur_ps), device=dev, stream=stream,
             correlation=int_or_none(e.stats.get("correlation_id")),
             name=e.name, grid_x=grid[0], grid_y=grid[1], grid_z=grid[2],
@@ -103,11 +110,12 @@ def _kernel(out: Collected, dev: int, stream: int, e: XEvent) -> None:
             registers=regs if regs is not None and 0 < regs <= MAX_REGISTERS else None,
             shared_memory=smem, static_smem=static, dynamic_smem=dynamic,
             graph_id=int_or_none(e.stats.get("cuda_graph_id")),
-            source_occupancy_pct=float(occ) if occ else None)
+            source_occupancy_pct=float(occ) if isinstance(occ, int | float) and 0 < occ <= 100
+            else None)
 
 
 def _xyz(text: str | None) -> tuple[int | None, int | None, int | None]:
-    parts = [int_or_none(p) for p in (text or "").split(",")]
+    parts = [positive_i32(p) for p in (text or "").split(",")]
     if len(parts) != 3:
         return None, None, None
     return parts[0], parts[1], parts[2]
@@ -115,14 +123,14 @@ def _xyz(text: str | None) -> tuple[int | None, int | None, int | None]:
 
 def _copy(out: Collected, dev: int, stream: int, e: XEvent, kind: CopyKind | None) -> None:
     details = key_values(e.stats.get("memcpy_details") or e.stats.get("memset_details"))
-    size = int_or_none(details.get("size"))
+    size = int_or_none(details.get("size"), 0)
     common = dict(ts_ns=ns(e.start_ps), dur_ns=ns(e.dur_ps), device=dev, stream=stream,
                   correlation=int_or_none(e.stats.get("correlation_id")),
                   bytes=size if size else None)
     if kind is None:
         out.add("memset", **common)
         return
-    peer = int_or_none(details.get("dest")) if kind is CopyKind.PTOP else None
+    peer = positive_i32(details.get("dest")) if kind is CopyKind.PTOP else None
     out.add("memcpy", **common, kind=kind.value, dst_device=peer)
 
 
@@ -147,8 +155,8 @@ class DevicePlane:
         for line in self.view.lines():
             lname = line.display_name or line.name
             m = _STREAM.match(lname)
-            if m is not None:
-                stream = int(m.group(1))
+            stream = int_or_none(m.group(1)) if m is not None else None
+            if stream is not None:
                 self.out.add("streams", device=self.device, stream=stream, name=lname)
                 self._stream(line, stream, lname, runs)
             elif lname in OP_LINES:

@@ -8,6 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 Stats = dict[str, Any]
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+# events beyond these are dropped (a ``time_out_of_range`` / ``duration_out_of_range``
+# diagnostic): ~127 years from the profile's clock zero, as the Kineto importer allows, and a
+# duration under 2^53 ns (~104 days), which the analyses' float arithmetic keeps exact
+MAX_TIME_PS = 4 * 10**21
+MAX_DUR_PS = 4 * 10**18
 
 
 class XEvent:
@@ -42,6 +48,7 @@ class PlaneView:
         self.name: str = plane.name
         self.stat_names: dict[int, str] = {k: v.name for k, v in plane.stat_metadata.items()}
         self._meta: dict[int, tuple[str, str, Stats]] = {}
+        self.dropped: dict[str, int] = {}  # reason -> events left out
 
     def value(self, stat: Any) -> Any:
         which = stat.WhichOneof("value")
@@ -74,9 +81,16 @@ class PlaneView:
         base = line.timestamp_ns * 1000
         lname = line.display_name or line.name
         for e in line.events:
+            start, dur = base + e.offset_ps, e.duration_ps
+            if not -MAX_TIME_PS <= start <= MAX_TIME_PS:
+                self.dropped["time_out_of_range"] = self.dropped.get("time_out_of_range", 0) + 1
+                continue
+            if not 0 <= dur <= MAX_DUR_PS:
+                self.dropped["duration_out_of_range"] = \
+                    self.dropped.get("duration_out_of_range", 0) + 1
+                continue
             name, display, mstats = self._metadata(e.metadata_id)
-            yield XEvent(self, line.id, lname, base + e.offset_ps, e.duration_ps, name, display,
-                         mstats, e)
+            yield XEvent(self, line.id, lname, start, dur, name, display, mstats, e)
 
 
 class Collected:
@@ -99,20 +113,25 @@ class Collected:
         return len(next(iter(cols.values()))) if cols else 0
 
 
-def int_or_none(v: Any) -> int | None:
-    """An integer stat (XStat int64/uint64, or digits in a string), else None."""
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str | bytes):
+def int_or_none(v: Any, lo: int = I64_MIN, hi: int = I64_MAX) -> int | None:
+    """An integer stat (XStat int64/uint64, or digits in a string) within ``lo..hi`` (int64 by
+    default: what the tables hold), else None."""
+    out: int | None = None
+    if isinstance(v, bool | int):
+        out = int(v)
+    elif isinstance(v, float) and v.is_integer():
+        out = int(v)
+    elif isinstance(v, str | bytes):
         try:
-            return int(v)
+            out = int(v)
         except ValueError:
             return None
-    return None
+    return out if out is not None and lo <= out <= hi else None
+
+
+def positive_i32(v: Any) -> int | None:
+    """A count that fits the tables' int32 columns (grid, block, device ...), else None."""
+    return int_or_none(v, 0, (1 << 31) - 1)
 
 
 def key_values(text: Any) -> dict[str, str]:
@@ -128,4 +147,5 @@ def key_values(text: Any) -> dict[str, str]:
     return out
 
 
-__all__ = ["Collected", "PlaneView", "Stats", "XEvent", "int_or_none", "key_values"]
+__all__ = ["MAX_DUR_PS", "MAX_TIME_PS", "Collected", "PlaneView", "Stats", "XEvent", "int_or_none",
+           "key_values", "positive_i32"]

@@ -36,6 +36,7 @@ from stepscope.store.produce.nesting import nest
 from stepscope.store.writer import conform
 
 RELATIVE_BEFORE_NS = 10**17  # line times below this (1973) count from the profile's start
+MAX_START_NS = 1 << 62  # with times up to events.MAX_TIME_PS added, still within int64
 _PAREN = re.compile(r"\s*\(.*\)$")
 _HOST_TABLES = ("api_calls", "cpu_ops", "input_waits")
 _DEVICE_TABLES = ("kernels", "memcpy", "memset")
@@ -71,6 +72,7 @@ def parse_xspace(path: str | Path, *, default_rank: int) -> RankBundle:
     tpu = ignored = host_events = 0
     host_pid: int | None = None
     line_ts: list[int] = []
+    dropped: dict[str, int] = {}
     for plane in read_planes(p, info, decode):
         view = PlaneView(plane)
         planes.append(view.name)
@@ -97,6 +99,8 @@ def parse_xspace(path: str | Path, *, default_rank: int) -> RankBundle:
             host_events += hp.events
         else:
             ignored += 1
+        for reason, n in view.dropped.items():
+            dropped[reason] = dropped.get(reason, 0) + n
         del plane, view  # one plane's messages in memory at a time
     if host_pid is None:
         host_pid = int_or_none(meta.get("process_id"))
@@ -107,11 +111,18 @@ def parse_xspace(path: str | Path, *, default_rank: int) -> RankBundle:
     if not planes:
         raise TraceFormatError(name, "an XSpace with no planes (the profile recorded nothing)")
     start = int_or_none(env.get("profile_start_time"))
+    if start is not None and not 0 <= start <= MAX_START_NS:
+        raise TraceFormatError(name, f"profile_start_time {start} is out of range "
+                                     f"(0 to {MAX_START_NS})")
     relative = start is not None and all(t < RELATIVE_BEFORE_NS for t in line_ts)
     offset = start if relative and start is not None else 0
     framework = framework_of(meta, hints)
     vendor = next((r["vendor"] for r in devices), "unknown")
     diags = _diagnostics(name, info, tpu, ignored, out)
+    for reason, n in sorted(dropped.items()):
+        what = "start time" if reason == "time_out_of_range" else "duration"
+        diags.append(Diagnostic("warning", reason, f"{n} event(s) with a {what} out of range "
+                                "were dropped", name, n))
     tables = _tables(out, devices, host_steps, device_steps, offset, vendor)
     rank = default_rank
     details: dict[str, Any] = {
