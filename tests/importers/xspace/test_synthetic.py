@@ -201,3 +201,27 @@ def test_signature() -> None:
     assert not looks_like_xspace(b'{"traceEvents": []}')
     assert not looks_like_xspace(b"\n\n{}")  # JSON after blank lines
     assert not looks_like_xspace(b"")
+
+
+def test_without_protobuf_the_import_says_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_protobuf(name: str, *args: object, **kw: object) -> object:
+        if name.startswith("google.protobuf") or name == "google":
+            raise ImportError("No module named 'google'")
+        return real_import(name, *args, **kw)  # type: ignore[arg-type]
+
+    from stepscope.importers.xspace import proto
+    proto._classes.cache_clear()
+    monkeypatch.setattr(builtins, "__import__", no_protobuf)
+    try:
+        path = tmp_path / "h.xplane.pb"
+        path.write_bytes(b"\x0a\x0b\x12\x09/host:CPU")
+        with pytest.raises(TraceFormatError, match=r"pip install 'stepscope\[xspace\]'"):
+            parse_xspace(path, default_rank=0)
+    finally:
+        monkeypatch.undo()
+        proto._classes.cache_clear()
