@@ -118,6 +118,8 @@ def test_tables_of_a_jax_profile(tmp_path: Path) -> None:
         == (0, "Test GPU", "nvidia", 100, 1_500_000, 9, 80_000_000_000, 2000.0, 32)
     assert sorted(r["stream"] for r in b.tables["streams"].to_pylist()) == [14, 15, 16]
     assert b.tables["threads"].to_pylist()[0]["tid"] == 42
+    assert b.rank.host == "host"  # XSpace.hostnames
+    assert [(r["pid"], r["host"]) for r in b.tables["processes"].to_pylist()] == [(42, "host")]
 
 
 def test_absolute_times_are_not_shifted(tmp_path: Path) -> None:

@@ -123,7 +123,8 @@ def parse_xspace(path: str | Path, *, default_rank: int) -> RankBundle:
         what = "start time" if reason == "time_out_of_range" else "duration"
         diags.append(Diagnostic("warning", reason, f"{n} event(s) with a {what} out of range "
                                 "were dropped", name, n))
-    tables = _tables(out, devices, host_steps, device_steps, offset, vendor)
+    host = info.hostnames[0] if info.hostnames else ""
+    tables = _tables(out, devices, host_steps, device_steps, offset, vendor, host)
     rank = default_rank
     details: dict[str, Any] = {
         "file": name, "format": "xspace", "planes": planes, "hostnames": info.hostnames,
@@ -133,7 +134,6 @@ def parse_xspace(path: str | Path, *, default_rank: int) -> RankBundle:
         "profile_start_ns": start, "relative_times": relative, "vendor": vendor,
         "rank_source": "file_order",
     }
-    host = info.hostnames[0] if info.hostnames else ""
     return RankBundle(
         kind=SourceKind.XSPACE, rank=RankInfo(rank=rank, host=host, pid=host_pid, file=name),
         tables={k: _conformed(k, v, rank) for k, v in tables.items()},
@@ -203,7 +203,7 @@ def _is_api_name(name: str) -> bool:
 def _tables(out: Collected, devices: list[dict[str, Any]],
             host_steps: list[tuple[int, int, int, str]],
             device_steps: list[tuple[int, list[tuple[int, int, int, str]]]],
-            offset: int, vendor: str) -> dict[str, dict[str, Any]]:
+            offset: int, vendor: str, host: str) -> dict[str, dict[str, Any]]:
     t = out.tables
     tables: dict[str, dict[str, Any]] = {}
     corr_c = set(t.get("memcpy", {}).get("correlation", ()))
@@ -228,7 +228,7 @@ def _tables(out: Collected, devices: list[dict[str, Any]],
         tables["steps"] = steps
     pids = sorted({p for p in t.get("threads", {}).get("pid", ()) if p is not None})
     if pids:
-        tables["processes"] = {"pid": pids, "name": ["python"] * len(pids)}
+        tables["processes"] = {"pid": pids, "host": [host or None] * len(pids)}
     return tables
 
 
