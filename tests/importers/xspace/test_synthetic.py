@@ -34,6 +34,10 @@ def jax_planes(*, start: int | None = START, line_ns: int = LINE_NS) -> list[Pla
     # a launch a CUDA graph captured (no kernel of its own), a TF-style copy named by its kind
     t.event("captured_k", 5_900_000, 100_000, correlation_id=99, device_id=0)
     t.event("MemcpyD2H", 5_950_000, 10_000, correlation_id=98)
+    # the host waiting for the device: jax.block_until_ready (an array's inside the pytree's)
+    t.event("$api.py:3154 block_until_ready", 30_000_000, 2_000_000)
+    t.event("$array.py:600 block_until_ready", 30_100_000, 1_800_000)
+    t.event("cuLaunchHostFunc", 31_000_000, 50_000)  # XLA's TraceMe named after the call
     gpu = Plane("/device:GPU:0", {"gpu_device_name": "Test GPU", "core_count": 100,
                                   "clock_rate": 1_500_000, "memory_size": 80_000_000_000,
                                   "memory_bandwidth": 2_000_000_000_000,
@@ -93,14 +97,19 @@ def test_tables_of_a_jax_profile(tmp_path: Path) -> None:
     assert [(r["name"], r["kind"], r["domain"], r["correlation"]) for r in api] == [
         ("cuLaunchKernel", "launch", "driver", 7), ("cuGraphLaunch", "graph_launch", "driver", 8),
         ("cuMemcpyHtoDAsync", "memcpy", "driver", 9), ("cuLaunchKernel", "launch", "driver", 99),
-        ("cuMemcpyAsync", "memcpy", "driver", 98)]
+        ("cuMemcpyAsync", "memcpy", "driver", 98),
+        ("jax.block_until_ready", "sync", "runtime", None),  # the outer wait only
+        ("cuLaunchHostFunc", "launch", "driver", None)]
+    wait = next(r for r in api if r["kind"] == "sync")
+    assert (wait["ts_ns"], wait["dur_ns"]) == (at(30_000_000), 2000)
     steps = b.tables["steps"].to_pylist()
     assert [(r["step"], r["ts_ns"], r["dur_ns"], r["source"], r["name"]) for r in steps] == [
         (0, at(0), 10_000, "annotation", "train"), (1, at(20_000_000), 10_000, "annotation",
                                                     "train")]
     ops = b.tables["cpu_ops"].to_pylist()
-    assert [(r["name"], r["kind"]) for r in ops] == [("train.py:10 loop", "python"),
-                                                      ("PjitFunction(step)", "framework")]
+    assert [(r["name"], r["kind"]) for r in ops] == [
+        ("train.py:10 loop", "python"), ("PjitFunction(step)", "framework"),
+        ("api.py:3154 block_until_ready", "python"), ("array.py:600 block_until_ready", "python")]
     ann = b.tables["annotations"].to_pylist()
     got = sorted((r["name"], r["source"], r["dur_ns"], r["stream"]) for r in ann)
     # the two hlo_op "fusion" kernels in a row are one range [9, 11) µs on stream 14

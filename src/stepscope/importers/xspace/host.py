@@ -6,7 +6,12 @@ Each line is a host thread (``python3``, ``Host Threads/<tid>``, ``tf_Compute/<t
 
 * an API call when it carries ``correlation_id`` (the CUPTI/ROCTracer callback of
   ``cuLaunchKernel``, ``hipMemcpyDtoDAsync`` ...; XLA names a kernel launch after its kernel,
-  which ``parse`` renames once the device records are known);
+  which ``parse`` renames once the device records are known), or when it is named as one
+  (``cuLaunchHostFunc``: XLA's own TraceMe around the call);
+* a host wait for the device (an API call of kind ``sync``) when it is JAX's
+  ``block_until_ready`` (the Python tracer's ``$api.py:N block_until_ready`` /
+  ``$array.py:N block_until_ready``) or PJRT's ``BlockHostUntilReady``: the host stopped until
+  the GPU finished, as ``cudaStreamSynchronize`` would (the outermost of nested ones counts);
 * a Python function when its name starts with ``$`` (``jax.profiler``'s Python tracer:
   ``$file.py:12 function``);
 * a step when it carries ``step_num`` (``jax.profiler.StepTraceAnnotation``,
@@ -21,13 +26,18 @@ Each line is a host thread (``python3``, ``Host Threads/<tid>``, ``tf_Compute/<t
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from stepscope.importers.xspace.device import ns
 from stepscope.importers.xspace.events import Collected, PlaneView, XEvent, int_or_none
-from stepscope.schema_enums import AnnotationSource, CpuOpKind, InputWaitSource
+from stepscope.schema_enums import AnnotationSource, ApiKind, CpuOpKind, InputWaitSource
 
 _SKIP = ("MemoryAllocation", "MemoryDeallocation")
+_API_PREFIXES = ("cuda", "cu", "hip", "nccl", "rccl")
+# the host waiting for the device: JAX's block_until_ready (Python tracer), PJRT's TraceMe
+_HOST_WAIT = re.compile(r"^\$\S*(?:api|array)\.py:\d+ block_until_ready$|BlockHostUntilReady$")
+JAX_BLOCK = "jax.block_until_ready"  # the api_calls name of such a wait
 _JAX_CALL = ("PjitFunction(", "PmapFunction(")
 INPUT_WAIT = ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute",
               "IteratorGetNext")
@@ -60,13 +70,19 @@ class HostPlane:
         if e.name.startswith(_SKIP):
             return
         ts, dur = ns(e.start_ps), ns(e.dur_ps)
+        if e.dur_ps > 0 and _HOST_WAIT.search(e.name):
+            self.hints.add("jax")
+            out.add("api_calls", ts_ns=ts, dur_ns=dur, pid=pid, tid=tid, correlation=None,
+                    name=JAX_BLOCK if e.name.startswith("$") else e.name,
+                    kind=ApiKind.SYNC.value)
         if e.name.startswith("$") and e.dur_ps > 0:  # no stats to read
             out.add("cpu_ops", ts_ns=ts, dur_ns=dur, pid=pid, tid=tid, name=e.name[1:].strip(),
                     kind=CpuOpKind.PYTHON.value)
             return
-        if "correlation_id" in e.stats:
+        if "correlation_id" in e.stats or (e.dur_ps > 0 and is_api_name(e.name)):
             out.add("api_calls", ts_ns=ts, dur_ns=dur, pid=pid, tid=tid,
-                    correlation=int_or_none(e.stats["correlation_id"]), name=e.name)
+                    correlation=int_or_none(e.stats.get("correlation_id")), name=e.name,
+                    kind=None)
             return
         if e.dur_ps <= 0:
             return
@@ -88,6 +104,15 @@ class HostPlane:
                 source=AnnotationSource.USER.value, device=None, stream=None)
 
 
+def is_api_name(name: str) -> bool:
+    """``cuLaunchKernel``, ``cudaMemcpyAsync``, ``hipModuleLaunchKernel``, ``ncclAllReduce``
+    (a vendor prefix, then an upper-case letter), not a kernel named ``cutlass_...``."""
+    for prefix in _API_PREFIXES:
+        if name.startswith(prefix) and name[len(prefix):len(prefix) + 1].isupper():
+            return True
+    return False
+
+
 def framework_of(meta: dict[str, Any], hints: set[str]) -> str:
     """``jax``, ``tensorflow`` or ``unknown``: ``/host:metadata``'s ``jax_version`` first,
     then what the host threads and events showed."""
@@ -102,4 +127,4 @@ def framework_of(meta: dict[str, Any], hints: set[str]) -> str:
     return "unknown"
 
 
-__all__ = ["INPUT_WAIT", "HostPlane", "framework_of"]
+__all__ = ["INPUT_WAIT", "JAX_BLOCK", "HostPlane", "framework_of", "is_api_name"]

@@ -26,9 +26,9 @@ from stepscope.call_kinds import classify_api
 from stepscope.errors import TraceFormatError
 from stepscope.importers.xspace.device import DevicePlane, device_of
 from stepscope.importers.xspace.events import Collected, PlaneView, int_or_none
-from stepscope.importers.xspace.host import HostPlane, framework_of
+from stepscope.importers.xspace.host import HostPlane, framework_of, is_api_name
 from stepscope.importers.xspace.wire import SpaceInfo, read_planes
-from stepscope.schema_enums import ApiDomain, SourceKind, StepSource
+from stepscope.schema_enums import ApiDomain, ApiKind, SourceKind, StepSource
 from stepscope.store.manifest import Diagnostic, RankInfo
 from stepscope.store.produce.bundle import RankBundle
 from stepscope.store.produce.devices import device_columns, record_devices
@@ -178,7 +178,9 @@ def _launch_names(api: dict[str, list[Any]], copies: set[int], vendor: str) -> N
                             else ("cuLaunchKernel", "cuMemcpyAsync", "cuMemsetAsync"))
     names = api["name"]
     for i, (nm, corr) in enumerate(zip(names, api["correlation"])):
-        if _is_api_name(nm):
+        if api["kind"][i] is not None:  # named by the importer (a host wait)
+            continue
+        if is_api_name(nm):
             names[i] = _PAREN.sub("", nm)
         elif corr in copies or nm.startswith(("Memcpy", "CopyDeviceTo", "CopyHostTo")):
             names[i] = copy
@@ -188,16 +190,26 @@ def _launch_names(api: dict[str, list[Any]], copies: set[int], vendor: str) -> N
             names[i] = launch
     api["domain"] = [ApiDomain.DRIVER.value if n.startswith("cu") and not n.startswith("cuda")
                      else ApiDomain.RUNTIME.value for n in names]
-    api["kind"] = [classify_api(n).value for n in names]
+    api["kind"] = [k if k is not None else classify_api(n).value
+                   for k, n in zip(api["kind"], names)]
 
 
-def _is_api_name(name: str) -> bool:
-    """``cuLaunchKernel``, ``cudaMemcpyAsync``, ``hipModuleLaunchKernel``, ``ncclAllReduce``
-    (a vendor prefix, then an upper-case letter), not a kernel named ``cutlass_...``."""
-    for prefix in ("cuda", "cu", "hip", "nccl", "rccl"):
-        if name.startswith(prefix) and name[len(prefix):len(prefix) + 1].isupper():
-            return True
-    return False
+def _outermost_waits(api: dict[str, list[Any]]) -> None:
+    """Of host waits nested on one thread (``jax.block_until_ready`` of an array inside the
+    pytree one), keep the outermost: one wait, counted once."""
+    sync = ApiKind.SYNC.value
+    waits = sorted((api["tid"][i], api["ts_ns"][i], -api["dur_ns"][i], i)
+                   for i, k in enumerate(api["kind"]) if k == sync and api["correlation"][i] is None)
+    drop: set[int] = set()
+    last: tuple[Any, int] | None = None  # (tid, end) of the last kept wait
+    for tid, ts, neg, i in waits:
+        if last is not None and last[0] == tid and ts - neg <= last[1]:
+            drop.add(i)
+            continue
+        last = (tid, ts - neg)
+    if drop:
+        for k, col in api.items():
+            api[k] = [v for j, v in enumerate(col) if j not in drop]
 
 
 def _tables(out: Collected, devices: list[dict[str, Any]],
@@ -209,6 +221,7 @@ def _tables(out: Collected, devices: list[dict[str, Any]],
     corr_c = set(t.get("memcpy", {}).get("correlation", ()))
     if "api_calls" in t:
         _launch_names(t["api_calls"], corr_c, vendor)
+        _outermost_waits(t["api_calls"])
     for name in (*_HOST_TABLES, *_DEVICE_TABLES):
         if name in t:
             tables[name] = _shifted(t[name], offset)
