@@ -49,9 +49,9 @@ def jax_planes(*, start: int | None = START, line_ns: int = LINE_NS) -> list[Pla
                 "regs:32 static_shared:1024 dynamic_shared:2048 grid:8,4,1 block:256,1,1 "
                 "occ_pct:50"))
     s.event("fusion_a", 9_000_000, 1_000_000, correlation_id=8, hlo_op="fusion",
-            cuda_graph_id=3)
+            hlo_module="jit_step", cuda_graph_id=3)
     s.event("fusion_b", 10_000_000, 1_000_000, correlation_id=8, hlo_op="fusion",
-            cuda_graph_id=3)
+            hlo_module="jit_step", cuda_graph_id=3)
     s.event("Memset", 12_000_000, 500_000, memset_details="size:64")
     c = gpu.line(15, "Stream #15(MemcpyH2D)", line_ns)
     c.event("MemcpyH2D", 7_000_000, 1_000_000, correlation_id=9,
@@ -112,10 +112,14 @@ def test_tables_of_a_jax_profile(tmp_path: Path) -> None:
         ("api.py:3154 block_until_ready", "python"), ("array.py:600 block_until_ready", "python")]
     ann = b.tables["annotations"].to_pylist()
     got = sorted((r["name"], r["source"], r["dur_ns"], r["stream"]) for r in ann)
-    # the two hlo_op "fusion" kernels in a row are one range [9, 11) µs on stream 14
+    # the two hlo_op "fusion" kernels in a row are one range [9, 11) µs on stream 14; the three
+    # kernels of module jit_step one range [6, 11) µs, the ops inside it
     assert got == [("ThunkExecutor", "user", 1000, None), ("dot.1", "gpu_user", 2500, 14),
-                   ("fusion", "gpu_user", 2000, 14), ("train", "user", 10_000, None),
-                   ("train", "user", 10_000, None)]
+                   ("fusion", "gpu_user", 2000, 14), ("jit_step", "gpu_user", 5000, 14),
+                   ("train", "user", 10_000, None), ("train", "user", 10_000, None)]
+    module = next(r for r in ann if r["name"] == "jit_step")
+    assert all(r["parent_id"] == module["id"] and r["depth"] == 1 and r["device"] == 0
+               for r in ann if r["name"] in ("dot.1", "fusion"))
     thunk = next(r for r in ann if r["name"] == "ThunkExecutor")
     first_train = next(r for r in ann if r["name"] == "train" and r["ts_ns"] == at(0))
     assert thunk["parent_id"] == first_train["id"] and thunk["depth"] == 1

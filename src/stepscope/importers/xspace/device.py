@@ -9,7 +9,7 @@ Stream lines are named ``Stream #<id>(<what>)`` (``Compute``, ``Kernel``, ``Memc
 TF: ``shm:S``; ROCm: ``group_mem:S``), ``cuda_graph_id``, ``hlo_op``/``hlo_module`` (JAX/XLA)
 or ``level 0``/``tf_op`` (TensorFlow). Lines the profiler derives (``XLA Ops``,
 ``TensorFlow Ops``, ``XLA Modules``) become GPU annotations; where a plane has none, the
-kernels' ``hlo_op`` runs give them.
+kernels' runs of one ``hlo_module`` and, inside them, of one ``hlo_op`` give them.
 """
 
 from __future__ import annotations
@@ -134,11 +134,6 @@ def _copy(out: Collected, dev: int, stream: int, e: XEvent, kind: CopyKind | Non
     out.add("memcpy", **common, kind=kind.value, dst_device=peer)
 
 
-def _op_name(e: XEvent) -> str | None:
-    op = e.stats.get("hlo_op")
-    return str(op) if op else None
-
-
 class DevicePlane:
     """Maps one GPU plane into ``out``; ``steps`` gets the ``Steps`` line's events."""
 
@@ -151,7 +146,7 @@ class DevicePlane:
         """Fill the tables; returns the plane's ``devices`` row."""
         row = properties(self.device, self.view.plane_stats())
         derived = False
-        runs: list[tuple[int, int, str, int]] = []  # hlo_op runs: start, end, name, stream
+        runs: list[list[Any]] = []  # hlo_module / hlo_op runs: [start, end, name, stream]
         for line in self.view.lines():
             lname = line.display_name or line.name
             m = _STREAM.match(lname)
@@ -173,9 +168,9 @@ class DevicePlane:
                 self._annotation(start, end, name, stream)
         return row
 
-    def _stream(self, line: Any, stream: int, lname: str,
-                runs: list[tuple[int, int, str, int]]) -> None:
-        last: list[Any] | None = None
+    def _stream(self, line: Any, stream: int, lname: str, runs: list[list[Any]]) -> None:
+        # consecutive kernels of one hlo_op (and of one hlo_module) are one range each
+        last: dict[str, list[Any] | None] = {"hlo_module": None, "hlo_op": None}
         for e in self.view.events(line):
             kind = copy_kind(e.name, lname)
             if kind is None and not e.name.startswith("Memset"):
@@ -185,15 +180,17 @@ class DevicePlane:
                 self.copies += 1
                 _copy(self.out, self.device, stream, e, kind)
                 continue
-            op = _op_name(e)
             end = e.start_ps + e.dur_ps
-            if op is None:
-                last = None
-            elif last is not None and last[2] == op:
-                last[1] = max(last[1], end)
-            else:
-                last = [e.start_ps, end, op, stream]
-                runs.append(last)  # type: ignore[arg-type]
+            for key in ("hlo_module", "hlo_op"):
+                name = e.stats.get(key)
+                run = last[key]
+                if not name:
+                    last[key] = None
+                elif run is not None and run[2] == name:
+                    run[1] = max(run[1], end)
+                else:
+                    last[key] = [e.start_ps, end, str(name), stream]
+                    runs.append(last[key])  # type: ignore[arg-type]
 
     def _annotation(self, start_ps: int, end_ps: int, name: str, stream: int | None) -> None:
         self.out.add("gpu_annotations", ts_ns=ns(start_ps), dur_ns=ns(end_ps) - ns(start_ps),
