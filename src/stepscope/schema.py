@@ -318,6 +318,9 @@ CONTRACTS: dict[SourceKind, SourceContract] = {
                        "the driver's (else Kineto's) device rows, Kineto's streams and calls",
                        ("collectives",)),
         SourceContract(SourceKind.HOST, (), (), "whatever the host capture saw"),
+        SourceContract(SourceKind.XSPACE, (), ("devices", "streams", "api_calls"),
+                       "the GPU planes' device stats and stream lines, the host plane's "
+                       "CUDA/HIP calls", ("collectives",)),
     )
 }
 

@@ -132,6 +132,7 @@ class SourceKind(str, Enum):
     CUPTI = "cupti"  # `stepscope record`, the CUPTI backends (ctypes or cupti-python)
     TORCH = "torch"  # `stepscope record --backend torch`: torch.profiler in the process
     HOST = "host"  # `stepscope record` with no GPU backend running: host-side tables only
+    XSPACE = "xspace"  # a TensorFlow/JAX profiler XSpace (*.xplane.pb), imported
 
 
 ENUMS: tuple[type[Enum], ...] = (

@@ -117,3 +117,40 @@ def test_loader_settings_per_rank_from_capture_and_run_wide_fallback() -> None:
     assert loader_settings(captured, 0) is None
     assert loader_settings({"dataloader": {"num_workers": 0}}, 3) == {"num_workers": 0}
     assert loader_settings({}, 0) is None
+
+
+def test_input_verdict_tiers() -> None:
+    # the TF Profiler's tiers: above 20% highly, 5% to 20% moderately, below 5% not
+    from stepscope.analysis.input import input_verdict
+    assert input_verdict(20.01) == "highly"
+    assert input_verdict(20.0) == input_verdict(5.0) == "moderately"
+    assert input_verdict(4.99) == input_verdict(0.0) == "not"
+    assert input_verdict(50.0, measured=False) == "unknown"
+
+
+def test_input_bound_share_is_the_gpu_idle_wait_share(builder: Any, tmp_path: Path) -> None:
+    # same run as test_waits_per_step_and_gpu_idle: idle while waiting 20, 3, 12 µs of 100 µs
+    # steps -> mean share (20 + 3 + 12) / 3 = 11.67% -> moderately input-bound
+    b = builder.step(0, 100).step(100, 100).step(200, 100)
+    b.input_wait(0, 30).input_wait(100, 5).input_wait(200, 10).input_wait(250, 2)
+    b.kernel("k", 10, 10).memcpy("HtoD", 100, 2, 64)
+    a = analyze_input(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100), (100, 200), (200, 300)))
+    assert a.input_bound_pct == pytest.approx(35 / 3)
+    assert a.verdict == "moderately"
+
+
+def test_input_bound_leaves_out_the_start_up_step(builder: Any, tmp_path: Path) -> None:
+    # 10 ms steps waiting (GPU idle) 5 ms, 0.1 ms, 0.2 ms: the first is the start-up outlier,
+    # so the share is (1% + 2%) / 2 = 1.5% -> not input-bound (with it: 17.7%, moderately)
+    b = builder.step(0, 1e4).step(1e4, 1e4).step(2e4, 1e4)
+    b.input_wait(0, 5000).input_wait(1e4, 100).input_wait(2e4, 200)
+    a = analyze_input(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 1e4), (1e4, 2e4), (2e4, 3e4)))
+    assert a.first_step_outlier
+    assert a.input_bound_pct == pytest.approx(1.5)
+    assert a.verdict == "not"
+
+
+def test_no_input_waits_is_no_verdict(builder: Any, tmp_path: Path) -> None:
+    b = builder.step(0, 100).kernel("k", 10, 10)
+    a = analyze_input(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
+    assert (a.input_bound_pct, a.verdict) == (0.0, "unknown")

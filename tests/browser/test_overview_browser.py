@@ -60,3 +60,19 @@ def test_two_ranks_and_eight_listed_gpus(browser: Any, tmp_path: Path) -> None: 
     assert "the program exited with status 3" in runline and "PARTIAL" not in runline
     assert "from the trace's ProfilerStep markers" in cards["Steps"]
     r.page.close()
+
+
+def test_input_pipeline_card(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    # 1 ms steps, 300 µs of input wait each with the GPU idle, then a kernel: 30% -> highly
+    b = TraceBuilder()
+    for i in range(3):
+        t = i * 1000.0
+        b.step(t, 1000, step=i).input_wait(t, 300).kernel("k", t + 310, 100)
+    cards, _, r = _cards(browser, b.build(tmp_path / "in"), tmp_path / "in.html")
+    assert "highly input-bound" in cards["Input pipeline"]
+    assert "30.0% of the step waiting for input" in cards["Input pipeline"]
+    r.page.close()
+    plain = TraceBuilder().step(0, 1000).kernel("k", 10, 100)  # no input waits: no card
+    cards, _, r = _cards(browser, plain.build(tmp_path / "plain"), tmp_path / "plain.html")
+    assert "Input pipeline" not in cards
+    r.page.close()

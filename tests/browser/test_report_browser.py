@@ -64,7 +64,9 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, files in (("gpt", ["gpt_bf16_adamw.pt.trace.json.gz"]),
                         ("cnn", ["cnn_fp32_sync.pt.trace.json.gz"]),
                         ("tworank", ["trace_filter_sampled_rank-0.json.gz",
-                                     "trace_filter_sampled_rank-1.json.gz"])):
+                                     "trace_filter_sampled_rank-1.json.gz"]),
+                        ("jax", ["xspace/jax_mlp.xplane.pb"]),
+                        ("tf", ["xspace/tf_bert_multiworker_v100.xplane.pb.gz"])):
         run_dir = import_traces([DATA / f for f in files], tmp / f"{name}.stepscope")
         out[name] = _report(Run(run_dir), tmp / f"{name}.html")
     b = TraceBuilder()
@@ -119,7 +121,7 @@ PAINTED = """() => {
 }"""
 
 
-@pytest.mark.parametrize("name", ["gpt", "cnn", "tworank"])
+@pytest.mark.parametrize("name", ["gpt", "cnn", "tworank", "jax", "tf"])
 def test_real_runs_load_with_every_section(browser: Any, reports: dict[str, Path], name: str) -> None:
     r = load(browser, reports[name])
     p = r.page
@@ -133,7 +135,17 @@ def test_real_runs_load_with_every_section(browser: Any, reports: dict[str, Path
     for sec in ("overview", "findings", "timeline", "kernels", "copies", "syncs", "input", "memory",
                 "samples", "ranks"):
         assert p.locator(f"#{sec} > .body").inner_text().strip(), sec
-    assert p.locator("#cards .card").count() == 8
+    # the input-pipeline card where the run recorded input waits (TF's tf.data, DataLoader)
+    verdict = p.locator("#cards .card", has_text="Input pipeline").count()
+    assert p.locator("#cards .card").count() == 8 + verdict
+    if name == "tf":
+        assert verdict == 1 and "moderately input-bound" in p.locator(
+            "#cards .card", has_text="Input pipeline").inner_text()
+    if name in ("jax", "tf"):  # the fix tab shown first is the program's framework
+        want = {"jax": "jax", "tf": "tensorflow"}[name]
+        on = p.locator("#findings .tabs button.on")
+        assert on.count() > 0
+        assert set(on.evaluate_all("bs => bs.map(b => b.dataset.fw)")) == {want}
     assert p.locator("#step-chart svg rect").count() > 3
     assert p.locator("#kernels tbody tr").count() > 5
     paint = p.evaluate(PAINTED)

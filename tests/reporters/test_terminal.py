@@ -64,6 +64,10 @@ def test_the_runs_frameworks_come_from_its_processes() -> None:
                                         "rank1": {"frameworks": ["jax", "triton"]}})) == (
         "jax", "triton")
     assert run_frameworks(m("capture", {"rank0": {"window": "x"}})) == ()
+    # a JAX program that imported torch (for its DataLoader): JAX's step hook paced the steps
+    jax_steps = {"host": {"samplers": {"steps": {"hook": "jax.profiler.StepTraceAnnotation"}}},
+                 "frameworks": ["pytorch", "jax"]}
+    assert run_frameworks(m("capture", {"rank0": jax_steps})) == ("jax", "pytorch")
 
 
 def test_devices_show_their_links_and_numa_nodes(tmp_path: Path) -> None:
@@ -88,3 +92,52 @@ def test_devices_without_topology_show_none(tmp_path: Path) -> None:
     b.step(0, 1000).kernel("k", 0, 500)
     text = render_text(build_report(b.build(tmp_path / "run")), width=100)
     assert "NVLink" not in text and "NUMA" not in text and "(CC 9.0, 132 SMs)" in text
+
+
+def test_an_xspace_runs_framework_comes_from_its_planes() -> None:
+    from stepscope.reporters.report import run_frameworks
+    from stepscope.store.manifest import Manifest, SourceInfo
+
+    def m(*fws: str) -> Manifest:
+        files = [{"file": f"h{i}.xplane.pb", "framework": fw} for i, fw in enumerate(fws)]
+        return Manifest(source=SourceInfo(kind="xspace", details={"files": files}), ranks=())
+
+    assert run_frameworks(m("jax", "jax")) == ("jax",)
+    assert run_frameworks(m("tensorflow")) == ("tensorflow",)
+    assert run_frameworks(m("unknown")) == ()
+
+
+def input_run(tmp_path: Path, idle_us: float):  # type: ignore[no-untyped-def]
+    """Three 1 ms steps, each waiting ``idle_us`` for its batch with the GPU idle, then a
+    kernel: the input-bound share is idle_us / 1000."""
+    b = TraceBuilder()
+    for i in range(3):
+        t = i * 1000.0
+        b.step(t, 1000, step=i).input_wait(t, idle_us)
+        b.kernel("k", t + idle_us + 10, 100, launch=(t + idle_us + 1, 5))
+    return b.build(tmp_path / "run")
+
+
+def test_the_input_pipeline_verdict_in_every_report(tmp_path: Path) -> None:
+    rep = build_report(input_run(tmp_path, 250))  # 25% of the step: highly input-bound
+    text = render_text(rep, width=100)
+    assert ("Input pipeline: highly input-bound (25.0% of the step waiting for input; >20% "
+            "highly, 5-20% moderately)") in " ".join(text.split())
+    js = json.loads(to_json(rep))
+    assert js["input_pipeline"]["verdict"] == "highly"
+    assert js["input_pipeline"]["input_bound_pct"] == 25.0
+    assert js["input"]["0"]["verdict"] == "highly"
+
+
+def test_no_input_waits_no_verdict_line(tmp_path: Path) -> None:
+    rep = build_report(hostile_run(tmp_path))
+    assert "Input pipeline" not in render_text(rep, width=100)
+    assert json.loads(to_json(rep))["input_pipeline"] is None
+
+
+def test_step_hook_names_match_the_capture() -> None:
+    from stepscope.capture.hooks.jax_steps import JAX_STEP
+    from stepscope.capture.hooks.optimizer import TORCH_STEP
+    from stepscope.capture.hooks.tf_steps import TF_STEP
+    from stepscope.reporters.report import _STEP_HOOK_FRAMEWORK
+    assert _STEP_HOOK_FRAMEWORK == {JAX_STEP: "jax", TF_STEP: "tensorflow", TORCH_STEP: "pytorch"}

@@ -16,6 +16,13 @@ median of the others plus 1 ms (DataLoader worker start-up usually lands there).
 Totals are the sums over the windows; with no windows they are over the whole rank and
 per-step tuples are empty.
 
+The input-pipeline verdict, in the TensorFlow Profiler's tiers: ``input_bound_pct`` is the
+share of the step the device sat idle waiting for input (``idle_wait_ns[w] / wall[w]``, mean
+over the windows, the first left out when it is the start-up outlier), and ``verdict`` is
+``highly`` above ``HIGHLY_INPUT_BOUND_PCT`` (20%), ``moderately`` from
+``MODERATELY_INPUT_BOUND_PCT`` (5%) up to it, ``not`` below, and ``unknown`` when the source
+recorded no input waits at all (no data-loader / ``tf.data`` events: nothing was measured).
+
 ``dataloader`` is the loader's settings as the capture recorded them
 (``settings["ranks"]["rank<N>"]["host"]["dataloader"]``, or a run-wide ``settings["dataloader"]``) when the capture
 recorded the loader settings (num_workers, pin_memory, prefetch_factor,
@@ -44,6 +51,23 @@ from stepscope.analysis.launches import (
 
 FIRST_STEP_FACTOR = 2.0
 FIRST_STEP_MIN_EXCESS_NS = 1_000_000
+# the TensorFlow Profiler's input-pipeline tiers (share of the step waiting for input)
+HIGHLY_INPUT_BOUND_PCT = 20.0
+MODERATELY_INPUT_BOUND_PCT = 5.0
+VERDICT_TEXT = {"highly": "highly input-bound", "moderately": "moderately input-bound",
+                "not": "not input-bound", "unknown": "input not measured"}
+
+
+def input_verdict(pct: float, measured: bool = True) -> str:
+    """``highly`` (> 20% of the step waiting for input), ``moderately`` (5 to 20%), ``not``
+    (< 5%), or ``unknown`` when nothing was measured."""
+    if not measured:
+        return "unknown"
+    if pct > HIGHLY_INPUT_BOUND_PCT:
+        return "highly"
+    if pct >= MODERATELY_INPUT_BOUND_PCT:
+        return "moderately"
+    return "not"
 
 
 @dataclass(frozen=True)
@@ -70,6 +94,9 @@ class InputAnalysis:
     wait_ns: int
     gpu_idle_wait_ns: int
     dataloader: dict[str, Any] | None
+    # the input-pipeline verdict (module docstring)
+    input_bound_pct: float = 0.0
+    verdict: str = "unknown"
 
 
 def input_wait_intervals(g: StepGraph) -> tuple[I64, I64]:
@@ -103,6 +130,9 @@ def analyze_input(g: StepGraph, win_start: I64, win_end: I64) -> InputAnalysis:
     outlier = bool(n >= 2 and first > FIRST_STEP_FACTOR * float(np.median(rest))
                    + FIRST_STEP_MIN_EXCESS_NS)
     loader = loader_settings(g.manifest.settings, g.rank_id)
+    idle_share = np.divide(idle, wall, out=np.zeros(n, dtype=np.float64), where=wall > 0)
+    kept = idle_share[1:] if outlier else idle_share
+    bound_pct = 100.0 * mean_of(kept)
     return InputAnalysis(
         rank=g.rank_id,
         n_steps=n,
@@ -123,6 +153,8 @@ def analyze_input(g: StepGraph, win_start: I64, win_end: I64) -> InputAnalysis:
         wait_ns=int(wait.sum()) if n else int((u_e - u_s).sum()),
         gpu_idle_wait_ns=int(idle.sum()) if n else int((i_e - i_s).sum()),
         dataloader=loader,
+        input_bound_pct=bound_pct,
+        verdict=input_verdict(bound_pct, measured=w_s.size > 0),
     )
 
 

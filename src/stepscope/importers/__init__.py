@@ -1,5 +1,5 @@
 """Foreign traces -> a stepscope run: a registry of formats (``registry.FORMATS``), one folder
-each (``kineto/``), each reading a file as one rank's bundle; ``detect`` tells them apart."""
+each (``kineto/``, ``xspace/``), each reading a file as one rank's bundle; ``detect`` tells them apart."""
 
 from stepscope.importers.detect import detect
 from stepscope.importers.kineto import parse_kineto

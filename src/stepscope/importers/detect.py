@@ -13,7 +13,8 @@ from pathlib import Path
 import msgspec
 
 from stepscope.errors import DamagedFileError, TraceFormatError
-from stepscope.importers.kineto.trace_file import GZIP_MAGIC, check_trace_file
+from stepscope.importers.kineto.trace_file import GZIP_MAGIC, JAX_JSON_PROBLEM, check_trace_file
+from stepscope.importers.xspace.wire import looks_like_xspace
 
 SNIFF_BYTES = 1 << 20
 _CHUNK = 1 << 16
@@ -64,10 +65,12 @@ def sniff(path: Path, limit: int = SNIFF_BYTES) -> tuple[bytes, bool]:
 
 def detect(path: str | Path) -> str:
     """``"kineto"`` for a PyTorch profiler trace (gzip or plain JSON with
-    ``traceEvents``); otherwise ``TraceFormatError`` saying what the file is."""
+    ``traceEvents``), ``"xspace"`` for a TensorFlow/JAX profiler XSpace; otherwise ``TraceFormatError`` saying what the file is."""
     p = Path(path)
     name = str(p)
     head, complete = sniff(p)
+    if looks_like_xspace(head):
+        return "xspace"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not text:
         raise TraceFormatError(name, "empty file, not a trace")
@@ -75,6 +78,8 @@ def detect(path: str | Path) -> str:
         raise TraceFormatError(name, "not a trace: the top level is a JSON array, expected an "
                                      "object with 'traceEvents' (a PyTorch profiler trace)")
     if text[:1] != b"{":
+        if name.endswith((".xplane.pb", ".xplane.pb.gz")):
+            raise TraceFormatError(name, "not an XSpace profile (its first field is not a plane)")
         raise TraceFormatError(name, "not a JSON trace (does not start with '{')")
     if complete:  # small enough to check the JSON itself
         try:
@@ -85,8 +90,7 @@ def detect(path: str | Path) -> str:
             raise DamagedFileError(name, "invalid JSON (nested too deeply to be read)") from None
     has_events = b'"traceEvents"' in head
     if _JAX.search(head) and not _KINETO.search(head):
-        raise TraceFormatError(name, "a JAX/TensorFlow trace-event file, not a PyTorch profiler "
-                                     "trace; import the matching .xplane.pb (XSpace importer)")
+        raise TraceFormatError(name, JAX_JSON_PROBLEM)
     if _KINETO.search(head):
         return "kineto"
     if complete:

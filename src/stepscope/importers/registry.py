@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from stepscope.importers.detect import detect
 from stepscope.importers.kineto.parse import parse_kineto
+from stepscope.importers.xspace.parse import parse_xspace
 from stepscope.schema_enums import SourceKind
 from stepscope.store.produce import TraceReader
 
@@ -30,6 +31,8 @@ class Format:
 FORMATS: Mapping[str, Format] = MappingProxyType({f.name: f for f in (
     Format("kineto", SourceKind.KINETO, parse_kineto,
            "PyTorch profiler (Kineto) Chrome trace, .json or .json.gz, one file per rank"),
+    Format("xspace", SourceKind.XSPACE, parse_xspace,
+           "TensorFlow/JAX profiler XSpace, .xplane.pb or .xplane.pb.gz, one file per host"),
 )})
 
 

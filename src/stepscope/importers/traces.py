@@ -36,7 +36,7 @@ from stepscope.settings import Settings
 from stepscope.store.manifest import Diagnostic, Manifest, SourceInfo
 from stepscope.store.produce import RankBundle, assemble
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".xplane.pb", ".xplane.pb.gz")
 
 
 def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnostic]]:
@@ -69,7 +69,8 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
         if p.is_dir():
             candidates = walk(p, TRACE_SUFFIXES)
             if not candidates:
-                raise TraceFormatError(str(p), "no trace files (*.json, *.json.gz) in this folder")
+                raise TraceFormatError(str(p), "no trace files (*.json, *.json.gz, *.xplane.pb) in "
+                                               "this folder")
             found = 0
             first_problem = ""
             candidates, cycle_diags = last_cycles(candidates)
@@ -86,8 +87,9 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
                 found += 1
                 add(c, fmt)
             if not found:
-                raise TraceFormatError(str(p), f"no PyTorch profiler traces in this folder "
-                                               f"({len(candidates)} JSON file(s) skipped; "
+                raise TraceFormatError(str(p), f"no PyTorch profiler traces or XSpace profiles in "
+                                               f"this folder ({len(candidates)} file(s) "
+                                               "skipped; "
                                                f"first: {first_problem})")
         else:
             add(p, format_of(p))  # raises with what the file is (missing, not a trace, JAX ...)

@@ -22,6 +22,9 @@ Contract (version 1; later versions only add keys):
                     grid, block, registers, shared_memory, occupancy, occupancy_limiter,
                     sm_coverage, waves, tensor_cores, precision, category
   launches, syncs, copies, input   per-rank detail objects (see docs/report-json.md)
+  input_pipeline    the TF Profiler's input-pipeline verdict: {verdict (highly | moderately |
+                    not), text, input_bound_pct, rank, highly_above_pct, moderately_from_pct};
+                    null where no input waits were recorded
   ranks             per-rank summaries
   collectives       across ranks (``reporters.ranks_view``): matched_by, matched, unmatched,
                     per rank {rank, step_ms, compute_ms, communication_ms, host_ms, wait_ms,
@@ -160,6 +163,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "syncs": {str(ra.rank): ra.syncs for ra in a.ranks},
         "copies": {str(ra.rank): ra.copies for ra in a.ranks},
         "input": {str(ra.rank): ra.input for ra in a.ranks},
+        "input_pipeline": report.input_pipeline,
         "ranks": [dataclasses.asdict(r) for r in s.ranks],
         "collectives": _collectives(report) if len(a.ranks) > 1 else None,
         "findings": [finding_dict(f) for f in report.advice.findings],

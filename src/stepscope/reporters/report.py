@@ -33,6 +33,11 @@ from typing import Any
 from stepscope.advisor import Advice, advise
 from stepscope.advisor.base import Fix
 from stepscope.analysis import Analysis, analyze
+from stepscope.analysis.input import (
+    HIGHLY_INPUT_BOUND_PCT,
+    MODERATELY_INPUT_BOUND_PCT,
+    VERDICT_TEXT,
+)
 from stepscope.progress import report as say_progress
 from stepscope.reporters.timeline_build import DEFAULT_MAX_EVENTS, build_page
 from stepscope.reporters.timeline_data import Page
@@ -70,21 +75,72 @@ class Report:
     def frameworks(self) -> tuple[str, ...]:
         return run_frameworks(self.manifest)
 
+    @property
+    def input_pipeline(self) -> InputVerdict | None:
+        return input_pipeline(self.analysis)
+
+
+@dataclass(frozen=True)
+class InputVerdict:
+    """The run's input-pipeline verdict in the TensorFlow Profiler's tiers
+    (``analysis.input``): the rank that waited most for input sets the job's pace."""
+
+    verdict: str  # highly | moderately | not
+    text: str  # "highly input-bound" ...
+    input_bound_pct: float  # share of the step the device sat idle waiting for input
+    rank: int
+    highly_above_pct: float = HIGHLY_INPUT_BOUND_PCT
+    moderately_from_pct: float = MODERATELY_INPUT_BOUND_PCT
+
+
+def input_pipeline(analysis: Analysis) -> InputVerdict | None:
+    """The verdict of the rank with the largest input-bound share; None when no rank's
+    source recorded input waits (nothing measured)."""
+    measured = [ra.input for ra in analysis.ranks if ra.input.verdict != "unknown"]
+    if not measured:
+        return None
+    worst = max(measured, key=lambda i: i.input_bound_pct)
+    return InputVerdict(worst.verdict, VERDICT_TEXT[worst.verdict], worst.input_bound_pct,
+                        worst.rank)
+
 
 # a finding's fix for each framework a program used, in the order they are preferred
 _FIX_FIELD = {"pytorch": "pytorch", "jax": "jax", "tensorflow": "tensorflow", "cupy": "cuda",
               "triton": "cuda", "numba": "cuda"}
 
 
+# the step hooks of a recorded run (capture.hooks) that tell which framework drove the steps: a
+# JAX program that imported torch for its DataLoader still reads the JAX fixes
+_STEP_HOOK_FRAMEWORK = {"jax.profiler.StepTraceAnnotation": "jax",
+                        "tf.profiler.experimental.Trace(step_num=...)": "tensorflow",
+                        "torch.optim.Optimizer.step": "pytorch"}
+
+
+def _dig(node: Any, *keys: str) -> Any:
+    for k in keys:
+        node = node.get(k) if isinstance(node, dict) else None
+    return node
+
+
 def run_frameworks(manifest: Manifest) -> tuple[str, ...]:
     """The frameworks the run's program used: what each captured process had imported
-    (``settings.ranks.rank<N>.frameworks``), PyTorch for a torch.profiler (Kineto) trace;
-    empty where the source does not say."""
+    (``settings.ranks.rank<N>.frameworks``; first the one whose step hook paced the steps), PyTorch for a torch.profiler (Kineto) trace, JAX
+    or TensorFlow for an XSpace profile (what its planes showed: ``source.details.files[].
+    framework``); empty where the source does not say."""
     if manifest.source.kind == "kineto":
         return ("pytorch",)
     out: list[str] = []
+    files = manifest.source.details.get("files") if manifest.source.kind == "xspace" else None
+    for f in files if isinstance(files, list) else ():
+        fw = f.get("framework") if isinstance(f, dict) else None
+        if fw in ("jax", "tensorflow") and fw not in out:
+            out.append(fw)
     ranks = manifest.settings.get("ranks")
     if isinstance(ranks, dict):
+        for v in ranks.values():  # the framework whose step hook paced the steps goes first
+            fw = _STEP_HOOK_FRAMEWORK.get(str(_dig(v, "host", "samplers", "steps", "hook")))
+            if fw is not None and fw not in out:
+                out.append(fw)
         for v in ranks.values():
             fws = v.get("frameworks") if isinstance(v, dict) else None
             for fw in fws if isinstance(fws, list) else ():

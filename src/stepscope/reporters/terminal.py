@@ -183,6 +183,21 @@ def _gpu_busy(s: RunSummary) -> str:
             f"{s.gpu_time_ms:.1f} GPU-ms; per rank {', '.join(per)})")
 
 
+def _input_line(report: Report) -> Text | None:
+    """The TF Profiler's input-pipeline verdict, where input waits were recorded."""
+    v = report.input_pipeline
+    if v is None:
+        return None
+    t = Text("Input pipeline: ", style="bold")
+    t.append(v.text, style="red" if v.verdict == "highly" else
+             "yellow" if v.verdict == "moderately" else "")
+    rank = f", rank {v.rank}" if len(report.analysis.ranks) > 1 else ""
+    t.append(f" ({v.input_bound_pct:.1f}% of the step waiting for input{rank}; "
+             f">{v.highly_above_pct:.0f}% highly, {v.moderately_from_pct:.0f}-"
+             f"{v.highly_above_pct:.0f}% moderately)")
+    return t
+
+
 def _overview(s: RunSummary) -> Text:
     t = Text()
     t.append("Steps: ", style="bold")
@@ -304,6 +319,9 @@ def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
 def render(report: Report, *, top_kernels: int = 8) -> Group:
     s = summarize(report.analysis)
     parts: list[RenderableType] = [_header(report, s), Text(), _overview(s), Text()]
+    verdict = _input_line(report)
+    if verdict is not None:
+        parts[-1:-1] = [verdict]
     if s.step_time is not None:
         title = "Where a step's time goes (mean of steady steps)"
         if not s.devices_used:

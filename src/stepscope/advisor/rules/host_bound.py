@@ -68,7 +68,9 @@ FIX = Fix(
     tensorflow=("wrap the step in tf.function (and jit_compile=True); keep Python and NumPy "
                 "out of it; export TF_GPU_THREAD_MODE=gpu_private when the GPU launch "
                 "threads compete with other host threads"),
-    jax="jax.jit the whole train step; keep Python control flow and NumPy out of the loop",
+    jax=("jax.jit the whole train step instead of running it op by op (eager jax.numpy "
+         "dispatches every op from Python); keep Python control flow and NumPy out of the loop; "
+         "no host callbacks (jax.debug.callback, jax.pure_callback) inside the step"),
     cuda="move host computation off the critical path (another thread) or onto the GPU",
 )
 

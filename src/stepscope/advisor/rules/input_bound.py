@@ -61,7 +61,8 @@ FIX = Fix(
     tensorflow=("dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE)"
                 ".prefetch(tf.data.AUTOTUNE); .cache() after the expensive map; "
                 "interleave(..., num_parallel_calls=tf.data.AUTOTUNE) for many files"),
-    jax=("feed batches with grain (several worker processes) or tf.data, and prefetch to "
+    jax=("feed batches with grain (several worker processes) or tf.data (.map(f, "
+         "num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)), and prefetch to "
          "the device (flax.jax_utils.prefetch_to_device(it, 2)) so the next batch is "
          "already there when the step starts"),
     cuda="overlap loading with compute: a producer thread, pinned buffers, cudaMemcpyAsync",

@@ -46,9 +46,10 @@ FIX = Fix(
              "(torch.optim.AdamW(..., fused=True) or foreach=True); a larger batch per step "
              "makes each kernel longer for the same launches"),
     tensorflow=("compile the step with XLA: tf.function(jit_compile=True) or "
-                "model.compile(jit_compile=True); steps_per_execution=N in Keras"),
-    jax=("jit larger regions (the whole train step); loops as lax.scan / lax.fori_loop "
-         "instead of Python loops that dispatch per iteration"),
+                "model.compile(jit_compile=True); steps_per_execution=N in Keras; "
+                "TF_GPU_THREAD_MODE=gpu_private gives each GPU its own launch threads"),
+    jax=("jax.jit larger regions (the whole train step, not op by op); loops as lax.scan / "
+         "lax.fori_loop instead of Python loops that dispatch per iteration"),
     cuda="CUDA graphs (cudaStreamBeginCapture / cudaGraphLaunch); fuse small kernels",
 )
 

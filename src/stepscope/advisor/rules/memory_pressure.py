@@ -65,8 +65,10 @@ FIX_FULL = Fix(
              "reserved memory is far above allocated (fragmentation)."),
     tensorflow=("Reduce the batch, use mixed precision (tf.keras.mixed_precision), "
                 "TF_GPU_ALLOCATOR=cuda_malloc_async against fragmentation."),
-    jax=("Reduce the batch, jax.checkpoint (remat) for activations, shard parameters and "
-         "optimizer state; note XLA preallocates 75% by default, so compare with "
+    jax=("Donate the buffers the step replaces (jax.jit(step, donate_argnums=(0, 1)) for "
+         "parameters and optimizer state) so XLA updates them in place instead of holding two "
+         "copies; reduce the batch, jax.checkpoint (remat) for activations, shard parameters "
+         "and optimizer state; note XLA preallocates 75% by default, so compare with "
          "XLA_PYTHON_CLIENT_PREALLOCATE=false to see the real peak."),
     cuda="Reduce the working set, or reuse buffers instead of holding several generations.",
 )

@@ -50,7 +50,8 @@ FIX = Fix(
     jax="Matmul precision: `jax.config.update(\"jax_default_matmul_precision\", "
         "\"tensorfloat32\")` or `with jax.default_matmul_precision(\"tensorfloat32\"):`, and drop "
         "`precision=jax.lax.Precision.HIGHEST` where it is not needed. Mixed precision: compute "
-        "in bf16 (`dtype=jnp.bfloat16` in Flax modules, params kept in fp32).",
+        "in bf16 (`dtype=jnp.bfloat16` in Flax modules, params kept in fp32: a mixed-precision "
+        "policy such as jmp's `params=float32,compute=bfloat16,output=float32`).",
     cuda="cuBLAS: `cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)` or compute type "
          "`CUBLAS_COMPUTE_32F_FAST_TF32`; cuDNN: `CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION`; or "
          "bf16/fp16 inputs with fp32 accumulation.",

@@ -70,9 +70,12 @@ def _fix(kinds: Sequence[str], loss_scaling: bool = False) -> Fix:
                     + ("; with mixed_float16, LossScaleOptimizer's dynamic loss scale checks "
                        "every step: prefer mixed_bfloat16 (no loss scaling) and jit_compile="
                        "True so the check stays on the device" if loss_scaling else "")),
-        jax=("no block_until_ready(), float(x), np.asarray(x) or x.item() in the loop; keep "
-             "metrics as device arrays and fetch them every N steps; use jax.debug.print / "
-             "jax.debug.callback instead of host prints"),
+        jax=("no jax.block_until_ready(), float(x), np.asarray(x) or x.item() in the loop "
+             "(block only around a timing measurement, once); keep metrics as device arrays "
+             "and fetch them every N steps; host callbacks inside the jitted step "
+             "(jax.debug.callback, jax.debug.print, jax.pure_callback, io_callback) stop the "
+             "device for the host at every call: take them out of the step or run them every "
+             "N steps"),
         cuda=("replace cudaDeviceSynchronize/cudaStreamSynchronize in the loop with events "
               "(cudaStreamWaitEvent) and cudaMemcpyAsync from pinned memory"),
     )

@@ -1,4 +1,4 @@
-"""Framework hooks of the host capture (PyTorch, JAX, Keras, NVTX), installed without importing them.
+"""Framework hooks of the host capture (PyTorch, JAX, Keras, TensorFlow, NVTX), installed without importing them.
 
 The bootstrap starts the capture before the user's code imports torch, and importing
 ``torch.utils.data`` ourselves would cost a second and change the program. So a
@@ -12,6 +12,7 @@ One module per hook family:
 - ``optimizer``: ``torch.optim`` optimizer steps (a global step post-hook);
 - ``jax_steps``: ``jax.profiler.StepTraceAnnotation`` entered, a step marker;
 - ``keras_steps``: ``CallbackList.on_train_batch_end``, a step marker;
+- ``tf_steps``: ``tf.profiler.experimental.Trace(name, step_num=N)`` entered, a step marker;
 - ``nvtx_steps``: NVTX ranges named by ``--nvtx NAME``, step markers.
 
 Wrappers never change behaviour: results and exceptions (``StopIteration`` included) pass

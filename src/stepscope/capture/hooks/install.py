@@ -1,7 +1,7 @@
 """``TorchHooks``: installs and removes every hook family of ``capture.hooks`` (see its doc).
 
 ``install()`` puts a ``PostImportFinder`` first on ``sys.meta_path`` for the modules of each
-family and patches the ones already imported. The JAX, Keras and NVTX step markers are installed
+family and patches the ones already imported. The JAX, Keras, TensorFlow and NVTX step markers are installed
 only when an ``on_step_marker`` callback is given (NVTX ranges only with a step range name); each
 class is patched once, whichever of its modules is seen first. A hook that fails is a
 diagnostic (``on_error``) and a line of ``installed``, never the user's ``import`` failing.
@@ -22,6 +22,7 @@ from stepscope.capture.hooks import (
     optimizer,
     patching,
     post_import,
+    tf_steps,
 )
 from stepscope.capture.hooks.dataloader import DATALOADER_MODULE, OnIterator, OnWait
 from stepscope.capture.hooks.optimizer import OPTIMIZER_MODULE, OnOptimizerStep
@@ -29,7 +30,7 @@ from stepscope.capture.hooks.patching import OnStepMarker, Patch
 
 # the files of the wrappers: their frames are left out of sampled stacks
 WRAPPER_FILES = tuple(m.__file__ or "" for m in (dataloader, optimizer, jax_steps, keras_steps,
-                                                  nvtx_steps, patching, post_import))
+                                                  tf_steps, nvtx_steps, patching, post_import))
 
 
 class TorchHooks:
@@ -58,6 +59,7 @@ class TorchHooks:
         if self._on_marker is not None:  # listed in ``installed`` only once imported
             callbacks.update({m: self._guarded(self._patch_jax) for m in jax_steps.JAX_MODULES})
             callbacks.update({m: self._guarded(self._patch_keras) for m in keras_steps.KERAS_MODULES})
+            callbacks.update({m: self._guarded(self._patch_tf) for m in tf_steps.TF_MODULES})
             if self._nvtx_step:
                 callbacks.update({m: self._guarded(self._patch_nvtx) for m in nvtx_steps.NVTX_MODULES})
         self._finder = post_import.PostImportFinder(callbacks)
@@ -118,6 +120,10 @@ class TorchHooks:
     def _patch_keras(self, module: ModuleType) -> None:
         assert self._on_marker is not None
         self._note(module, keras_steps.patch_keras(module, self._patches, self._on_marker))
+
+    def _patch_tf(self, module: ModuleType) -> None:
+        assert self._on_marker is not None
+        self._note(module, tf_steps.patch_tf(module, self._patches, self._on_marker))
 
     def _patch_nvtx(self, module: ModuleType) -> None:
         assert self._on_marker is not None

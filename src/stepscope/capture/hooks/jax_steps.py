@@ -24,7 +24,7 @@ JAX_MODULES = ("jax._src.profiler", "jax.profiler")
 JAX_STEP = "jax.profiler.StepTraceAnnotation"  # the step source, as the manifest names it
 
 
-class _NamePacer:
+class NamePacer:
     """Which annotation names give step boundaries (see the module doc). Thread-safe."""
 
     _DIGITS = re.compile(r"\d+")
@@ -55,7 +55,7 @@ def patch_jax(module: ModuleType, patches: list[Patch], on_marker: OnStepMarker)
         return None
     init_patch, enter_patch = Patch.of(cls, "__init__"), Patch.of(cls, "__enter__")
     original_init, original_enter = init_patch.original, enter_patch.original
-    pacer = _NamePacer()
+    pacer = NamePacer()
     pending = threading.local()  # name of the annotation this thread constructed last
 
     @functools.wraps(original_init)

@@ -28,7 +28,7 @@ from stepscope.importers.kineto.events import TraceDoc
 from stepscope.importers.kineto.native import Scanned
 from stepscope.importers.kineto.reader import CHUNK_BYTES, EventReader, SplitFailed
 from stepscope.importers.kineto.scanned import add_chunk
-from stepscope.importers.kineto.trace_file import load_bytes
+from stepscope.importers.kineto.trace_file import JAX_JSON_PROBLEM, load_bytes
 from stepscope.progress import report as say_progress
 from stepscope.schema_enums import SourceKind
 from stepscope.store.manifest import Diagnostic, RankInfo
@@ -158,8 +158,7 @@ def _check_is_kineto(doc: TraceDoc, builder: TableBuilder, path: str, skipped: i
         return
     procs = [e.args.name or "" for e in builder.metadata if e.name == "process_name"]
     if any(p.startswith(("/device:", "/host:")) for p in procs):
-        raise TraceFormatError(path, "a JAX/TensorFlow trace-event file, not a PyTorch profiler "
-                                     "trace; import the matching .xplane.pb (XSpace importer)")
+        raise TraceFormatError(path, JAX_JSON_PROBLEM)
     if not builder.events:
         if skipped:
             raise TraceFormatError(path, f"none of its {skipped} events could be read as trace "

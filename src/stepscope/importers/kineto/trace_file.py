@@ -105,4 +105,11 @@ def load_bytes(path: Path) -> Loaded:
         raise TraceFormatError(name, f"cannot read ({exc.strerror or one_line(exc)})") from None
 
 
-__all__ = ["GZIP_MAGIC", "Loaded", "check_trace_file", "gunzip", "load_bytes", "one_line"]
+__all__ = ["GZIP_MAGIC", "JAX_JSON_PROBLEM", "Loaded", "check_trace_file", "gunzip", "load_bytes", "one_line"]
+
+
+# what a JAX/TensorFlow Chrome trace-event export (``*.trace.json.gz``) is told: its profile
+# is the XSpace the profiler wrote beside it, which ``importers.xspace`` reads
+JAX_JSON_PROBLEM = ("a JAX/TensorFlow trace-event export, not a PyTorch profiler trace; import "
+                    "the profile it was made from instead: the .xplane.pb next to it "
+                    "(stepscope import plugins/profile/<run>/)")

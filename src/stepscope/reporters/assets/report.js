@@ -543,6 +543,14 @@ function gpuBusyCard(sm) {
     `${fmtMs(sm.gpu_busy_in_steps_ms)} busy of ${fmtMs(sm.gpu_time_ms)} of GPU time in the steps, over ${R.ranks.length} ranks (step time × GPUs used, per rank).\n` + per.join('\n'));
 }
 
+function inputCard() {
+  // the TF Profiler's input-pipeline tiers (analysis/input.py); nothing when no waits were recorded
+  const v = R.input_pipeline;
+  if (!v) return null;
+  const tiers = `>${num(v.highly_above_pct, 0)}% highly, ${num(v.moderately_from_pct, 0)}–${num(v.highly_above_pct, 0)}% moderately input-bound`;
+  return card('Input pipeline', v.text, num(v.input_bound_pct, 1) + '% of the step waiting for input' + (MULTI ? ' (rank ' + v.rank + ')' : ''), null, tiers);
+}
+
 function stepsCard(sm) {
   const detail = sm.step_detail || '';
   const how = detail.replace(/^\d+:?\s*/, '') || 'from ' + sm.step_source;
@@ -581,7 +589,8 @@ function renderOverview() {
     card('Tensor cores', pct(sm.tensor_core_share), `of ${fmtMs(sm.kernel_time_ms)} kernel time (${sm.kernels} kernels)`),
     card('Precision mix', precParts.length ? precParts.slice(0, 2).map(([p, v]) => p + ' ' + pct(v / precTotal)).join(' · ') : '–',
       precParts.length ? 'of GEMM / conv / attention time' : 'no matmul kernels', precParts.length ? precBar : null),
-    card('Capture overhead', ovV, ovS, null, ovTitle)));
+    card('Capture overhead', ovV, ovS, null, ovTitle),
+    inputCard()));
 
   const hostOnly = sm.devices_used === 0;
   el.appendChild(h('h3', {text: 'Where a step\'s time goes (mean of steady steps)' + (hostOnly ? ': all host time, no GPU activity recorded' : '')}));
@@ -1600,7 +1609,7 @@ function renderSyncs() {
 
 function renderInput() {
   const el = clear(body('input'));
-  el.appendChild(h('p', {class: 'note', text: 'Time the training thread waited for its next batch (data loader __next__), per step, and how much of it the GPU sat idle. The first step often waits for worker start-up; it is reported separately.'}));
+  el.appendChild(h('p', {class: 'note', text: 'Time the training thread waited for its next batch (data loader __next__, tf.data IteratorGetNext), per step, and how much of it the GPU sat idle. The first step often waits for worker start-up; it is reported separately.'}));
   let any = false;
   for (const rank of RANKS) {
     const inp = R.input[String(rank)];
@@ -1609,6 +1618,7 @@ function renderInput() {
     if (!inp.count) { el.appendChild(h('p', {class: 'note', text: 'No input waits recorded (no data-loader events in the trace).'})); continue; }
     any = true;
     el.appendChild(kv([
+      ['verdict', (inp.verdict === 'unknown' ? 'not measured' : inp.verdict + ' input-bound') + ` (${num(inp.input_bound_pct, 1)}% of the step waiting for input while the GPU idled; TF Profiler tiers: >20% highly, 5–20% moderately)`],
       ['wait per step', `mean ${fmtNs(inp.mean_wait_ns_per_step)}, median ${fmtNs(inp.median_wait_ns_per_step)}, max ${fmtNs(inp.max_wait_ns_per_step)} (${pct(inp.mean_share, 1)} of the step)`],
       ['GPU idle while waiting', fmtNs(inp.mean_gpu_idle_wait_ns_per_step) + ' per step'],
       ['first step', fmtNs(inp.first_step_wait_ns) + (inp.first_step_outlier ? ' (outlier: worker start-up)' : '') + '; mean of the others ' + fmtNs(inp.mean_wait_ns_excl_first)],

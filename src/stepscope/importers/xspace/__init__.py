@@ -1,0 +1,1 @@
+"""TensorFlow/JAX profiler XSpace (``*.xplane.pb``) import: ``parse.parse_xspace``."""
