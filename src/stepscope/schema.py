@@ -318,6 +318,10 @@ CONTRACTS: dict[SourceKind, SourceContract] = {
                        "the driver's (else Kineto's) device rows, Kineto's streams and calls",
                        ("collectives",)),
         SourceContract(SourceKind.HOST, (), (), "whatever the host capture saw"),
+        SourceContract(SourceKind.NSYS, (), ("devices", "streams", "api_calls"),
+                       "the export's GPU rows (TARGET_INFO_GPU, else the index only), the "
+                       "streams of its GPU records, its CUDA runtime/driver calls",
+                       ("collectives",)),
     )
 }
 

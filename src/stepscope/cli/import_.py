@@ -40,7 +40,7 @@ def _positive(text: str) -> int:
 def default_output(first: str) -> Path:
     p = Path(first.rstrip("/"))
     name = p.name
-    for suffix in (".gz", ".json", ".trace", ".pt"):
+    for suffix in (".gz", ".json", ".trace", ".pt", ".sqlite"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return p.with_name(name + ".stepscope")
