@@ -134,7 +134,8 @@ def _bundles(export: Export, name: str, first_rank: int) -> Iterator[RankBundle]
         rank = first_rank + i
         s = Scope(global_pid=gp, pid=pid_of(gp), offset_ns=offset)
         say_progress(f"reading process {s.pid} of {Path(name).name}", i, len(procs))
-        tables, facts, diags = _tables(export, layout, strings, s, gpus, hostname, name)
+        tables, facts, diags = _tables(export, layout, strings, s, gpus, hostname, name,
+                                       first=i == 0)
         rank_info = RankInfo(rank=rank, host=hostname or "", pid=s.pid, file=name,
                              world_size=len(procs) if len(procs) > 1 else None)
         details: dict[str, Any] = {
@@ -152,7 +153,7 @@ def _bundles(export: Export, name: str, first_rank: int) -> Iterator[RankBundle]
 
 
 def _tables(export: Export, layout: Layout, strings: Strings, s: Scope,
-            gpus: list[dict[str, Any]], hostname: str | None, name: str
+            gpus: list[dict[str, Any]], hostname: str | None, name: str, first: bool
             ) -> tuple[dict[str, pa.Table], dict[str, Any], list[Diagnostic]]:
     out: dict[str, pa.Table] = {}
     diags: list[Diagnostic] = []
@@ -166,7 +167,7 @@ def _tables(export: Export, layout: Layout, strings: Strings, s: Scope,
     devices = dev.devices(export, s, used, gpus)
     if devices:
         out["devices"] = conform("devices", devices)
-        if all(v is None for v in devices["sm_count"]):
+        if first and all(v is None for v in devices["sm_count"]):  # said once per file
             diags.append(Diagnostic("info", "no_device_properties", (
                 "the export has no TARGET_INFO_GPU table: the GPUs are known by index only "
                 "(no occupancy limits, no peak bandwidth)"), name))
@@ -190,8 +191,9 @@ def _tables(export: Export, layout: Layout, strings: Strings, s: Scope,
         unlaunched = _unlaunched(out["kernels"], out["api_calls"])
         if unlaunched:
             diags.append(Diagnostic("info", "kernels_without_launch", (
-                f"{unlaunched} kernel(s) have no launching call in the export (launched before "
-                "its window began, or the call was not traced): kept without a launch"),
+                f"process {s.pid}: {unlaunched} kernel(s) have no launching call in the export "
+                "(launched before its window began, or the call was not traced): kept without "
+                "a launch"),
                 name, unlaunched))
     facts: dict[str, Any] = {
         "nvtx_domains": {nvtx.domains.get(d, "default" if d == 0 else str(d)): n

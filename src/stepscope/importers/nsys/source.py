@@ -87,6 +87,8 @@ class SqliteExport:
         self._cols: dict[str, tuple[str, ...]] = {}
         try:
             self._con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+            # names recorded from the target may not be UTF-8 (an environment dump, a path)
+            self._con.text_factory = lambda b: b.decode("utf-8", "replace")
             names = [r[0] for r in self._con.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
             for t in names:
