@@ -4,14 +4,15 @@ expected value is stated by hand from ``nsys_db``."""
 from __future__ import annotations
 
 import gzip
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from tests.importers.nsys.nsys_db import EPOCH, HOST_PID, RANK0_PID, RANK1_PID, build
 
 from stepscope.importers.nsys import read_nsys
 from stepscope.store.produce.bundle import RankBundle
-from tests.importers.nsys.nsys_db import EPOCH, HOST_PID, RANK0_PID, RANK1_PID, build
 
 
 def _read(path: Path, first_rank: int = 0) -> list[RankBundle]:
@@ -151,9 +152,7 @@ def test_gzip_is_read_through_a_temporary_file_removed_after(tmp_path: Path,
     gz.write_bytes(gzip.compress(plain.read_bytes()))
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp))
-    import tempfile
-    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     it = read_nsys(gz)
     first = next(it)
     assert first.details["compressed"] is True and list(tmp.iterdir())  # open while reading
