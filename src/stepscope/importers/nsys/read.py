@@ -22,9 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.errors import TraceFormatError
-from stepscope.importers.nsys import devices as dev
-from stepscope.importers.nsys import gpu, host
 from stepscope.importers.nsys.columns import I32, I64, STR, Scope, pid_of
+from stepscope.importers.nsys.devices import devices as device_table
+from stepscope.importers.nsys.devices import gpu_rows
+from stepscope.importers.nsys.devices import streams as stream_table
+from stepscope.importers.nsys.gpu import api_calls, kernels, memcpy, memset, sync
+from stepscope.importers.nsys.host import NvtxFacts, annotation_table, processes, threads
 from stepscope.importers.nsys.layout import GPU_TABLES, KERNEL, NVTX, OSRT, RUNTIME, Layout
 from stepscope.importers.nsys.source import Export, open_export
 from stepscope.importers.nsys.strings import Strings
@@ -121,7 +124,7 @@ def _bundles(export: Export, name: str, first_rank: int) -> Iterator[RankBundle]
     meta = _meta(export)
     offset = _session_start(export)
     hostname = _system(export, "Hostname") or meta.get("EXPORT_HOST")
-    gpus = dev.gpu_rows(export)
+    gpus = gpu_rows(export)
     procs = gpu_processes(export)
     if not procs:
         raise TraceFormatError(name, "an Nsight Systems export with no GPU kernels, copies "
@@ -157,36 +160,36 @@ def _tables(export: Export, layout: Layout, strings: Strings, s: Scope,
             ) -> tuple[dict[str, pa.Table], dict[str, Any], list[Diagnostic]]:
     out: dict[str, pa.Table] = {}
     diags: list[Diagnostic] = []
-    k = gpu.kernels(export, layout, strings, s)
-    mc = gpu.memcpy(export, layout, s)
-    ms = gpu.memset(export, layout, s)
+    k = kernels(export, layout, strings, s)
+    mc = memcpy(export, layout, s)
+    ms = memset(export, layout, s)
     used: set[int] = set()
     for cols in (k, mc, ms):
         if cols:
             used.update(int(d) for d in pc.unique(cols["device"].drop_null()).to_pylist())
-    devices = dev.devices(export, s, used, gpus)
+    devices = device_table(export, s, used, gpus)
     if devices:
         out["devices"] = conform("devices", devices)
         if first and all(v is None for v in devices["sm_count"]):  # said once per file
             diags.append(Diagnostic("info", "no_device_properties", (
                 "the export has no TARGET_INFO_GPU table: the GPUs are known by index only "
                 "(no occupancy limits, no peak bandwidth)"), name))
-    streams = dev.streams(export, s, (k, mc, ms))
+    streams = stream_table(export, s, (k, mc, ms))
     if streams:
         out["streams"] = conform("streams", streams)
     for table, cols in (("kernels", k), ("memcpy", mc), ("memset", ms),
-                        ("sync", gpu.sync(export, layout, s)),
-                        ("api_calls", gpu.api_calls(export, strings, s))):
+                        ("sync", sync(export, layout, s)),
+                        ("api_calls", api_calls(export, strings, s))):
         if cols:
             out[table] = conform(table, cols)
-    nvtx = host.NvtxFacts()
-    ann = host.annotation_table(export, layout, strings, s, nvtx)
+    nvtx = NvtxFacts()
+    ann = annotation_table(export, layout, strings, s, nvtx)
     if ann:
         out["annotations"] = conform("annotations", ann)
-    th = host.threads(export, strings, s)
+    th = threads(export, strings, s)
     if th:
         out["threads"] = conform("threads", th)
-    out["processes"] = conform("processes", host.processes(export, s, hostname))
+    out["processes"] = conform("processes", processes(export, s, hostname))
     if "kernels" in out and "api_calls" in out:
         unlaunched = _unlaunched(out["kernels"], out["api_calls"])
         if unlaunched:
