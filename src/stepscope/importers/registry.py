@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from stepscope.importers.detect import detect
 from stepscope.importers.kineto.parse import parse_kineto
-from stepscope.importers.nsys import read_nsys, read_one
+from stepscope.importers.nsys import read_nsys_ranks, read_one
 from stepscope.schema_enums import SourceKind
 from stepscope.store.produce import RankBundle, TraceReader
 
@@ -38,7 +38,7 @@ FORMATS: Mapping[str, Format] = MappingProxyType({f.name: f for f in (
            "PyTorch profiler (Kineto) Chrome trace, .json or .json.gz, one file per rank"),
     Format("nsys", SourceKind.NSYS, read_one,
            "Nsight Systems export: SQLite (.sqlite, .sqlite.gz) or Parquet folder; one rank "
-           "per process that drove a GPU", ranks=read_nsys),
+           "per process that drove a GPU", ranks=read_nsys_ranks),
 )})
 
 

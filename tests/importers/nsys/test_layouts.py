@@ -159,3 +159,16 @@ def test_gzip_is_read_through_a_temporary_file_removed_after(tmp_path: Path,
     rest = list(it)
     assert len(rest) == 1 and not list(tmp.iterdir())
     assert first.tables["kernels"].equals(_read(plain)[0].tables["kernels"])
+
+
+def test_the_import_releases_each_rank_before_reading_the_next(tmp_path: Path) -> None:
+    from stepscope.importers.registry import FORMATS
+
+    path = build(tmp_path / "r.sqlite")
+    ranks = FORMATS["nsys"].ranks
+    assert ranks is not None
+    it = ranks(path, first_rank=0)
+    first = next(it)
+    assert first.tables["kernels"].num_rows == 4
+    second = next(it)
+    assert not first.tables and second.tables["kernels"].num_rows == 1

@@ -56,9 +56,11 @@ def annotation_table(export: Export, layout: Layout, strings: Strings, s: Scope,
         return None
     ts = cols["ts_ns"].to_numpy()
     dur = cols["dur_ns"].to_numpy()
-    src = cols["source"].to_pylist()
-    tids = cols["tid"].to_pylist()
-    parent, depth = nest(list(zip(src, tids)), ts, dur)
+    # one nesting group per thread and source (ints, not tuples: a million ranges are common)
+    osrt = pc.equal(cols["source"], AnnotationSource.OS_RUNTIME.value).to_numpy(
+        zero_copy_only=False)
+    group = cols["tid"].to_numpy(zero_copy_only=False) * 2 + osrt
+    parent, depth = nest(group.tolist(), ts, dur)
     ids = np.arange(len(ts), dtype=np.int64)  # rows are sorted by start: ids follow it
     cols["id"] = pa.array(ids)
     cols["parent_id"] = pa.array(parent, mask=parent < 0)

@@ -40,15 +40,28 @@ from stepscope.store.writer import conform
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 3.13+ / up to 3.1
 
 
-def read_nsys(path: str | Path, *, first_rank: int = 0) -> Iterator[RankBundle]:
+def read_nsys(path: str | Path, *, first_rank: int = 0, release: bool = False
+              ) -> Iterator[RankBundle]:
     """The export's ranks, one bundle at a time (the export stays open, and a decompressed
-    copy of a gzipped one exists, until the iteration ends)."""
+    copy of a gzipped one exists, until the iteration ends). ``release``: a bundle's tables are
+    emptied when the next bundle is asked for (the import writes each rank before asking for the
+    next, so only one rank's tables are ever in memory)."""
     name = str(path)
     export = open_export(path)
     try:
-        yield from _bundles(export, name, first_rank)
+        for bundle in _bundles(export, name, first_rank):
+            yield bundle
+            if release and isinstance(bundle.tables, dict):
+                bundle.tables.clear()
+            del bundle
     finally:
         export.close()
+
+
+def read_nsys_ranks(path: Path, *, first_rank: int) -> Iterator[RankBundle]:
+    """``read_nsys`` as the import reads it (``registry``): each rank's tables released once the
+    next is asked for."""
+    return read_nsys(path, first_rank=first_rank, release=True)
 
 
 def read_one(path: Path, *, default_rank: int) -> RankBundle:
@@ -148,10 +161,13 @@ def _bundles(export: Export, name: str, first_rank: int) -> Iterator[RankBundle]
             "session_start_utc_ns": offset or None,
             "rows": {k: v.num_rows for k, v in tables.items()}, **facts,
         }
-        yield RankBundle(kind=SourceKind.NSYS, rank=rank_info,
-                         tables={k: _rank(v, rank) for k, v in tables.items()},
-                         diagnostics=tuple(diags), tool=tool, clock_offset_ns=offset,
-                         details=details)
+        bundle = RankBundle(kind=SourceKind.NSYS, rank=rank_info,
+                            tables={k: _rank(v, rank) for k, v in tables.items()},
+                            diagnostics=tuple(diags), tool=tool, clock_offset_ns=offset,
+                            details=details)
+        del tables  # the bundle holds them alone (read_nsys may release them)
+        yield bundle
+        del bundle
     say_progress(f"reading {Path(name).name}", len(procs), len(procs))
 
 
@@ -219,4 +235,4 @@ def _rank(t: pa.Table, rank: int) -> pa.Table:
     return t.set_column(i, "rank", pa.repeat(pa.scalar(rank, I32), t.num_rows)) if i >= 0 else t
 
 
-__all__ = ["gpu_processes", "read_nsys", "read_one"]
+__all__ = ["gpu_processes", "read_nsys", "read_nsys_ranks", "read_one"]
