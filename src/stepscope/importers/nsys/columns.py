@@ -102,9 +102,14 @@ def concat(chunks: Iterable[dict[str, pa.Array]]) -> dict[str, pa.Array] | None:
 
 def _concat(arrays: list[pa.Array]) -> pa.Array:
     arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
-    if any(pa.types.is_dictionary(a.type) for a in arrays):
+    if len(arrays) == 1:
+        return arrays[0]
+    kinds = {pa.types.is_dictionary(a.type) for a in arrays}
+    if kinds == {True}:  # names stay dictionary-encoded, over one dictionary
+        return pa.chunked_array(arrays).unify_dictionaries().combine_chunks()
+    if True in kinds:
         arrays = [a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in arrays]
-    return pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
+    return pa.concat_arrays(arrays)
 
 
 def rows(cols: Mapping[str, pa.Array] | None) -> int:

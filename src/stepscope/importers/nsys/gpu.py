@@ -39,6 +39,7 @@ from stepscope.schema_enums import ApiDomain, CopyKind, MemoryKind, SyncKind
 
 Columns = dict[str, pa.Array]
 UNKNOWN_KERNEL = "(unnamed kernel)"
+UNNAMED_CALL = "(unnamed call)"
 _GPU = {"start": I64, "end": I64, "deviceId": I32, "streamId": I64, "correlationId": I64}
 
 
@@ -57,10 +58,9 @@ def kernels(export: Export, layout: Layout, strings: Strings, s: Scope) -> Colum
 
     def build(t: pa.Table) -> Columns:
         cols = _gpu(t, s)
-        names = pc.fill_null(strings.take(t.column(name_col)), UNKNOWN_KERNEL)
         static, dynamic = t.column("staticSharedMemory"), t.column("dynamicSharedMemory")
         cols.update({
-            "name": names,
+            "name": strings.names(t.column(name_col), UNKNOWN_KERNEL),
             **{f"{d[:-1].lower()}_{d[-1].lower()}": t.column(d).combine_chunks() for d in dims},
             "registers": t.column("registersPerThread").combine_chunks(),
             "static_smem": static.combine_chunks(), "dynamic_smem": dynamic.combine_chunks(),
@@ -135,8 +135,9 @@ def api_calls(export: Export, strings: Strings, s: Scope) -> Columns | None:
 
         def build(t: pa.Table, by_id: bool = by_id, domain: ApiDomain = domain) -> Columns:
             ts, dur = times(t, s.offset_ns)
-            raw = strings.take(t.column("nameId")) if by_id else t.column("name").combine_chunks()
-            names = per_value(pc.fill_null(raw, "(unnamed call)"), call_name)
+            raw = strings.names(t.column("nameId"), UNNAMED_CALL) if by_id else \
+                pc.fill_null(t.column("name").combine_chunks(), UNNAMED_CALL)
+            names = per_value(raw, call_name).dictionary_encode()
             gtid = t.column("globalTid").combine_chunks()
             return {"ts_ns": ts, "dur_ns": dur, "pid": pids_of(gtid), "tid": tid_of(gtid),
                     "correlation": t.column("correlationId").combine_chunks(), "name": names,

@@ -110,7 +110,7 @@ def _osrt(export: Export, strings: Strings, s: Scope) -> Columns | None:
         ts, dur = times(t, s.offset_ns)
         gtid = t.column("globalTid").combine_chunks()
         return {"ts_ns": ts, "dur_ns": dur, "pid": pids_of(gtid), "tid": tid_of(gtid),
-                "name": pc.fill_null(strings.take(t.column("nameId")), "(unnamed call)"),
+                "name": strings.names(t.column("nameId"), "(unnamed call)"),
                 "source": pa.repeat(pa.scalar(AnnotationSource.OS_RUNTIME.value),
                                     len(t)).cast(STR)}
 

@@ -43,6 +43,14 @@ class Strings:
         idx = pa.array(pos, mask=~ok)
         return self._texts.take(idx)
 
+    def names(self, ids: pa.Array | pa.ChunkedArray, missing: str) -> pa.DictionaryArray:
+        """The texts of ``ids`` dictionary-encoded (each distinct id looked up once; ``missing``
+        for a null or unknown id): kernel and call names repeat, and are long."""
+        arr = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        enc = pc.fill_null(arr.cast(pa.int64()), -1).dictionary_encode()
+        texts = pc.fill_null(self.take(enc.dictionary), missing)
+        return pa.DictionaryArray.from_arrays(enc.indices, texts)
+
     def get(self, sid: int | None) -> str | None:
         if sid is None:
             return None
