@@ -88,6 +88,15 @@ def test_kineto_import(tmp_path: Path, name: str) -> None:
     check_contract(run, program_has=("memcpy",))
 
 
+# -- Nsight Systems import ----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["hopper_matmul_h200.sqlite.gz", "saxpy_mpi_a100.sqlite.gz",
+                                  "train_2xh100_before_cut.sqlite.gz"])
+def test_nsys_import(tmp_path: Path, name: str) -> None:
+    run = Run(import_traces([DATA / "nsys" / name], tmp_path / "run"))
+    assert {kind_of(run, r) for r in run.ranks} == {SourceKind.NSYS}
+    check_contract(run, program_has=("memcpy",))
+
+
 # -- record, default backend (cupti) -----------------------------------------------------------
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
@@ -252,8 +261,8 @@ def shape(run: Run) -> dict[str, set[str]]:
 
 def kind_of(run: Run, rank: int) -> SourceKind:
     """The kind of source a rank of ``run`` came from (as the import or the merge decided)."""
-    if run.manifest.source.kind == "kineto":
-        return SourceKind.KINETO
+    if run.manifest.source.kind in (SourceKind.KINETO.value, SourceKind.NSYS.value):
+        return SourceKind(run.manifest.source.kind)
     settings = run.manifest.settings["ranks"][f"rank{rank}"]
     return source_kind(PartitionMeta(pid=0, start_ns=0, settings=settings))
 

@@ -321,6 +321,10 @@ CONTRACTS: dict[SourceKind, SourceContract] = {
         SourceContract(SourceKind.XSPACE, (), ("devices", "streams", "api_calls"),
                        "the GPU planes' device stats and stream lines, the host plane's "
                        "CUDA/HIP calls", ("collectives",)),
+        SourceContract(SourceKind.NSYS, (), ("devices", "streams", "api_calls"),
+                       "the export's GPU rows (TARGET_INFO_GPU, else the index only), the "
+                       "streams of its GPU records, its CUDA runtime/driver calls",
+                       ("collectives",)),
     )
 }
 

@@ -69,6 +69,7 @@ class AnnotationSource(str, Enum):
     GPU_USER = "gpu_user"  # host annotation projected onto a GPU stream by Kineto
     NVTX = "nvtx"
     PROFILER_STEP = "profiler_step"
+    OS_RUNTIME = "os_runtime"  # an OS runtime library call (Nsight Systems' OSRT_API trace)
 
 
 class CpuOpKind(str, Enum):
@@ -133,6 +134,7 @@ class SourceKind(str, Enum):
     TORCH = "torch"  # `stepscope record --backend torch`: torch.profiler in the process
     HOST = "host"  # `stepscope record` with no GPU backend running: host-side tables only
     XSPACE = "xspace"  # a TensorFlow/JAX profiler XSpace (*.xplane.pb), imported
+    NSYS = "nsys"  # an Nsight Systems export (SQLite or Parquet folder), imported
 
 
 ENUMS: tuple[type[Enum], ...] = (

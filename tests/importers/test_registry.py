@@ -15,7 +15,7 @@ DATA = Path(__file__).parent.parent / "data"
 
 
 def test_every_detected_format_is_registered_with_a_contract() -> None:
-    assert {"kineto", "xspace"} <= set(FORMATS)
+    assert set(FORMATS) == {"kineto", "xspace", "nsys"}
     for name, fmt in FORMATS.items():
         assert fmt.name == name and fmt.kind in CONTRACTS
 

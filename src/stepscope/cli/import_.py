@@ -14,8 +14,9 @@ from stepscope.store.writer import check_replaceable
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("import", help="import Kineto traces (files or folders, one file per rank)")
-    p.add_argument("traces", nargs="+", help="trace files (.json / .json.gz) or folders")
+    p = sub.add_parser("import", help="import Kineto traces (files or folders, one file per rank) or "
+                                       "Nsight Systems exports (.sqlite[.gz], Parquet folder)")
+    p.add_argument("traces", nargs="+", help="trace files (.json / .json.gz, nsys .sqlite / .sqlite.gz) or folders")
     p.add_argument("-o", "--output", help="run folder to write (default: <first trace>.stepscope)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing run folder (only a stepscope run, holding no input)")
@@ -40,7 +41,7 @@ def _positive(text: str) -> int:
 def default_output(first: str) -> Path:
     p = Path(first.rstrip("/"))
     name = p.name
-    for suffix in (".gz", ".json", ".trace", ".pt"):
+    for suffix in (".gz", ".json", ".trace", ".pt", ".sqlite"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return p.with_name(name + ".stepscope")

@@ -14,9 +14,11 @@ import msgspec
 
 from stepscope.errors import DamagedFileError, TraceFormatError
 from stepscope.importers.kineto.trace_file import GZIP_MAGIC, JAX_JSON_PROBLEM, check_trace_file
+from stepscope.importers.nsys import SQLITE_MAGIC, is_parquet_export
 from stepscope.importers.xspace.wire import looks_like_xspace
 
 SNIFF_BYTES = 1 << 20
+_NSYS_NAMES = (".sqlite", ".sqlite.gz", ".sqlite3", ".db")
 _CHUNK = 1 << 16
 
 _KINETO = re.compile(
@@ -65,15 +67,27 @@ def sniff(path: Path, limit: int = SNIFF_BYTES) -> tuple[bytes, bool]:
 
 def detect(path: str | Path) -> str:
     """``"kineto"`` for a PyTorch profiler trace (gzip or plain JSON with
-    ``traceEvents``), ``"xspace"`` for a TensorFlow/JAX profiler XSpace; otherwise ``TraceFormatError`` saying what the file is."""
+    ``traceEvents``), ``"xspace"`` for a TensorFlow/JAX profiler XSpace, ``"nsys"`` for an
+    SQLite database (an Nsight Systems export, plain or gzip) or an nsys Parquet export
+    folder; otherwise ``TraceFormatError`` saying what the file is."""
     p = Path(path)
     name = str(p)
+    if is_parquet_export(p):
+        return "nsys"
     head, complete = sniff(p)
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys"
     if looks_like_xspace(head):
         return "xspace"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not text:
         raise TraceFormatError(name, "empty file, not a trace")
+    if name.endswith(_NSYS_NAMES):
+        raise TraceFormatError(name, "not an SQLite database (an Nsight Systems export starts "
+                                     "with 'SQLite format 3')")
+    if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
+        raise TraceFormatError(name, "an Nsight Systems report: export it first "
+                                     "(nsys export --type sqlite REPORT) and import the .sqlite")
     if text[:1] == b"[":
         raise TraceFormatError(name, "not a trace: the top level is a JSON array, expected an "
                                      "object with 'traceEvents' (a PyTorch profiler trace)")

@@ -20,6 +20,7 @@ from stepscope._version import __version__
 from stepscope.errors import DamagedFileError, RunError, TraceFormatError
 from stepscope.importers.dask_engine import distributed
 from stepscope.importers.engines import Engine, open_pool, ordered, plan_workers
+from stepscope.importers.nsys import is_parquet_export
 from stepscope.importers.rank_work import RankFailure, RankTask
 from stepscope.importers.registry import FORMATS, Format, format_of
 from stepscope.importers.trace_sets import (
@@ -66,7 +67,7 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
 
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
+        if p.is_dir() and not is_parquet_export(p):
             candidates = walk(p, TRACE_SUFFIXES)
             if not candidates:
                 raise TraceFormatError(str(p), "no trace files (*.json, *.json.gz, *.xplane.pb) in "
@@ -122,6 +123,8 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
     if chosen.address and wanted is None:  # a cluster's size is its own: keep every file queued
         wanted = len(files)
     n = plan_workers([f for f, _ in files], wanted)
+    if any(fmt.ranks is not None for _, fmt in files):
+        n = 1  # a file of several ranks (nsys) is read here, its ranks one after another
     seen: list[FileFacts] = []
 
     def checked(read: Iterator[tuple[RankBundle, FileFacts]]) -> Iterator[RankBundle]:
@@ -141,12 +144,16 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
             ranks[r] = bundle.rank.file
             yield bundle
 
-    def serial() -> Iterator[tuple[RankBundle, FileFacts]]:  # one file's tables at a time
-        for i, (f, fmt) in enumerate(files):
-            bundle = fmt.read(f, default_rank=i)
-            yield bundle, facts(f, bundle.rank.rank,
-                                bundle.details.get("rank_source") == "distributedInfo",
-                                bundle.rank.pid, bundle.rank.world_size, bundle.tables)
+    def serial() -> Iterator[tuple[RankBundle, FileFacts]]:  # one rank's tables at a time
+        done = 0
+        for f, fmt in files:
+            bundles = fmt.ranks(f, first_rank=done) if fmt.ranks is not None \
+                else iter((fmt.read(f, default_rank=done),))
+            for bundle in bundles:
+                done += 1
+                yield bundle, facts(f, bundle.rank.rank,
+                                    bundle.details.get("rank_source") == "distributedInfo",
+                                    bundle.rank.pid, bundle.rank.world_size, bundle.tables)
 
     def head(facts: Sequence[RankBundle]) -> Manifest:
         tools = list(dict.fromkeys(b.tool for b in facts))

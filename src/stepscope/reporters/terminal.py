@@ -89,7 +89,10 @@ def _header(report: Report, s: RunSummary) -> Text:
         t.append(f"\n{end.text[0].upper()}{end.text[1:]}", style="yellow")
     for name, major, minor, sms, links in sorted(devs, key=str):
         cc = f"CC {major}.{minor}, " if major is not None else ""
-        t.append(f"\n{name} ({cc}{sms} SMs{links})")
+        if sms is None and not cc and not links:  # a source that knows the GPU by index only
+            t.append(f"\n{name} (properties not recorded)")
+            continue
+        t.append(f"\n{name} ({cc}{sms if sms is not None else '?'} SMs{links})")
     numa = _numa_line(report)
     if numa:
         t.append("\n" + numa)
