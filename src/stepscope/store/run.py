@@ -63,6 +63,12 @@ class Run:
         self._cache[key] = t
         return t
 
+    def forget(self, rank: int) -> None:
+        """Drop the tables of ``rank`` read so far (a worker analysing one rank after another
+        holds one rank's tables at a time)."""
+        for key in [k for k in self._cache if k[1] == rank]:
+            del self._cache[key]
+
     def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
         """A value derived from this run's (read-only) tables, computed once per Run object:
         analyses that several consumers need (e.g. the per-launch kernel frame) share it."""
