@@ -128,9 +128,9 @@ Facts = Callable[["Analysis", RankAnalysis], None]
 FACT = "fact"  # the first element of a rank graph's memo keys a worker sends back
 # Below this many events (rows of the run's tables, all ranks) the analysis is serial unless
 # workers are asked for: a worker pool costs ~0.5 s of CPU to start (the fork server imports
-# numpy, pyarrow and the analysis) and the analysis handles ~0.5-1 M events per CPU second
-# (64 ranks of 40 k events: 3.2 s; docs/benchmarks.md).
-POOL_MIN_EVENTS = 1_000_000
+# numpy, pyarrow and the analysis), about the time the analysis and the rules' per-rank facts
+# take for 100-150 k events (64 ranks, 771 k events: ~5 s on the 2-core box; docs/benchmarks.md).
+POOL_MIN_EVENTS = 250_000
 
 
 # A worker analyses a chunk of consecutive ranks with one opened run (opening checks every
