@@ -59,15 +59,17 @@ def cpus() -> int:
 
 def run_ordered(fn: Callable[[A], R], tasks: Iterable[A], *, workers: int,
                 engine: str = "process", address: str = "",
-                window: int | None = None) -> Iterator[R]:
+                window: int | None = None, preload: tuple[str, ...] = ()) -> Iterator[R]:
     """``fn(task)`` of every task, in task order: here when ``workers`` is 1 (and no Dask
-    engine is asked for), else on ``engine``'s workers. ``fn`` and the tasks must pickle."""
+    engine is asked for), else on ``engine``'s workers. ``fn`` and the tasks must pickle;
+    ``preload``: more modules the fork server imports once for every worker (the modules of
+    functions the tasks carry)."""
     check_engine(engine)
     if workers <= 1 and engine == "process":
         yield from map(fn, tasks)
         return
     window = window or 2 * max(1, workers)
-    with (_dask_pool(address, workers) if engine == "dask" else _process_pool(workers)) as submit:
+    with (_dask_pool(address, workers) if engine == "dask" else _process_pool(workers, preload)) as submit:
         pending: deque[_Future] = deque()
         it = iter(tasks)
         for task in it:
@@ -85,13 +87,13 @@ def run_ordered(fn: Callable[[A], R], tasks: Iterable[A], *, workers: int,
 _END: Any = object()
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context(preload: tuple[str, ...] = ()) -> multiprocessing.context.BaseContext:
     """``forkserver`` where there is one (a fork of a process running pyarrow's or DuckDB's
     threads can deadlock), else ``spawn``; the server imports the workers' module once."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([WORKER_MODULE])
+    ctx.set_forkserver_preload([WORKER_MODULE, *preload])
     given = os.environ.get("OPENBLAS_NUM_THREADS")
     os.environ["OPENBLAS_NUM_THREADS"] = given or "1"
     try:
@@ -115,8 +117,9 @@ class _Local:
 
 
 @contextmanager
-def _process_pool(workers: int) -> Iterator[Callable[[Callable[[Any], Any], Any], _Future]]:
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+def _process_pool(workers: int, preload: tuple[str, ...] = ()
+                  ) -> Iterator[Callable[[Callable[[Any], Any], Any], _Future]]:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(preload))
     try:
         yield lambda fn, task: _Local(pool.submit(fn, task))
     finally:

@@ -240,8 +240,9 @@ def analyze_ranks(run: Run, graph: RunGraph, ranks: Sequence[int], *, workers: i
     memo: dict[Hashable, Any] = {}
     out: list[RankAnalysis] = []
     tasks = (RankTask(path, c, facts) for c in chunks(ranks, workers))
+    preload = (facts.__module__,) if facts is not None else ()
     for chunk in run_ordered(analyze_rank_at, tasks, workers=workers, engine=engine,
-                             address=address):
+                             address=address, preload=preload):
         if chunk.error:
             raise StepscopeError(chunk.error)
         for res in chunk.ranks:
