@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[name].append(r)
                 got = tables(out)
                 if name == configs[0][0]:  # the reports of the run, once per round
+                    report_json = None  # the JSON names the run's folder: one per round
                     for rname, rextra in rconfigs:
                         dest = Path(tmp) / f"report-{rep}-{len(reports[rname])}.json"
                         reports[rname].append(measure(
