@@ -133,9 +133,9 @@ FACT = "fact"  # the first element of a rank graph's memo keys a worker sends ba
 POOL_MIN_EVENTS = 250_000
 
 
-# A worker analyses a chunk of consecutive ranks with one opened run (opening checks every
-# table's files, ~0.1 s for 64 ranks) and one cache of kernel-name classes (the ranks of a job
-# share their kernel names): at most this many ranks, so that what a worker holds (the chunk's
+# A worker analyses a chunk of consecutive ranks with one opened run and one cache of
+# kernel-name classes (the ranks of a job share their kernel names; a rank alone in its chunk
+# cost 3x the CPU of one in a chunk of 16, measured): at most this many ranks, so that what a worker holds (the chunk's
 # tables, read once) stays bounded whatever the number of ranks.
 CHUNK_RANKS = 8
 
@@ -190,7 +190,7 @@ def analyze_rank_at(task: RankTask) -> ChunkResult:
     """The worker's job: the ranks ``task.ranks`` of the run at ``task.run``, each analysed
     with its facts (module docstring)."""
     try:
-        run = Run(task.run)
+        run = Run(task.run, check=False)  # the parent opened it, its files checked
         graph = run_graph(run)
         out = []
         for r in task.ranks:
