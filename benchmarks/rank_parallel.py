@@ -19,6 +19,10 @@ its ``distributedInfo`` rank and world size rewritten. Each measurement is a fre
 * CPU s      -- user + sys of the command and all its descendants (each one's own, sampled with
                 psutil; without psutil, the command's and the children it waited for).
 
+The report phase (``--report-workers``, default ``1,N``): ``stepscope report RUN -o
+report.json --workers W`` of the imported run, serial against the pool (and the Dask engine
+with ``--engines ...,dask``), each JSON report compared byte for byte with the serial one.
+
 Medians of ``--repeats`` (default 3), runs interleaved. Every run's tables are compared with
 the first (serial) run's, byte for byte (exit 1 when they differ). Example (the driver needs
 only the standard library; the measured command runs with ``--python``)::
@@ -156,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated worker counts for the process pool (1: serial)")
     ap.add_argument("--engines", default="process,dask",
                     help="process and/or dask (dask: a local cluster of the largest --workers)")
+    ap.add_argument("--report-workers", default=None,
+                    help="comma-separated worker counts for `stepscope report` of the run "
+                         "(default: those of --workers)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--fixtures", type=Path, default=ROOT / "tests" / "data",
                     help="folder holding the template traces (tests/data: copies of "
@@ -173,8 +180,15 @@ def main(argv: list[str] | None = None) -> int:
         configs = [c for c in configs if c[0].startswith("dask")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    rcounts = [int(w) for w in (args.report_workers or args.workers).split(",")]
+    rconfigs: list[tuple[str, list[str]]] = [
+        (f"report, {w} worker{'s' if w > 1 else ''}", ["--workers", str(w)]) for w in rcounts]
+    if "dask" in args.engines.split(","):
+        rconfigs.append((f"report, dask local cluster, {max(rcounts)} workers",
+                         ["--engine", "dask", "--workers", str(max(rcounts))]))
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in configs}
-    report: list[dict[str, float]] = []
+    reports: dict[str, list[dict[str, float]]] = {name: [] for name, _ in rconfigs}
+    report_json: bytes | None = None
     with tempfile.TemporaryDirectory(prefix="stepscope-ranks-") as tmp:
         traces = Path(tmp) / "traces"
         size = make_ranks(args.fixtures, traces, args.ranks)
@@ -186,9 +200,23 @@ def main(argv: list[str] | None = None) -> int:
                              str(out), "--quiet", *extra], env)
                 results[name].append(r)
                 got = tables(out)
-                if name == configs[0][0]:  # the report of the run, once per round
-                    report.append(measure([args.python, "-m", "stepscope", "report", str(out),
-                                           "-o", str(Path(tmp) / f"report-{rep}.json")], env))
+                if name == configs[0][0]:  # the reports of the run, once per round
+                    report_json = None  # the JSON names the run's folder: one per round
+                    for rname, rextra in rconfigs:
+                        dest = Path(tmp) / f"report-{rep}-{len(reports[rname])}.json"
+                        reports[rname].append(measure(
+                            [args.python, "-m", "stepscope", "report", str(out), "-o",
+                             str(dest), "--quiet", *rextra], env))
+                        text = dest.read_bytes()
+                        dest.unlink()
+                        if report_json is None:
+                            report_json = text
+                        elif text != report_json:
+                            print(f"{rname}: the JSON report differs from the first one",
+                                  file=sys.stderr)
+                            return 1
+                        print(f"  {rname} #{rep + 1}: {reports[rname][-1]['wall_s']:.2f} s",
+                              file=sys.stderr)
                 if first is None:
                     first = got
                 elif got != first:
@@ -211,14 +239,20 @@ def main(argv: list[str] | None = None) -> int:
     for name, m in med.items():
         print(f"| {name} | {m['wall_s']:.2f} | x{base / m['wall_s']:.2f} | {m['cpu_s']:.2f} | "
               f"{m['parent_mb']:.0f} | {m['tree_mb']:.0f} |")
-    rep_m = {k: statistics.median(x[k] for x in report) for k in report[0]}
+    rmed = {name: {k: statistics.median(x[k] for x in rs) for k in rs[0]}
+            for name, rs in reports.items()}
+    rbase = rmed[rconfigs[0][0]]["wall_s"]
     print()
-    print(f"`stepscope report` of the {args.ranks}-rank run (JSON): {rep_m['wall_s']:.2f} s wall, "
-          f"{rep_m['cpu_s']:.2f} s CPU, peak {rep_m['parent_mb']:.0f} MB "
-          f"(median of {len(report)})")
+    print(f"`stepscope report` of the {args.ranks}-rank run (JSON; the same bytes every time):")
+    print()
+    print("| report | wall s | speed-up | CPU s | parent peak MB | tree peak MB |")
+    print("|---|---|---|---|---|---|")
+    for name, m in rmed.items():
+        print(f"| {name} | {m['wall_s']:.2f} | x{rbase / m['wall_s']:.2f} | {m['cpu_s']:.2f} | "
+              f"{m['parent_mb']:.0f} | {m['tree_mb']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps({"ranks": args.ranks, "bytes": size, "runs": results,
-                                         "report": report}, indent=1))
+                                         "reports": reports}, indent=1))
     return 0
 
 

@@ -38,3 +38,6 @@ def test_a_small_round_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "| process, 1 worker |" in table and "| process, 2 workers |" in table
     got = json.loads(out.read_text())
     assert got["ranks"] == 3 and len(got["runs"]["process, 2 workers"]) == 1
+    # the report phase: serial against 2 workers (the JSON reports compared by the script)
+    assert "| report, 1 worker |" in table and "| report, 2 workers |" in table
+    assert len(got["reports"]["report, 2 workers"]) == 1

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from stepscope.analysis.rank_pool import check_engine
 from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
 from stepscope.progress import reporting
 from stepscope.reporters.report import Report, build_report
@@ -25,14 +26,26 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--format", choices=("text", "json", "html"),
                    help="default: from -o's suffix, else text (html without -o: RUN/report.html)")
     p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
+    p.add_argument("--workers", type=_positive, metavar="N",
+                   help="analyse the ranks in N worker processes (1: serial; default: a pool "
+                        "the size of the cores for runs of many ranks and events)")
+    p.add_argument("--engine", default="process", metavar="ENGINE",
+                   help="where the per-rank analysis runs: process (a local pool, default), "
+                        "dask (a local Dask cluster) or dask:SCHEDULER_ADDRESS (the run's "
+                        "folder must be at the same path on the workers)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     fmt = args.format or format_for(args.output)
+    engine, _, address = str(args.engine).strip().partition(":")
+    check_engine(engine)
+    if engine == "process" and address:
+        check_engine(args.engine)
     run_ = Run(args.run_dir)
     with TerminalProgress(not args.quiet, delay_s=PROGRESS_AFTER_S) as sink, reporting(sink):
-        report = build_report(run_, page=fmt == "html")
+        report = build_report(run_, page=fmt == "html", workers=args.workers, engine=engine,
+                              address=address)
         text = _rendered(report, fmt)
     output = args.output or (str(run_.path / "report.html") if fmt == "html" else None)
     if output:
@@ -68,6 +81,16 @@ def _plain(report: Report) -> str:
     from stepscope.reporters.terminal import render_text
 
     return render_text(report)
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text}: not a positive number of workers")
+    return n
 
 
 def format_for(output: str | None) -> str:

@@ -11,6 +11,7 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
+from stepscope.analysis.results import FACT
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.model import transfers as mt
 from stepscope.model.kernels import kernel_columns
@@ -63,6 +64,11 @@ def _queued_behind(run_kernels: tuple[I64, I64, I64, I64], copy_e: I64, copy_dev
 
 
 def copy_overlap(g: StepGraph, ra: RankAnalysis) -> CopyOverlap | None:
+    """Memoised on the rank's graph (a per-rank fact: ``advisor.rank_facts``); see ``_copy_overlap``."""
+    return g.memo((FACT, "copy_overlap"), lambda: _copy_overlap(g, ra))
+
+
+def _copy_overlap(g: StepGraph, ra: RankAnalysis) -> CopyOverlap | None:
     win = mt.steady_windows(ra)
     if win.n == 0:
         return None

@@ -81,7 +81,12 @@ class SteadyKernels:
 
 def steady_kernels(g: StepGraph, ra: RankAnalysis) -> SteadyKernels | None:
     """The enriched kernel frame (``analysis.kernels.kernel_frame``) of rank ``ra`` restricted to
-    launches that start in a steady step; ``None`` without steady steps or kernels."""
+    launches that start in a steady step; ``None`` without steady steps or kernels. Once per
+    rank graph (four rules read it)."""
+    return g.memo(("steady_kernels",), lambda: _steady_kernels(g, ra))
+
+
+def _steady_kernels(g: StepGraph, ra: RankAnalysis) -> SteadyKernels | None:
     steady = ra.steps.steady
     if not steady:
         return None

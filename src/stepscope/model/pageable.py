@@ -11,6 +11,7 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.copies import pageable_at_pinned_ns
 from stepscope.analysis.graph import StepGraph
+from stepscope.analysis.results import FACT
 from stepscope.model import transfers as mt
 
 PINNED_CALL_NS = 10_000  # host cost of an async pinned copy call when the run shows none
@@ -44,6 +45,11 @@ class PageableCopies:
 
 
 def pageable_copies(g: StepGraph, ra: RankAnalysis) -> PageableCopies | None:
+    """Memoised on the rank's graph (a per-rank fact: ``advisor.rank_facts``); see ``_pageable_copies``."""
+    return g.memo((FACT, "pageable_copies"), lambda: _pageable_copies(g, ra))
+
+
+def _pageable_copies(g: StepGraph, ra: RankAnalysis) -> PageableCopies | None:
     win = mt.steady_windows(ra)
     if win.n == 0:
         return None

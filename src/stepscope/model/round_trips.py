@@ -12,6 +12,7 @@ from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
+from stepscope.analysis.results import FACT
 from stepscope.model import transfers as mt
 from stepscope.model.host_ops import HostOps
 
@@ -221,6 +222,11 @@ class ExcessTransfers:
 
 
 def excess_transfers(g: StepGraph, ra: RankAnalysis) -> ExcessTransfers | None:
+    """Memoised on the rank's graph (a per-rank fact: ``advisor.rank_facts``); see ``_excess_transfers``."""
+    return g.memo((FACT, "excess_transfers"), lambda: _excess_transfers(g, ra))
+
+
+def _excess_transfers(g: StepGraph, ra: RankAnalysis) -> ExcessTransfers | None:
     win = mt.steady_windows(ra)
     if win.n == 0:
         return None

@@ -25,6 +25,7 @@ import hashlib
 import html
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
@@ -57,20 +58,22 @@ def _asset(name: str) -> str:
     return (resources.files("stepscope.reporters") / "assets" / name).read_text(encoding="utf-8")
 
 
-def _steps(report: Report, t0: int) -> list[dict[str, Any]]:
+def _steps(report: Report, t0: int, shifts: Mapping[int, int]) -> list[dict[str, Any]]:
     out = []
     for ra in report.analysis.ranks:
+        sh = shifts.get(ra.rank, 0)
         for st, busy, bd in zip(ra.steps.steps, ra.step_busy_ns, ra.breakdown.per_step):
             out.append({"rank": ra.rank, "index": st.index, "number": st.number,
-                        "start_us": rel_us(st.start_ns, t0), "end_us": rel_us(st.end_ns, t0),
+                        "start_us": rel_us(st.start_ns + sh, t0), "end_us": rel_us(st.end_ns + sh, t0),
                         "wall_ms": st.wall_ns / 1e6, "gpu_busy_ms": busy / 1e6,
                         "steady": st.steady, "note": st.note,
                         "breakdown": {c: v / 1e6 for c, v in bd.items()}})
     return out
 
 
-def _where(report: Report, t0: int) -> list[dict[str, Any] | None]:
-    """Per finding, the time range to open in the timeline (µs), from its range or steps."""
+def _where(report: Report, t0: int, shifts: Mapping[int, int]) -> list[dict[str, Any] | None]:
+    """Per finding, the time range to open in the timeline (µs on its shared axis), from its
+    range or steps."""
     out: list[dict[str, Any] | None] = []
     for f in report.advice.findings:
         w = f.where
@@ -80,24 +83,30 @@ def _where(report: Report, t0: int) -> list[dict[str, Any] | None]:
             st = [x for ra in ranks for x in ra.steps.steps if x.index in w.steps]
             if st:
                 s, e = min(x.start_ns for x in st), max(x.end_ns for x in st)
+        sh = shifts.get(w.rank, 0) if w.rank is not None else 0
         out.append(None if s is None or e is None else
-                   {"rank": w.rank, "start_us": rel_us(s, t0), "end_us": rel_us(e, t0),
+                   {"rank": w.rank, "start_us": rel_us(s + sh, t0), "end_us": rel_us(e + sh, t0),
                     "kernel": w.kernels[0] if w.kernels else None})
     return out
 
 
-def _syncs(report: Report, t0: int) -> list[dict[str, Any]]:
+def _syncs(report: Report, t0: int, shifts: Mapping[int, int]) -> list[dict[str, Any]]:
     out = []
     for ra in report.analysis.ranks:
+        sh = shifts.get(ra.rank, 0)
         for ev in ra.syncs.events:
             d = jsonable(ev)
-            d.update(rank=ra.rank, start_us=rel_us(ev.ts_ns, t0), end_us=rel_us(ev.end_ns, t0))
+            d.update(rank=ra.rank, start_us=rel_us(ev.ts_ns + sh, t0),
+                     end_us=rel_us(ev.end_ns + sh, t0))
             out.append(d)
     return out
 
 
 def ui_data(report: Report, page: Page) -> dict[str, Any]:
     t0 = int(page.timeline.meta["t0_ns"])
+    # each rank's times on the timeline's shared axis (its clock offset, model.clocks)
+    clock = page.timeline.meta.get("clock") or {}
+    shifts = {int(o["rank"]): int(o["offset_ns"]) for o in clock.get("offsets", [])}
     ks = [ra.kernel_summary for ra in report.analysis.ranks]
     precision: dict[str, float] = {}
     categories: dict[str, float] = {}
@@ -119,8 +128,8 @@ def ui_data(report: Report, page: Page) -> dict[str, Any]:
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "title": m.source.files[0].rsplit("/", 1)[-1] if m.source.files else str(report.run_path),
         "t0_ns": str(t0),
-        "steps": _steps(report, t0),
-        "where": _where(report, t0),
+        "steps": _steps(report, t0, shifts),
+        "where": _where(report, t0, shifts),
         "precision_ms": precision,
         "categories_ms": categories,
         "mean_occupancy": (sum(o * w for o, w in occ) / sum(w for _, w in occ)
@@ -131,7 +140,7 @@ def ui_data(report: Report, page: Page) -> dict[str, Any]:
         "kernels": kernels,
         "kernels_top_only": page.kernels_top_only,
         "copies": page.copies,
-        "sync_events": _syncs(report, t0),
+        "sync_events": _syncs(report, t0, shifts),
         "api_calls": page.api_calls,
         "launch_apis": page.launch_apis,
     }

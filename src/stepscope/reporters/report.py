@@ -32,6 +32,7 @@ from typing import Any
 
 from stepscope.advisor import Advice, advise
 from stepscope.advisor.base import Fix
+from stepscope.advisor.rank_facts import rank_facts
 from stepscope.analysis import Analysis, analyze
 from stepscope.analysis.input import (
     HIGHLY_INPUT_BOUND_PCT,
@@ -165,13 +166,16 @@ def fix_for(fix: Fix, frameworks: tuple[str, ...]) -> str:
 
 
 def build_report(run: Run, *, page: bool = False,
-                 max_events: int | None = DEFAULT_MAX_EVENTS) -> Report:
+                 max_events: int | None = DEFAULT_MAX_EVENTS, workers: int | None = None,
+                 engine: str = "process", address: str = "") -> Report:
     """The run's analysis and advice; with ``page``, also what the HTML page shows (its
     timeline of at most ``max_events`` events, the full kernel table, the longest copies):
-    every reporter then renders the Report alone."""
+    every reporter then renders the Report alone. The per-rank analysis (and the rules'
+    per-rank facts, ``advisor.rank_facts``) runs on ``workers`` workers of ``engine``
+    (``analysis.results``: None, a pool for runs with many events and ranks; 1, serial)."""
     what, steps = "analysing the run", 3 if page else 2
     say_progress(what, 0, steps)
-    analysis = analyze(run)
+    analysis = analyze(run, workers=workers, engine=engine, address=address, facts=rank_facts)
     say_progress(what, 1, steps)
     advice = advise(analysis)
     say_progress(what, 2, steps)

@@ -15,6 +15,7 @@ report is built (``build_report(run, page=True)``), so the render modules take d
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
@@ -25,6 +26,8 @@ import pyarrow.compute as pc
 from stepscope.analysis import Analysis
 from stepscope.analysis.graph import rank_graph
 from stepscope.analysis.kernels import KernelStats, kernel_frame, kernel_table
+from stepscope.model.clocks import ClockAlignment, clock_alignment
+from stepscope.model.collectives import run_cross_rank
 from stepscope.reporters.timeline_columns import (
     I64,
     K,
@@ -72,7 +75,7 @@ def build_page(run: Run, analysis: Analysis, *,
     api = rank_graph(run, None).table("api_calls")
     return Page(
         timeline=timeline, kernels=kernels, kernels_top_only=top_only,
-        copies=_copies(run, int(timeline.meta["t0_ns"])),
+        copies=_copies(run, int(timeline.meta["t0_ns"]), rank_clocks(analysis)),
         devices=tuple(rank_graph(run, None).table("devices").to_pylist()),
         api_calls=api.num_rows,
         launch_apis=int(pc.sum(pc.is_in(api.column("kind").cast(pa.string()),
@@ -82,7 +85,9 @@ def build_page(run: Run, analysis: Analysis, *,
 
 def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = None,
                    level: int = 1) -> Timeline:
-    """Every event of ``run`` as the compact payload of :mod:`.timeline_data`."""
+    """Every event of ``run`` as the compact payload of :mod:`.timeline_data`, each rank one
+    group of tracks on a shared time axis: shifted by its clock offset where the ranks' clocks
+    differ (``model.clocks``; the payload's ``clock`` says which shift went to which rank)."""
     strings, tracks, parts = Strings(), Tracks(), Parts()
     strings.id("")
     stream_names = {(int(a["rank"]), int(a["device"]), int(a["stream"])): str(a["name"] or "")
@@ -92,8 +97,19 @@ def build_timeline(run: Run, analysis: Analysis, *, max_events: int | None = Non
     for r in run.ranks:
         _gpu(run, r, strings, tracks, parts, stream_names)
         add_host(run, r, strings, tracks, parts, names)
-    counters = CounterData(memory=memory_series(run), samples=sample_series(run))
-    return layout(strings, tracks, parts, counters, max_events=max_events, level=level)
+    clock = rank_clocks(analysis)
+    counters = CounterData(
+        memory=tuple(replace(m, ts=m.ts + clock.shift(m.rank)) for m in memory_series(run)),
+        samples=tuple(replace(x, ts=x.ts + clock.shift(x.rank)) for x in sample_series(run)))
+    return layout(strings, tracks, parts, counters, max_events=max_events, level=level,
+                  clock=clock)
+
+
+def rank_clocks(analysis: Analysis) -> ClockAlignment:
+    """The shift of each rank onto the shared axis (none for one rank)."""
+    if len(analysis.ranks) < 2:
+        return ClockAlignment()
+    return clock_alignment(run_cross_rank(analysis))
 
 
 def _kernels(run: Run, analysis: Analysis
@@ -114,7 +130,7 @@ def _kernels(run: Run, analysis: Analysis
     return tuple(out), partial
 
 
-def _copies(run: Run, t0: int) -> dict[str, Any]:
+def _copies(run: Run, t0: int, clock: ClockAlignment) -> dict[str, Any]:
     m = rank_graph(run, None).table("memcpy")
     total = m.num_rows
     if total > COPY_ROWS:
@@ -122,7 +138,8 @@ def _copies(run: Run, t0: int) -> dict[str, Any]:
         m = m.take(pa.array(np.argsort(-dur, kind="stable")[:COPY_ROWS]))
     rows = []
     for r in m.to_pylist():
-        rows.append({"rank": r["rank"], "start_us": rel_us(r["ts_ns"], t0),
+        rows.append({"rank": r["rank"],
+                     "start_us": rel_us(r["ts_ns"] + clock.shift(int(r["rank"])), t0),
                      "dur_us": r["dur_ns"] / 1e3, "kind": r["kind"], "bytes": r["bytes"],
                      "src": r["src_kind"], "dst": r["dst_kind"], "device": r["device"],
                      "stream": r["stream"],

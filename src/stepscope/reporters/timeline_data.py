@@ -19,6 +19,9 @@ Layout (``Timeline.meta`` describes it; ``Timeline.blob`` holds the bytes, zlib-
   API calls ``a_corr``, ``a_kind``; sampled stacks ``s_stack`` (string index of the whole
   stack) and ``s_n`` (samples merged into the event). ``kernel_classes`` maps a kernel's name
   index to its category, precision and tensor-core use.
+* Each rank's times are shifted by its clock offset onto the shared axis where the ranks'
+  clocks differ (``meta["clock"]``: why, and ``offsets``: rank, ``offset_ns``, ``offset_us``;
+  :mod:`stepscope.model.clocks`); ``t0_ns`` is on that axis (rank 0's clock).
 * ``tracks`` is in display order: per rank its steps, GPU streams (by device), host threads
   (main thread first, each followed by its sampled stacks: :mod:`stepscope.reporters.timeline_host`),
   then counters (``role``: ``single``, or a ``summary`` with its folded ``member`` series).
@@ -48,6 +51,7 @@ import numpy.typing as npt
 
 from stepscope.analysis import Analysis
 from stepscope.analysis.kernels import KernelStats
+from stepscope.model.clocks import ClockAlignment
 from stepscope.reporters.timeline_columns import (
     ESC,
     I64,
@@ -129,13 +133,21 @@ def _budget(kind: npt.NDArray[np.uint8], dur: I64, max_events: int | None) -> np
 
 
 def layout(strings: Strings, tracks: Tracks, parts: Parts, counter_data: CounterData, *,
-           max_events: int | None = None, level: int = 1) -> Timeline:
-    """The gathered events (:mod:`.timeline_build`) as the payload of the module docstring."""
+           max_events: int | None = None, level: int = 1,
+           clock: ClockAlignment | None = None) -> Timeline:
+    """The gathered events (:mod:`.timeline_build`) as the payload of the module docstring;
+    ``clock``: the shift of each rank's events onto the shared axis (the counters' series come
+    shifted already)."""
+    clock = clock or ClockAlignment()
     if not parts.ts:
         parts.add(K["step"], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                   np.zeros(0, np.uint32))
     ts, dur = np.concatenate(parts.ts), np.concatenate(parts.dur)
     track, name = np.concatenate(parts.track), np.concatenate(parts.name)
+    if clock.shifts_ns:
+        by_track = np.array([clock.shift(int(t["rank"])) for t in tracks.items] or [0],
+                            dtype=np.int64)
+        ts = ts + by_track[track]
     kind = np.concatenate(parts.kind)
     row = np.concatenate(parts.row)
     keep = _budget(kind, dur, max_events)
@@ -207,6 +219,10 @@ def layout(strings: Strings, tracks: Tracks, parts: Parts, counter_data: Counter
         "kernel_configs": {"columns": list(CFG_ALL), "rows": _clean(parts.configs)},
         "kernel_classes": class_map, "copy_kinds": COPY_KINDS, "memory_kinds": MEM_KINDS,
         "api_kinds": API_KINDS, "counters": counters,
+        # the shift of each rank onto the shared axis (model.clocks), said in the page header
+        "clock": {"reason": clock.reason,
+                  "offsets": [{"rank": r, "offset_ns": str(v), "offset_us": v / 1e3}
+                              for r, v in sorted(clock.shifts_ns.items())]},
     }
     return Timeline(meta=meta, blob=zlib.compress(raw, level), events=int(rel.size),
                     raw_bytes=len(raw))

@@ -21,12 +21,15 @@ T = TypeVar("T")
 class Run:
     """A run folder opened for reading. Tables are loaded lazily and cached."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, check: bool = True) -> None:
+        """``check=False``: leave out the check of every table file (``check_tables``), for a
+        worker opening a run that its parent opened, and checked, already."""
         self.path = Path(path)
         if not self.path.is_dir():
             raise RunError(f"{self.path}: no such run folder")
         self.manifest: Manifest = read_manifest(self.path)
-        check_tables(self.path, self.manifest)
+        if check:
+            check_tables(self.path, self.manifest)
         self._cache: dict[tuple[str, int | None], pa.Table] = {}
         self._derived: dict[Hashable, Any] = {}
 
@@ -62,6 +65,12 @@ class Run:
         t = pa.concat_tables(parts) if parts else empty_table(name)
         self._cache[key] = t
         return t
+
+    def forget(self, rank: int) -> None:
+        """Drop the tables of ``rank`` read so far (a worker analysing one rank after another
+        holds one rank's tables at a time)."""
+        for key in [k for k in self._cache if k[1] == rank]:
+            del self._cache[key]
 
     def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
         """A value derived from this run's (read-only) tables, computed once per Run object:

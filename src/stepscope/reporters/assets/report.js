@@ -115,6 +115,20 @@ function hideTip() { tip.style.display = 'none'; }
 const SCRIPT_START = performance.now();
 const DATA = JSON.parse(document.getElementById('stepscope-data').textContent);
 const R = DATA.report, U = DATA.ui, TM = DATA.timeline;
+// each rank's clock offset applied on the timeline's shared axis (model/clocks.py), and how
+// many rank groups start open (the others fold to their header row: a page of 64 ranks opens
+// with 8 groups drawn; click a rank's header to open or fold it)
+const CLOCK = (TM && TM.clock) || {reason: '', offsets: []};
+const CLOCK_US = Object.fromEntries((CLOCK.offsets || []).map(o => [o.rank, o.offset_us]));
+const OPEN_RANKS = 8;
+function fmtOffset(us) { return (us >= 0 ? '+' : '−') + fmtMs(Math.abs(us) / 1e3); }
+function clockText() {
+  const offs = CLOCK.offsets || [];
+  if (!offs.length) return '';
+  const shown = offs.slice(0, 4).map(o => 'rank ' + o.rank + ' ' + fmtOffset(o.offset_us));
+  const more = offs.length > 4 ? ` and ${offs.length - 4} more` : '';
+  return 'clocks aligned: ' + shown.join(', ') + more;
+}
 const RANKS = R.run.ranks.map(r => r.rank);
 const MULTI = RANKS.length > 1;
 const ESC = 0xFFFFFFFF;
@@ -566,6 +580,7 @@ function renderOverview() {
     RANKS.length + ' rank' + (RANKS.length > 1 ? 's' : ''),
     run.ending && run.ending.text ? h('b', {class: 'warnnote', id: 'run-ending',
       text: ' · ' + (run.ending.cut_short ? 'PARTIAL: ' : '') + run.ending.text}) : (run.partial ? h('b', {class: 'warnnote', text: ' · PARTIAL run'}) : null),
+    clockText() ? h('span', {id: 'clock-offsets', title: CLOCK.reason + '\n' + (CLOCK.offsets || []).map(o => 'rank ' + o.rank + ': ' + fmtOffset(o.offset_us) + ' added to its times').join('\n'), text: ' · ' + clockText()}) : null,
     ' · ', h('span', {class: 'mono', text: run.path})));
   const [dev, devSub] = deviceSummary();
   const prec = U.precision_ms || {};
@@ -727,6 +742,7 @@ class Timeline {
     this.frames = [];         // draw times, ms
     this.mode = 'pan';
     this.collapsed = new Set();
+    this.closedRanks = new Set(MULTI ? RANKS.slice(OPEN_RANKS) : []);  // rank groups folded
     this.openGroups = new Set();  // summary counters (indices into TM.counters) shown expanded
     this.defaultCollapse();
     this.build(root);
@@ -795,6 +811,7 @@ class Timeline {
     this.ev.tracks.forEach((t, ti) => {
       if (MULTI && t.rank !== lastRank) { rows.push({kind: 'rank', rank: t.rank, y, h: 20}); y += 20; }
       lastRank = t.rank;
+      if (MULTI && this.closedRanks.has(t.rank)) return;  // a folded rank: its header only
       if (t.type === 'counter') {
         // folded sample groups: a summary row, its member rows only while it is expanded
         const c = TM.counters[t.counter], role = c.role || 'single';
@@ -1022,7 +1039,9 @@ class Timeline {
       const y = y0 + row.y;
       if (y + row.h < top || y > H) continue;
       if (row.kind === 'rank') {
-        ctx.fillStyle = fg; ctx.font = 'bold 12px ' + cssVar('--sans'); ctx.fillText('Rank ' + row.rank, 8, y + 14);
+        const off = CLOCK_US[row.rank];
+        ctx.fillStyle = fg; ctx.font = 'bold 12px ' + cssVar('--sans');
+        ctx.fillText((this.closedRanks.has(row.rank) ? '▸ ' : '▾ ') + 'Rank ' + row.rank + (off !== undefined ? ' · clock ' + fmtOffset(off) : ''), 8, y + 14);
         continue;
       }
       const t = row.t;
@@ -1238,12 +1257,20 @@ class Timeline {
     const hit = this.hit(x, y);
     if (!hit) return;
     if (hit.row.kind === 'counter' && hit.row.role === 'summary') { this.toggleGroup(hit.row.t.counter); return; }
+    if (hit.row.kind === 'rank') { this.toggleRank(hit.row.rank); return; }
     if (x < this.gutter && hit.row.kind === 'track' && hit.row.t.lanes > 1) {
       if (this.collapsed.has(hit.row.ti)) this.collapsed.delete(hit.row.ti); else this.collapsed.add(hit.row.ti);
       this.layout(); this.resize(); this.render(); return;
     }
     this.selected = hit.event;
     this.showDetails(hit.event);
+  }
+
+  /** Open or fold a rank's group of tracks. */
+  toggleRank(rank, open) {
+    if (open === undefined) open = this.closedRanks.has(rank);
+    if (open) this.closedRanks.delete(rank); else this.closedRanks.add(rank);
+    this.layout(); this.resize(); this.render();
   }
 
   /** Expand or fold a summary counter's member lanes. */
@@ -1353,6 +1380,7 @@ class Timeline {
     this.view = {s: a - pad, e: b + pad};
     this.band = [a, b];
     if (opts.rank !== undefined && opts.rank !== null) {
+      if (this.closedRanks.has(opts.rank)) this.toggleRank(opts.rank, true);
       const row = this.rows.find(r => r.t && r.t.rank === opts.rank);
       if (row) { this.scrollY = row.y - (MULTI ? 20 : 0); this.clampScroll(); }
     }
