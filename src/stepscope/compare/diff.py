@@ -114,11 +114,15 @@ def _rank_plan(base: Sequence[Analysis], new: Sequence[Analysis]) -> tuple[
     common = rb & rn
     if common:
         r = min(common)
-        more = (f" (BASE has {len(rb)} ranks, NEW {len(rn)}: the lowest rank of both)"
-                if len(rb) > 1 or len(rn) > 1 else "")
+        more = (f", the lowest rank both sides have (BASE: {_ranks(len(rb))}, NEW: "
+                f"{_ranks(len(rn))})" if len(rb) > 1 or len(rn) > 1 else "")
         return [(r, r)], f"rank {r}{more}"
     b, n = min(rb), min(rn)
     return [(b, n)], f"BASE rank {b} against NEW rank {n} (no rank in common)"
+
+
+def _ranks(n: int) -> str:
+    return "1 rank" if n == 1 else f"{n} ranks"
 
 
 def _span(rs: list[int]) -> str:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from stepscope.compare.sides import Use
 
 _HEX_LITERAL = re.compile(r"0x[0-9a-fA-F]+")
-_HEX_HASH = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b")
+_HEX_HASH = re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}"
+                       r"(?![0-9A-Za-z])")
 _DIGITS = re.compile(r"\d+")
 _SPACE = re.compile(r"\s+")
 

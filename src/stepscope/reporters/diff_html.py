@@ -119,7 +119,7 @@ def diff_html(d: Diff, *, fail_above: float | None = None) -> str:
     b, n = d.mean_ms
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{_e(CSP)}">
+<meta http-equiv="Content-Security-Policy" content="{html.escape(CSP, quote=False)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="color-scheme" content="light dark">
 <title>stepscope diff · {_e(d.verdict.value)}</title>
