@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from stepscope._version import __version__
 from stepscope.compare import Change, Diff
 from stepscope.reporters.diff_json import diff_dict
+from stepscope.reporters.diff_terminal import calls_text
 from stepscope.reporters.html import _asset, script_json
 from stepscope.reporters.terminal import LABEL
 
@@ -65,7 +66,8 @@ def _changes(title: str, rows: tuple[Change, ...]) -> str:
         was = (f' <span class="muted">(was {_e(c.base_name)}; {_e(c.matched_by)})</span>'
                if c.matched_by and c.matched_by != "name" else "")
         status = "" if c.status == "matched" else f' <span class="muted">[{c.status}]</span>'
-        calls = f"{c.base.calls if c.base else 0:g} → {c.new.calls if c.new else 0:g}"
+        calls = (f"{calls_text(c.base.calls) if c.base else '-'} → "
+                 f"{calls_text(c.new.calls) if c.new else '-'}")
         body.append([f'<td class="name" title="{_e(c.name)}">{_e(c.name)}{status}{was}</td>',
                      f"<td>{_e(calls)}</td>", _num(c.base_ms), _num(c.new_ms),
                      _num(c.delta_ms, delta=True)])

@@ -32,17 +32,30 @@ def _table(*cols: str) -> Table:
     """A borderless table; the first column (a name) left-aligned, the others right."""
     tab = Table(expand=False, show_edge=False, pad_edge=False, box=None, header_style="bold")
     for i, c in enumerate(cols):
-        tab.add_column(c, justify="left" if i == 0 or not c else "right")
+        tab.add_column(c, justify="left" if i == 0 or c in ("", "verdict") else "right")
     return tab
 
 
 def _side(word: str, refs: tuple[RunRef, ...]) -> Text:
     t = Text(f"{word:<5}", style="bold")
     for i, r in enumerate(refs):
-        ranks = ", ".join(map(str, r.ranks))
         t.append(("\n     " if i else " ") + r.label)
-        t.append(f"  (rank {ranks}, {r.steady_steps} steady steps)", style="dim")
+        steps = f"{r.steady_steps} steady step" + ("" if r.steady_steps == 1 else "s")
+        t.append(f"  ({ranks_text(r.ranks)}; {steps})", style="dim")
     return t
+
+
+def ranks_text(ranks: tuple[int, ...]) -> str:
+    """``rank 0``, ``ranks 0-7``, ``ranks 0, 2``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    contiguous = list(ranks) == list(range(ranks[0], ranks[-1] + 1))
+    return f"ranks {ranks[0]}-{ranks[-1]}" if contiguous else "ranks " + ", ".join(map(str, ranks))
+
+
+def ms(v: float) -> str:
+    """Milliseconds, two decimals, or three significant digits below 1 ms."""
+    return f"{v:.2f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}"
 
 
 def _pct(v: float) -> str:
@@ -54,8 +67,8 @@ def _headline(d: Diff) -> Text:
     t = Text()
     t.append(d.verdict.value.upper(), style=VERDICT_STYLE[d.verdict.value])
     if math.isfinite(s.base_ms) and math.isfinite(s.new_ms):
-        t.append(f": median step {s.base_ms:.2f} -> {s.new_ms:.2f} ms, shift "
-                 f"{s.shift_ms:+.2f} ms ({_pct(s.change_pct)})")
+        t.append(f": median step {ms(s.base_ms)} -> {ms(s.new_ms)} ms, shift "
+                 f"{'+' if s.shift_ms >= 0 else ''}{ms(s.shift_ms)} ms ({_pct(s.change_pct)})")
     t.append(f"\n{s.reason} ({d.test}; 'same' within ±{s.margin_pct:g}%)", style="dim")
     t.append(f"\nAligned: {d.alignment}", style="dim")
     return t
@@ -69,8 +82,8 @@ def _categories(d: Diff) -> list[RenderableType]:
         tab.add_row(Text("■ ", style=STYLE[c.name]) + Text(LABEL[c.name]), f"{c.base_ms:.2f}",
                     f"{c.new_ms:.2f}", Text(f"{c.delta_ms:+.2f}", style=_sign(c.delta_ms)))
     b, n = d.mean_ms
-    return [Text(f"Where the change came from (ms per steady step; mean step {b:.2f} -> "
-                 f"{n:.2f} ms)", style="bold"), tab]
+    return [Text(f"Where the change came from (ms per steady step; mean step {ms(b)} -> "
+                 f"{ms(n)} ms)", style="bold"), tab]
 
 
 def _sign(delta: float) -> str:
@@ -128,10 +141,10 @@ def render_diff(d: Diff) -> Group:
     parts += _changes("Ops that changed most (per steady step, inclusive time)", d.ops)
     parts += _findings(d)
     if d.ranks:
-        tab = _table("rank", "verdict", "base ms", "new ms", "change")
+        tab = _table("rank", "base ms", "new ms", "change", "verdict")
         for r in d.ranks:
-            tab.add_row(str(r.base_rank), Text(r.step.verdict.value), f"{r.step.base_ms:.2f}",
-                        f"{r.step.new_ms:.2f}", _pct(r.step.change_pct))
+            tab.add_row(str(r.base_rank), ms(r.step.base_ms), ms(r.step.new_ms),
+                        _pct(r.step.change_pct), Text(r.step.verdict.value))
         parts += [Text(), Text("Per rank (median steady step)", style="bold"), tab]
     return Group(*parts)
 
