@@ -15,6 +15,8 @@ from compare.runs import JITTER, planted
 from stepscope.compare import Verdict, shift_test
 from stepscope.compare.matching import BY_CONFIG
 from stepscope.errors import StepscopeError
+from stepscope.reporters.diff_json import diff_dict
+from stepscope.reporters.diff_terminal import diff_text
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,8 @@ def test_kernels_ops_and_findings(runs: dict[str, Path]) -> None:
 
 
 def test_a_run_against_itself_is_the_same(runs: dict[str, Path]) -> None:
-    d = stepscope.diff(runs["base"], runs["base"])
+    assert "diff" in stepscope.__all__
+    d = stepscope.diff(runs["base"], stepscope.analyze(runs["base"]))  # a Report serves too
     assert d.verdict is Verdict.SAME and d.step.shift_ms == 0.0
     assert all(c.delta_ms == 0 for c in d.categories)
     assert all(k.status == "matched" and k.delta_ms == 0 for k in d.kernels)
@@ -118,6 +121,12 @@ def test_multi_rank_runs_compare_rank_by_rank(tmp_path: Path) -> None:
     assert all(r.step.verdict is Verdict.FASTER for r in d.ranks)
     idle = {r.base_rank: {c.name: c for c in r.categories}["idle"].delta_ms for r in d.ranks}
     assert idle == pytest.approx({0: -0.4, 1: -0.3})
+    rows = diff_dict(d)["ranks"]
+    assert [(r["base_rank"], r["verdict"]) for r in rows] == [(0, "faster"), (1, "faster")]
+    assert rows[1]["step_ms"]["change_ms"] == pytest.approx(-0.3)
+    assert rows[1]["categories"]["idle"]["delta_ms"] == pytest.approx(-0.3)
+    text = diff_text(d)
+    assert "ranks 0-1; 8 steady steps" in text and "Per rank" in text
 
 
 def test_ranks_that_differ_compare_the_lowest_common_or_say_so(tmp_path: Path) -> None:

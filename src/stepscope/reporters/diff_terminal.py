@@ -32,7 +32,8 @@ def _table(*cols: str) -> Table:
     """A borderless table; the first column (a name) left-aligned, the others right."""
     tab = Table(expand=False, show_edge=False, pad_edge=False, box=None, header_style="bold")
     for i, c in enumerate(cols):
-        tab.add_column(c, justify="left" if i == 0 or c in ("", "verdict") else "right")
+        tab.add_column(c, justify="left" if i == 0 or c in ("", "verdict") else "right",
+                       no_wrap=True)
     return tab
 
 
@@ -99,8 +100,8 @@ def _changes(title: str, rows: tuple[Change, ...], limit: int = ROWS) -> list[Re
         calls = f"{_calls(c.base)} -> {_calls(c.new)}"
         how = {"new": "new", "gone": "gone"}.get(c.status, "")
         if c.matched_by and c.matched_by != "name":
-            how = f"was {_short(c.base_name or '', 24)}"
-        tab.add_row(Text(_short(c.name, 44)), calls, f"{c.base_ms:.3f}", f"{c.new_ms:.3f}",
+            how = f"was {_short((c.base_name or '').removeprefix('void '), 16)}"
+        tab.add_row(Text(_short(c.name.removeprefix("void "), 34)), calls, f"{c.base_ms:.3f}", f"{c.new_ms:.3f}",
                     Text(f"{c.delta_ms:+.3f}", style=_sign(c.delta_ms)), Text(how, style="dim"))
     return [Text(title, style="bold"), tab, Text()]
 
