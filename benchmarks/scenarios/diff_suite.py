@@ -57,6 +57,8 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "jax_jit": ("compute",),
     "cupy_pageable": ("copies", "sync"),
     "torch_inference": ("launch", "host"),
+    "jax_host_callback": ("sync", "host"),
+    "jax_input_host": ("host", "input_wait"),
     "healthy": (),
 }
 
