@@ -12,7 +12,7 @@ from builder import TraceBuilder
 from compare.runs import JITTER, planted
 from stepscope.cli.main import main
 
-HOSTILE = "<script>alert(1)</script>[bold red]boom[/bold red]"
+HOSTILE = "[bold red]boom[/bold red]<script>alert(1)</script>"
 
 
 @pytest.fixture(scope="module")

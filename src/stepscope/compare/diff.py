@@ -190,7 +190,7 @@ def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.
         base=tuple(_ref(s, r, h) for s, r, h in zip(base, sb, heads_b)),
         new=tuple(_ref(s, r, h) for s, r, h in zip(new, sn, heads_n)),
         alignment=alignment, test=TEST_NAME, step=step,
-        mean_ms=(_mean_of(heads_b, sb), _mean_of(heads_n, sn)),
+        mean_ms=(_mean_of(sb), _mean_of(sn)),
         categories=_categories(cat_b, cat_n),
         kernels=tuple(match(_uses(sb, "kernels"), _uses(sn, "kernels"))),
         ops=tuple(match(_uses(sb, "ops"), _uses(sn, "ops"))),
@@ -202,7 +202,7 @@ def _mean_runs(dicts: list[dict[str, float]]) -> dict[str, float]:
     return {c: float(np.mean([d.get(c, 0.0) for d in dicts])) for c in CATEGORIES}
 
 
-def _mean_of(heads: list[list[float]], samples: list[list[RankSample]]) -> float:
+def _mean_of(samples: list[list[RankSample]]) -> float:
     """The side's mean steady step, as the categories add up: over ranks, then runs."""
     return float(np.mean([np.mean([np.mean(s.steps_ms) for s in run]) for run in samples]))
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterable
+from importlib import resources
 
 from stepscope._version import __version__
 from stepscope.compare import Change, Diff
 from stepscope.reporters.diff_json import diff_dict
 from stepscope.reporters.diff_terminal import calls_text
-from stepscope.reporters.html import _asset, script_json
+from stepscope.reporters.html import script_json
 from stepscope.reporters.terminal import LABEL
 
 ROWS = 20
@@ -30,6 +31,12 @@ _EXTRA_CSS = """
 .pos { color: var(--crit); } .neg { color: var(--ok); }
 .dbar { display: inline-block; height: 10px; vertical-align: middle; border-radius: 2px; }
 """
+
+
+def _css() -> str:
+    """The report's stylesheet (``assets/report.css``)."""
+    return (resources.files("stepscope.reporters") / "assets" / "report.css").read_text(
+        encoding="utf-8")
 
 
 def _e(text: object) -> str:
@@ -47,8 +54,7 @@ def _cls(delta: float) -> str:
 def _table(head: Iterable[str], rows: Iterable[Iterable[str]], text_cols: int = 1) -> str:
     hs = "".join(f'<th class="text">{_e(h)}</th>' if i < text_cols else f"<th>{_e(h)}</th>"
                  for i, h in enumerate(head))
-    body = "".join("<tr>" + "".join(rows_) + "</tr>" for rows_ in
-                   ([c for c in r] for r in rows))
+    body = "".join("<tr>" + "".join(cells) + "</tr>" for cells in rows)
     return f"<table><thead><tr>{hs}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -125,7 +131,7 @@ def diff_html(d: Diff, *, fail_above: float | None = None) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="color-scheme" content="light dark">
 <title>stepscope diff · {_e(d.verdict.value)}</title>
-<style>{_asset("report.css")}{_EXTRA_CSS}</style></head>
+<style>{_css()}{_EXTRA_CSS}</style></head>
 <body><header class="top"><div class="brand">stepscope diff</div>
 <div class="status">stepscope {_e(__version__)}</div></header><main>
 <section id="verdict"><h2>Verdict</h2>
