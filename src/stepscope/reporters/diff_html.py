@@ -63,22 +63,24 @@ def _num(v: float, fmt: str = ".3f", delta: bool = False) -> str:
     return f"<td{cls}>{v:{'+' if delta else ''}{fmt}}</td>"
 
 
-def _changes(title: str, rows: tuple[Change, ...]) -> str:
+def _changes(title_: str, rows: tuple[Change, ...]) -> str:
     shown = [c for c in rows if abs(c.delta_ms) > 0][:ROWS]
     if not shown:
-        return f"<h3>{_e(title)}</h3><p class=\"note\">no change</p>"
+        return f"<h3>{_e(title_)}</h3><p class=\"note\">no change</p>"
     body = []
     for c in shown:
-        was = (f' <span class="muted">(was {_e(c.base_name)}; {_e(c.matched_by)})</span>'
-               if c.matched_by and c.matched_by != "name" else "")
-        status = "" if c.status == "matched" else f' <span class="muted">[{c.status}]</span>'
+        how = {"new": "new", "gone": "gone"}.get(c.status, "")
+        title = c.name
+        if c.matched_by and c.matched_by != "name":
+            how, title = "renamed", f"{c.name}\nwas: {c.base_name}\nmatched by {c.matched_by}"
         calls = (f"{calls_text(c.base.calls) if c.base else '-'} → "
                  f"{calls_text(c.new.calls) if c.new else '-'}")
-        body.append([f'<td class="name" title="{_e(c.name)}">{_e(c.name)}{status}{was}</td>',
+        body.append([f'<td class="name" title="{_e(title)}">{_e(c.name)}</td>',
+                     f'<td class="text muted">{_e(how)}</td>',
                      f"<td>{_e(calls)}</td>", _num(c.base_ms), _num(c.new_ms),
                      _num(c.delta_ms, delta=True)])
-    return f"<h3>{_e(title)}</h3>" + _table(
-        ["name", "calls per step", "base ms", "new ms", "delta ms"], body)
+    return f"<h3>{_e(title_)}</h3>" + _table(
+        ["name", "", "calls per step", "base ms", "new ms", "delta ms"], body, 2)
 
 
 def _categories(d: Diff) -> str:
@@ -113,7 +115,6 @@ def _findings(d: Diff) -> str:
 
 def diff_html(d: Diff, *, fail_above: float | None = None) -> str:
     s = d.step
-    lo, hi = s.interval_pct
     runs = "".join(f"<li><b>{side}</b> {_e(r.label)} <span class=\"muted\">(rank "
                    f"{_e(', '.join(map(str, r.ranks)))}, {r.steady_steps} steady steps)</span></li>"
                    for side, refs in (("BASE", d.base), ("NEW", d.new)) for r in refs)
@@ -137,7 +138,7 @@ def diff_html(d: Diff, *, fail_above: float | None = None) -> str:
 <section id="verdict"><h2>Verdict</h2>
 <div class="verdict {_e(d.verdict.value)}">{_e(d.verdict.value.upper())}</div>
 <p>median step {s.base_ms:.2f} → {s.new_ms:.2f} ms; shift {s.shift_ms:+.2f} ms
-({_e(_pct(s.change_pct))}), {s.confidence:.0%} interval {_e(_pct(lo))} .. {_e(_pct(hi))}</p>
+({_e(_pct(s.change_pct))})</p>
 <p class="note">{_e(s.reason)}; {_e(d.test)}; same within ±{s.margin_pct:g}%.
 Aligned: {_e(d.alignment)}.</p><ul class="note">{runs}</ul></section>
 <section id="categories"><h2>Where the change came from</h2>
