@@ -101,3 +101,23 @@ def test_a_profiler_fix_that_reorders_events_changes_nothing() -> None:
     assert all(f.status == "unchanged" for f in d.findings)
     # one step a side (the whole trace): no noise to judge a change against
     assert d.verdict is Verdict.INCONCLUSIVE and "1 against 1" in d.step.reason
+
+
+def test_a_recorded_run_against_itself_is_the_same() -> None:
+    run = DATA / "recorded" / "h100_healthy"  # stepscope record on an H100, 50 steps
+    d = stepscope.diff(run, run)
+    assert d.verdict is Verdict.SAME and d.step.n_base >= 40
+    lo, hi = d.step.interval_pct
+    assert -2.0 <= lo <= 0.0 <= hi <= 2.0
+
+
+def test_two_ranks_of_one_job_compare_rank_by_rank(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):  # HTA's sampled traces of one job's ranks 0 and 1, as one run
+        name = f"trace_filter_sampled_rank-{r}.json.gz"
+        (job / name).write_bytes((DATA / name).read_bytes())
+    d = stepscope.diff(job, job)
+    assert d.alignment.startswith("ranks 0-1, each against itself")
+    assert [r.base_rank for r in d.ranks] == [0, 1]
+    assert all(c.delta_ms == 0 for c in d.categories)
