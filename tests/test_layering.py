@@ -26,10 +26,12 @@ ALLOWED = {
     "analysis": {"store"},
     "model": {"analysis", "store"},  # what-if on the step graph
     "advisor": {"model", "analysis"},
-    # render modules: the Report's own types (advisor findings, analysis results)
-    "reporters": {"advisor", "model", "analysis"},
+    # two runs' analyses and advice compared (stepscope diff)
+    "compare": {"advisor", "model", "analysis"},
+    # render modules: the Report's own types (advisor findings, analysis results), the Diff
+    "reporters": {"advisor", "model", "analysis", "compare"},
     "exporters": {"analysis", "store"},  # run -> Perfetto / Chrome trace events (tables via the graph)
-    "cli": {"reporters", "exporters", "advisor", "model", "analysis", "store", "importers",
+    "cli": {"reporters", "exporters", "compare", "advisor", "model", "analysis", "store", "importers",
             "capture", "recording"},
     # stepscope.record() / step(): the twin of `record` (importers: the torch trace's reader)
     "recording": {"capture", "store", "importers"},

@@ -8,6 +8,8 @@ The face, for Python:
   folder of them), imported into a run folder first;
 * ``analyze(run)``: the run's analysis and the advice on it, as one ``Report``;
 * ``report(run, format)``: that report rendered as text, JSON or HTML;
+* ``diff(base, new)``: NEW against BASE (runs, traces or reports; one or several per side):
+  faster / slower / same / inconclusive, and where the change came from (``compare.Diff``);
 * the error tree: every error stepscope raises is a :class:`StepscopeError`.
 
 ``import stepscope`` stays cheap (no numpy/pyarrow, nothing of the capture) for the command
@@ -30,12 +32,16 @@ from stepscope.errors import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from stepscope.compare import Diff, Side
     from stepscope.recording import Recording, record, step
     from stepscope.reporters.report import Report
     from stepscope.store.run import Run
 
 __all__ = ["CaptureError", "QueryError", "Recording", "RunError", "StepscopeError",
-           "TraceFormatError", "__version__", "analyze", "load", "record", "report", "step"]
+           "TraceFormatError", "__version__", "analyze", "diff", "load", "record", "report",
+           "step"]
 
 _LAZY = {"Recording": "stepscope.recording", "record": "stepscope.recording",
          "step": "stepscope.recording"}
@@ -106,3 +112,55 @@ def report(run: Report | Run | str | os.PathLike[str], format: str = "text") -> 
     from stepscope.reporters.terminal import render_text
 
     return render_text(rep)
+
+
+RunLike = Any  # a Report, a Run, or a path to a run folder or to trace(s)
+
+
+def diff(base: RunLike | Sequence[RunLike], new: RunLike | Sequence[RunLike], *,
+         confidence: float = 0.95, margin_pct: float = 2.0) -> Diff:
+    """NEW against BASE (docs/diff.md): each a ``Report`` of :func:`analyze`, a ``Run``, a run
+    folder, a trace file or folder (imported into a temporary folder, removed afterwards), or
+    a list of those (several runs per side, their steady steps pooled). The result is a frozen
+    :class:`stepscope.compare.Diff`; render it with ``stepscope.reporters.diff_json`` /
+    ``diff_terminal`` / ``diff_html``."""
+    import tempfile
+
+    from stepscope.compare import compare
+
+    with tempfile.TemporaryDirectory(prefix="stepscope-diff-") as tmp:
+        sides = [[_side(x, Path(tmp) / f"{name}{i}") for i, x in enumerate(_runs(given))]
+                 for name, given in (("base", base), ("new", new))]
+        return compare(sides[0], sides[1], confidence=confidence, margin_pct=margin_pct)
+
+
+def _runs(given: RunLike | Sequence[RunLike]) -> list[RunLike]:
+    if isinstance(given, (list, tuple)):
+        if not given:
+            raise StepscopeError("diff needs at least one run on each side")
+        return list(given)
+    return [given]
+
+
+def _side(x: RunLike, scratch: Path) -> Side:
+    from stepscope.compare import Side
+    from stepscope.reporters.report import Report, build_report
+    from stepscope.store.run import Run
+
+    if isinstance(x, Report):
+        return Side(str(x.run_path), x.analysis, x.advice)
+    if isinstance(x, Run):
+        run = x
+    elif isinstance(x, (str, os.PathLike)):
+        p = Path(x)
+        if (p / "manifest.json").is_file():
+            run = Run(p)
+        else:
+            from stepscope.importers import import_traces
+
+            run = Run(import_traces([p], scratch))
+    else:
+        raise StepscopeError(f"diff takes runs, run folders or traces, not {type(x).__name__}")
+    rep = build_report(run)
+    label = str(x) if isinstance(x, (str, os.PathLike)) else str(run.path)
+    return Side(label, rep.analysis, rep.advice)

@@ -1,0 +1,212 @@
+"""``diff(BASE, NEW)``: did NEW's step get faster, slower, or stay the same, and where did the
+change come from. A pure function of the two sides' analyses and advice.
+
+Alignment, by step, never by wall-clock window:
+
+* **Ranks.** When both sides have several ranks and the same ones, every rank is compared
+  with itself, and the headline step of a run is, per step number steady on every rank,
+  the slowest rank's time (the job waits for it). Otherwise one rank per side: the lowest
+  rank both sides have (rank 0 of a job), else each side's lowest rank (two single-rank
+  traces of different jobs); ``Diff.alignment`` says which.
+* **Steps.** Each side's steady steps (``analysis.steady``: warm-up and rare outliers left
+  out), pooled over the side's runs, are the samples of :func:`stats.shift_test`.
+* **Categories, kernels, ops.** Per steady step, the mean over the compared ranks, then over
+  the side's runs; categories are the step-time breakdown, so they sum to the side's mean
+  step (``mean_ms``), and their deltas to the difference of the means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from stepscope.advisor import Advice
+from stepscope.analysis import Analysis
+from stepscope.analysis.breakdown import CATEGORIES
+from stepscope.compare.findings import FindingChange, compare_findings
+from stepscope.compare.matching import Change, match
+from stepscope.compare.sides import RankSample, Use, mean_uses, rank_sample
+from stepscope.compare.stats import TEST_NAME, ShiftTest, Verdict, shift_test
+from stepscope.errors import StepscopeError
+
+DIFF_SCHEMA = "stepscope.diff/1"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run of a side: its name (a path), its analysis and advice."""
+
+    label: str
+    analysis: Analysis
+    advice: Advice
+
+
+@dataclass(frozen=True)
+class RunRef:
+    label: str
+    ranks: tuple[int, ...]  # the ranks compared
+    steady_steps: int  # of the headline sample
+    step_detail: str
+
+
+@dataclass(frozen=True)
+class CategoryChange:
+    name: str
+    base_ms: float
+    new_ms: float
+
+    @property
+    def delta_ms(self) -> float:
+        return self.new_ms - self.base_ms
+
+
+@dataclass(frozen=True)
+class RankDiff:
+    base_rank: int
+    new_rank: int
+    step: ShiftTest
+    categories: tuple[CategoryChange, ...]
+
+
+@dataclass(frozen=True)
+class Diff:
+    base: tuple[RunRef, ...]
+    new: tuple[RunRef, ...]
+    alignment: str  # one line: which ranks were compared, how steps were matched
+    test: str  # the test's name
+    step: ShiftTest  # the headline: step times
+    mean_ms: tuple[float, float]  # mean steady step, BASE and NEW (what categories sum to)
+    categories: tuple[CategoryChange, ...]  # largest |delta| first
+    kernels: tuple[Change, ...]  # largest |delta| first
+    ops: tuple[Change, ...]
+    findings: tuple[FindingChange, ...]
+    ranks: tuple[RankDiff, ...]  # per rank when several are compared, else empty
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.step.verdict
+
+    def slower_than(self, pct: float) -> bool:
+        """NEW is slower than BASE by more than ``pct`` percent with the test's confidence:
+        the lower end of the interval is above it."""
+        lo = self.step.interval_pct[0]
+        return math.isfinite(lo) and lo > pct
+
+
+def _rank_plan(base: Sequence[Analysis], new: Sequence[Analysis]) -> tuple[
+        list[tuple[int, int]], str]:
+    """(base rank, new rank) pairs to compare and the line that says so (module docstring)."""
+    def ranks(side: Sequence[Analysis]) -> set[int]:
+        sets = [{ra.rank for ra in a.ranks if ra.steps.steady} for a in side]
+        return set.intersection(*sets) if sets else set()
+
+    rb, rn = ranks(base), ranks(new)
+    if not rb or not rn:
+        which = "BASE" if not rb else "NEW"
+        raise StepscopeError(f"{which} has no rank with steady steps (no steps were found)")
+    if len(rb) > 1 and rb == rn:
+        rs = sorted(rb)
+        return [(r, r) for r in rs], (f"ranks {_span(rs)}, each against itself; a step's time "
+                                      f"is its slowest rank's, per step number")
+    common = rb & rn
+    if common:
+        r = min(common)
+        more = (f", the lowest rank both sides have (BASE: {_ranks(len(rb))}, NEW: "
+                f"{_ranks(len(rn))})" if len(rb) > 1 or len(rn) > 1 else "")
+        return [(r, r)], f"rank {r}{more}"
+    b, n = min(rb), min(rn)
+    return [(b, n)], f"BASE rank {b} against NEW rank {n} (no rank in common)"
+
+
+def _ranks(n: int) -> str:
+    return "1 rank" if n == 1 else f"{n} ranks"
+
+
+def _span(rs: list[int]) -> str:
+    return f"{rs[0]}-{rs[-1]}" if rs == list(range(rs[0], rs[-1] + 1)) else ", ".join(map(str, rs))
+
+
+def _headline(samples: list[RankSample]) -> list[float]:
+    """A run's step times: one rank's steady steps, or per step number steady on every
+    rank, the slowest rank's time."""
+    if len(samples) == 1:
+        return list(samples[0].steps_ms)
+    per = [dict(zip(s.step_numbers, s.steps_ms)) for s in samples]
+    common = sorted(set.intersection(*(set(p) for p in per)))
+    if not common:  # ranks numbered their steps apart: the first rank's steps
+        return list(samples[0].steps_ms)
+    return [max(p[k] for p in per) for k in common]
+
+
+def _mean_categories(samples: Sequence[RankSample]) -> dict[str, float]:
+    return {c: float(np.mean([s.categories_ms.get(c, 0.0) for s in samples])) if samples
+            else 0.0 for c in CATEGORIES}
+
+
+def _categories(b: dict[str, float], n: dict[str, float]) -> tuple[CategoryChange, ...]:
+    rows = [CategoryChange(c, b.get(c, 0.0), n.get(c, 0.0)) for c in CATEGORIES]
+    return tuple(sorted(rows, key=lambda r: -abs(r.delta_ms)))
+
+
+def _uses(side: list[list[RankSample]], kind: str) -> dict[str, Use]:
+    per_run = [mean_uses([getattr(s, kind) for s in run]) for run in side]
+    return mean_uses(per_run)
+
+
+def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.95,
+            margin_pct: float = 2.0) -> Diff:
+    """The diff of NEW against BASE (module docstring); each side one run or several."""
+    if not base or not new:
+        raise StepscopeError("diff needs at least one run on each side")
+    if not 0.5 <= confidence < 1.0:
+        raise StepscopeError(f"confidence {confidence} is not in [0.5, 1)")
+    if not margin_pct >= 0:
+        raise StepscopeError(f"margin {margin_pct}% is negative")
+    plan, alignment = _rank_plan([s.analysis for s in base], [s.analysis for s in new])
+
+    def sample(side: Sequence[Side], pick: int) -> list[list[RankSample]]:
+        return [[rank_sample(s.analysis, s.analysis.rank(p[pick])) for p in plan] for s in side]
+
+    sb, sn = sample(base, 0), sample(new, 1)
+    heads_b, heads_n = [_headline(r) for r in sb], [_headline(r) for r in sn]
+    step = shift_test(np.array(sum(heads_b, []), dtype=np.float64),
+                      np.array(sum(heads_n, []), dtype=np.float64),
+                      confidence=confidence, margin_pct=margin_pct)
+    cat_b = _mean_runs([_mean_categories(r) for r in sb])
+    cat_n = _mean_runs([_mean_categories(r) for r in sn])
+    ranks: list[RankDiff] = []
+    if len(plan) > 1:
+        for i, (rb, rn) in enumerate(plan):
+            t = shift_test(np.array([x for r in sb for x in r[i].steps_ms]),
+                           np.array([x for r in sn for x in r[i].steps_ms]),
+                           confidence=confidence, margin_pct=margin_pct)
+            ranks.append(RankDiff(rb, rn, t, _categories(
+                _mean_runs([r[i].categories_ms for r in sb]),
+                _mean_runs([r[i].categories_ms for r in sn]))))
+    return Diff(
+        base=tuple(_ref(s, r, h) for s, r, h in zip(base, sb, heads_b)),
+        new=tuple(_ref(s, r, h) for s, r, h in zip(new, sn, heads_n)),
+        alignment=alignment, test=TEST_NAME, step=step,
+        mean_ms=(_mean_of(sb), _mean_of(sn)),
+        categories=_categories(cat_b, cat_n),
+        kernels=tuple(match(_uses(sb, "kernels"), _uses(sn, "kernels"))),
+        ops=tuple(match(_uses(sb, "ops"), _uses(sn, "ops"))),
+        findings=tuple(compare_findings([s.advice for s in base], [s.advice for s in new])),
+        ranks=tuple(ranks))
+
+
+def _mean_runs(dicts: list[dict[str, float]]) -> dict[str, float]:
+    return {c: float(np.mean([d.get(c, 0.0) for d in dicts])) for c in CATEGORIES}
+
+
+def _mean_of(samples: list[list[RankSample]]) -> float:
+    """The side's mean steady step, as the categories add up: over ranks, then runs."""
+    return float(np.mean([np.mean([np.mean(s.steps_ms) for s in run]) for run in samples]))
+
+
+def _ref(side: Side, samples: list[RankSample], head: list[float]) -> RunRef:
+    return RunRef(label=side.label, ranks=tuple(s.rank for s in samples),
+                  steady_steps=len(head), step_detail=samples[0].step_detail)
