@@ -132,6 +132,7 @@ class SourceKind(str, Enum):
     CUPTI = "cupti"  # `stepscope record`, the CUPTI backends (ctypes or cupti-python)
     TORCH = "torch"  # `stepscope record --backend torch`: torch.profiler in the process
     HOST = "host"  # `stepscope record` with no GPU backend running: host-side tables only
+    NCU = "ncu"  # Nsight Compute kernel profiles (raw-page CSV or .ncu-rep), imported
 
 
 ENUMS: tuple[type[Enum], ...] = (
