@@ -87,7 +87,7 @@ NCU_COLUMNS: tuple[tuple[str, pa.DataType, str, str], ...] = (
     ("memory_throughput_pct", pa.float64(), "%",
      "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
     ("dram_throughput_pct", pa.float64(), "%",
-     "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+     "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
     ("dram_read_bytes", pa.float64(), "B", "dram__bytes_read.sum"),
     ("dram_write_bytes", pa.float64(), "B", "dram__bytes_write.sum"),
     ("dram_peak_bytes_per_cycle", pa.float64(), "B", "dram__bytes.sum.peak_sustained (per DRAM cycle)"),
@@ -103,14 +103,16 @@ NCU_COLUMNS: tuple[tuple[str, pa.DataType, str, str], ...] = (
     ("global_ld_inst", pa.float64(), "", "warp-level global load instructions "
      "(smsp__sass_inst_executed_op_global_ld.sum)"),
     ("global_ld_bytes", pa.float64(), "B", "bytes the global load instructions asked for "
-     "(smsp__sass_data_bytes_mem_global_op_ld.sum)"),
+     "(sectors x smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio)"),
     ("global_ld_requests", pa.float64(), "", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
     ("global_ld_sectors", pa.float64(), "", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
     ("global_st_requests", pa.float64(), "", "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
     ("global_st_sectors", pa.float64(), "", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
-    ("l2_sectors_global_excessive", pa.float64(), "",
-     "L2 sectors moved beyond what the accesses need "
-     "(derived__memory_l2_theoretical_sectors_global_excessive)"),
+    ("l2_sectors_global", pa.float64(), "",
+     "L2 sectors the global accesses touch (memory_l2_theoretical_sectors_global)"),
+    ("l2_sectors_global_ideal", pa.float64(), "",
+     "L2 sectors they would touch coalesced (memory_l2_theoretical_sectors_global_ideal)"),
+    ("l2_throughput_pct", pa.float64(), "%", "lts__throughput.avg.pct_of_peak_sustained_elapsed"),
     ("shared_ld_wavefronts", pa.float64(), "",
      "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
     ("shared_st_wavefronts", pa.float64(), "",
@@ -126,7 +128,8 @@ NCU_COLUMNS: tuple[tuple[str, pa.DataType, str, str], ...] = (
     ("tensor_active_pct", pa.float64(), "%", "tensor pipe cycles active "
      "(sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active)"),
     ("fp32_flops", pa.float64(), "", "fadd + fmul + 2 x ffma thread instructions "
-     "(smsp__sass_thread_inst_executed_op_f{add,mul,fma}_pred_on.sum)"),
+     "(smsp__sass_thread_inst_executed_op_f{add,mul,fma}_pred_on.sum, or its "
+     ".per_cycle_elapsed x smsp__cycles_elapsed.avg)"),
     ("fp64_flops", pa.float64(), "", "dadd + dmul + 2 x dfma thread instructions"),
     ("fp16_flops", pa.float64(), "", "hadd + hmul + 2 x hfma thread instructions"),
     ("fp32_peak_flops_per_cycle", pa.float64(), "",

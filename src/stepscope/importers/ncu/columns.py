@@ -30,15 +30,34 @@ class Pick:
 @dataclass(frozen=True)
 class Flops:
     """``add + mul + 2 x fma`` thread instructions of one precision (``f``, ``d``, ``h``):
-    what ncu's roofline counts as floating-point operations."""
+    what ncu's roofline counts as floating-point operations; from the ``.sum`` counters, else
+    from their ``.sum.per_cycle_elapsed`` rates x the SM sub-partitions' elapsed cycles (what
+    ``--set full`` collects)."""
 
     p: str
 
     def __call__(self, v: Values) -> float | None:
-        terms = [(f"smsp__sass_thread_inst_executed_op_{self.p}{op}_pred_on.sum", w)
-                 for op, w in (("add", 1.0), ("mul", 1.0), ("fma", 2.0))]
-        got = [(v[m], w) for m, w in terms if m in v]
-        return sum(x * w for x, w in got) if got else None
+        total, seen = 0.0, False
+        cycles = v.get("smsp__cycles_elapsed.avg")
+        for op, w in (("add", 1.0), ("mul", 1.0), ("fma", 2.0)):
+            m = f"smsp__sass_thread_inst_executed_op_{self.p}{op}_pred_on.sum"
+            if m in v:
+                total, seen = total + w * v[m], True
+            elif f"{m}.per_cycle_elapsed" in v and cycles is not None:
+                total, seen = total + w * v[f"{m}.per_cycle_elapsed"] * cycles, True
+        return total if seen else None
+
+
+def _ld_bytes(v: Values) -> float | None:
+    """Bytes the global loads asked for: sectors x the bytes used per sector."""
+    direct = v.get("smsp__sass_data_bytes_mem_global_op_ld.sum")
+    if direct is not None:
+        return direct
+    sectors = v.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+    per = v.get("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio")
+    if sectors is None or per is None:
+        return None
+    return sectors * per
 
 
 def _smem(v: Values) -> float | None:
@@ -65,8 +84,8 @@ COLUMNS: Mapping[str, Callable[[Values], float | None]] = {
     "sm_throughput_pct": _pick("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
     "memory_throughput_pct": _pick(
         "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
-    "dram_throughput_pct": _pick("dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                                 "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+    "dram_throughput_pct": _pick("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                                 "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
     "dram_read_bytes": _pick("dram__bytes_read.sum"),
     "dram_write_bytes": _pick("dram__bytes_write.sum"),
     "dram_peak_bytes_per_cycle": _pick("dram__bytes.sum.peak_sustained"),
@@ -80,14 +99,16 @@ COLUMNS: Mapping[str, Callable[[Values], float | None]] = {
     "global_ld_inst": _pick("smsp__sass_inst_executed_op_global_ld.sum",
                             "sm__sass_inst_executed_op_global_ld.sum",
                             "smsp__inst_executed_op_global_ld.sum"),
-    "global_ld_bytes": _pick("smsp__sass_data_bytes_mem_global_op_ld.sum",
-                             "sm__sass_data_bytes_mem_global_op_ld.sum"),
+    "global_ld_bytes": _ld_bytes,
     "global_ld_requests": _pick("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
     "global_ld_sectors": _pick("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
     "global_st_requests": _pick("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
     "global_st_sectors": _pick("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
-    "l2_sectors_global_excessive": _pick(
-        "derived__memory_l2_theoretical_sectors_global_excessive"),
+    "l2_sectors_global": _pick("memory_l2_theoretical_sectors_global",
+                               "derived__memory_l2_theoretical_sectors_global"),
+    "l2_sectors_global_ideal": _pick("memory_l2_theoretical_sectors_global_ideal",
+                                     "derived__memory_l2_theoretical_sectors_global_ideal"),
+    "l2_throughput_pct": _pick("lts__throughput.avg.pct_of_peak_sustained_elapsed"),
     "shared_ld_wavefronts": _pick("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
     "shared_st_wavefronts": _pick("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"),
     "shared_ld_bank_conflicts": _pick("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),

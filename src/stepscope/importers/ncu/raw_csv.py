@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from stepscope.importers.ncu.units import base_unit, dims, number
 from stepscope.schema import NCU_COLUMNS
 
 HEADER_START = '"ID",'
+_METRIC = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")
 _INTS = {c for c, t, _, _ in NCU_COLUMNS if str(t).startswith("int")}
 _IDENTITY = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
              "Block Size", "Grid Size", "Device", "CC")
@@ -75,7 +77,8 @@ def parse_raw_text(text: str, name: str) -> NcuProfile:
         units = [u.strip() for u in body[0]] + [""] * max(0, len(header) - len(body[0]))
         body = body[1:]
     col = {h: i for i, h in enumerate(header)}
-    metric_cols = [i for i, h in enumerate(header) if h not in _IDENTITY and "__" in h]
+    # metric names are dotted identifiers; other columns (NVTX ranges with --nvtx) are not
+    metric_cols = [i for i, h in enumerate(header) if h not in _IDENTITY and _METRIC.match(h)]
     scales = {i: base_unit(units[i]) if i < len(units) else (1.0, "") for i in metric_cols}
     metrics: dict[str, list[Any]] = {k: [] for k in (
         "id", "name", "pid", "device", "stream", "cc", "grid_x", "grid_y", "grid_z",

@@ -19,8 +19,13 @@ _UNIT = re.compile(r"^(n|u|m|K|k|M|G|T|P)?(" + "|".join(_BASES) + r")s?$", re.IG
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
+_TIME = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
 def _scale_one(unit: str) -> tuple[float, str]:
     u = unit.strip()
+    if u in _TIME:  # ncu 2025 writes durations as ns / us / ms
+        return _TIME[u], "second"
     m = _UNIT.match(u)
     if m is None or (m.group(1) and u.lower() in _BASES):
         return 1.0, u
@@ -36,7 +41,8 @@ def _scale_one(unit: str) -> tuple[float, str]:
 def base_unit(unit: str) -> tuple[float, str]:
     """The factor that turns a value in ``unit`` into base units, and the base unit:
     ``usecond`` -> (1e-6, "second"), ``Gbyte/second`` -> (1e9, "byte/second"),
-    ``cycle/nsecond`` -> (1e9, "cycle/second"); an unknown unit -> (1, unit)."""
+    ``cycle/nsecond`` or ``cycle/ns`` -> (1e9, "cycle/second"), ``Ghz`` -> (1e9, "hz"); an
+    unknown unit -> (1, unit)."""
     if "/" in unit:
         num, _, den = unit.partition("/")
         fn, un = _scale_one(num)
