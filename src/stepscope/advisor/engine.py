@@ -46,6 +46,8 @@ def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
     skipped: list[Skipped] = []
     for rule in rules:
         missing = [t for t in rule.requires if not analysis.graph.has(t)]
+        if missing and getattr(rule, "opt_in", False):
+            continue  # data the user adds on purpose (Nsight Compute): its absence is no gap
         if missing:
             skipped.append(Skipped(rule.id, f"needs {', '.join(missing)} (the run has none)"))
             continue

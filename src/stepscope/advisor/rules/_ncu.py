@@ -114,6 +114,7 @@ class KernelRule:
     category = CATEGORY
     requires: tuple[str, ...] = REQUIRES
     needs_steps = False
+    opt_in = True  # not listed as skipped in runs without Nsight Compute data
 
     def judge(self, p: KernelProfile) -> Spec | None:
         raise NotImplementedError
@@ -129,9 +130,16 @@ def _saving(x: object) -> float:
     return float(getattr(est, "saving", 0.0))
 
 
-def explained(p: KernelProfile) -> bool:
+FAR_FROM_ROOFLINE = 0.25  # kernel_memory_bound speaks from this saving up
+
+
+def explained(p: KernelProfile, *, roofline: bool = False) -> bool:
     """Whether a cause-specific kernel rule speaks about ``p`` (the memory-roofline and stall
-    rules then stay silent: the cause is the finding)."""
+    rules then stay silent: the cause is the finding); ``roofline``: or the memory-roofline
+    rule does (the stall rule's test: every finding lists the stall reasons already)."""
     checks = (sol.narrow_loads(p), sol.uncoalesced(p), sol.bank_conflicts(p), sol.occupancy(p),
               sol.tail(p), sol.no_tensor_cores(p))
-    return any(c is not None and _saving(c) >= MIN_KERNEL_SAVING for c in checks)
+    if any(c is not None and _saving(c) >= MIN_KERNEL_SAVING for c in checks):
+        return True
+    est = sol.memory_roofline(p) if roofline else None
+    return est is not None and est.saving >= FAR_FROM_ROOFLINE

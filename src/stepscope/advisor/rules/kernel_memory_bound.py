@@ -8,14 +8,14 @@ throughput; DRAM bytes (``dram__bytes_{read,write}.sum``) over the duration agai
 
 Estimate (``model.kernel_sol.memory_roofline``): the DRAM floor, the kernel's bytes at
 ``ATTAINABLE_DRAM`` of peak, and the busiest unit's floor (L1/shared or L2 near its peak: not
-a DRAM problem); saving ``1 - t_floor / t``, reported from ``FAR`` (25%) up: a kernel a little
-below the roofline is well written.
+a DRAM problem); saving ``1 - t_floor / t``, reported from ``FAR_FROM_ROOFLINE`` (25%) up: a kernel a
+little below the roofline is well written.
 """
 
 from __future__ import annotations
 
 from stepscope.advisor.base import Fix
-from stepscope.advisor.rules._ncu import KernelRule, Spec, explained
+from stepscope.advisor.rules._ncu import FAR_FROM_ROOFLINE, KernelRule, Spec, explained
 from stepscope.analysis.kernel_profiles import KernelProfile
 from stepscope.model import kernel_sol as sol
 from stepscope.model.confidence import Confidence
@@ -28,16 +28,13 @@ FIX = Fix(
 )
 
 
-FAR = 0.25
-
-
 class KernelMemoryBound(KernelRule):
     id = "kernel_memory_bound"
     title = "Memory-bound kernels far from the memory roofline"
 
     def judge(self, p: KernelProfile) -> Spec | None:
         est = sol.memory_roofline(p)
-        if est is None or est.saving < FAR or explained(p):
+        if est is None or est.saving < FAR_FROM_ROOFLINE or explained(p):
             return None
         bw = sol.achieved_dram_bw(p) or 0.0
         peak = sol.peak_dram_bw(p) or 1.0

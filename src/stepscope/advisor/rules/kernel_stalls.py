@@ -4,7 +4,8 @@ kernel rule names a cause.
 Evidence (Nsight Compute): the warp stall reasons
 (``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``, else the PC-sampling
 ``smsp__pcsamp_warps_issue_stalled_<reason>``) as shares of the stalled cycles; flagged when the
-largest is at least ``DOMINANT`` (40%).
+largest is at least ``DOMINANT`` (40%) and no other kernel rule speaks about the kernel (their
+findings list the stall reasons among their evidence).
 
 Estimate: none. A stall reason says where warps wait, not what a fix would save, so the finding
 carries no saving (``est_kernel_saving_pct`` null) and is ranked last.
@@ -49,11 +50,12 @@ class KernelStalls:
     category = CATEGORY
     requires: tuple[str, ...] = REQUIRES
     needs_steps = False
+    opt_in = True
 
     def check(self, ctx: Context) -> Sequence[Finding]:
         out = []
         for p in profiles(ctx):
-            if not p.stalls or p.stalls[0][1] < DOMINANT or explained(p):
+            if not p.stalls or p.stalls[0][1] < DOMINANT or explained(p, roofline=True):
                 continue
             reason, share = p.stalls[0]
             what = ADVICE.get(reason, "see Nsight Compute's Warp State section")
