@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.importers.ncu.synth import raw_csv
 
 from stepscope.advisor import Finding
 from stepscope.advisor.engine import advise
@@ -15,7 +16,6 @@ from stepscope.analysis import analyze
 from stepscope.cli.main import main
 from stepscope.importers.ncu import attach_profiles, import_profiles
 from stepscope.store.run import Run
-from tests.importers.ncu.synth import raw_csv
 
 DATA = Path(__file__).parent.parent / "data"
 NCU = DATA / "ncu"
