@@ -8,12 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from stepscope.importers import import_traces
-from stepscope.importers.ncu import attach_profiles, import_profiles
-from stepscope.reporters.html import to_html
-from stepscope.reporters.report import build_report
-from stepscope.store.run import Run
 from tests.browser.test_report_browser import (  # noqa: F401
     ARGS,
     ARTIFACTS,
@@ -22,6 +16,12 @@ from tests.browser.test_report_browser import (  # noqa: F401
     pytestmark,
 )
 from tests.importers.ncu.synth import raw_csv
+
+from stepscope.importers import import_traces
+from stepscope.importers.ncu import attach_profiles, import_profiles
+from stepscope.reporters.html import to_html
+from stepscope.reporters.report import build_report
+from stepscope.store.run import Run
 
 DATA = Path(__file__).parents[1] / "data"
 HOSTILE = "<img src=x onerror=window.__pwned=7>gemm_sgemm"
