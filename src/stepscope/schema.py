@@ -375,6 +375,22 @@ TABLES: dict[str, TableSpec] = {
                 _c("text", pa.string(), "the value as ncu wrote it, when it is not a number"),
             ),
         ),
+        TableSpec(
+            "kernel_source_lines",
+            "Source lines of the kernels Nsight Compute profiled, with their warp-stall samples "
+            "(ncu's source page; kernels built with line information: Triton, CUDA -lineinfo).",
+            (
+                RANK,
+                _c("kernel", _NAME, "kernel function name (ncu's Function Name)",
+                   nullable=False),
+                _c("file", _NAME, "source file"),
+                _c("line", pa.int32(), "line number", nullable=False),
+                _c("source", pa.string(), "the line's text (null where ncu could not open the "
+                                          "file)"),
+                _c("samples", pa.float64(), "warp stall samples at the line (all samples)"),
+                _c("share", pa.float64(), "of the kernel's samples, 0..1"),
+            ),
+        ),
     )
 }
 

@@ -46,7 +46,8 @@ def _html(run: Path, out: Path) -> Path:
 
 
 def test_roofline_and_table(browser: Any, tmp_path: Path) -> None:
-    planted = _html(import_profiles([DATA / "ncu" / "planted.raw.csv"], tmp_path / "p"),
+    planted = _html(import_profiles([DATA / "ncu" / "planted.raw.csv",
+                                     DATA / "ncu" / "planted.source.csv"], tmp_path / "p"),
                     tmp_path / "p.html")
     page = load(browser, planted)
     assert page.errors() == []
@@ -55,7 +56,9 @@ def test_roofline_and_table(browser: Any, tmp_path: Path) -> None:
     assert page.page.locator("#kernels svg.roofline .roof").count() == 2
     assert page.page.locator("#kernels h3").first.text_content() == (
         "Inside the kernels (Nsight Compute)")
-    assert "planted_narrow_load" in (page.page.locator("#kernels").text_content() or "")
+    text = page.page.locator("#kernels").text_content() or ""
+    assert "planted_narrow_load" in text and "Hot source lines (warp-stall samples)" in text
+    assert page.page.locator("#kernels ul.hotlines").count() == 10
     assert "−75% of the kernel" in (page.page.locator("#findings").text_content() or "")
     page.page.locator("#kernels").scroll_into_view_if_needed()
     page.page.locator("#kernels").screenshot(path=str(ARTIFACTS / "kernels-roofline.png"))

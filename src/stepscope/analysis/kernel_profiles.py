@@ -36,6 +36,19 @@ _STALLS = (
 
 
 @dataclass(frozen=True)
+class HotLine:
+    """A source line of a profiled kernel and its share of the kernel's warp-stall samples."""
+
+    file: str
+    line: int
+    source: str | None
+    share: float
+
+
+HOT_LINES = 5
+
+
+@dataclass(frozen=True)
 class KernelProfile:
     """One profiled launch and what the run says of its kernel."""
 
@@ -49,6 +62,7 @@ class KernelProfile:
     ms_per_step: float | None  # the run's time in this kernel per steady step (None: unmatched)
     launches_per_step: float | None
     match: str  # "name and configuration", "name", "base name", "" (not in the run)
+    hot_lines: tuple[HotLine, ...] = ()  # from ncu's source page, most samples first
 
     def get(self, metric: str) -> float | None:
         return self.metrics.get(metric)
@@ -163,6 +177,7 @@ def _profiles(g: StepGraph, steady: Sequence[tuple[int, int]]) -> tuple[KernelPr
     if t.num_rows == 0:
         return ()
     values = g.table("kernel_metric_values")
+    hot = _hot_lines(g.table("kernel_source_lines"))
     rk = _run_kernels(g, steady)
     rows = t.to_pylist()
     out = []
@@ -182,9 +197,21 @@ def _profiles(g: StepGraph, steady: Sequence[tuple[int, int]]) -> tuple[KernelPr
         out.append(KernelProfile(
             rank=int(r["rank"]), id=int(r["id"]), name=str(r["name"]), grid=grid, block=block,
             metrics=metrics, stalls=_stalls(values, int(r["id"])), ms_per_step=ms,
-            launches_per_step=per, match=how))
+            launches_per_step=per, match=how, hot_lines=hot.get(base_name(str(r["name"])), ())))
     out.sort(key=lambda p: (-(p.ms_per_step or 0.0), -p.dur_ns, p.id))
     return tuple(out)
+
+
+def _hot_lines(t: pa.Table) -> dict[str, tuple[HotLine, ...]]:
+    """Kernel base name -> its ``HOT_LINES`` source lines with the most samples."""
+    out: dict[str, list[HotLine]] = {}
+    for r in t.to_pylist():
+        if r["share"] is None or r["share"] <= 0:
+            continue
+        out.setdefault(base_name(str(r["kernel"])), []).append(
+            HotLine(file=str(r["file"] or ""), line=int(r["line"]), source=r["source"],
+                    share=float(r["share"])))
+    return {k: tuple(sorted(v, key=lambda h: -h.share)[:HOT_LINES]) for k, v in out.items()}
 
 
 def _dims(r: Mapping[str, object], axis: str) -> tuple[int, int, int] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepscope.advisor import Finding
-from stepscope.analysis.kernel_profiles import KernelProfile, kernel_profiles
+from stepscope.analysis.kernel_profiles import HotLine, KernelProfile, kernel_profiles
 from stepscope.model import kernel_sol as sol
 from stepscope.reporters.report import Report
 
@@ -38,6 +38,7 @@ class ProfiledKernel:
     theoretical_occupancy: float | None
     registers: int | None
     findings: tuple[KernelFindingRef, ...]
+    hot_lines: tuple[HotLine, ...] = ()  # ncu's source page: most warp-stall samples first
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ def _row(p: KernelProfile, found: list[Finding]) -> ProfiledKernel:
         achieved_occupancy=ach / 100 if ach is not None else None,
         theoretical_occupancy=th / 100 if th is not None else None,
         registers=int(regs) if regs is not None else None,
-        findings=tuple(KernelFindingRef(f.id, f.est_kernel_saving_pct, f.title) for f in mine))
+        findings=tuple(KernelFindingRef(f.id, f.est_kernel_saving_pct, f.title) for f in mine),
+        hot_lines=p.hot_lines)
 
 
 def kernel_view(report: Report) -> KernelView | None:

@@ -140,3 +140,27 @@ def test_cli_import_of_profiles(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert Run(tmp_path / "both").table("kernel_metrics").num_rows == 1
     assert main(["import", str(f), "--into", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_source_page_gives_hot_lines(tmp_path: Path) -> None:
+    from stepscope.advisor.engine import advise
+    from stepscope.analysis import analyze
+
+    ncu = DATA / "ncu"
+    run = Run(import_profiles([ncu / "planted.raw.csv", ncu / "planted.source.csv"],
+                              tmp_path / "r"))
+    lines = run.table("kernel_source_lines")
+    assert sorted(set(lines.column("kernel").to_pylist())) == sorted(
+        set(run.table("kernel_metrics").column("name").to_pylist()))
+    # planted_narrow_load: line 7 of the CuPy source, `out[i] = in[i] + 1`: 4418 of its
+    # samples over all its source lines
+    rows = [r for r in lines.to_pylist() if r["kernel"] == "planted_narrow_load"]
+    total = sum(r["samples"] for r in rows)
+    top = max(rows, key=lambda r: r["samples"])
+    assert top["line"] == 7 and top["source"] is None  # the JIT's temporary file is gone
+    assert top["share"] == pytest.approx(top["samples"] / total)
+    f = next(x for x in advise(analyze(run)).findings if x.id == "kernel_narrow_loads")
+    assert any(e.startswith("hottest source line: ") and f":7 ({top['share']:.0%}" in e
+               for e in f.evidence)
+    with pytest.raises(TraceFormatError, match="source-page export alone"):
+        import_profiles([ncu / "planted.source.csv"], tmp_path / "s")

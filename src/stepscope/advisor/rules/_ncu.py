@@ -82,6 +82,11 @@ def finding(ctx: Context, rule_id: str, p: KernelProfile, spec: Spec) -> Finding
     stalls = stall_line(p)
     if stalls:
         evidence.append(stalls)
+    if p.hot_lines:
+        h = p.hot_lines[0]
+        where = f"{h.file.rsplit('/', 1)[-1]}:{h.line}" if h.file else f"line {h.line}"
+        evidence.append(f"hottest source line: {where} ({h.share:.0%} of the warp-stall samples)"
+                        + (f": {h.source.strip()[:80]}" if h.source else ""))
     per_step = (f"; about {ms:.3f} ms per step" if p.ms_per_step is not None else "")
     return Finding(
         id=rule_id, category=CATEGORY, severity=sev,

@@ -20,6 +20,7 @@ from stepscope.importers.ncu.raw_csv import (
     read_raw_csv,
 )
 from stepscope.importers.ncu.rep import export_raw
+from stepscope.importers.ncu.source_csv import SourceLines, looks_like_source_csv, read_source_csv
 from stepscope.schema_enums import SourceKind
 from stepscope.store.attach import add_tables
 from stepscope.store.manifest import Manifest, RankInfo, SourceInfo
@@ -39,7 +40,16 @@ def is_ncu_file(path: str | Path) -> bool:
         return False
     try:
         with open(p, "rb") as fh:
-            return looks_like_raw_csv(fh.read(1 << 16))
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    return looks_like_raw_csv(head) or looks_like_source_csv(head)
+
+
+def _is_source(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return looks_like_source_csv(fh.read(256))
     except OSError:
         return False
 
@@ -54,9 +64,23 @@ def read_profile(path: str | Path, ncu: str | None = None) -> NcuProfile:
     return read_raw_csv(p)
 
 
-def _tables(profile: NcuProfile) -> dict[str, pa.Table]:
-    return {"kernel_metrics": conform("kernel_metrics", profile.metrics),
-            "kernel_metric_values": conform("kernel_metric_values", profile.values)}
+def _tables(profile: NcuProfile | None, lines: Sequence[SourceLines] = ()
+            ) -> dict[str, pa.Table]:
+    out = {}
+    if profile is not None:
+        out = {"kernel_metrics": conform("kernel_metrics", profile.metrics),
+               "kernel_metric_values": conform("kernel_metric_values", profile.values)}
+    if lines:
+        out["kernel_source_lines"] = conform("kernel_source_lines", {
+            k: [x for sl in lines for x in sl.columns[k]] for k in lines[0].columns})
+    return out
+
+
+def _split(paths: Sequence[str | Path]) -> tuple[list[str | Path], list[SourceLines]]:
+    """The raw-page exports (and reports), and the source pages read."""
+    raw = [p for p in paths if not _is_source(Path(p))]
+    src = [read_source_csv(Path(p)) for p in paths if _is_source(Path(p))]
+    return raw, src
 
 
 def _merged(paths: Sequence[str | Path], ncu: str | None) -> tuple[NcuProfile, list[str]]:
@@ -87,11 +111,17 @@ def _details(profile: NcuProfile, files: Sequence[str]) -> dict[str, object]:
 
 def import_profiles(paths: Sequence[str | Path], out: str | os.PathLike[str], *,
                     overwrite: bool = False, ncu: str | None = None) -> Path:
-    """ncu exports -> a run of kernel metrics only (rank 0)."""
-    profile, files = _merged(paths, ncu)
+    """ncu exports -> a run of kernel metrics only (rank 0); source pages (``--page source``)
+    among them add the kernels' hot lines."""
+    raw, lines = _split(paths)
+    if not raw:
+        raise TraceFormatError(str(paths[0]), "a source-page export alone: import it with the "
+                               "raw page of the same report (or --into a run that has it)")
+    profile, files = _merged(raw, ncu)
+    files = [str(p) for p in paths]
     bundle = RankBundle(kind=SourceKind.NCU, rank=RankInfo(rank=0, host=profile.host,
                                                            file=files[0]),
-                        tables=_tables(profile), tool=TOOL)
+                        tables=_tables(profile, lines), tool=TOOL)
 
     def head(_: Sequence[RankBundle]) -> Manifest:
         return Manifest(source=SourceInfo(kind="ncu", files=tuple(files), tool=TOOL,
@@ -105,8 +135,12 @@ def attach_profiles(paths: Sequence[str | Path], run: str | os.PathLike[str], *,
                     rank: int = 0, ncu: str | None = None) -> Path:
     """Add ncu exports to an existing run as rank ``rank``'s kernel metrics (replacing any it
     had); the run is rewritten beside itself and swapped in, never changed in place."""
-    profile, files = _merged(paths, ncu)
-    return add_tables(run, rank, _tables(profile), details=_details(profile, files))
+    raw, lines = _split(paths)
+    if not raw:
+        return add_tables(run, rank, _tables(None, lines))
+    profile, files = _merged(raw, ncu)
+    return add_tables(run, rank, _tables(profile, lines),
+                      details=_details(profile, [str(p) for p in paths]))
 
 
 __all__ = ["NcuProfile", "attach_profiles", "import_profiles", "is_ncu_file", "read_profile"]

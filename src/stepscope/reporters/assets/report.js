@@ -1564,6 +1564,14 @@ function renderProfiled(el) {
     {key: 'top', label: 'finding', text: true},
   ].filter(Boolean);
   dataTable(el, cols, rows, {sort: 'ms_per_step', placeholder: 'filter profiled kernels…', onrow: r => { location.hash = '#findings'; }});
+  const hot = kp.kernels.filter(k => k.hot_lines && k.hot_lines.length);
+  if (hot.length) {
+    el.appendChild(h('h3', {text: 'Hot source lines (warp-stall samples)'}));
+    for (const k of hot) {
+      el.appendChild(h('p', {class: 'hotk', text: k.name}));
+      el.appendChild(h('ul', {class: 'hotlines'}, ...k.hot_lines.map(l => h('li', {text: pct(l.share) + '  ' + (l.file ? l.file.split('/').pop() + ':' : 'line ') + l.line + (l.source ? '  ' + l.source.trim() : '')}))));
+    }
+  }
 }
 
 function renderKernels() {
