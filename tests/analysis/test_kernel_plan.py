@@ -35,3 +35,16 @@ def test_plan_skips_the_warm_up_and_bounds_the_launches(builder: Any, tmp_path: 
     assert (plan.launch_skip, plan.launch_count, plan.capped) == (3, 5, False)
     capped = plan_kernels(a.graph.rank(0), ra, top=2, max_launches=4)
     assert capped is not None and (capped.launch_count, capped.capped) == (4, True)
+
+
+def test_a_run_without_steps_is_one_window(builder: Any, tmp_path: Path) -> None:
+    b = builder
+    for t in (0, 1300, 1900, 4200):  # no step markers, no period to recover steps from
+        b.kernel(BIG, t, 400)
+    b.kernel("small_k", 700, 100)
+    a = analyze(b.build(tmp_path / "run"))
+    # one window, the whole trace (the analysis' own step when nothing marks steps)
+    assert len(a.ranks[0].steps.steady) <= 1
+    plan = plan_kernels(a.graph.rank(0), a.ranks[0], top=1, max_launches=3)
+    assert plan is not None and [k.base for k in plan.kernels] == ["big"]
+    assert (plan.launch_skip, plan.launch_count, plan.capped) == (0, 3, True)  # 4 launches

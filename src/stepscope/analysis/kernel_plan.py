@@ -4,7 +4,9 @@ The kernels that cost the most time per steady step on one rank (``top``), each 
 name (what ncu's ``--kernel-name-base function`` matches); the launches: after the matching
 launches that came before the first steady step (``launch_skip``: the warm-up, which a
 re-run of the same program repeats), as many as one steady step has, capped at
-``max_launches`` (every profiled launch is replayed ~40 times under ``--set full``).
+``max_launches`` (every profiled launch is replayed ~40 times under ``--set full``). A run
+without steps (a CuPy script, a benchmark loop) is one window: its top kernels by total time,
+from the first launch on.
 """
 
 from __future__ import annotations
@@ -44,11 +46,11 @@ class KernelPlan:
 def plan_kernels(g: StepGraph, ra: RankAnalysis, top: int, max_launches: int = 20
                  ) -> KernelPlan | None:
     """The plan for rank ``ra``'s ``top`` kernels by time per steady step (None without
-    steady steps or kernels)."""
-    steady = ra.steps.steady
-    if not steady or not ra.kernels:
+    kernels)."""
+    if not ra.kernels:
         return None
-    n = len(steady)
+    steady = ra.steps.steady
+    n = max(1, len(steady))
     chosen = [k for k in ra.kernels if k.category != "communication"][:top]
     planned = tuple(PlannedKernel(name=k.name, base=base_name(k.name),
                                   ms_per_step=k.total_ns / 1e6 / n,
@@ -58,9 +60,12 @@ def plan_kernels(g: StepGraph, ra: RankAnalysis, top: int, max_launches: int = 2
     names = [base_name(str(x)) for x in t.column("name").to_pylist()]
     ts = np.asarray(t.column("ts_ns").to_numpy(), dtype=np.int64)
     match = np.array([b in bases for b in names], dtype=bool)
-    first = steady[0]
-    skip = int((match & (ts < first.start_ns)).sum())
-    in_step = int((match & (ts >= first.start_ns) & (ts < first.end_ns)).sum())
+    if steady:
+        first = steady[0]
+        skip = int((match & (ts < first.start_ns)).sum())
+        in_step = int((match & (ts >= first.start_ns) & (ts < first.end_ns)).sum())
+    else:
+        skip, in_step = 0, int(match.sum())
     count = max(1, min(in_step, max_launches))
     return KernelPlan(kernels=planned, launch_skip=skip, launch_count=count,
                       capped=in_step > max_launches)

@@ -70,7 +70,7 @@ def profile_kernels(run_dir: Path, cmd: Sequence[str], *, top: int, rank: int = 
         raise RunError(f"{run_dir}: has no rank {rank}")
     plan = plan_kernels(a.graph.rank(rank), ra, top, max_launches)
     if plan is None:
-        raise RunError(f"{run_dir}: no kernels in steady steps to profile (rank {rank})")
+        raise RunError(f"{run_dir}: no GPU kernels to profile (rank {rank})")
     exe = find_ncu(ncu)
     rep = report_path(run_dir)
     cmdline = ncu_command(exe, rep, plan.name_regex, plan.launch_skip, plan.launch_count,
