@@ -58,6 +58,12 @@ def test_a_raw_page_becomes_typed_columns_in_base_units(tmp_path: Path) -> None:
     assert len(p.values["metric"]) == len(UNITS)
 
 
+def test_a_bom_and_windows_line_ends_are_read(tmp_path: Path) -> None:
+    f = tmp_path / "k.csv"
+    f.write_bytes(b"\xef\xbb\xbf" + one().replace("\n", "\r\n").encode())
+    assert read_profile(f).metrics["dur_ns"] == [12500]
+
+
 @pytest.mark.parametrize("text, why", [
     ("hello\n", "no header row"),
     ('"ID","Process ID","Kernel Name","Section Name","Metric Name","Metric Value"\n'

@@ -48,6 +48,7 @@ def looks_like_raw_csv(head: bytes) -> bool:
 
 
 def _rows(text: str, name: str) -> list[list[str]]:
+    text = text.lstrip("\ufeff")  # a byte-order mark (the export re-saved on Windows)
     at = text.find(HEADER_START)
     while at > 0 and text[at - 1] not in "\r\n":
         at = text.find(HEADER_START, at + 1)
