@@ -12,7 +12,7 @@ python3 benchmarks/kernels/gemm_pair.py --time "$out/gemm_timings.json" >> "$out
 cat "$out/timings.txt"
 t0=$(date +%s)
 timeout 300 ncu --set full --import-source yes --kernel-name regex:'^(planted|fixed)_' \
-    --launch-count 10 -f -o /tmp/planted python3 benchmarks/kernels/planted.py --once \
+    --launch-count 12 -f -o /tmp/planted python3 benchmarks/kernels/planted.py --once \
     > /tmp/ncu1.log 2>&1; echo "ncu planted rc=$? $(( $(date +%s) - t0 )) s"; tail -3 /tmp/ncu1.log
 t0=$(date +%s)
 timeout 200 ncu --set full --nvtx --nvtx-include 'gemm_fp32/' --nvtx-include 'gemm_bf16/' \

@@ -11,6 +11,11 @@ Five pairs, each a kernel with one planted problem and a twin with the same resu
 - ``regs_chase``: a latency-bound pointer chase that keeps 160 floats live in registers across
   the chase (occupancy limited by registers: one 256-thread block per SM) vs the same sum loaded
   after the chase (all warps resident);
+- ``regs_lines`` (added after the first H100 session, not in tests/data/ncu yet): the register
+  pair again with a coalesced chase: each warp follows one chain of 128-byte lines, lane i
+  reading word i of the line (4 sectors per request), so that the occupancy problem is the
+  only one (``regs_chase`` gathers at random in both twins, which ``kernel_uncoalesced``
+  rightly flags in both);
 - ``tail_wave``: a compute-bound kernel of 1.25 waves (one 1024-thread block per SM; the last
   wave a quarter full) vs the same work in 1.0 wave of longer blocks.
 
@@ -112,6 +117,36 @@ __global__ void fixed_regs_chase(const int* __restrict__ next, const float* __re
     out[t] = acc + (float)idx;
 }
 
+// the chase of regs_chase over 128-byte lines: the warp's lanes read one line together
+__global__ void planted_regs_lines(const int* __restrict__ next, const float* __restrict__ vals,
+                                   float* __restrict__ out, int line_mask, int mask, int steps) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
+    float r[LIVE];
+#pragma unroll
+    for (int k = 0; k < LIVE; ++k) r[k] = vals[(t + k * 4096) & mask];
+    int line = ((t >> 5) * 2654435761u) & line_mask;
+    for (int s = 0; s < steps; ++s) {
+        line = next[line * 32 + lane];
+#pragma unroll
+        for (int k = 0; k < LIVE; ++k) asm volatile("" : "+f"(r[k]));  // kept live, no work
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LIVE; ++k) acc += r[k];
+    out[t] = acc + (float)line;
+}
+
+__global__ void fixed_regs_lines(const int* __restrict__ next, const float* __restrict__ vals,
+                                 float* __restrict__ out, int line_mask, int mask, int steps) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
+    int line = ((t >> 5) * 2654435761u) & line_mask;
+    for (int s = 0; s < steps; ++s) line = next[line * 32 + lane];
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int k = 0; k < LIVE; ++k) acc += vals[(t + k * 4096) & mask];
+    out[t] = acc + (float)line;
+}
+
 // each block: 1024 threads, FMA chains for `iters` iterations; dynamic shared memory (unused
 // but reserved) keeps one block per SM
 __global__ void planted_tail_wave(float* __restrict__ out, int iters) {
@@ -137,7 +172,8 @@ __global__ void fixed_tail_wave(float* __restrict__ out, int iters) {
 }
 """
 
-PAIRS = ("narrow_load", "strided_read", "smem_transpose", "regs_chase", "tail_wave")
+PAIRS = ("narrow_load", "strided_read", "smem_transpose", "regs_chase", "regs_lines",
+         "tail_wave")
 TAIL_SMEM = 150 * 1024
 
 
@@ -187,6 +223,15 @@ def build(cp: Any) -> list[dict[str, Any]]:
     for role in ("planted", "fixed"):
         add(f"{role}_regs_chase", (threads // 256,), (256,),
             (nxt, vals, c_out, cp.int32(nn - 1), cp.int32(48)))
+
+    lines = nn // 32  # one random cycle over 128-byte lines; every lane of a line says the same
+    lperm = cp.random.permutation(lines).astype(cp.int32)
+    lnext = cp.empty(lines, dtype=cp.int32)
+    lnext[lperm] = cp.roll(lperm, -1)
+    nxt_lines = cp.repeat(lnext, 32)
+    for role in ("planted", "fixed"):
+        add(f"{role}_regs_lines", (threads // 256,), (256,),
+            (nxt_lines, vals, c_out, cp.int32(lines - 1), cp.int32(nn - 1), cp.int32(48)))
 
     iters = 20000  # planted: 1.25 waves of `iters`; fixed: 1 wave of 1.25 x iters
     planted_blocks = sms + sms // 4
