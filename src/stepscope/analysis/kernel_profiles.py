@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
@@ -98,22 +99,37 @@ def base_name(name: str) -> str:
     return last.rsplit("::", 1)[-1]
 
 
-def _stalls(values: pa.Table, launch: int) -> tuple[tuple[str, float], ...]:
+def _stalls(values: pa.Table) -> dict[int, tuple[tuple[str, float], ...]]:
+    """Launch id -> its stall reasons as shares of the stalled cycles, largest first (one
+    pass over the long table: only the stall metrics are looked at)."""
     if values.num_rows == 0:
-        return ()
-    ids = np.asarray(values.column("id").to_numpy(zero_copy_only=False))
-    sel = values.filter(pa.array(ids == launch))
-    pairs = list(zip(sel.column("metric").to_pylist(), sel.column("value").to_pylist()))
+        return {}
+    names = [str(m) for m in pc.unique(values.column("metric").combine_chunks()
+                                       .cast(pa.string())).to_pylist()]
+    wanted = [m for m in names if any(f.match(m) for f in _STALLS)]
+    if not wanted:
+        return {}
+    sel = values.filter(pc.is_in(values.column("metric").cast(pa.string()),
+                                 value_set=pa.array(wanted, pa.string())))
+    per: dict[int, list[tuple[str, float]]] = {}
+    for i, metric, v in zip(sel.column("id").to_pylist(), sel.column("metric").to_pylist(),
+                            sel.column("value").to_pylist()):
+        if v is not None and math.isfinite(v) and v > 0:
+            per.setdefault(int(i), []).append((str(metric), float(v)))
+    return {i: _reasons(pairs) for i, pairs in per.items()}
+
+
+def _reasons(pairs: list[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
     got: dict[str, float] = {}
     for family in _STALLS:
         for metric, v in pairs:
-            m = family.match(str(metric))
-            if m is None or v is None or not math.isfinite(v) or v <= 0:
+            m = family.match(metric)
+            if m is None:
                 continue
             reason = m.group("reason")
             if reason in ("selected", "not_issued") or reason.endswith("_not_issued"):
                 continue  # 'selected' is issuing, not a stall
-            got[reason] = got.get(reason, 0.0) + float(v)
+            got[reason] = got.get(reason, 0.0) + v
         if got:
             break
     total = sum(got.values())
@@ -176,7 +192,7 @@ def _profiles(g: StepGraph, steady: Sequence[tuple[int, int]]) -> tuple[KernelPr
     t = g.table("kernel_metrics")
     if t.num_rows == 0:
         return ()
-    values = g.table("kernel_metric_values")
+    stalls = _stalls(g.table("kernel_metric_values"))
     hot = _hot_lines(g.table("kernel_source_lines"))
     rk = _run_kernels(g, steady)
     rows = t.to_pylist()
@@ -196,7 +212,7 @@ def _profiles(g: StepGraph, steady: Sequence[tuple[int, int]]) -> tuple[KernelPr
                 per = float(sel.sum()) / rk.n_steps
         out.append(KernelProfile(
             rank=int(r["rank"]), id=int(r["id"]), name=str(r["name"]), grid=grid, block=block,
-            metrics=metrics, stalls=_stalls(values, int(r["id"])), ms_per_step=ms,
+            metrics=metrics, stalls=stalls.get(int(r["id"]), ()), ms_per_step=ms,
             launches_per_step=per, match=how, hot_lines=hot.get(base_name(str(r["name"])), ())))
     out.sort(key=lambda p: (-(p.ms_per_step or 0.0), -p.dur_ns, p.id))
     return tuple(out)
