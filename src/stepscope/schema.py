@@ -72,6 +72,72 @@ PID = _c("pid", pa.int64(), "process id")
 TID = _c("tid", pa.int64(), "thread id")
 
 
+# The typed columns of ``kernel_metrics``: (column, Arrow type, unit, meaning with the ncu metric).
+# The importer (``importers.ncu``) fills each from the first of its ncu metrics present.
+NCU_COLUMNS: tuple[tuple[str, pa.DataType, str, str], ...] = (
+    ("dur_ns", pa.int64(), "ns", "the launch's duration under ncu (gpu__time_duration.sum)"),
+    ("registers", pa.int32(), "", "registers per thread (launch__registers_per_thread)"),
+    ("shared_memory", pa.int64(), "B", "static + dynamic shared memory per block"),
+    ("static_smem", pa.int64(), "B", "launch__shared_mem_per_block_static"),
+    ("dynamic_smem", pa.int64(), "B", "launch__shared_mem_per_block_dynamic"),
+    ("sm_count", pa.int32(), "", "SMs of the device (device__attribute_multiprocessor_count)"),
+    ("sm_clock_hz", pa.float64(), "Hz", "SM clock during the launch (sm__cycles_elapsed.avg.per_second)"),
+    ("dram_clock_hz", pa.float64(), "Hz", "DRAM clock (dram__cycles_elapsed.avg.per_second)"),
+    ("sm_throughput_pct", pa.float64(), "%", "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("memory_throughput_pct", pa.float64(), "%",
+     "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("dram_throughput_pct", pa.float64(), "%",
+     "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("dram_read_bytes", pa.float64(), "B", "dram__bytes_read.sum"),
+    ("dram_write_bytes", pa.float64(), "B", "dram__bytes_write.sum"),
+    ("dram_peak_bytes_per_cycle", pa.float64(), "B", "dram__bytes.sum.peak_sustained (per DRAM cycle)"),
+    ("achieved_occupancy_pct", pa.float64(), "%",
+     "achieved occupancy (sm__warps_active.avg.pct_of_peak_sustained_active)"),
+    ("theoretical_occupancy_pct", pa.float64(), "%",
+     "theoretical occupancy (sm__maximum_warps_per_active_cycle_pct)"),
+    ("occupancy_limit_registers", pa.float64(), "blocks", "launch__occupancy_limit_registers"),
+    ("occupancy_limit_shared_mem", pa.float64(), "blocks", "launch__occupancy_limit_shared_mem"),
+    ("occupancy_limit_blocks", pa.float64(), "blocks", "launch__occupancy_limit_blocks"),
+    ("occupancy_limit_warps", pa.float64(), "blocks", "launch__occupancy_limit_warps"),
+    ("waves_per_sm", pa.float64(), "", "launch__waves_per_multiprocessor"),
+    ("global_ld_inst", pa.float64(), "", "warp-level global load instructions "
+     "(smsp__sass_inst_executed_op_global_ld.sum)"),
+    ("global_ld_bytes", pa.float64(), "B", "bytes the global load instructions asked for "
+     "(sectors x smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio)"),
+    ("global_ld_requests", pa.float64(), "", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
+    ("global_ld_sectors", pa.float64(), "", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
+    ("global_st_requests", pa.float64(), "", "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
+    ("global_st_sectors", pa.float64(), "", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
+    ("l2_sectors_global", pa.float64(), "",
+     "L2 sectors the global accesses touch (memory_l2_theoretical_sectors_global)"),
+    ("l2_sectors_global_ideal", pa.float64(), "",
+     "L2 sectors they would touch coalesced (memory_l2_theoretical_sectors_global_ideal)"),
+    ("l2_throughput_pct", pa.float64(), "%", "lts__throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("shared_ld_wavefronts", pa.float64(), "",
+     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
+    ("shared_st_wavefronts", pa.float64(), "",
+     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"),
+    ("shared_ld_bank_conflicts", pa.float64(), "",
+     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),
+    ("shared_st_bank_conflicts", pa.float64(), "",
+     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"),
+    ("shared_ld_inst", pa.float64(), "", "smsp__sass_inst_executed_op_shared_ld.sum"),
+    ("shared_st_inst", pa.float64(), "", "smsp__sass_inst_executed_op_shared_st.sum"),
+    ("l1tex_throughput_pct", pa.float64(), "%",
+     "l1tex__throughput.avg.pct_of_peak_sustained_active"),
+    ("tensor_active_pct", pa.float64(), "%", "tensor pipe cycles active "
+     "(sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active)"),
+    ("fp32_flops", pa.float64(), "", "fadd + fmul + 2 x ffma thread instructions "
+     "(smsp__sass_thread_inst_executed_op_f{add,mul,fma}_pred_on.sum, or its "
+     ".per_cycle_elapsed x smsp__cycles_elapsed.avg)"),
+    ("fp64_flops", pa.float64(), "", "dadd + dmul + 2 x dfma thread instructions"),
+    ("fp16_flops", pa.float64(), "", "hadd + hmul + 2 x hfma thread instructions"),
+    ("fp32_peak_flops_per_cycle", pa.float64(), "",
+     "2 x sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained"),
+    ("warp_cycles_per_inst", pa.float64(), "cycles",
+     "smsp__average_warp_latency_per_inst_issued.ratio"),
+)
+
 TABLES: dict[str, TableSpec] = {
     t.name: t
     for t in (
@@ -277,6 +343,54 @@ TABLES: dict[str, TableSpec] = {
                 _c("total_reserved", pa.int64(), "reserved by the caching allocator after the event", "B"),
             ),
         ),
+        TableSpec(
+            "kernel_metrics",
+            "Kernel launches profiled by Nsight Compute (ncu), one row per profiled launch, with "
+            "the counters the kernel rules read as typed columns (the ncu metric each comes "
+            "from is named in its meaning); every other metric of the launch is in "
+            "`kernel_metric_values`. Joined to `kernels` by name and launch configuration.",
+            (
+                RANK,
+                _c("id", pa.int64(), "the launch's ID in the ncu report", nullable=False),
+                _c("name", _NAME, "kernel name, demangled (ncu's Kernel Name)", nullable=False),
+                PID, DEVICE, STREAM,
+                _c("cc", pa.string(), "compute capability (8.0, 9.0 ...)"),
+                _c("grid_x", pa.int32(), "blocks"), _c("grid_y", pa.int32(), "blocks"),
+                _c("grid_z", pa.int32(), "blocks"),
+                _c("block_x", pa.int32(), "threads"), _c("block_y", pa.int32(), "threads"),
+                _c("block_z", pa.int32(), "threads"),
+                *(_c(c, t, d, u) for c, t, u, d in NCU_COLUMNS),
+            ),
+        ),
+        TableSpec(
+            "kernel_metric_values",
+            "Every metric of each profiled launch (`kernel_metrics.id`), long format, as ncu's "
+            "raw page gives it: numbers in `value`, anything else in `text`.",
+            (
+                RANK,
+                _c("id", pa.int64(), "the launch's ID in the ncu report", nullable=False),
+                _c("metric", _NAME, "ncu metric name", nullable=False),
+                _c("unit", _NAME, "ncu's unit of the value (byte, nsecond, %, ...)"),
+                _c("value", pa.float64(), "the value, when it is a number"),
+                _c("text", pa.string(), "the value as ncu wrote it, when it is not a number"),
+            ),
+        ),
+        TableSpec(
+            "kernel_source_lines",
+            "Source lines of the kernels Nsight Compute profiled, with their warp-stall samples "
+            "(ncu's source page; kernels built with line information: Triton, CUDA -lineinfo).",
+            (
+                RANK,
+                _c("kernel", _NAME, "kernel function name (ncu's Function Name)",
+                   nullable=False),
+                _c("file", _NAME, "source file"),
+                _c("line", pa.int32(), "line number", nullable=False),
+                _c("source", pa.string(), "the line's text (null where ncu could not open the "
+                                          "file)"),
+                _c("samples", pa.float64(), "warp stall samples at the line (all samples)"),
+                _c("share", pa.float64(), "of the kernel's samples, 0..1"),
+            ),
+        ),
     )
 }
 
@@ -325,6 +439,8 @@ CONTRACTS: dict[SourceKind, SourceContract] = {
                        "the export's GPU rows (TARGET_INFO_GPU, else the index only), the "
                        "streams of its GPU records, its CUDA runtime/driver calls",
                        ("collectives",)),
+        SourceContract(SourceKind.NCU, ("kernel_metrics",), (),
+                       "Nsight Compute's raw page: one row per profiled kernel launch"),
     )
 }
 

@@ -135,6 +135,7 @@ class SourceKind(str, Enum):
     HOST = "host"  # `stepscope record` with no GPU backend running: host-side tables only
     XSPACE = "xspace"  # a TensorFlow/JAX profiler XSpace (*.xplane.pb), imported
     NSYS = "nsys"  # an Nsight Systems export (SQLite or Parquet folder), imported
+    NCU = "ncu"  # Nsight Compute kernel profiles (raw-page CSV or .ncu-rep), imported
 
 
 ENUMS: tuple[type[Enum], ...] = (

@@ -79,6 +79,8 @@ class Finding:
     where: Where = field(default_factory=Where)
     confidence: Confidence = Confidence.HIGH
     note: str = ""  # caveats, e.g. profiler overhead
+    # kernel findings (Nsight Compute counters): the saving as a share of that kernel's time
+    est_kernel_saving_pct: float | None = None
 
 
 @dataclass(frozen=True)

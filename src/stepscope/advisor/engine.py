@@ -28,7 +28,8 @@ SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 def rank_findings(findings: Sequence[Finding]) -> tuple[Finding, ...]:
     """Largest saving first; ties broken by severity, then id (stable output)."""
-    return tuple(sorted(findings, key=lambda f: (-f.est_saving_ms, SEVERITY_ORDER[f.severity], f.id)))
+    return tuple(sorted(findings, key=lambda f: (-f.est_saving_ms, SEVERITY_ORDER[f.severity],
+                                                 -(f.est_kernel_saving_pct or 0.0), f.id)))
 
 
 def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
@@ -45,10 +46,12 @@ def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
     skipped: list[Skipped] = []
     for rule in rules:
         missing = [t for t in rule.requires if not analysis.graph.has(t)]
+        if missing and getattr(rule, "opt_in", False):
+            continue  # data the user adds on purpose (Nsight Compute): its absence is no gap
         if missing:
             skipped.append(Skipped(rule.id, f"needs {', '.join(missing)} (the run has none)"))
             continue
-        if ctx.step_ms <= 0:
+        if ctx.step_ms <= 0 and getattr(rule, "needs_steps", True):
             skipped.append(Skipped(rule.id, "the run has no steps"))
             continue
         try:

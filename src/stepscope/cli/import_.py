@@ -8,15 +8,27 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
+from stepscope.errors import StepscopeError
 from stepscope.importers import import_traces
+from stepscope.importers.ncu import attach_profiles, import_profiles, is_ncu_file
 from stepscope.progress import reporting
 from stepscope.store.writer import check_replaceable
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("import", help="import Kineto traces (files or folders, one file per rank) or "
-                                       "Nsight Systems exports (.sqlite[.gz], Parquet folder)")
-    p.add_argument("traces", nargs="+", help="trace files (.json / .json.gz, nsys .sqlite / .sqlite.gz) or folders")
+    p = sub.add_parser("import", help="import Kineto traces (files or folders, one file per rank), "
+                                      "TensorFlow/JAX XSpace profiles, Nsight Systems exports "
+                                      "(.sqlite[.gz], Parquet folder) and Nsight Compute kernel "
+                                      "profiles")
+    p.add_argument("traces", nargs="+", help="trace files (.json / .json.gz, .xplane.pb, nsys "
+                   ".sqlite / .sqlite.gz) or folders; Nsight Compute raw-page CSV exports (ncu "
+                   "--import R.ncu-rep --csv --page raw) or .ncu-rep reports (needs ncu on PATH)")
+    p.add_argument("--into", metavar="RUN",
+                   help="add the Nsight Compute profiles to this existing run (its kernels are "
+                        "joined to them by name and launch configuration) instead of writing "
+                        "a new run")
+    p.add_argument("--rank", type=int, default=0, metavar="R",
+                   help="the rank of the run the profiles belong to (with --into; default 0)")
     p.add_argument("-o", "--output", help="run folder to write (default: <first trace>.stepscope)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing run folder (only a stepscope run, holding no input)")
@@ -41,18 +53,37 @@ def _positive(text: str) -> int:
 def default_output(first: str) -> Path:
     p = Path(first.rstrip("/"))
     name = p.name
-    for suffix in (".gz", ".json", ".trace", ".pt", ".sqlite"):
+    for suffix in (".gz", ".json", ".trace", ".pt", ".sqlite", ".csv", ".ncu-rep"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return p.with_name(name + ".stepscope")
 
 
 def run(args: argparse.Namespace) -> int:
+    profiles = [t for t in args.traces if is_ncu_file(t)]
+    traces = [t for t in args.traces if t not in profiles]
+    if args.into:
+        if traces:
+            raise StepscopeError(f"{traces[0]}: --into adds Nsight Compute profiles only; "
+                                 "import traces into a new run")
+        path = attach_profiles(profiles, args.into, rank=args.rank)
+        print(f"added {len(profiles)} Nsight Compute profile(s) to run {path}", file=sys.stdout)
+        return 0
+    if profiles and not traces:
+        out = Path(args.output) if args.output else default_output(profiles[0])
+        if args.force:
+            check_replaceable(out, profiles)
+        path = import_profiles(profiles, out, overwrite=args.force)
+        print(f"wrote run {path}", file=sys.stdout)
+        return 0
+    args.traces = traces
     out = Path(args.output) if args.output else default_output(args.traces[0])
     if args.force:
         check_replaceable(out, args.traces)  # never delete a folder that is not a run
     with TerminalProgress(not args.quiet, delay_s=PROGRESS_AFTER_S) as sink, reporting(sink):
         path = import_traces(args.traces, out, overwrite=args.force, workers=args.workers,
                              engine=args.engine)
+    if profiles:
+        attach_profiles(profiles, path, rank=args.rank)
     print(f"wrote run {path}", file=sys.stdout)
     return 0

@@ -15,8 +15,8 @@ from stepscope.errors import StepscopeError, foreign, printable
 # (`import` is a keyword: its module is import_).
 # Only the module of the command being run is imported: the others pull in the analysis,
 # reporters, capture, rich and DuckDB (~0.3 s of CPU at every start of `stepscope import`).
-VERBS = {"record": "record", "import": "import_", "report": "report", "query": "query",
-         "export": "export", "demo": "demo", "diff": "diff"}
+VERBS = {"record": "record", "import": "import_", "kernels": "kernels", "report": "report",
+         "query": "query", "export": "export", "demo": "demo", "diff": "diff"}
 
 
 def _import_numpy() -> None:

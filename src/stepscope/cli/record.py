@@ -72,6 +72,10 @@ def add_parser(sub: Any) -> None:
                    help="do not size or read torch.distributed's flight recorder (the "
                         "collectives then have no sizes or process groups; docs/record.md)")
     p.add_argument("--quiet", action="store_true", help="print nothing (the run is still written)")
+    p.add_argument("--kernels", metavar="top:N", type=_top,
+                   help="then run the program again under Nsight Compute (ncu), profiling the "
+                        "N kernels with the most time per step, and add their counters to the "
+                        "run (as `stepscope kernels RUN -- CMD`)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="train.py ARGS | -m module ARGS | python ... | torchrun ...")
     p.set_defaults(run=run)
@@ -158,7 +162,20 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(staging, ignore_errors=True)
     if not args.quiet:
         _summary(path, code)
+    if args.kernels and code == 0:
+        from stepscope.cli.kernels import profile_kernels
+
+        rep, _ = profile_kernels(path, cmd, top=args.kernels, say=say)
+        say(f"stepscope: added Nsight Compute counters to run {path} (report {rep})")
     return _exit_like(code)
+
+
+def _top(text: str) -> int:
+    """``top:N`` -> N."""
+    head, _, n = text.partition(":")
+    if head != "top" or not n.isdigit() or int(n) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected top:N (N >= 1)")
+    return int(n)
 
 
 def summary_line(path: Path, code: int, partial: bool) -> str:

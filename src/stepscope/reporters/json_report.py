@@ -31,9 +31,14 @@ Contract (version 1; later versions only add keys):
                     late_calls, calls}, groups [{op, name, pg, bytes, ranks, calls,
                     transfer_ms, wait_ms, busbw_gbs}], heat {steps, ranks, wait_ms[step][rank],
                     late[step]}; null for a run of one rank
+  kernel_profiles   kernels profiled by Nsight Compute (null without): kernels [{rank, id,
+                    name, grid, block, dur_us, ms_per_step, match, dram_gbs,
+                    dram_pct_of_peak, gflops, intensity, achieved_occupancy,
+                    theoretical_occupancy, registers, findings [{id, est_kernel_saving_pct,
+                    title}]}], roofline {peak_dram_gbs, peak_fp32_gflops}
   findings          ranked advisor findings: id, category, severity, title, est_saving_ms,
                     est_saving_pct, method, evidence, fix{pytorch,tensorflow,jax,cuda}, where,
-                    confidence, note, docs
+                    confidence, note, est_kernel_saving_pct (kernel findings), docs
   skipped_rules     rules that could not run, with the reason
   host_trust        how far host-side timings can be trusted (profiler overhead estimate)
 """
@@ -51,6 +56,7 @@ import numpy as np
 
 from stepscope.advisor import Finding
 from stepscope.analysis.summary import StepTimeStats, summarize
+from stepscope.reporters.kernel_view import kernel_view
 from stepscope.reporters.ranks_view import ranks_view
 from stepscope.reporters.report import REPORT_SCHEMA, Report
 
@@ -166,6 +172,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "input_pipeline": report.input_pipeline,
         "ranks": [dataclasses.asdict(r) for r in s.ranks],
         "collectives": _collectives(report) if len(a.ranks) > 1 else None,
+        "kernel_profiles": kernel_view(report),
         "findings": [finding_dict(f) for f in report.advice.findings],
         "skipped_rules": [dataclasses.asdict(x) for x in report.advice.skipped],
         "host_trust": report.advice.host_trust,

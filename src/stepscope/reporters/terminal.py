@@ -13,6 +13,7 @@ from rich.text import Text
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.analysis.summary import RunSummary, summarize
 from stepscope.errors import printable
+from stepscope.reporters.kernel_view import KernelView, kernel_view
 from stepscope.reporters.ranks_view import RanksView, ranks_view
 from stepscope.reporters.report import Report, fix_for
 
@@ -249,6 +250,32 @@ def _kernels(report: Report, limit: int) -> Table:
     return tab
 
 
+def _profiled(view: KernelView, limit: int = 10) -> Table:
+    tab = Table(title="Profiled kernels (Nsight Compute)", title_justify="left", expand=False,
+                show_edge=False, pad_edge=False, box=None, header_style="bold")
+    tab.add_column("kernel", width=30, no_wrap=True, overflow="ellipsis")
+    tab.add_column("ms/step", justify="right", min_width=7)
+    tab.add_column("us ncu", justify="right", min_width=7)
+    tab.add_column("DRAM", justify="right", min_width=5)
+    tab.add_column("GFLOP/s", justify="right", min_width=7)
+    tab.add_column("occ.", justify="right", min_width=7)
+    tab.add_column("finding", no_wrap=True, overflow="ellipsis", max_width=30)
+    for k in view.kernels[:limit]:
+        occ = "-"
+        if k.achieved_occupancy is not None and k.theoretical_occupancy is not None:
+            occ = f"{k.achieved_occupancy:.0%}/{k.theoretical_occupancy:.0%}"
+        top = k.findings[0] if k.findings else None
+        what = "-" if top is None else (
+            top.id.removeprefix("kernel_") + (f" -{top.est_kernel_saving_pct:.0f}%"
+                                              if top.est_kernel_saving_pct is not None else ""))
+        tab.add_row(Text(_short(k.name, 30)),
+                    "-" if k.ms_per_step is None else f"{k.ms_per_step:.3f}",
+                    f"{k.dur_us:.1f}",
+                    "-" if k.dram_pct_of_peak is None else f"{k.dram_pct_of_peak:.0%}",
+                    "-" if k.gflops is None else f"{k.gflops:,.0f}", occ, Text(what))
+    return tab
+
+
 MAX_RANK_ROWS = 16
 
 
@@ -307,6 +334,9 @@ def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
             conf = "" if f.confidence.value == "high" else f", {f.confidence.value} confidence"
             saving = (f"save ~{f.est_saving_ms:.2f} ms/step, {f.est_saving_pct:.0f}%"
                       if f.est_saving_ms > 0 else "saving not estimated")
+            if f.est_kernel_saving_pct is not None:
+                kernel = f"~{f.est_kernel_saving_pct:.0f}% of the kernel's time"
+                saving = f"{saving}; {kernel}" if f.est_saving_ms > 0 else kernel
             line.append(f"  ({saving}{conf})", style="bold")
             out.append(line)
             fix = fix_for(f.fix, frameworks)
@@ -334,6 +364,9 @@ def render(report: Report, *, top_kernels: int = 8) -> Group:
         parts += [*_ranks(ranks_view(report.analysis)), Text()]
     if s.kernels:
         parts += [_kernels(report, top_kernels), Text()]
+    view = kernel_view(report)
+    if view is not None and view.kernels:
+        parts += [_profiled(view), Text()]
     parts += _findings(report)
     diags = report.manifest.diagnostics
     if diags:

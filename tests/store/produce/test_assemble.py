@@ -55,7 +55,8 @@ def test_a_gpu_source_without_devices_is_diagnosed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", list(SourceKind))
 def test_each_kind_with_gpu_activity_needs_its_tables(tmp_path: Path, kind: SourceKind) -> None:
-    full = {"kernels": KERNELS, "devices": DEVICES, "api_calls": CALLS, "streams": STREAMS}
+    full = {"kernels": KERNELS, "devices": DEVICES, "api_calls": CALLS, "streams": STREAMS,
+            "kernel_metrics": {"id": [0], "name": ["k"]}}
     run = Run(assemble(tmp_path / "run", [bundle(0, kind, **full)], head))
     assert "missing_tables" not in [d.code for d in run.manifest.diagnostics]
     for table in required_tables(kind, gpu_activity=True):

@@ -15,6 +15,9 @@ RULE_IDS: tuple[str, ...] = (
     "straggler", "slow_collectives", "numa_affinity",
     "small_grid", "low_occupancy", "no_tensor_cores", "tc_misaligned",
     "memory_pressure", "memory_underused", "unstable_steps",
+    # Nsight Compute counters (kernel_metrics): inside the kernel
+    "kernel_narrow_loads", "kernel_uncoalesced", "kernel_bank_conflicts", "kernel_occupancy",
+    "kernel_tail", "kernel_no_tensor_cores", "kernel_memory_bound", "kernel_stalls",
 )
 
 

@@ -670,7 +670,7 @@ function renderFindings() {
     box.appendChild(h('div', {class: 'head'},
       h('span', {class: 'sev ' + f.severity, text: f.severity}),
       h('span', {class: 'title', text: (i + 1) + '. ' + f.title}),
-      h('span', {class: 'saving', text: f.est_saving_ms > 0 ? '−' + fmtMs(f.est_saving_ms) + ' / step (' + num(f.est_saving_pct, 1) + '%)' : 'saving not estimated'})));
+      h('span', {class: 'saving', text: (f.est_saving_ms > 0 ? '−' + fmtMs(f.est_saving_ms) + ' / step (' + num(f.est_saving_pct, 1) + '%)' : (f.est_kernel_saving_pct !== null && f.est_kernel_saving_pct !== undefined ? '' : 'saving not estimated')) + (f.est_kernel_saving_pct !== null && f.est_kernel_saving_pct !== undefined ? (f.est_saving_ms > 0 ? ' · ' : '') + '−' + num(f.est_kernel_saving_pct, 0) + '% of the kernel' : '')})));
     if (f.evidence && f.evidence.length) box.appendChild(h('ul', {}, ...f.evidence.map(e => h('li', {text: e}))));
     const fws = FRAMEWORKS.filter(([k]) => f.fix && f.fix[k]);
     if (fws.length) {
@@ -1535,9 +1535,86 @@ function kv(pairs) {
   return h('div', {class: 'kv'}, ...pairs.flatMap(([k, v]) => [h('div', {text: k}), h('div', {text: v})]));
 }
 
+/** Roofline: achieved FLOP/s against FLOP per DRAM byte, log-log, under the device's peaks. */
+function rooflineChart(container, points, roof) {
+  const W = Math.max(360, Math.min(760, container.clientWidth || 640)), H = 300;
+  const m = {l: 64, r: 12, t: 12, b: 40};
+  const pw = W - m.l - m.r, ph = H - m.t - m.b;
+  const xs = points.map(p => p.intensity), ys = points.map(p => p.gflops);
+  const peakF = roof.peak_fp32_gflops || Math.max(...ys) * 2, bw = roof.peak_dram_gbs;
+  const x0 = Math.pow(10, Math.floor(Math.log10(Math.min(0.01, ...xs))));
+  const x1 = Math.pow(10, Math.ceil(Math.log10(Math.max(1000, ...xs))));
+  const y0 = Math.pow(10, Math.floor(Math.log10(Math.max(1e-3, Math.min(1, ...ys)))));
+  const y1 = Math.pow(10, Math.ceil(Math.log10(Math.max(peakF, ...ys) * 1.5)));
+  const X = v => m.l + (Math.log10(v) - Math.log10(x0)) / (Math.log10(x1) - Math.log10(x0)) * pw;
+  const Y = v => m.t + ph - (Math.log10(v) - Math.log10(y0)) / (Math.log10(y1) - Math.log10(y0)) * ph;
+  const svg = s('svg', {width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'roofline', class: 'roofline'});
+  for (let v = y0; v <= y1 * 1.0001; v *= 10) {
+    svg.appendChild(s('line', {x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v), class: 'grid'}));
+    svg.appendChild(s('text', {x: m.l - 6, y: Y(v) + 4, 'text-anchor': 'end', text: v >= 1000 ? (v / 1000) + ' TF' : v + ' GF'}));
+  }
+  for (let v = x0; v <= x1 * 1.0001; v *= 10) svg.appendChild(s('text', {x: X(v), y: H - m.b + 14, 'text-anchor': 'middle', text: v >= 1e4 ? '1e' + Math.round(Math.log10(v)) : String(v)}));
+  svg.appendChild(s('text', {x: m.l + pw / 2, y: H - 6, 'text-anchor': 'middle', text: 'FLOP per DRAM byte (arithmetic intensity)'}));
+  if (bw) {  // memory roof up to the ridge, then the compute roof
+    const ridge = peakF / bw;
+    const a = Math.max(x0, y0 / bw);
+    svg.appendChild(s('path', {d: `M${X(a)},${Y(a * bw)}L${X(Math.min(ridge, x1))},${Y(Math.min(ridge, x1) * bw)}`, fill: 'none', stroke: 'currentColor', 'stroke-width': 1.5, class: 'roof'}));
+    svg.appendChild(s('text', {x: X(a) + 4, y: Y(a * bw) - 6, text: `DRAM ${num(bw, 0)} GB/s`, class: 'rooflabel'}));
+  }
+  if (roof.peak_fp32_gflops) {
+    const from = bw ? Math.max(x0, peakF / bw) : x0;
+    svg.appendChild(s('path', {d: `M${X(from)},${Y(peakF)}H${X(x1)}`, fill: 'none', stroke: 'currentColor', 'stroke-width': 1.5, class: 'roof'}));
+    svg.appendChild(s('text', {x: W - m.r - 4, y: Y(peakF) - 6, 'text-anchor': 'end', text: `FP32 FMA ${num(peakF / 1000, 1)} TFLOP/s`, class: 'rooflabel'}));
+  }
+  for (const p of points) {
+    const c = s('circle', {cx: X(p.intensity), cy: Y(p.gflops), r: 5, class: p.findings.some(f => f.est_kernel_saving_pct !== null) ? 'pt bad' : 'pt'});
+    c.addEventListener('mousemove', e => showTip(e, [p.name, `${num(p.gflops, 0)} GFLOP/s at ${num(p.intensity, 2)} FLOP/B`, ...p.findings.map(f => f.title)]));
+    c.addEventListener('mouseleave', hideTip);
+    svg.appendChild(c);
+  }
+  container.appendChild(svg);
+}
+
+function renderProfiled(el) {
+  const kp = R.kernel_profiles;
+  if (!kp || !kp.kernels.length) return;
+  el.appendChild(h('h3', {text: 'Inside the kernels (Nsight Compute)'}));
+  el.appendChild(h('p', {class: 'note', text: 'One launch of each kernel profiled by Nsight Compute (its counters, under ncu\'s clock control). ms/step: the run\'s time in that kernel per steady step (matched by name and launch configuration). Each finding estimates the share of the kernel\'s time a fix saves, from a speed-of-light model (see docs/rules).'}));
+  const pts = kp.kernels.filter(k => k.gflops && k.intensity);
+  if (pts.length) rooflineChart(el, pts, kp.roofline);
+  else el.appendChild(h('p', {class: 'note', text: 'No profiled kernel did floating-point work: none sits on the roofline chart (DRAM % of peak in the table).'}));
+  const geo = v => v ? '(' + v.join(', ') + ')' : '–';
+  const rows = kp.kernels.map(k => Object.assign({}, k, {top: k.findings.length ? k.findings[0].id.replace('kernel_', '') + (k.findings[0].est_kernel_saving_pct !== null ? ' −' + num(k.findings[0].est_kernel_saving_pct, 0) + '%' : '') : '–'}));
+  const cols = [
+    {key: 'name', label: 'kernel', text: true, name: true},
+    MULTI ? {key: 'rank', label: 'rank'} : null,
+    {key: 'ms_per_step', label: 'ms/step', fmt: v => num(v, 3)},
+    {key: 'dur_us', label: 'µs (ncu)', fmt: v => num(v, 1)},
+    {key: 'grid', label: 'grid', fmt: geo},
+    {key: 'block', label: 'block', fmt: geo},
+    {key: 'dram_gbs', label: 'DRAM GB/s', fmt: v => num(v, 0)},
+    {key: 'dram_pct_of_peak', label: 'of peak', fmt: v => pct(v)},
+    {key: 'gflops', label: 'GFLOP/s', fmt: v => num(v, 0)},
+    {key: 'achieved_occupancy', label: 'occ. achieved', fmt: v => pct(v)},
+    {key: 'theoretical_occupancy', label: 'theoretical', fmt: v => pct(v)},
+    {key: 'registers', label: 'regs'},
+    {key: 'top', label: 'finding', text: true},
+  ].filter(Boolean);
+  dataTable(el, cols, rows, {sort: 'ms_per_step', placeholder: 'filter profiled kernels…', onrow: r => { location.hash = '#findings'; }});
+  const hot = kp.kernels.filter(k => k.hot_lines && k.hot_lines.length);
+  if (hot.length) {
+    el.appendChild(h('h3', {text: 'Hot source lines (warp-stall samples)'}));
+    for (const k of hot) {
+      el.appendChild(h('p', {class: 'hotk', text: k.name}));
+      el.appendChild(h('ul', {class: 'hotlines'}, ...k.hot_lines.map(l => h('li', {text: pct(l.share) + '  ' + (l.file ? l.file.split('/').pop() + ':' : 'line ') + l.line + (l.source ? '  ' + l.source.trim() : '')}))));
+    }
+  }
+}
+
 function renderKernels() {
   const el = clear(body('kernels'));
   const rows = U.kernels;
+  renderProfiled(el);
   if (!rows.length) { el.appendChild(h('p', {class: 'note', text: 'No GPU kernels in this run.'})); return; }
   el.appendChild(h('p', {class: 'note', text: 'Per kernel name over the steady-state steps (whole run when there are none). Geometry, registers and occupancy are those of the configuration with the most time. Theoretical occupancy is computed from the device limits (CUDA occupancy calculation); SM coverage = min(1, blocks / SMs); waves = blocks / (resident blocks per SM × SMs). Click a row to find the kernel in the timeline.'}));
   const cats = [...new Set(rows.map(r => r.category))].sort();
