@@ -132,6 +132,14 @@ def state(**kw: Any) -> WatchState:
      Move.WAIT),
     ({"gpu_seen_ns": 40 * S, "last_gpu_flush_ns": 99 * S, "steps_expected": True}, False,
      Move.OPEN),
+    # a compile ended 1 s ago (JAX autotuning after the first GPU use): the warm-up waits for
+    # compiling to stop, 3 s after the last compile; at most 60 s after the first GPU use
+    ({"gpu_seen_ns": 90 * S, "last_gpu_flush_ns": 99 * S, "last_compile_ns": 99 * S}, False,
+     Move.WAIT),
+    ({"gpu_seen_ns": 90 * S, "last_gpu_flush_ns": 99 * S, "last_compile_ns": 97 * S}, False,
+     Move.OPEN),
+    ({"gpu_seen_ns": 40 * S, "last_gpu_flush_ns": 99 * S, "last_compile_ns": 99 * S}, False,
+     Move.OPEN),
     ({"window": Window.AUTO, "auto_open_ns": 91 * S}, False, Move.WAIT),
     ({"window": Window.AUTO, "auto_open_ns": 90 * S}, False, Move.CLOSE),  # after max_s
     ({"window": Window.STEPS, "gpu_seen_ns": 90 * S}, False, Move.STOP),
@@ -374,6 +382,27 @@ def test_an_optimizer_makes_the_fallback_wait_for_its_steps(tmp_path: Path) -> N
     advance(s, clock, 51.0)
     assert s.open_ns is not None
     assert "an optimizer was built" in s.window_used.text
+
+
+def test_the_time_window_waits_for_compilation_to_stop(tmp_path: Path) -> None:
+    """A JAX program compiles (and autotunes on the GPU) for 8 s after its first GPU use: the
+    window opens 3 s after the last compile, not 3 s after the first GPU use, and says so."""
+    s, clock, probe, gpu, hosts = make(tmp_path)
+    s.begin()
+    probe.in_use = True
+    advance(s, clock, 0.25)
+    t_gpu = clock.t
+    for _ in range(8):  # a compile ends every second
+        hosts[0].last_compile_ns = clock.t
+        advance(s, clock, 1.0)
+    last = hosts[0].last_compile_ns
+    assert s.open_ns is None  # 8 s after the first GPU use, still compiling a second ago
+    advance(s, clock, 1.75)
+    assert s.open_ns is None
+    advance(s, clock, 0.25)
+    assert s.open_ns == last + 3 * S
+    assert s.window_used.text.startswith("no step hook fired: 10 s from 3 s after the last "
+                                         f"compilation ({(last - t_gpu) / S:.3g} s after")
 
 
 def test_optimizer_built_reads_torch_without_patching() -> None:

@@ -8,7 +8,9 @@ context active; it never loads or initialises CUDA itself). Then, :func:`next_mo
 
 - the GPU is first seen in use and no step boundary has fired: the GPU backend starts at once
   (a *tentative* capture, so that a program ending early still leaves its GPU records);
-- ``warmup_s`` after that with still no step boundary: a *time* window opens, and closes
+- ``warmup_s`` after that with still no step boundary, and ``warmup_s`` after the last
+  compilation the framework reported (JAX, ``capture.hooks.jax_compile``; at most
+  ``COMPILE_WAIT_S`` after the first GPU use): a *time* window opens, and closes
   ``max_s`` later or when the program ends, whichever comes first; the steps are recovered at
   analysis from the periodicity of the kernel stream (``analysis.periodicity``). Boundaries that fire
   inside it are recorded as steps; they do not close it;
@@ -41,6 +43,9 @@ POLL_S = 0.25
 # (torch.compile, cudnn autotuning, a slow first batch): how long after the first GPU use the
 # fallback waits for the step hooks before it opens its time window anyway
 STEPS_EXPECTED_WAIT_S = 60.0
+# a program that still compiles (JAX reports each compilation): how long after the first GPU use
+# the fallback waits for compiling to stop before it opens its time window anyway
+COMPILE_WAIT_S = 60.0
 
 
 class Move(str, Enum):
@@ -75,6 +80,17 @@ class WatchState:
     finished: bool = False
     steps_expected: bool = False  # an optimizer exists: its step hook should fire soon
     expect_wait_s: float = STEPS_EXPECTED_WAIT_S
+    last_compile_ns: int | None = None  # when the framework last reported a compile ended
+    compile_wait_s: float = COMPILE_WAIT_S
+
+
+def compiling(s: WatchState) -> bool:
+    """Whether the warm-up still waits for compilation: a compile ended less than
+    ``warmup_s`` ago, and the first GPU use is less than ``compile_wait_s`` ago."""
+    if s.last_compile_ns is None or s.gpu_seen_ns is None:
+        return False
+    return (s.now_ns - s.last_compile_ns < s.warmup_s * 1e9
+            and s.now_ns - s.gpu_seen_ns < s.compile_wait_s * 1e9)
 
 
 def warmup_limit_s(s: WatchState) -> float:
@@ -101,7 +117,8 @@ def next_move(s: WatchState, gpu_in_use: bool) -> Move:
         if s.boundaries > 0:
             return Move.STOP  # step hooks fire: the step schedule as without the fallback
         return Move.START_GPU if gpu_in_use else Move.WAIT
-    if s.boundaries == 0 and s.now_ns - s.gpu_seen_ns >= warmup_limit_s(s) * 1e9:
+    if (s.boundaries == 0 and s.now_ns - s.gpu_seen_ns >= warmup_limit_s(s) * 1e9
+            and not compiling(s)):
         return Move.OPEN
     if s.now_ns - s.last_gpu_flush_ns >= s.flush_every_s * 1e9:
         return Move.FLUSH_GPU
@@ -150,11 +167,15 @@ class Fallback:
         self.warmup_s, self.max_s, self.flush_every_s = warmup_s, max_s, flush_every_s
         self.gpu_seen_ns: int | None = None
         self.open_ns: int | None = None  # when the time window opened
+        self.last_compile_ns: int | None = None  # as of the last look (the host capture's)
         self.last_flush_ns = 0
         self._pre: deque[Tables] = deque(maxlen=keep_chunks)  # decoded GPU tables, no window yet
         self._raw = RawTail(folder)
 
-    def state(self, now_ns: int, boundaries: int, window: Window, finished: bool) -> WatchState:
+    def state(self, now_ns: int, boundaries: int, window: Window, finished: bool,
+              last_compile_ns: int | None = None) -> WatchState:
+        """``last_compile_ns``: when the framework last reported a compile ended."""
+        self.last_compile_ns = last_compile_ns
         if (not self.steps_expected and window is Window.NONE and boundaries == 0
                 and self.gpu_seen_ns is not None):
             try:
@@ -165,7 +186,8 @@ class Fallback:
                           now_ns=now_ns, boundaries=boundaries, window=window,
                           gpu_seen_ns=self.gpu_seen_ns, auto_open_ns=self.open_ns,
                           last_gpu_flush_ns=self.last_flush_ns, warmup_s=self.warmup_s,
-                          max_s=self.max_s, flush_every_s=self.flush_every_s, finished=finished)
+                          max_s=self.max_s, flush_every_s=self.flush_every_s, finished=finished,
+                          last_compile_ns=last_compile_ns)
 
     def ask(self) -> bool:
         try:
@@ -178,6 +200,10 @@ class Fallback:
 
     def opened(self, now_ns: int) -> WindowUsed:
         self.open_ns = now_ns
+        c, g = self.last_compile_ns, self.gpu_seen_ns
+        limit = max(self.warmup_s, STEPS_EXPECTED_WAIT_S) if self.steps_expected else self.warmup_s
+        if c is not None and g is not None and c + self.warmup_s * 1e9 > g + limit * 1e9:
+            return describe_auto_compiled(self.warmup_s, self.max_s, (c - g) / 1e9)
         if self.steps_expected:
             return describe_auto_expected(max(self.warmup_s, STEPS_EXPECTED_WAIT_S), self.max_s)
         return describe_auto(self.warmup_s, self.max_s)
@@ -213,6 +239,12 @@ class WindowUsed:
 def describe_auto(warmup_s: float, max_s: float) -> WindowUsed:
     return WindowUsed("gpu_time", f"no step hook fired: {max_s:g} s from {warmup_s:g} s after "
                                   "the GPU was first used (steps recovered at analysis)")
+
+
+def describe_auto_compiled(warmup_s: float, max_s: float, compiled_s: float) -> WindowUsed:
+    return WindowUsed("gpu_time", f"no step hook fired: {max_s:g} s from {warmup_s:g} s after the "
+                                  f"last compilation ({compiled_s:.3g} s after the GPU was first "
+                                  "used; steps recovered at analysis)")
 
 
 def describe_auto_expected(wait_s: float, max_s: float) -> WindowUsed:

@@ -187,7 +187,10 @@ class Session(WindowIO):
     def _watch_state(self) -> WatchState:
         window = (Window.CLOSED if self.close_ns is not None else Window.NONE if self.open_ns is None
                   else Window.AUTO if self.auto.open_ns is not None else Window.STEPS)
-        return self.auto.state(self._clock(), self.boundaries, window, self.finished)
+        host = self.host.host
+        compiled = getattr(host, "last_compile_ns", None) if host is not None else None
+        return self.auto.state(self._clock(), self.boundaries, window, self.finished,
+                               compiled if isinstance(compiled, int) else None)
 
     def _flush_pre_window(self) -> None:
         """Flush the tentative GPU capture while no window is open (on the watcher thread,

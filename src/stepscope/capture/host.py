@@ -113,7 +113,8 @@ class HostCapture:
                                  on_iterator=self._on_iterator,
                                  on_optimizer_step=self._on_optimizer_step, on_error=self._diag,
                                  on_step_marker=self._on_step_marker,
-                                 nvtx_step=settings.nvtx_step)
+                                 nvtx_step=settings.nvtx_step, on_compile=self._on_compile)
+        self._last_compile_ns: int | None = None  # when JAX last reported a compile ended
         # threads whose stacks are sampled: ident -> native id
         self._sampled: dict[int, int] = {}
         self._seen_threads: set[tuple[int, int]] = set()
@@ -246,6 +247,15 @@ class HostCapture:
             self._boundary(self._clock(), StepSource.HOOK)
         except Exception as e:
             self._diag("step_hook_error", f"optimizer step hook failed: {type(e).__name__}: {e}")
+
+    def _on_compile(self) -> None:
+        self._last_compile_ns = self._clock()
+
+    @property
+    def last_compile_ns(self) -> int | None:
+        """When the program's framework (JAX) last reported a compilation ended (None: never):
+        the default window's warm-up waits for it (``capture.auto_window``)."""
+        return self._last_compile_ns
 
     def _on_step_marker(self, hook: str) -> None:
         try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from stepscope.capture.hooks import (
     dataloader,
+    jax_compile,
     jax_steps,
     keras_steps,
     nvtx_steps,
@@ -30,7 +31,8 @@ from stepscope.capture.hooks.patching import OnStepMarker, Patch
 
 # the files of the wrappers: their frames are left out of sampled stacks
 WRAPPER_FILES = tuple(m.__file__ or "" for m in (dataloader, optimizer, jax_steps, keras_steps,
-                                                  tf_steps, nvtx_steps, patching, post_import))
+                                                  tf_steps, nvtx_steps, patching, post_import,
+                                                  jax_compile))
 
 
 class TorchHooks:
@@ -38,7 +40,9 @@ class TorchHooks:
 
     def __init__(self, *, clock: Callable[[], int], on_wait: OnWait, on_iterator: OnIterator,
                  on_optimizer_step: OnOptimizerStep, on_error: Callable[[str, str], None],
-                 on_step_marker: OnStepMarker | None = None, nvtx_step: str = "") -> None:
+                 on_step_marker: OnStepMarker | None = None, nvtx_step: str = "",
+                 on_compile: Callable[[], None] | None = None) -> None:
+        """``on_compile``: called when JAX reports a compilation ended (``jax_compile``)."""
         self._clock = clock
         self._on_wait = on_wait
         self._on_iterator = on_iterator
@@ -46,6 +50,9 @@ class TorchHooks:
         self._on_error = on_error
         self._on_marker = on_step_marker
         self._nvtx_step = nvtx_step
+        self._on_compile = on_compile
+        self._compile_listening = False  # registered (once per process: JAX keeps it)
+        self._compile_active = False  # the listener calls on_compile only while installed
         self._finder: post_import.PostImportFinder | None = None
         self._patches: list[Patch] = []
         self._handles: list[Any] = []
@@ -62,6 +69,10 @@ class TorchHooks:
             callbacks.update({m: self._guarded(self._patch_tf) for m in tf_steps.TF_MODULES})
             if self._nvtx_step:
                 callbacks.update({m: self._guarded(self._patch_nvtx) for m in nvtx_steps.NVTX_MODULES})
+        if self._on_compile is not None:
+            self._compile_active = True
+            callbacks.update({m: self._guarded(self._listen_jax_compiles)
+                              for m in jax_compile.JAX_MONITORING_MODULES})
         self._finder = post_import.PostImportFinder(callbacks)
         self._finder.insert()
         for name, callback in callbacks.items():
@@ -72,6 +83,7 @@ class TorchHooks:
                 callback(module)
 
     def uninstall(self) -> None:
+        self._compile_active = False
         if self._finder is not None:
             self._finder.remove()
             self._finder = None
@@ -116,6 +128,13 @@ class TorchHooks:
     def _patch_jax(self, module: ModuleType) -> None:
         assert self._on_marker is not None
         self._note(module, jax_steps.patch_jax(module, self._patches, self._on_marker))
+
+    def _listen_jax_compiles(self, module: ModuleType) -> None:
+        if self._compile_listening or self._on_compile is None:
+            return  # one listener, whichever module of the two came first
+        self._compile_listening = True
+        self._note(module, jax_compile.listen_compiles(module, self._on_compile,
+                                                       lambda: self._compile_active))
 
     def _patch_keras(self, module: ModuleType) -> None:
         assert self._on_marker is not None
