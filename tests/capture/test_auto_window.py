@@ -18,6 +18,7 @@ from stepscope.capture.auto_window import (
     RawTail,
     WatchState,
     Window,
+    compiling_now,
     needs_probe,
     next_move,
 )
@@ -90,7 +91,8 @@ def make(tmp_path: Path, steps: str | None = None, **kw: Any
 
     cfg = CaptureConfig(staging=str(tmp_path / "staging"), schedule=make_schedule(steps), **kw)
     s = Session(cfg, clock=clock, environ={}, gpu_factory=lambda b, a: gpu, host_factory=host,
-                gpu_probe=probe, poll_s=None, steps_probe=lambda: False)
+                gpu_probe=probe, poll_s=None, steps_probe=lambda: False,
+                compile_probe=lambda: False)
     return s, clock, probe, gpu, hosts
 
 
@@ -403,6 +405,46 @@ def test_the_time_window_waits_for_compilation_to_stop(tmp_path: Path) -> None:
     assert s.open_ns == last + 3 * S
     assert s.window_used.text.startswith("no step hook fired: 10 s from 3 s after the last "
                                          f"compilation ({(last - t_gpu) / S:.3g} s after")
+
+
+def test_the_warm_up_waits_while_a_compiler_runs(tmp_path: Path) -> None:
+    """One long compile (no compile event until it ends): while a compiler's frame is on a
+    stack, the warm-up waits; the window opens 3 s after it left."""
+    s, clock, probe, gpu, hosts = make(tmp_path)
+    busy = [True]
+    s._compile_probe = lambda: busy[0]
+    s.begin()
+    probe.in_use = True
+    advance(s, clock, 0.25)
+    advance(s, clock, 20.0)
+    assert s.open_ns is None  # 20 s into one compile
+    busy[0] = False
+    t_done = clock.t
+    advance(s, clock, 2.75)
+    assert s.open_ns is None
+    advance(s, clock, 0.25)
+    assert s.open_ns == t_done + 3 * S
+    assert "after the last compilation" in s.window_used.text
+
+
+def test_compiling_now_sees_a_compiler_frame_on_any_thread() -> None:
+    assert not compiling_now()
+    code = compile("def backend_compile(ev):\n    ev.wait(5)\n",
+                   "/site-packages/jax/_src/compiler.py", "exec")
+    ns: dict[str, Any] = {}
+    exec(code, ns)
+    ev = threading.Event()
+    t = threading.Thread(target=ns["backend_compile"], args=(ev,))
+    t.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not compiling_now() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert compiling_now()
+    finally:
+        ev.set()
+        t.join()
+    assert not compiling_now()
 
 
 def test_optimizer_built_reads_torch_without_patching() -> None:

@@ -28,11 +28,13 @@ settings (``window``, ``window_kind``); see docs/record.md.
 from __future__ import annotations
 
 import re
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from stepscope.capture.chunks import Tables
@@ -46,6 +48,12 @@ STEPS_EXPECTED_WAIT_S = 60.0
 # a program that still compiles (JAX reports each compilation): how long after the first GPU use
 # the fallback waits for compiling to stop before it opens its time window anyway
 COMPILE_WAIT_S = 60.0
+# source files whose functions run only while a framework compiles: one on a thread's stack
+# means it is compiling now (JAX: XLA's compile and GEMM autotuning; TorchInductor's codegen;
+# Triton's kernel compiler). Not torch/_dynamo: its frames wrap every call of a compiled model.
+COMPILER_FILES = ("jax/_src/compiler.py", "torch/_inductor/compile_fx.py",
+                  "triton/compiler/compiler.py")
+MAX_FRAMES = 400  # stack depth looked at per thread
 
 
 class Move(str, Enum):
@@ -125,6 +133,26 @@ def next_move(s: WatchState, gpu_in_use: bool) -> Move:
     return Move.WAIT
 
 
+def compiling_now() -> bool:
+    """Whether a thread of this process is inside a framework's compiler now (a frame of one of
+    ``COMPILER_FILES`` on its stack). jax.monitoring reports a compile only when it ends, and
+    one compile can last tens of seconds; the watcher asks this at each look of the warm-up.
+    Never raises."""
+    try:
+        frames = sys._current_frames()
+    except Exception:  # noqa: BLE001 - a probe must never break the program
+        return False
+    for top in frames.values():
+        f: FrameType | None = top
+        depth = 0
+        while f is not None and depth < MAX_FRAMES:
+            name = f.f_code.co_filename.replace("\\", "/")
+            if name.endswith(COMPILER_FILES):
+                return True
+            f, depth = f.f_back, depth + 1
+    return False
+
+
 def default_steps_probe() -> bool:
     """Whether a step hook is expected to fire (a ``torch.optim`` optimizer exists)."""
     try:
@@ -174,8 +202,11 @@ class Fallback:
 
     def state(self, now_ns: int, boundaries: int, window: Window, finished: bool,
               last_compile_ns: int | None = None) -> WatchState:
-        """``last_compile_ns``: when the framework last reported a compile ended."""
-        self.last_compile_ns = last_compile_ns
+        """``last_compile_ns``: when the framework last reported a compile ended (or a
+        compiler was seen running); the latest one seen is kept."""
+        if last_compile_ns is not None and (self.last_compile_ns is None
+                                            or last_compile_ns > self.last_compile_ns):
+            self.last_compile_ns = last_compile_ns
         if (not self.steps_expected and window is Window.NONE and boundaries == 0
                 and self.gpu_seen_ns is not None):
             try:
@@ -187,7 +218,7 @@ class Fallback:
                           gpu_seen_ns=self.gpu_seen_ns, auto_open_ns=self.open_ns,
                           last_gpu_flush_ns=self.last_flush_ns, warmup_s=self.warmup_s,
                           max_s=self.max_s, flush_every_s=self.flush_every_s, finished=finished,
-                          last_compile_ns=last_compile_ns)
+                          last_compile_ns=self.last_compile_ns)
 
     def ask(self) -> bool:
         try:

@@ -44,6 +44,7 @@ from stepscope.capture.auto_window import (
     WatchState,
     Window,
     WindowUsed,
+    compiling_now,
     default_steps_probe,
     needs_probe,
     next_move,
@@ -77,10 +78,12 @@ class Session(WindowIO):
         gpu_probe: Callable[[], bool] | None = None,
         poll_s: float | None = POLL_S,
         steps_probe: Callable[[], bool] = default_steps_probe,
+        compile_probe: Callable[[], bool] = compiling_now,
     ) -> None:
         """``gpu_probe``: is the GPU in use by this process yet (``capture.auto_window``);
         ``steps_probe``: will a step hook fire soon (an optimizer exists), which makes the
-        fallback wait longer for it;
+        fallback wait longer for it; ``compile_probe``: is a framework compiling now (the
+        warm-up waits for that to stop);
         ``poll_s``: how often the watcher asks it (None: no watcher thread; ``poll`` is called
         by the caller, as tests do)."""
         from stepscope.capture.staging import PartitionMeta, StagingPartition, env_rank
@@ -103,6 +106,7 @@ class Session(WindowIO):
         self.boundaries = 0
         self._last_boundary: int | None = None
         self._poll_s = poll_s
+        self._compile_probe = compile_probe
         self.auto = Fallback(enabled=config.auto_window, probe=gpu_probe or DriverProbe(),
                              steps_probe=steps_probe,
                              warmup_s=config.auto_warmup_s, flush_every_s=config.flush_every_s,
@@ -187,10 +191,14 @@ class Session(WindowIO):
     def _watch_state(self) -> WatchState:
         window = (Window.CLOSED if self.close_ns is not None else Window.NONE if self.open_ns is None
                   else Window.AUTO if self.auto.open_ns is not None else Window.STEPS)
+        now = self._clock()
         host = self.host.host
-        compiled = getattr(host, "last_compile_ns", None) if host is not None else None
-        return self.auto.state(self._clock(), self.boundaries, window, self.finished,
-                               compiled if isinstance(compiled, int) else None)
+        got = getattr(host, "last_compile_ns", None) if host is not None else None
+        compiled = got if isinstance(got, int) else None
+        if (window is Window.NONE and self.auto.gpu_seen_ns is not None and self.boundaries == 0
+                and self._compile_probe()):
+            compiled = now  # compiling now: as if a compile just ended
+        return self.auto.state(now, self.boundaries, window, self.finished, compiled)
 
     def _flush_pre_window(self) -> None:
         """Flush the tentative GPU capture while no window is open (on the watcher thread,
