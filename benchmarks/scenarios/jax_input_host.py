@@ -49,10 +49,14 @@ def build(fixed: bool, device: str) -> Step:
     rng = np.random.default_rng(29)
     images = rng.integers(0, 255, (256, SIDE, SIDE, 3), dtype=np.uint8)
     d_in = CROP * CROP * 3
-    w0 = jax.device_put((rng.standard_normal((d_in, WIDTH), dtype=np.float32) /
-                         np.sqrt(d_in)).astype(jnp.bfloat16), gpu)
-    ws = [jax.device_put((rng.standard_normal((WIDTH, WIDTH), dtype=np.float32) /
-                          np.sqrt(WIDTH)).astype(jnp.bfloat16), gpu) for _ in range(LAYERS)]
+    # weights made on the device, as a JAX program makes them (24 x 8192^2 normals drawn with
+    # NumPy took ~30 s of host time after the first GPU use: longer than record's warm-up)
+    keys = jax.random.split(jax.random.PRNGKey(29), LAYERS + 1)
+    with jax.default_device(gpu):
+        w0 = (jax.random.normal(keys[0], (d_in, WIDTH), jnp.float32) /
+              np.sqrt(d_in)).astype(jnp.bfloat16)
+        ws = [(jax.random.normal(k, (WIDTH, WIDTH), jnp.float32) /
+               np.sqrt(WIDTH)).astype(jnp.bfloat16) for k in keys[1:]]
     params = [w0, *ws]
 
     def loss_fn(ps: list[Any], xb: Any) -> Any:
