@@ -51,14 +51,15 @@ def test_roofline_and_table(browser: Any, tmp_path: Path) -> None:
                     tmp_path / "p.html")
     page = load(browser, planted)
     assert page.errors() == []
-    # kernels with floating-point work sit on the chart: tail_wave x2, strided x2, regs x2
-    assert page.page.locator("#kernels svg.roofline circle.pt").count() == 6
+    # kernels with floating-point work sit on the chart: tail_wave x2, strided x2, regs_chase
+    # x2, regs_lines x2
+    assert page.page.locator("#kernels svg.roofline circle.pt").count() == 8
     assert page.page.locator("#kernels svg.roofline .roof").count() == 2
     assert page.page.locator("#kernels h3").first.text_content() == (
         "Inside the kernels (Nsight Compute)")
     text = page.page.locator("#kernels").text_content() or ""
     assert "planted_narrow_load" in text and "Hot source lines (warp-stall samples)" in text
-    assert page.page.locator("#kernels ul.hotlines").count() == 10
+    assert page.page.locator("#kernels ul.hotlines").count() == 12  # one per profiled kernel
     assert "−75% of the kernel" in (page.page.locator("#findings").text_content() or "")
     page.page.locator("#kernels").scroll_into_view_if_needed()
     page.page.locator("#kernels").screenshot(path=str(ARTIFACTS / "kernels-roofline.png"))
