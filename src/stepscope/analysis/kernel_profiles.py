@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
-from stepscope.schema import NCU_COLUMNS
+from stepscope.schema_ncu import NCU_COLUMNS
 
 METRICS = tuple(c for c, _, _, _ in NCU_COLUMNS)
 # warp stall reasons, by family, the first with values used (never mixed: they overlap):

@@ -1,4 +1,4 @@
-"""Which ncu metrics fill the typed columns of ``kernel_metrics`` (``schema.NCU_COLUMNS``).
+"""Which ncu metrics fill the typed columns of ``kernel_metrics`` (``schema_ncu.NCU_COLUMNS``).
 
 Each column is the first of its candidate metrics present with a value (names change between
 ncu versions and architectures), or a sum of several (FLOPs: add + mul + 2 x fma). Values

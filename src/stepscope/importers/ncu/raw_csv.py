@@ -19,7 +19,7 @@ from typing import Any
 from stepscope.errors import TraceFormatError
 from stepscope.importers.ncu.columns import COLUMNS
 from stepscope.importers.ncu.units import base_unit, dims, number
-from stepscope.schema import NCU_COLUMNS
+from stepscope.schema_ncu import NCU_COLUMNS
 
 HEADER_START = '"ID",'
 _METRIC = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")
