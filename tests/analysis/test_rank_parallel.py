@@ -69,13 +69,39 @@ def test_the_workers_send_the_facts_and_the_parent_reads_no_rank_table(five: Pat
     assert [ra.rank for ra in a.ranks] == [0, 1, 2, 3, 4]
     for r in range(5):
         memo = a.graph.rank(r)._memo
-        assert {k[1] for k in memo if isinstance(k, tuple) and k[0] == FACT} == {
-            "excess_transfers", "copy_overlap", "pageable_copies"}
+        assert {k[1] for k in memo if isinstance(k, tuple) and k[0] == FACT} >= {
+            "excess_transfers", "copy_overlap", "pageable_copies", "memory_peaks", "churn",
+            "idle_ops"}
         assert "kernel_frame" in memo and "gpu_activity" in memo
         assert ("split_idle", r) in a._memo
     serial = analyze(Run(five), workers=1, facts=rank_facts)
     assert a.ranks == serial.ranks
     assert advise(a).findings == advise(serial).findings
+
+
+# what the parent of a rank-parallel report may read of a rank: the small tables the cross-rank
+# model (collectives, processes) and the NUMA check (devices) need
+SMALL_TABLES = {"collectives", "processes", "devices"}
+
+
+def test_the_parent_of_the_pool_reads_no_large_rank_table(five: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[tuple[str, int | None]] = []
+    table = Run.table
+
+    def counted(self: Run, name: str, rank: int | None = None) -> object:
+        read.append((name, rank))
+        return table(self, name, rank)
+
+    # in this process only: the workers run in the fork server's own interpreter
+    monkeypatch.setattr(Run, "table", counted)
+    pooled = _json(five, workers=2)
+    assert read and {name for name, _ in read} <= SMALL_TABLES
+    assert all(rank is not None for _, rank in read)  # never all ranks at once
+    read.clear()
+    assert _json(five, workers=1) == pooled
+    # the serial path reads the large tables: what the pooled one is checked against
+    assert {"kernels", "api_calls", "cpu_ops"} <= {name for name, _ in read}
 
 
 def test_a_worker_sends_only_its_ranks_facts(five: Path) -> None:

@@ -14,10 +14,10 @@ from stepscope.model.kernels import (
     SteadyKernels,
     by_name,
     device_rows,
-    op_names,
     per_name,
     per_step_ms,
     steady_kernels,
+    steady_op_names,
 )
 from stepscope.model.overhead import host_trust
 from stepscope.model.scaling import Scaling, scaling_for
@@ -88,7 +88,7 @@ def misaligned_saving(analysis: Analysis, ra: RankAnalysis) -> MisalignedSaving 
     saving = np.where(cand, shorter(dur, 1.0 / div), 0.0)
     scaling = scaling_for(analysis.graph.rank(ra.rank), ra, sk,
                           host_trust(analysis).est_inflation_ms)
-    ops = op_names(analysis.graph.rank(ra.rank))
+    ops = steady_op_names(analysis.graph.rank(ra.rank), sk)
     op_count: dict[str, int] = {}
     for e in sk.col("external_id")[cand]:
         if not np.isnan(e) and int(e) in ops:

@@ -13,6 +13,7 @@ from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.launches import column_str
+from stepscope.analysis.results import FACT
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.model import transfers as mt
 from stepscope.schema_enums import ApiKind
@@ -46,6 +47,12 @@ def _is_sync_free(name: str) -> bool:
 
 
 def churn(g: StepGraph, ra: RankAnalysis) -> Churn | None:
+    """The rank's allocator churn over its steady steps; once per rank graph (a per-rank
+    fact, ``advisor.rank_facts``)."""
+    return g.memo((FACT, "churn"), lambda: _churn(g, ra))
+
+
+def _churn(g: StepGraph, ra: RankAnalysis) -> Churn | None:
     win = mt.steady_windows(ra)
     if win.n == 0:
         return None

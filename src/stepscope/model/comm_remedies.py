@@ -59,6 +59,7 @@ from stepscope.analysis.busy import IntervalSet, gpu_activity, is_communication
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import signature_head
 from stepscope.analysis.kernels import kernel_frame
+from stepscope.analysis.results import FACT
 from stepscope.model import transfers as mt
 from stepscope.model.links import link_of
 
@@ -239,14 +240,7 @@ def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[int 
     ``MAX_ROUND_TRIP_NS``), or it repeats the step's overlapped collectives of its operation
     (as long as they are together, within a factor 2, while it is mostly exposed; no round
     trip). ``starts``: every kernel start of the rank, sorted."""
-    api = g.table("api_calls")
-    if api.num_rows:
-        kind = np.asarray(api.column("kind").to_numpy(zero_copy_only=False), dtype=object)
-        sel = (kind == "sync") | (kind == "memcpy")
-        a_s = api.column("ts_ns").to_numpy()[sel]
-        a_e = a_s + api.column("dur_ns").to_numpy()[sel]
-    else:
-        a_s = a_e = np.zeros(0, dtype=np.int64)
+    a_s, a_e = host_waits(g)
     out: list[int | None] = []
     for x in ks:
         hit = (a_s < x.end) & (a_e >= x.end) & (a_e <= x.end + SYNC_AFTER_NS)
@@ -266,6 +260,23 @@ def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[int 
                   and 0.5 * carried <= dur <= 2 * carried)
         out.append(trip if waited else (0 if repeat else None))
     return out
+
+
+def host_waits(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of the rank's sync and copy calls (what ``_removable`` looks for after a
+    collective), once per rank graph: a per-rank fact (``model.communication.comm_facts``)."""
+    return g.memo((FACT, "host_waits"), lambda: _host_waits(g))
+
+
+def _host_waits(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    api = g.table("api_calls")
+    if api.num_rows:
+        kind = np.asarray(api.column("kind").to_numpy(zero_copy_only=False), dtype=object)
+        sel = (kind == "sync") | (kind == "memcpy")
+        a_s = api.column("ts_ns").to_numpy()[sel]
+        a_e = a_s + api.column("dur_ns").to_numpy()[sel]
+        return a_s, a_e
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
 
 
 def _op(name: str) -> str:

@@ -35,8 +35,9 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet, is_communication
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import signature_head
+from stepscope.analysis.results import FACT
 from stepscope.model import transfers as mt
-from stepscope.model.comm_remedies import Remedy, remedies
+from stepscope.model.comm_remedies import Remedy, host_waits, remedies
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,11 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5,
         waiting = exposed_all.within(ws, we) - exposed
     compute = comp_set.within(ws, we)
     free = (comp_set - comm_set).within(ws, we)
-    share, sms = _sm_share(g, ra)
+    share, sms = sm_share(g, ra)
     bound = np.minimum(exposed, free) * (1.0 - share)
     rem = remedies(g, ra, ws, we, wait_set, share, share * sms)
     saving = max((x.saving_ns for x in rem), default=0.0)
-    top = _top(g, comp_set, ws, we, n_top)
+    top = g.memo((FACT, "comm_top", n_top), lambda: _top(g, comp_set, ws, we, n_top))
     w = int(np.argmax(exposed))
     return CommOverlap(
         rank=ra.rank, n_steps=len(idx), comm_ns=int(comm.sum()), exposed_ns=int(exposed.sum()),
@@ -119,6 +120,28 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5,
         per_step_exposed_ns=tuple(int(x) for x in exposed), waiting_ns=int(waiting.sum()),
         steps=tuple(ra.steps.steps[i].index for i in idx), worst=ra.steps.steps[idx[w]].index,
         start_ns=int(ws[w]), end_ns=int(we[w]), top=top)
+
+
+def comm_facts(g: StepGraph, ra: RankAnalysis, n_top: int = 5) -> None:
+    """Memoise what ``comm_overlap`` reads of the rank's tables and does not depend on the
+    other ranks' waits (the SM share, the top collectives, the sync and copy calls the
+    remedies look at): a per-rank fact (``advisor.rank_facts``), so that the parent of a
+    rank-parallel analysis reads none of the rank's kernels and API calls."""
+    idx = [i for i, s in enumerate(ra.steps.steps) if s.steady]
+    if not idx:
+        return
+    ws, we = ra.steps.window_starts[idx], ra.steps.window_ends[idx]
+    act = mt.activity(g)
+    if int(act.communication.within(ws, we).sum()) == 0:
+        return
+    sm_share(g, ra)
+    g.memo((FACT, "comm_top", n_top), lambda: _top(g, act.compute, ws, we, n_top))
+    host_waits(g)
+
+
+def sm_share(g: StepGraph, ra: RankAnalysis) -> tuple[float, int]:
+    """``_sm_share``, once per rank graph."""
+    return g.memo((FACT, "sm_share"), lambda: _sm_share(g, ra))
 
 
 def _sm_share(g: StepGraph, ra: RankAnalysis) -> tuple[float, int]:

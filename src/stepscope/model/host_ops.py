@@ -23,6 +23,7 @@ from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
+from stepscope.analysis.results import FACT
 from stepscope.analysis.steps import STEP_NAME
 from stepscope.analysis.syncs import is_user_frame
 from stepscope.schema_enums import AnnotationSource, ApiKind, CpuOpKind
@@ -79,6 +80,16 @@ def _segments(s: IntervalSet, o_s: I64, o_e: I64) -> tuple[I64, I64]:
     j = np.searchsorted(s.starts, seg_s, side="right") - 1
     keep = (j >= 0) & (seg_e <= s.ends[np.maximum(j, 0)])
     return seg_s[keep], seg_e[keep]
+
+
+IDLE_KINDS = (CpuOpKind.FRAMEWORK.value, CpuOpKind.PYTHON.value, "annotation")
+
+
+def idle_ops(g: StepGraph, part: str, s: IntervalSet, kind: str) -> list[OpTime]:
+    """``host_time_by_op(g, s, kind=kind)`` of the rank's idle time ``part`` (``"host"``,
+    ``"gaps"``: ``s`` is that attribute of the rank's ``model.idle.IdleSplit``), once per rank
+    graph: a per-rank fact (``advisor.rank_facts``), the rules read it for one rank."""
+    return g.memo((FACT, "idle_ops", part, kind), lambda: host_time_by_op(g, s, kind=kind))
 
 
 def host_time_by_op(g: StepGraph, s: IntervalSet, *,

@@ -20,6 +20,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64, assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
+from stepscope.analysis.results import FACT
 
 # -- who wrote a kernel ---------------------------------------------------------------------
 
@@ -136,6 +137,18 @@ def column_objects(col: pa.ChunkedArray) -> npt.NDArray[np.object_]:
     """A column as an object array (None for nulls), converting each distinct value once."""
     codes, values = column_codes(col)
     return np.asarray(values[codes], dtype=object)
+
+
+def steady_op_names(g: StepGraph, sk: SteadyKernels) -> dict[int, str]:
+    """``op_names`` of the external ids of ``sk``'s launches (the rank's steady kernels) only;
+    once per rank graph (a per-rank fact, ``advisor.rank_facts``: a few kB, where all the
+    rank's ops' names can be hundreds)."""
+    def compute() -> dict[int, str]:
+        ext = sk.col("external_id")
+        want = {int(e) for e in ext[~np.isnan(ext)]}
+        return {i: n for i, n in op_names(g).items() if i in want}
+
+    return g.memo((FACT, "op_names"), compute)
 
 
 def op_names(g: StepGraph) -> dict[int, str]:

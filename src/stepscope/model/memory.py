@@ -14,6 +14,7 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, str_in
+from stepscope.analysis.results import FACT
 from stepscope.model.transfers import Windows, activity, load_api
 from stepscope.schema_enums import CpuOpKind, DeviceType
 
@@ -40,7 +41,12 @@ def _capacities(ra: RankAnalysis) -> dict[int, int]:
 
 
 def peaks(g: StepGraph, ra: RankAnalysis) -> list[Peak]:
-    """Peak device memory per device with a known capacity (memory events, else samples)."""
+    """Peak device memory per device with a known capacity (memory events, else samples);
+    once per rank graph (a per-rank fact, ``advisor.rank_facts``)."""
+    return g.memo((FACT, "memory_peaks"), lambda: _peaks(g, ra))
+
+
+def _peaks(g: StepGraph, ra: RankAnalysis) -> list[Peak]:
     cap = _capacities(ra)
     out: list[Peak] = []
     me = g.table("memory_events")
@@ -73,6 +79,12 @@ def peaks(g: StepGraph, ra: RankAnalysis) -> list[Peak]:
 
 
 def has_memory_data(g: StepGraph) -> bool:
+    """Whether the rank has memory events or GPU memory samples; once per rank graph (a
+    per-rank fact, ``advisor.rank_facts``)."""
+    return g.memo((FACT, "has_memory_data"), lambda: _has_memory_data(g))
+
+
+def _has_memory_data(g: StepGraph) -> bool:
     me = g.table("memory_events")
     if me.num_rows:
         return True

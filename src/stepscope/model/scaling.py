@@ -27,8 +27,9 @@ import numpy.typing as npt
 
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.graph import StepGraph
-from stepscope.analysis.intervals import assign_to_windows
+from stepscope.analysis.intervals import I64, assign_to_windows
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, str_in
+from stepscope.analysis.results import FACT
 from stepscope.model.kernels import SteadyKernels
 
 HOST_WAITS = ("input_wait", "launch", "host", "idle")
@@ -92,14 +93,37 @@ def scaling_for(g: StepGraph, ra: RankAnalysis, sk: SteadyKernels, inflation_ms:
     longer than the overhead, about ``X`` for a GPU-bound one.
     """
     share = gpu_bound_share(ra)
+    done = step_done(g, sk)
+    if done is None:
+        return Scaling(None, share)
+    host_done, gpu_done = done
+    backlog = np.maximum(gpu_done - host_done, 0).astype(np.float64)
+    inflation = inflation_ms * 1e6
+    if inflation > 0:
+        by_slot = sorted(ra.steps.steady, key=lambda st: st.start_ns)
+        waits = np.array([sum(ra.breakdown.per_step[st.index].get(c, 0) for c in HOST_WAITS)
+                          for st in by_slot], dtype=np.float64)
+        backlog += np.maximum(inflation - waits, 0.0)
+    return Scaling(backlog, share)
+
+
+def step_done(g: StepGraph, sk: SteadyKernels) -> tuple[I64, I64] | None:
+    """Per steady step (``sk``'s), when the host ended its last launch call and when the GPU
+    ended the work those launches issued; ``None`` when launches cannot be paired with their
+    kernels. Once per rank graph (a per-rank fact, ``advisor.rank_facts``: of the rank alone,
+    unlike the profiler overhead ``scaling_for`` adds)."""
+    return g.memo((FACT, "step_done"), lambda: _step_done(g, sk))
+
+
+def _step_done(g: StepGraph, sk: SteadyKernels) -> tuple[I64, I64] | None:
     api = g.table("api_calls")
     k = g.table("kernels")
     if api.num_rows == 0 or k.num_rows == 0:
-        return Scaling(None, share)
+        return None
     # the launch calls with a correlation, and the steady step of each
     launch = str_in(api, "kind", LAUNCH_KINDS) & (g.keys("api_calls") >= 0)
     if not launch.any():
-        return Scaling(None, share)
+        return None
     a_ts, a_end = bounds(api)
     a_slot = np.where(launch, assign_to_windows(a_ts, sk.starts, sk.ends), -1)
     m = a_slot >= 0
@@ -114,12 +138,5 @@ def scaling_for(g: StepGraph, ra: RankAnalysis, sk: SteadyKernels, inflation_ms:
     gpu_done = np.full(sk.n_steps, -1, dtype=np.int64)
     np.maximum.at(gpu_done, slot[hit], g.gpu.end[:nk][hit])
     if ((host_done < 0) | (gpu_done < 0)).any():
-        return Scaling(None, share)
-    backlog = np.maximum(gpu_done - host_done, 0).astype(np.float64)
-    inflation = inflation_ms * 1e6
-    if inflation > 0:
-        by_slot = sorted(ra.steps.steady, key=lambda st: st.start_ns)
-        waits = np.array([sum(ra.breakdown.per_step[st.index].get(c, 0) for c in HOST_WAITS)
-                          for st in by_slot], dtype=np.float64)
-        backlog += np.maximum(inflation - waits, 0.0)
-    return Scaling(backlog, share)
+        return None
+    return host_done, gpu_done

@@ -16,10 +16,10 @@ from stepscope.model.kernels import (
     SteadyKernels,
     by_name,
     device_rows,
-    op_names,
     per_name,
     per_step_ms,
     steady_kernels,
+    steady_op_names,
 )
 from stepscope.model.overhead import host_trust
 from stepscope.model.scaling import Scaling, scaling_for
@@ -81,7 +81,7 @@ def tensor_core_saving(analysis: Analysis, ra: RankAnalysis) -> TensorCoreSaving
     cand &= np.array([speed.get(int(d)) is not None for d in dev], dtype=bool)
     if not cand.any():
         return None
-    ops = op_names(analysis.graph.rank(ra.rank))
+    ops = steady_op_names(analysis.graph.rank(ra.rank), sk)
     kind = _kinds(sk, ops, cand)
     dur = sk.col("dur_ns")
     tf32_div = np.ones(dur.size)

@@ -52,7 +52,7 @@ from stepscope.analysis.gpu_use import GpuUse
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.model.confidence import Confidence
 from stepscope.model.host import HostTime, host_time, mean_sample, stack_frames
-from stepscope.model.host_ops import host_time_by_op
+from stepscope.model.host_ops import idle_ops
 from stepscope.model.idle import IdleSplit
 from stepscope.schema_enums import CpuOpKind
 
@@ -172,9 +172,9 @@ class HostBound:
             f", 'idle' {ms(ra.breakdown.mean_ms['idle'] * 1e6)}; step-boundary gaps, syncs, "
             f"input waits and launch waits are counted by their own findings)"),
         ]
-        fw = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind=CpuOpKind.FRAMEWORK.value)
-        py = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind=CpuOpKind.PYTHON.value)
-        ann = host_time_by_op(ctx.graph_of(ra.rank), split.host, kind="annotation")
+        fw = idle_ops(ctx.graph_of(ra.rank), "host", split.host, CpuOpKind.FRAMEWORK.value)
+        py = idle_ops(ctx.graph_of(ra.rank), "host", split.host, CpuOpKind.PYTHON.value)
+        ann = idle_ops(ctx.graph_of(ra.rank), "host", split.host, "annotation")
         if fw:
             evidence.append(f"framework ops (innermost) while the GPU waits: "
                             f"{op_list(fw, n, mark_cpu=True)} per step")

@@ -31,6 +31,8 @@ from stepscope.advisor.base import Context, Finding, Fix, Severity, Where
 from stepscope.advisor.engine import SkipRule
 from stepscope.advisor.rules import _transfers as tr
 from stepscope.analysis import RankAnalysis
+from stepscope.analysis.graph import StepGraph
+from stepscope.analysis.results import FACT
 from stepscope.model import transfers as mt
 from stepscope.model.confidence import Confidence
 from stepscope.model.memory import Peak, cpu_compute_ns, has_memory_data, peaks
@@ -70,7 +72,17 @@ class RankResult:
 
 
 def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
-    ps = peaks(ctx.graph_of(ra.rank), ra)
+    return rank_result(ctx.graph_of(ra.rank), ra)
+
+
+def rank_result(g: StepGraph, ra: RankAnalysis) -> RankResult | None:
+    """The rank's figures, once per rank graph: of the rank alone, a per-rank fact
+    (``advisor.rank_facts``)."""
+    return g.memo((FACT, ID), lambda: _rank_result(g, ra))
+
+
+def _rank_result(g: StepGraph, ra: RankAnalysis) -> RankResult | None:
+    ps = peaks(g, ra)
     if not ps:
         return None
     peak = max(ps, key=lambda p: p.share)
@@ -81,11 +93,11 @@ def analyze_rank(ctx: Context, ra: RankAnalysis) -> RankResult | None:
     if step <= 0:
         return None
     win = mt.steady_windows(ra)
-    cpu_ms = cpu_compute_ns(ctx.graph_of(ra.rank), win) / 1e6
+    cpu_ms = cpu_compute_ns(g, win) / 1e6
     idle = max(0.0, sum(bd.get(k, 0.0) for k in HOST_IDLE) - cpu_ms) / step
-    gs = mt.gpu_steps(ctx.graph_of(ra.rank), ra, mt.load_api(ctx.graph_of(ra.rank)))
+    gs = mt.gpu_steps(g, ra, mt.load_api(g))
     if gs is not None and gs.mean_ns > 0:
-        busy = mt.activity(ctx.graph_of(ra.rank)).busy.within(gs.starts, gs.ends)
+        busy = mt.activity(g).busy.within(gs.starts, gs.ends)
         busy_share = float(np.sum(busy)) / float(np.sum(gs.ends - gs.starts))
         basis = "of the device-side step"
     else:
@@ -147,4 +159,4 @@ class _Rule:
 
 RULE = _Rule()
 
-__all__ = ["RULE", "RankResult", "analyze_rank"]
+__all__ = ["RULE", "RankResult", "analyze_rank", "rank_result"]

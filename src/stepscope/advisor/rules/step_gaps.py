@@ -31,7 +31,7 @@ from stepscope.advisor.rules._evidence import (
     where_worst,
 )
 from stepscope.analysis import RankAnalysis
-from stepscope.model.host_ops import OpTime, host_time_by_op
+from stepscope.model.host_ops import OpTime, idle_ops
 from stepscope.model.idle import IdleSplit, split_idle
 from stepscope.schema_enums import CpuOpKind
 
@@ -116,7 +116,7 @@ class StepGaps:
             f"{ms(floor)} per step ({FLOOR_LAUNCHES} x the median launch call) is "
             f"unavoidable"),
         ]
-        groups = [host_time_by_op(ctx.graph_of(ra.rank), split.gaps, kind=k)
+        groups = [idle_ops(ctx.graph_of(ra.rank), "gaps", split.gaps, k)
                   for k in ("annotation", CpuOpKind.PYTHON.value, CpuOpKind.FRAMEWORK.value)]
         for label, ops in zip(("annotations", "user Python", "framework ops"), groups):
             if ops:
