@@ -8,7 +8,7 @@ injects it (cli, recording).
 
 Inside reporters, only the modules that build the Report from a run (:data:`BUILDERS`) read the
 store; the render modules take the Report. schema (and its schema_enums, schema_ncu), errors, settings,
-_version, call_kinds and progress may be imported by every layer; nothing imports cli.
+_version, call_kinds, progress and pools may be imported by every layer; nothing imports cli.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ ALLOWED = {
     # stepscope.record() / step(): the twin of `record` (importers: the torch trace's reader)
     "recording": {"capture", "store", "importers"},
 }
-SHARED = {"schema", "schema_enums", "schema_ncu", "errors", "settings", "_version", "call_kinds", "progress",
+SHARED = {"schema", "schema_enums", "schema_ncu", "pools", "errors", "settings", "_version", "call_kinds", "progress",
           "__init__", "__main__"}
 # modules with more than their layer may import: the Report's builders read the run
 BUILDERS = {"reporters/report.py": {"store"}, "reporters/timeline_build.py": {"store"}}

@@ -8,30 +8,24 @@ What a task and a result are is the caller's (``analysis.results``: a run's path
 in, the rank's small results out). At most ``window`` tasks are submitted and not yet handed
 on, so that the results waiting in the parent stay few whatever the number of ranks.
 
-The import has its own engines (``importers.engines``: the same choice of engine and the same
-start method); the layers do not import each other, so this module repeats their few lines.
+The import has its own engines (``importers.engines``: the same choice of engine); what the two
+share, the workers' start method and the Dask client's life, is ``stepscope.pools``.
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
-import multiprocessing
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from multiprocessing import forkserver
 from typing import Any, Protocol, TypeVar
 
 from stepscope.errors import StepscopeError
+from stepscope.pools import dask_client, distributed, forkserver_context
 
 ENGINES = ("process", "dask")
-DASK_MISSING = ("--engine dask needs Dask's distributed scheduler, which is not installed: "
-                "pip install 'stepscope[dask]'")
-CONNECT_TIMEOUT_S = 30
 # the module the workers need: the fork server imports it (and numpy, pyarrow) once
 WORKER_MODULE = "stepscope.analysis.results"
 
@@ -87,23 +81,6 @@ def run_ordered(fn: Callable[[A], R], tasks: Iterable[A], *, workers: int,
 _END: Any = object()
 
 
-def _context(preload: tuple[str, ...] = ()) -> multiprocessing.context.BaseContext:
-    """``forkserver`` where there is one (a fork of a process running pyarrow's or DuckDB's
-    threads can deadlock), else ``spawn``; the server imports the workers' module once."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([WORKER_MODULE, *preload])
-    given = os.environ.get("OPENBLAS_NUM_THREADS")
-    os.environ["OPENBLAS_NUM_THREADS"] = given or "1"
-    try:
-        forkserver.ensure_running()
-    finally:
-        if given is None:
-            del os.environ["OPENBLAS_NUM_THREADS"]
-    return ctx
-
-
 class _Local:
     def __init__(self, future: Any) -> None:
         self.future = future
@@ -119,18 +96,12 @@ class _Local:
 @contextmanager
 def _process_pool(workers: int, preload: tuple[str, ...] = ()
                   ) -> Iterator[Callable[[Callable[[Any], Any], Any], _Future]]:
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(preload))
+    pool = ProcessPoolExecutor(max_workers=workers,
+                               mp_context=forkserver_context([WORKER_MODULE, *preload]))
     try:
         yield lambda fn, task: _Local(pool.submit(fn, task))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def distributed() -> Any:
-    try:
-        return importlib.import_module("distributed")
-    except ImportError:
-        raise StepscopeError(DASK_MISSING) from None
 
 
 class _Remote:
@@ -152,35 +123,13 @@ def _dask_pool(address: str, workers: int
     """Tasks on the scheduler at ``address``, or on a local cluster of ``workers``
     single-threaded worker processes. The run's folder must be at the same path on every
     worker (a shared file system)."""
-    dd = distributed()
-    cluster = None
-    try:
-        if address:
-            client = dd.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-        else:
-            cluster = dd.LocalCluster(n_workers=max(1, workers), threads_per_worker=1,
-                                      processes=True, dashboard_address=None,
-                                      silence_logs=logging.ERROR)
-            client = dd.Client(cluster, set_as_default=False)
-    except (OSError, TimeoutError) as exc:
-        if cluster is not None:
-            cluster.close()
-        raise StepscopeError(f"--engine dask: cannot reach {address or 'a local cluster'} "
-                             f"({exc})") from None
-    futures: list[Any] = []
+    with dask_client(address, workers) as (client, futures):
+        def submit(fn: Callable[[Any], Any], task: Any) -> _Future:
+            fut = client.submit(fn, task, pure=False)
+            futures.append(fut)
+            return _Remote(fut)
 
-    def submit(fn: Callable[[Any], Any], task: Any) -> _Future:
-        fut = client.submit(fn, task, pure=False)
-        futures.append(fut)
-        return _Remote(fut)
-
-    try:
         yield submit
-    finally:
-        client.cancel([f for f in futures if not f.done()])
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
-__all__ = ["ENGINES", "check_engine", "cpus", "distributed", "run_ordered"]
+__all__ = ["ENGINES", "check_engine", "cpus", "run_ordered"]

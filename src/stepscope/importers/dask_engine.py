@@ -15,61 +15,27 @@ CI, and attaches to the schedulers HPC sites already run (``dask-jobqueue`` on S
 
 from __future__ import annotations
 
-import importlib
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from stepscope.errors import StepscopeError
 from stepscope.importers.rank_work import RankTask, Result, Submit, stage_rank
-
-MISSING = ("--engine dask needs Dask's distributed scheduler, which is not installed: "
-           "pip install 'stepscope[dask]'")
-CONNECT_TIMEOUT_S = 30
-
-
-def distributed() -> Any:
-    """The ``distributed`` module; ``StepscopeError`` (one line) when it is not installed."""
-    try:
-        return importlib.import_module("distributed")
-    except ImportError:
-        raise StepscopeError(MISSING) from None
+from stepscope.pools import dask_client, distributed
 
 
 @contextmanager
 def dask_pool(address: str, workers: int) -> Iterator[Submit]:
     """``submit(task)`` on the Dask scheduler at ``address``, or on a local cluster of
     ``workers`` single-threaded worker processes when ``address`` is empty. On leaving, the
-    futures are cancelled and a cluster this made is closed."""
-    dd = distributed()
-    cluster = None
-    try:
-        if address:
-            client = dd.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-        else:
-            cluster = dd.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=None, silence_logs=logging.ERROR)
-            client = dd.Client(cluster, set_as_default=False)
-    except (OSError, TimeoutError) as exc:
-        if cluster is not None:
-            cluster.close()
-        where = address or "a local cluster"
-        raise StepscopeError(f"--engine dask: cannot reach {where} ({exc})") from None
-    futures: list[Any] = []
+    futures are cancelled and a cluster this made is closed (``pools.dask_client``)."""
+    with dask_client(address, workers) as (client, futures):
+        def submit(task: RankTask) -> Result:
+            fut = client.submit(stage_rank, task, pure=False)
+            futures.append(fut)
+            return _Remote(fut, task)
 
-    def submit(task: RankTask) -> Result:
-        fut = client.submit(stage_rank, task, pure=False)
-        futures.append(fut)
-        return _Remote(fut, task)
-
-    try:
         yield submit
-    finally:
-        client.cancel([f for f in futures if not f.done()])
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
 class _Remote:
@@ -88,4 +54,4 @@ class _Remote:
                                  f"({type(exc).__name__}; out of memory?)") from None
 
 
-__all__ = ["MISSING", "dask_pool", "distributed"]
+__all__ = ["dask_pool"]

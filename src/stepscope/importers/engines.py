@@ -10,7 +10,6 @@ rank's tables at a time, and what waits to be assembled is small (the tables are
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -18,7 +17,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from multiprocessing import forkserver
 from pathlib import Path
 
 from stepscope.errors import StepscopeError
@@ -30,6 +28,7 @@ from stepscope.importers.rank_work import (
     Submit,
     stage_rank,
 )
+from stepscope.pools import forkserver_context
 from stepscope.progress import report as say_progress
 
 ENGINES = ("process", "dask")
@@ -153,33 +152,12 @@ def open_pool(engine: Engine, workers: int) -> Iterator[Submit]:
 WORKER_MODULE = "stepscope.importers.rank_work"
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    """Workers start clean: ``forkserver`` where there is one (a fork of a process that runs
-    threads, pyarrow's or DuckDB's, can deadlock), else ``spawn``. The fork server imports the
-    workers' modules once (pyarrow, numpy, the reader: ~0.5 s of CPU) and each worker is a fork
-    of it, so a worker starts in milliseconds instead of importing them again."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([WORKER_MODULE])
-    # the server starts now, with one OpenBLAS thread as the command line's own numpy (cli.main)
-    # unless the user chose: its numpy is the workers' (it starts before any worker)
-    given = os.environ.get("OPENBLAS_NUM_THREADS")
-    os.environ["OPENBLAS_NUM_THREADS"] = given or "1"
-    try:
-        forkserver.ensure_running()
-    finally:
-        if given is None:
-            del os.environ["OPENBLAS_NUM_THREADS"]
-    return ctx
-
-
 @contextmanager
 def process_pool(workers: int) -> Iterator[Submit]:
     """``submit(task)`` on a local pool of ``workers`` processes; on leaving, tasks not started
     are cancelled and running ones waited for (so that nothing is written after the import
     ends)."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=forkserver_context([WORKER_MODULE]))
 
     def submit(task: RankTask) -> Result:
         fut: Future[StagedRank | RankFailure] = pool.submit(stage_rank, task)

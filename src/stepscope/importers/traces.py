@@ -18,7 +18,6 @@ from typing import Any
 
 from stepscope._version import __version__
 from stepscope.errors import DamagedFileError, RunError, TraceFormatError
-from stepscope.importers.dask_engine import distributed
 from stepscope.importers.engines import Engine, open_pool, ordered, plan_workers
 from stepscope.importers.nsys import is_parquet_export
 from stepscope.importers.rank_work import RankFailure, RankTask
@@ -33,6 +32,7 @@ from stepscope.importers.trace_sets import (
     mixed_jobs,
     walk,
 )
+from stepscope.pools import distributed
 from stepscope.settings import Settings
 from stepscope.store.manifest import Diagnostic, Manifest, SourceInfo
 from stepscope.store.produce import RankBundle, assemble
