@@ -32,14 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from stepscope.analysis.busy import DeviceActivity, IntervalSet, gpu_activity, rank_union
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.steady import StepInfo
-from stepscope.analysis.steps import STEP_NAME
-from stepscope.schema_enums import AnnotationSource
+from stepscope.analysis.steps import work_annotations
 
 CATEGORIES: tuple[str, ...] = (
     "compute", "communication", "copies", "input_wait", "sync", "launch", "host", "idle",
@@ -92,14 +90,8 @@ def host_work_intervals(g: StepGraph) -> IntervalSet:
     """
     ops = g.table("cpu_ops")
     s, e = _bounds(ops)
-    ann = g.table("annotations")
+    ann = work_annotations(g)
     if ann.num_rows:
-        src = ann.column("source").cast(pa.string())
-        ann = ann.filter(pc.is_in(src, pa.array([AnnotationSource.USER.value,
-                                                 AnnotationSource.NVTX.value])))
-        names = ann.column("name").cast(pa.string()).to_pylist()
-        step_like = {n: bool(STEP_NAME.match(n.strip())) for n in set(names)}
-        ann = ann.filter(pa.array([not step_like[n] for n in names], type=pa.bool_()))
         a_s, a_e = _bounds(ann)
         s, e = np.concatenate((s, a_s)), np.concatenate((e, a_e))
     return IntervalSet.of(s, e)

@@ -33,6 +33,20 @@ STEP_NAME = re.compile(
 LAG_SHARE = 0.10
 
 
+def work_annotations(g: StepGraph) -> pa.Table:
+    """The rank's user and NVTX annotations that are not step markers (``STEP_NAME``): what
+    they name is work the host did; a step marker spans the whole step and says nothing."""
+    ann = g.table("annotations")
+    if ann.num_rows == 0:
+        return ann
+    src = ann.column("source").cast(pa.string())
+    ann = ann.filter(pc.is_in(src, pa.array([AnnotationSource.USER.value,
+                                             AnnotationSource.NVTX.value])))
+    names = ann.column("name").cast(pa.string()).to_pylist()
+    step_like = {n: bool(STEP_NAME.match(n.strip())) for n in set(names)}
+    return ann.filter(pa.array([not step_like[n] for n in names], type=pa.bool_()))
+
+
 def _disjoint(starts: I64, ends: I64, numbers: I64) -> tuple[I64, I64, I64]:
     """Sort by start and clip each step's end to the next step's start."""
     order = np.argsort(starts, kind="stable")

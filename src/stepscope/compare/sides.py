@@ -27,8 +27,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.analysis.results import RankAnalysis
-from stepscope.analysis.steps import STEP_NAME
-from stepscope.schema_enums import AnnotationSource
+from stepscope.analysis.steps import work_annotations
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -106,15 +105,9 @@ def _host_named(g: StepGraph) -> pa.Table:
     """Framework ops, user annotations and NVTX ranges (not step markers), API calls."""
     cols = ["ts_ns", "dur_ns", "name"]
     parts = [g.table("cpu_ops").select(cols), g.table("api_calls").select(cols)]
-    ann = g.table("annotations")
+    ann = work_annotations(g)
     if ann.num_rows:
-        src = ann.column("source").cast(pa.string())
-        ann = ann.filter(pc.is_in(src, pa.array([AnnotationSource.USER.value,
-                                                 AnnotationSource.NVTX.value])))
-        names = ann.column("name").cast(pa.string()).to_pylist()
-        steplike = {x: bool(STEP_NAME.match(x.strip())) for x in set(names)}
-        parts.append(ann.filter(pa.array([not steplike[x] for x in names], type=pa.bool_()))
-                     .select(cols))
+        parts.append(ann.select(cols))
     return pa.concat_tables([pa.table({"ts_ns": p.column("ts_ns").cast(pa.int64()),
                                        "dur_ns": p.column("dur_ns").cast(pa.int64()),
                                        "name": p.column("name").cast(pa.string())})
