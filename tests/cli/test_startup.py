@@ -46,3 +46,12 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(f"    {verb} " in out for verb in VERBS)
     assert main(["--debug", "nonsense"]) == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_version_loads_no_command_and_no_numpy() -> None:
+    code = ("import sys; from stepscope.cli.main import main; code = main(['--version']);"
+            "print(code, sorted(m for m in sys.modules if m.startswith('stepscope.cli.')),"
+            " 'numpy' in sys.modules)")
+    out = _run(code).splitlines()
+    assert out[0].startswith("stepscope ")
+    assert out[-1] == "0 ['stepscope.cli.main'] False"

@@ -53,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 bad input)."""
     if argv is None:
         argv = sys.argv[1:]
+    if list(argv) == ["--version"]:  # answered before numpy and every command's module load
+        print(f"stepscope {__version__}")
+        return 0
     _import_numpy()
     p = parser(argv)
     try:
