@@ -20,7 +20,7 @@ echo "kernels rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$out/kernels.log"
 $py -c "import sys; from stepscope.store.run import Run
 t = Run(sys.argv[1]).table('kernel_metrics').select(['name', 'grid_x', 'grid_y', 'grid_z',
     'block_x', 'dur_ns', 'sm_throughput_pct', 'tensor_active_pct'])
-print(t.to_pandas().to_string() if hasattr(t, 'to_pandas') else t)" "$out/fp32.stepscope" \
+for row in t.to_pylist(): print(row)" "$out/fp32.stepscope" \
     > "$out/kernel_metrics.txt" 2>&1
 $py -m stepscope report "$out/fp32.stepscope" --format text > "$out/report.txt" 2>&1
 $py -m stepscope report "$out/fp32.stepscope" --format json -o "$out/report.json" 2>&1
