@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import pickle
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from stepscope.analysis.results import (
 )
 from stepscope.cli.main import main
 from stepscope.importers import import_traces
+from stepscope.model.overhead import host_trust
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.report import build_report
 from stepscope.store.run import Run
@@ -112,6 +114,34 @@ def test_a_worker_sends_only_its_ranks_facts(five: Path) -> None:
     assert [k for k, _ in got.ranks[0].memo] == [("split_idle", 3)]
     bad = analyze_rank_at(RankTask(str(five / "missing"), (0,), None))
     assert bad.ranks == () and "no such run folder" in bad.error
+
+
+# What a rank sends back besides its RankAnalysis, its kernel frame and its GPU activity sets
+# (what the parent's kernel rules and communication model still read: docs/benchmarks.md) are
+# facts of a few numbers per step or per top item; the largest here is the steady launches'
+# op names of the NCCL template's rank (41 kB pickled). Nothing with one entry per host event
+# comes back: the profiler's per-event costs alone were 57-370 kB a rank here.
+FACTS_BYTES = 100_000
+
+
+def _bytes(value: object) -> int:
+    return len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def test_what_a_rank_sends_back_is_bounded(five: Path) -> None:
+    got = analyze_rank_at(RankTask(str(five), (0, 1, 2), rank_facts))
+    assert len(got.ranks) == 3
+    for res in got.ranks:
+        memo = dict(res.graph_memo)
+        assert not [k for k in memo if isinstance(k, tuple) and k[0] == "host_events"]
+        assert [k for k in memo if isinstance(k, tuple) and k[:2] == (FACT, "host_cost")]
+        inputs = _bytes(memo["kernel_frame"]) + _bytes(memo["gpu_activity"])
+        rest = _bytes(res) - inputs - _bytes(res.analysis) - _bytes(res.memo)
+        assert 0 < rest < FACTS_BYTES, (res.analysis.rank, rest)
+    # the run-wide host-timing trust from those facts is the serial one, and not trivial
+    serial = host_trust(analyze(Run(five), workers=1, facts=rank_facts))
+    assert serial.est_inflation_ms > 0 and serial.host_events_per_step > 0
+    assert host_trust(analyze(Run(five), workers=2, facts=rank_facts)) == serial
 
 
 def test_chunks_bounded_and_in_order() -> None:

@@ -25,22 +25,23 @@ from stepscope.model.host_ops import IDLE_KINDS, idle_ops
 from stepscope.model.idle import split_idle
 from stepscope.model.kernels import steady_kernels, steady_op_names
 from stepscope.model.memory import has_memory_data, peaks
+from stepscope.model.overhead import host_cost
 from stepscope.model.pageable import pageable_copies
-from stepscope.model.profiler_cost import costs_for, host_events
+from stepscope.model.profiler_cost import costs_for
 from stepscope.model.round_trips import excess_transfers
 from stepscope.model.scaling import step_done
 
 
 def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
-    """Compute (and memoise) rank ``ra``'s per-rank facts: its host events' profiler cost
-    (``model.profiler_cost``), the split of its idle time
+    """Compute (and memoise) rank ``ra``'s per-rank facts: its host events' profiler cost per
+    steady step (``model.overhead.host_cost``), the split of its idle time
     (``model.idle``, memoised on the analysis), its host-device transfers, copy overlap and
     pageable copies, and what the other rules read of its tables (module docstring; memoised
     on its graph)."""
     g = analysis.graph.rank(ra.rank)
     costs = costs_for(analysis.graph)
     if costs is not None:
-        host_events(g, costs)  # the host-timing trust's per-rank part
+        host_cost(g, ra, costs)  # the host-timing trust's per-rank part
     split = split_idle(analysis, ra)
     excess_transfers(g, ra)
     copy_overlap(g, ra)

@@ -169,10 +169,13 @@ class ChunkResult:
 
 
 # Besides the facts, what of a rank graph's memo a worker sends back: per-rank intermediate
-# results that the parent's cross-rank work and rules read again (the GPU activity sets, the
-# profiler's per-event costs, the kernel frame), each a few tens to hundreds of kB per rank;
-# without them the parent would read the rank's tables again to remake them.
-SHIPPED = (FACT, "gpu_activity", "host_events", "kernel_frame")
+# results that the parent's cross-rank work and rules read again (the GPU activity sets and the
+# kernel frame: the communication model subtracts the other ranks' waits from the first, the
+# kernel rules scale by the run-wide host-timing trust), a few tens to hundreds of kB per rank;
+# without them the parent would read the rank's tables again to remake them. The profiler's
+# per-event costs are not sent: the host-timing trust takes a per-rank fact of three numbers
+# (``model.overhead.host_cost``).
+SHIPPED = (FACT, "gpu_activity", "kernel_frame")
 
 
 def _shipped(key: Hashable) -> bool:

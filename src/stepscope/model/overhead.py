@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis import Analysis
-from stepscope.analysis.graph import RunGraph
+from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.graph import RunGraph, StepGraph
+from stepscope.analysis.results import FACT
 from stepscope.model.confidence import Confidence
-from stepscope.model.profiler_cost import costs_for, host_events
+from stepscope.model.profiler_cost import EventCosts, costs_for, host_events
 
 LOW_SHARE = 0.25
 MEDIUM_SHARE = 0.10
@@ -83,6 +84,40 @@ def _low_end(overhead: dict[str, Any]) -> float:
     return ratio
 
 
+@dataclass(frozen=True)
+class HostCost:
+    """One rank's part of the host-timing trust, per steady step (means over its steady
+    steps): the profiler's estimated cost of the host events recorded in them (ns), their
+    number, and the steps' span (ns)."""
+
+    cost_ns: float
+    events: float
+    span_ns: float
+
+
+def host_cost(g: StepGraph, ra: RankAnalysis, costs: EventCosts) -> HostCost | None:
+    """Rank ``ra``'s ``HostCost`` (``None`` without steady steps); once per rank graph and
+    costs. A per-rank fact (``advisor.rank_facts``): three numbers, where the rank's host
+    events and their costs (``profiler_cost.host_events``, one pair per event: tens to
+    hundreds of kB a rank) would otherwise be sent to the parent of a rank-parallel
+    analysis for the run-wide trust."""
+    return g.memo((FACT, "host_cost", costs), lambda: _host_cost(g, ra, costs))
+
+
+def _host_cost(g: StepGraph, ra: RankAnalysis, costs: EventCosts) -> HostCost | None:
+    steady = ra.steps.steady
+    if not steady:
+        return None
+    ts, cost = host_events(g, costs)
+    n_ns = n_ev = 0
+    for st in steady:
+        lo, hi = np.searchsorted(ts, [st.start_ns, st.end_ns])
+        n_ns += int(cost[lo:hi].sum())
+        n_ev += int(hi - lo)
+    return HostCost(n_ns / len(steady), n_ev / len(steady),
+                    sum(s.span_ns for s in steady) / len(steady))
+
+
 def host_trust(analysis: Analysis) -> HostTrust:
     """How far the host-side timings of ``analysis``'s run can be trusted; computed once."""
     return analysis.memo("host_trust", lambda: _host_trust(analysis))
@@ -100,18 +135,12 @@ def _host_trust(analysis: Analysis) -> HostTrust:
     per_step_events: list[float] = []
     per_step_wall: list[float] = []
     for ra in analysis.ranks:
-        steady = ra.steps.steady
-        if not steady:
+        one = host_cost(graph.rank(ra.rank), ra, costs)
+        if one is None:
             continue
-        ts, cost = host_events(graph.rank(ra.rank), costs)
-        n_ns = n_ev = 0
-        for st in steady:
-            lo, hi = np.searchsorted(ts, [st.start_ns, st.end_ns])
-            n_ns += int(cost[lo:hi].sum())
-            n_ev += int(hi - lo)
-        per_step_ns.append(n_ns / len(steady))
-        per_step_events.append(n_ev / len(steady))
-        per_step_wall.append(sum(s.span_ns for s in steady) / len(steady))
+        per_step_ns.append(one.cost_ns)
+        per_step_events.append(one.events)
+        per_step_wall.append(one.span_ns)
     if not per_step_ns:
         return HostTrust(Confidence.HIGH, "", 0.0, 0.0, "with_stack" in flags)
     inflation_ns = float(np.mean(per_step_ns))
