@@ -126,3 +126,17 @@ def test_record_kernels_option() -> None:
     for bad in ("3", "top:", "top:0", "best:3"):
         with pytest.raises(argparse.ArgumentTypeError):
             _top(bad)
+
+
+def test_record_kernels_failing_keeps_the_programs_exit_status(
+        fake_ncu: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a program that ran no kernel: there is nothing for ncu to profile. The run is written and
+    # the exit status is the program's (0), with the reason in one line
+    run = fake_ncu / "r.stepscope"
+    code = main(["record", "-o", str(run), "--kernels", "top:2", "--",
+                 sys.executable, "-c", "pass"])
+    assert code == 0
+    assert (run / "manifest.json").exists()
+    out = capsys.readouterr()
+    said = (out.out + out.err).splitlines()
+    assert len([ln for ln in said if ln.startswith("stepscope: --kernels:")]) == 1

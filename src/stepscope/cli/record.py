@@ -165,8 +165,11 @@ def run(args: argparse.Namespace) -> int:
     if args.kernels and code == 0:
         from stepscope.cli.kernels import profile_kernels
 
-        rep, _ = profile_kernels(path, cmd, top=args.kernels, say=say)
-        say(f"stepscope: added Nsight Compute counters to run {path} (report {rep})")
+        try:
+            rep, _ = profile_kernels(path, cmd, top=args.kernels, say=say)
+            say(f"stepscope: added Nsight Compute counters to run {path} (report {rep})")
+        except StepscopeError as exc:  # the run is written; the program's exit status stands
+            say(f"stepscope: --kernels: {exc}")
     return _exit_like(code)
 
 
