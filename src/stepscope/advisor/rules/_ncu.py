@@ -5,6 +5,7 @@ in ms per step. Not a rule: the registry only loads the modules named in ``RULE_
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -111,8 +112,9 @@ def check_each(ctx: Context, rule_id: str,
     return out
 
 
-class KernelRule:
-    """A kernel-counter rule: runs on any run with ``kernel_metrics``, steps or not."""
+class KernelRule(ABC):
+    """A kernel-counter rule: runs on any run with ``kernel_metrics``, steps or not; a rule
+    says what it finds in one profiled launch (``judge``)."""
 
     id = ""
     title = ""
@@ -121,8 +123,8 @@ class KernelRule:
     needs_steps = False
     opt_in = True  # not listed as skipped in runs without Nsight Compute data
 
-    def judge(self, p: KernelProfile) -> Spec | None:
-        raise NotImplementedError
+    @abstractmethod
+    def judge(self, p: KernelProfile) -> Spec | None: ...
 
     def check(self, ctx: Context) -> Sequence[Finding]:
         return check_each(ctx, self.id, self.judge)
