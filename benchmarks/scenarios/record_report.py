@@ -382,8 +382,8 @@ def merge(dirs: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def pack_bundle(out: Path, results: list[dict[str, Any]], limit_mb: float) -> dict[str, Any]:
-    """out/bundle.tar.gz: per-scenario results, report JSONs, logs, then torch.profiler traces
-    and recorded runs while the files stay under ``limit_mb`` (the device machine returns
+    """out/bundle.tar.gz: per-scenario results, report JSONs, logs, then torch.profiler traces,
+    JAX XSpace traces (gzipped by ``record_suite.keep_xplane``) and recorded runs while the files stay under ``limit_mb`` (the device machine returns
     files of at most 16 MiB)."""
     limit = int(limit_mb * 2**20)
     names = [r["scenario"] for r in results]
@@ -392,6 +392,7 @@ def pack_bundle(out: Path, results: list[dict[str, Any]], limit_mb: float) -> di
         first += [out / "rec" / f"{n}{s}" for s in (".report.json", ".log", ".report.advise.log")]
     later: list[tuple[str, Path]] = [(f"trace {n}", out / "torch" / "traces" /
                                       f"{n}.pt.trace.json.gz") for n in names]
+    later += [(f"xplane {n}", out / "xplane" / f"{n}.xplane.pb.gz") for n in names]
     later += [(f"run {n}", out / "rec" / n) for n in names]
     dest = out / "bundle.tar.gz"
     total, left_out, included = 0, [], []
