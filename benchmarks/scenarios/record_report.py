@@ -43,6 +43,14 @@ def program_line(log: Path) -> str | None:
     return next((ln for ln in reversed(_lines(log)) if ln.startswith("program.py:")), None)
 
 
+def program_ms(line: str | None) -> float | None:
+    """The ms/step of program.py's closing line."""
+    import re
+
+    m = re.search(r"([0-9.]+) ms/step", line or "")
+    return float(m.group(1)) if m else None
+
+
 def last_lines(log: Path, n: int = 3, width: int = 300) -> str:
     return " | ".join(_lines(log)[-n:])[-width:]
 
@@ -307,6 +315,11 @@ def detail(r: dict[str, Any]) -> str:
             parts.append("steps: " + _esc("; ".join(map(str, rec["step_detection"].values()))))
         if rec.get("program_line"):
             parts.append(_esc(rec["program_line"]))
+            prog, base = program_ms(rec["program_line"]), (r.get("timing") or {}).get(
+                "baseline_ms")
+            if prog and base:  # the recorded loop and the timed loop should agree
+                parts.append(f"program loop / timed baseline {prog:.2f} / {base:.2f} ms = "
+                             f"{prog / base:.2f}")
         parts.append(f"record {rec.get('wall_s')} s, advisor {rec.get('advise_wall_s')} s "
                      f"(analysis {rec.get('analyze_advise_s')} s), run "
                      f"{rec.get('run_bytes', 0) / 2**20:.1f} MiB")

@@ -135,6 +135,14 @@ def test_merge_later_folder_wins_and_registry_order(tmp_path: Path) -> None:
     assert "different devices" in meta["warning"]
 
 
+def test_detail_compares_the_program_loop_with_the_timed_baseline() -> None:
+    line = "program.py: jax_host_callback (baseline, cuda): 1699 steps in 14.01 s, 8.245 ms/step"
+    assert rr.program_ms(line) == 8.245 and rr.program_ms("nothing") is None
+    r = {"scenario": "x", "timing": {"baseline_ms": 14.24},
+         "record": {"findings": [], "program_line": line}}
+    assert "program loop / timed baseline 8.24 / 14.24 ms = 0.58" in rr.detail(r)
+
+
 def test_jax_xplane_kept_gzipped_copied_and_bundled(tmp_path: Path) -> None:
     import gzip
 
