@@ -98,7 +98,7 @@ def build(fixed: bool, device: str) -> Step:
             return new_ps, loss, key
 
         state["key"] = jax.device_put(keys[-1], gpu)
-        compiled = jax.jit(train_step_dev, donate_argnums=(0, 1)).lower(
+        compiled = jax.jit(train_step_dev, donate_argnums=0).lower(
             params, state["key"], images_dev).compile()
 
         def step() -> None:
