@@ -43,6 +43,14 @@ def program_line(log: Path) -> str | None:
     return next((ln for ln in reversed(_lines(log)) if ln.startswith("program.py:")), None)
 
 
+def program_ms(line: str | None) -> float | None:
+    """The ms/step of program.py's closing line."""
+    import re
+
+    m = re.search(r"([0-9.]+) ms/step", line or "")
+    return float(m.group(1)) if m else None
+
+
 def last_lines(log: Path, n: int = 3, width: int = 300) -> str:
     return " | ".join(_lines(log)[-n:])[-width:]
 
@@ -307,6 +315,11 @@ def detail(r: dict[str, Any]) -> str:
             parts.append("steps: " + _esc("; ".join(map(str, rec["step_detection"].values()))))
         if rec.get("program_line"):
             parts.append(_esc(rec["program_line"]))
+            prog, base = program_ms(rec["program_line"]), (r.get("timing") or {}).get(
+                "baseline_ms")
+            if prog and base:  # the recorded loop and the timed loop should agree
+                parts.append(f"program loop / timed baseline {prog:.2f} / {base:.2f} ms = "
+                             f"{prog / base:.2f}")
         parts.append(f"record {rec.get('wall_s')} s, advisor {rec.get('advise_wall_s')} s "
                      f"(analysis {rec.get('analyze_advise_s')} s), run "
                      f"{rec.get('run_bytes', 0) / 2**20:.1f} MiB")
@@ -382,8 +395,8 @@ def merge(dirs: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def pack_bundle(out: Path, results: list[dict[str, Any]], limit_mb: float) -> dict[str, Any]:
-    """out/bundle.tar.gz: per-scenario results, report JSONs, logs, then torch.profiler traces
-    and recorded runs while the files stay under ``limit_mb`` (the device machine returns
+    """out/bundle.tar.gz: per-scenario results, report JSONs, logs, then torch.profiler traces,
+    JAX XSpace traces (gzipped by ``record_suite.keep_xplane``) and recorded runs while the files stay under ``limit_mb`` (the device machine returns
     files of at most 16 MiB)."""
     limit = int(limit_mb * 2**20)
     names = [r["scenario"] for r in results]
@@ -392,6 +405,7 @@ def pack_bundle(out: Path, results: list[dict[str, Any]], limit_mb: float) -> di
         first += [out / "rec" / f"{n}{s}" for s in (".report.json", ".log", ".report.advise.log")]
     later: list[tuple[str, Path]] = [(f"trace {n}", out / "torch" / "traces" /
                                       f"{n}.pt.trace.json.gz") for n in names]
+    later += [(f"xplane {n}", out / "xplane" / f"{n}.xplane.pb.gz") for n in names]
     later += [(f"run {n}", out / "rec" / n) for n in names]
     dest = out / "bundle.tar.gz"
     total, left_out, included = 0, [], []
