@@ -1,8 +1,8 @@
 """record_suite.py's bundle: what a GPU suite sends back to be re-scored anywhere.
 
 ``bundle.tar.gz`` (then ``bundle-2.tar.gz``, ... up to ``parts``): per-scenario results, the
-report JSONs of both paths and the logs first, then the torch.profiler traces and the
-recorded runs while each file stays under ``limit_mb`` (the device machine returns at most 8
+report JSONs of both paths and the logs first, then the torch.profiler traces, the JAX
+XSpace traces (where record_suite keeps them, ``xplane/``) and the recorded runs while each file stays under ``limit_mb`` (the device machine returns at most 8
 files of 16 MiB); what does not fit is listed in ``left_out``. ``unpack`` lays the parts out
 again as the suite folder had them (``rescore_remedies.py`` re-advises the traces and runs).
 """
@@ -34,6 +34,7 @@ def bundle_items(out: Path, names: list[str]) -> tuple[list[Path], list[tuple[st
         first.append(out / "torch" / "runs" / f"{n}.report.json")
     later: list[tuple[str, Path]] = [(f"trace {n}", out / "torch" / "traces" /
                                       f"{n}.pt.trace.json.gz") for n in names]
+    later += [(f"xplane {n}", out / "xplane" / f"{n}.xplane.pb.gz") for n in names]  # JAX
     later += [(f"run {n}", out / "rec" / n) for n in names]
     return [p for p in first if p.is_file()], [(lb, p) for lb, p in later if p.exists()]
 
