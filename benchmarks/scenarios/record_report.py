@@ -260,6 +260,7 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Command: `{meta.get('command')}`" + (
             f" (merged: {'; '.join(m.get('command', '?') for m in meta['merged_from'])})"
             if meta.get("merged_from") else ""),
+        *([f"Re-scored: {meta['rescored']}."] if meta.get("rescored") else []),
         "",
         ("Measured: baseline and fixed timed interleaved in one process, untraced (median block "
          "step time). Record: `stepscope record -o RUN --quiet -- python program.py NAME` "
