@@ -74,6 +74,14 @@ def _opt_id(o: dict[str, Any]) -> str:
     return str(o.get("id") or o.get("name") or "")
 
 
+def _opt_parts(o: dict[str, Any]) -> set[str]:
+    """The remedy ids an option stands for: its ``remedy_ids``, else its id split at "+"
+    ("bf16_amp+channels_last")."""
+    if o.get("remedy_ids"):
+        return {str(x) for x in o["remedy_ids"]}
+    return {x for x in _opt_id(o).split("+") if x}
+
+
 def _step_of(d: dict[str, Any], captured: float | None) -> float | None:
     """``predicted_step_ms``, else the captured step less ``est_saving_pct``."""
     if d.get("predicted_step_ms") is not None:
@@ -116,12 +124,12 @@ def predict(fields: dict[str, Any], ids: tuple[str, ...],
             return Prediction(_step_of(p, captured), "plan restricted to " + "+".join(ids), ids)
     for r in remedies.values():
         for o in r.get("options") or []:
-            if not isinstance(o, dict):
+            if not isinstance(o, dict) or not _opt_id(o):
                 continue
-            oid = _opt_id(o)
-            parts = set(oid.split("+")) | ({str(r.get("id"))} if len(ids) > 1 else set())
-            if oid and (parts == want or (len(ids) == 1 and oid == ids[0])):
-                return Prediction(_step_of(o, captured), f"option {oid} of {r.get('id')}", ids)
+            parts = _opt_parts(o)
+            if parts == want or parts | {str(r.get("id"))} == want:
+                return Prediction(_step_of(o, captured), f"option {_opt_id(o)} of {r.get('id')}",
+                                  ids)
     plan_ids = _plan_ids(fields)
     if len(ids) > 1 and plan_ids and plan_ids <= set(covers or ids) and plan_ids & want:
         return plan_prediction(fields)

@@ -186,6 +186,13 @@ def test_predict_by_remedy_option_restricted_plan_and_plan() -> None:
     assert (both.step_ms, both.source) == (5.0, "option channels_last of bf16_amp")
     # a single id offered only as an option
     assert rs.predict(f, ("channels_last",)).source == "option channels_last of bf16_amp"
+    # options that name the whole combination, by id or by remedy_ids, under another remedy
+    tf32_opts = [{"id": "bf16_amp+channels_last", "predicted_step_ms": 4.5},
+                 {"id": "fp16", "remedy_ids": ["bf16_amp"], "predicted_step_ms": 7.5}]
+    h = dict(f, remedies=[dict(f["remedies"][0], options=tf32_opts)])
+    assert rs.predict(h, ("bf16_amp", "channels_last")) == rs.Prediction(
+        4.5, "option bf16_amp+channels_last of tf32", ("bf16_amp", "channels_last"))
+    assert rs.predict(h, ("bf16_amp",)).step_ms == 7.5
     # a plan restricted to the ids wins over everything but a single remedy
     g = dict(f, plans=[{"remedy_ids": ["bf16_amp", "channels_last"], "predicted_step_ms": 6.0}])
     assert rs.predict(g, ("bf16_amp", "channels_last")).step_ms == 6.0
