@@ -49,6 +49,8 @@ if str(HERE) not in sys.path:
 
 import record_report as rr  # after the sys.path setup
 import timing
+from bundle import pack_bundle
+from remedy_score import score_result
 
 KILL_GRACE_S = 15.0
 
@@ -221,6 +223,8 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path,
     try:
         tt = time_and_trace(name, args, out)
         res["timing"] = tt.get("timing")
+        res["variants"] = tt.get("variants")
+        res["variants_timing"] = tt.get("variants_timing")
         res["info"] = tt.get("info")
         res["torch_child"] = {k: tt.get(k) for k in ("status", "reason", "error", "child_rc",
                                                      "advice_error", "wall_s", "trace")}
@@ -254,6 +258,7 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path,
                                        res["profiler"].get("findings")
                                        if res["profiler"]["status"] == "ok" else None),
         }
+        res["remedy_score"] = score_result(res)
         res["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
         res["status"] = "error"
@@ -296,7 +301,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "scenario's, 14 s)")
     ap.add_argument("--no-record", action="store_true", help="timing and torch.profiler only")
     ap.add_argument("--bundle-mb", type=float, default=14.0,
-                    help="size limit of bundle.tar.gz's recorded runs (14)")
+                    help="size limit of each bundle file before compression, MiB (14)")
+    ap.add_argument("--bundle-parts", type=int, default=1,
+                    help="bundle files at most: bundle.tar.gz, bundle-2.tar.gz, ... (1)")
     ap.add_argument("--copy-to", default=None, help="also copy results/table/bundle here")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds: start no scenario that would likely end after this "
@@ -359,13 +366,14 @@ def main(argv: list[str] | None = None) -> int:
         meta["suite_wall_s"] = round(time.perf_counter() - t_suite, 1)
         rr.write_outputs(out, results, meta, copy_to)  # partial results survive a kill
         log("    " + rr.summary_line(res))
-    bundle = rr.pack_bundle(out, results, args.bundle_mb)
+    bundle = pack_bundle(out, results, args.bundle_mb, args.bundle_parts)
     meta["bundle"] = bundle
     rr.write_outputs(out, results, meta, copy_to)
-    if copy_to and bundle.get("path"):
+    if copy_to:
         import shutil
 
-        shutil.copy2(bundle["path"], copy_to / "bundle.tar.gz")
+        for part in bundle["parts"]:
+            shutil.copy2(part, copy_to / Path(part).name)
     log(f"suite done in {meta['suite_wall_s']:.1f} s: {out / 'accuracy.md'}")
     log((out / "accuracy.md").read_text())
     return 0
