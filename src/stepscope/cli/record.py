@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import DEFAULT_WARMUP_S, make_schedule
 from stepscope.capture.staging_folder import make_staging
 from stepscope.cli.progress import TerminalProgress
-from stepscope.errors import CaptureError, RunError, StepscopeError
+from stepscope.errors import CaptureError, MissingExtensionWarning, RunError, StepscopeError
 from stepscope.importers import parse_kineto
 from stepscope.store.manifest import Diagnostic, read_manifest
 from stepscope.store.writer import check_replaceable
@@ -125,6 +126,12 @@ def run(args: argparse.Namespace) -> int:
         raise RunError(f"{out}: already exists (choose another -o or pass --force)")
     if args.force:
         check_replaceable(out, inputs)
+    if args.backend in ("auto", "cupti"):
+        from stepscope.capture.cupti.native import shim_notice
+
+        notice = shim_notice()
+        if notice is not None:
+            warnings.warn(notice, MissingExtensionWarning, stacklevel=1)
     staging = make_staging(out)
     config = CaptureConfig(staging=str(staging.resolve()), schedule=schedule,
                            sample_hz=args.sample_hz, stacks=not args.no_stacks,
