@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI: build the wheel as a release would, make it manylinux, install it into a clean venv and check
-# that it works there without a C compiler, with its compiled parts (docs/install.md, "Wheels").
+# that it works there without a C compiler, with its compiled parts (README.md, "Install").
 #
 # 1. `pip wheel` builds stepscope from a copy of the tracked sources (not the checkout, whose
 #    editable install left built .so files in src/) with this machine's compiler.
