@@ -116,6 +116,12 @@ def test_feed_reads_each_chunk_once_as_the_capture_writes_them(tmp_path: Path) -
     # [0, 240 ms), one 15 ms wait
     assert p.input_wait_share == pytest.approx(15 / 240)
     assert snap.gpu_busy == ((0, 80.0),)
+    # another GPU sampled, idle: listed until the processes' devices rows say which GPUs they use
+    part.write_chunk({"samples": {"ts_ns": [2 * S], "device": [1], "metric": ["gpu.util_pct"],
+                                  "value": [0.0], "unit": ["%"]}})
+    assert feed.poll().gpu_busy == ((0, 80.0), (1, 0.0))
+    part.write_chunk({"devices": {"device": [0], "name": ["H100"]}})
+    assert feed.poll().gpu_busy == ((0, 80.0),)
     # a second process without a rank sorts after the ranked one; a stray file is not a chunk
     write_part(tmp_path, 7).write_chunk(steps_chunk(0, 2, 5))
     (tmp_path / "p1007-7" / "steps.00000.parquet.tmp").write_bytes(b"half")

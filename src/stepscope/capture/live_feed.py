@@ -6,15 +6,17 @@ open) and its ``meta.json``. The reading happens in the recorder's parent proces
 profiled program does no work for the live view and its overhead is the same with or without it
 (``benchmarks/capture/live_overhead.py`` measures that).
 
-Three tables are read, each chunk once (a chunk is written under a temporary name and renamed, so
+Four tables are read, each chunk once (a chunk is written under a temporary name and renamed, so
 a chunk seen is complete): ``steps`` (step boundaries from the optimizer hook, ``stepscope.step()``
 or NVTX), ``input_waits`` (the training thread blocked on the next batch) and ``samples``
-(``gpu.util_pct``: NVML's share of the last sample period in which a kernel ran). The GPU's own
+(``gpu.util_pct``: NVML's share of the last sample period in which a kernel ran) and ``devices``
+(the GPUs the process uses). The GPU's own
 records are kept raw until the merge, so GPU busy here is NVML's figure, not the run's.
 
 The figures, per process, over its last :data:`RECENT_STEPS` steps: the median step time, and the
 share of their span that input waits cover; per GPU, the mean ``gpu.util_pct`` over the last
-:data:`RECENT_S` seconds of samples. :func:`hint` turns them into the top provisional finding.
+:data:`RECENT_S` seconds of samples, for the GPUs the captured processes use (their ``devices``
+rows, written with the GPU backend's flushes) once those are known, else every GPU sampled. :func:`hint` turns them into the top provisional finding.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ RECENT_STEPS = 20  # steps the step time and input-wait share are taken over
 RECENT_S = 10.0  # seconds of GPU samples the busy figure is taken over
 KEEP_ROWS = 4096  # rows kept per process and table (the recent ones): bounded memory
 _PART = re.compile(r"p(\d+)-(\d+)$")
-_CHUNK = re.compile(r"(steps|input_waits|samples)\.[^.]*\d+\.parquet$")
+_CHUNK = re.compile(r"(steps|input_waits|samples|devices)\.[^.]*\d+\.parquet$")
 BUSY_METRIC = "gpu.util_pct"
 
 # thresholds of the provisional finding (the run's rules judge the whole capture at the end)
@@ -127,9 +129,12 @@ class LiveFeed:
                                          steps.cols if steps else {},
                                          waits.cols if waits else {}))
         samples = [r.cols for (_, t), r in self._tables.items() if t == "samples"]
+        used = {int(d) for (_, t), r in self._tables.items() if t == "devices"
+                for d in r.cols["device"].tolist()}
+        busy = tuple(b for b in gpu_busy(samples) if not used or b[0] in used)
         procs = [p for p in procs if p.steps or p.input_wait_share is not None]
-        return LiveSnapshot(processes=tuple(sorted(procs, key=_order)),
-                            gpu_busy=gpu_busy(samples), chunks=len(self._seen))
+        return LiveSnapshot(processes=tuple(sorted(procs, key=_order)), gpu_busy=busy,
+                            chunks=len(self._seen))
 
 
 def _order(p: ProcessLive) -> tuple[int, int]:
@@ -146,7 +151,7 @@ def _rank(part: Path) -> int | None:
 
 
 _COLUMNS = {"steps": ("ts_ns", "dur_ns", "step"), "input_waits": ("ts_ns", "dur_ns"),
-            "samples": ("ts_ns", "device", "metric", "value")}
+            "samples": ("ts_ns", "device", "metric", "value"), "devices": ("device",)}
 
 
 def _read(path: Path, table: str) -> dict[str, np.ndarray]:
@@ -155,6 +160,8 @@ def _read(path: Path, table: str) -> dict[str, np.ndarray]:
         t = pq.read_table(path, columns=list(_COLUMNS[table]))
     except (OSError, ValueError, KeyError, ImportError):
         return {}
+    if table == "devices":
+        return {"device": _ints(t.column("device").fill_null(-1))} if t.num_rows else {}
     if table == "samples":
         t = t.filter(_metric_is(t.column("metric"), BUSY_METRIC))
         if not t.num_rows:
