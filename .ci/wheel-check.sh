@@ -26,8 +26,13 @@ PATH="$(dirname "$PY"):$PATH" "$PY" -m auditwheel repair -w "$WORK/wheelhouse" \
     --plat manylinux_2_17_x86_64 "$WORK"/dist/stepscope-*.whl 2>&1 | grep -v '^INFO:' || true
 WHEEL=$(ls "$WORK"/wheelhouse/stepscope-*manylinux*.whl)
 echo "wheel: $(basename "$WHEEL")"
-unzip -l "$WHEEL" | grep -q 'stepscope/importers/_ss_kineto\..*\.so' || { echo "no Kineto scanner in the wheel"; exit 1; }
-unzip -l "$WHEEL" | grep -q 'stepscope/capture/cupti/_ss_cupti\..*\.so' || { echo "no CUPTI shim in the wheel"; exit 1; }
+"$PY" - "$WHEEL" <<'PYEOF'
+import re, sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+for part, what in (("importers/_ss_kineto", "Kineto scanner"), ("capture/cupti/_ss_cupti", "CUPTI shim")):
+    if not any(re.fullmatch(rf"stepscope/{part}\..*\.so", n) for n in names):
+        sys.exit(f"no {what} in the wheel")
+PYEOF
 
 "$PY" -m venv "$WORK/venv"
 "$WORK/venv/bin/python" -m pip install -q "$WHEEL" >"$WORK/install.log" 2>&1 \
