@@ -161,7 +161,9 @@ def test_jax_xplane_kept_gzipped_copied_and_bundled(tmp_path: Path) -> None:
                                        limit_mb=1e-6)
     assert too_big is not None and str(too_big["copied"]).startswith("no:")
     assert not (tmp_path / "small" / "jax_jit.xplane.pb.gz").exists()
-    bundle = rr.pack_bundle(out, [{"scenario": "jax_jit"}], 14.0)
+    from bundle import pack_bundle
+
+    bundle = pack_bundle(out, [{"scenario": "jax_jit"}], 14.0)
     assert bundle["included"] == ["xplane jax_jit"]
     import tarfile
 
