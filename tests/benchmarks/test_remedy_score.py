@@ -89,7 +89,7 @@ def test_program_runs_a_named_variant(capsys: pytest.CaptureFixture[str]) -> Non
     assert "program.py: fp32_no_tf32 (variant bf16_amp, cpu): 2 steps" in capsys.readouterr().out
     assert program.main(["fp32_no_tf32", "--variant", "fp8", "--device", "cpu"]) == 2
     assert "no variant 'fp8'; known: tf32, bf16_amp" in capsys.readouterr().err
-    assert program.main(["item_trap", "--device", "cpu"]) == 0  # baseline
+    assert program.main(["item_trap", "--device", "cpu", "--steps", "2"]) == 0  # baseline
     assert program.main(["item_trap", "--fixed", "--device", "cpu"]) == program.EXIT_SKIPPED
 
 
