@@ -6,19 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from stepscope.cli.verbs import add_verb
 from stepscope.errors import StepscopeError
-from stepscope.exporters.trace import export_trace
-from stepscope.store.output import check_not_in_run
-from stepscope.store.run import Run
 
 SUFFIXES = (".json", ".json.gz")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "export", help="write the run as a trace-event timeline (Perfetto UI, chrome://tracing)",
-        description="Chrome trace-event JSON: host threads, GPU streams, steps, launch flows "
-                    "and counters, per rank. Gzip when FILE ends in .gz.")
+    p = add_verb(sub, "export")
     p.add_argument("run_dir", metavar="RUN")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="trace file, .json or .json.gz "
@@ -32,6 +27,10 @@ def default_output(run_dir: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stepscope.exporters.trace import export_trace
+    from stepscope.store.output import check_not_in_run
+    from stepscope.store.run import Run
+
     if args.output and not str(args.output).endswith(SUFFIXES):
         raise StepscopeError(f"{args.output}: the trace file must end in .json or .json.gz")
     r = Run(args.run_dir)

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stepscope.analysis.rank_pool import check_engine
 from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
+from stepscope.cli.verbs import add_verb
 from stepscope.progress import reporting
-from stepscope.reporters.report import Report, build_report
-from stepscope.store.output import check_not_in_run, write_text_output
-from stepscope.store.run import Run
+
+if TYPE_CHECKING:
+    from stepscope.reporters.report import Report
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("report", help="summarise a run (terminal, text, JSON or HTML)")
+    p = add_verb(sub, "report")
     p.add_argument("run_dir", metavar="RUN")
     p.add_argument("-o", "--output", help="write the report to a file (.html, .json or .txt)")
     p.add_argument("--format", choices=("text", "json", "html"),
@@ -37,6 +37,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stepscope.analysis.rank_pool import check_engine
+    from stepscope.reporters.report import build_report
+    from stepscope.store.output import check_not_in_run, write_text_output
+    from stepscope.store.run import Run
+
     fmt = args.format or format_for(args.output)
     engine, _, address = str(args.engine).strip().partition(":")
     check_engine(engine)
