@@ -1,6 +1,8 @@
 """Start-up time of the command line: ``stepscope --help``, ``CMD --help`` and ``--version``.
 
-Each run is a fresh process, timed from spawn to exit (wall clock; stdout to /dev/null), run two
+Each run is a fresh process, timed from spawn to exit: wall clock, and the CPU time of the child
+(user + sys, ``os.wait4``: less disturbed than the wall clock on a shared machine); stdout to
+/dev/null. The interpreter alone (``python -c pass``) is measured alongside: the floor. Run two
 ways: ``python -m stepscope ARGS`` and the console script (``stepscope ARGS``: pip's wrapper,
 written to a temporary file for the interpreter given). ``warm``: the package's bytecode cached
 (the usual case); ``cold``: every run imports a fresh copy of the package without its
@@ -35,13 +37,18 @@ if __name__ == '__main__':
 """
 
 
-def one_run(cmd: list[str], pythonpath: str) -> float:
+def one_run(cmd: list[str], pythonpath: str) -> tuple[float, float]:
+    """(wall s, CPU s) of one run of ``cmd``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STEPSCOPE_"))}
     env["PYTHONPATH"] = pythonpath
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   check=True)
-    return time.perf_counter() - t0
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit status {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def fresh_copy(src: Path, into: Path) -> str:
@@ -67,10 +74,12 @@ def main() -> None:
         wrapper.write_text(WRAPPER)
         ways = {"python -m stepscope": [a.python, "-m", "stepscope"],
                 "stepscope (console script)": [a.python, str(wrapper)]}
-        times: dict[tuple[str, str, str, str], list[float]] = {}
+        times: dict[tuple[str, str, str, str], list[tuple[float, float]]] = {}
         for name, src in variants:  # compile once: warm means cached bytecode
             one_run([a.python, "-m", "stepscope", "--help"], str(src))
         for _ in range(a.repeats):
+            floor = one_run([a.python, "-c", "pass"], "")
+            times.setdefault(("", "python -c pass", "-", ""), []).append(floor)
             for args in ARGS:
                 for way, cmd in ways.items():
                     for mode in modes:
@@ -79,19 +88,28 @@ def main() -> None:
                                     else str(src))
                             key = (" ".join(args), way, mode, name)
                             times.setdefault(key, []).append(one_run([*cmd, *args], path))
-    print(f"{a.repeats} runs each; ms: median (quartiles)\n")
+    print(f"{a.repeats} runs each; ms: median (quartiles), wall clock / CPU\n")
     names = [n for n, _ in variants]
-    print("| command | how | bytecode | " + " | ".join(names) + " |")
-    print("|---|---|---|" + "---|" * len(names))
+    print("| command | how | bytecode | " + " | ".join(f"{n} wall | {n} CPU" for n in names)
+          + " |")
+    print("|---|---|---|" + "---|---|" * len(names))
+    floor = times[("", "python -c pass", "-", "")]
+    print("| (interpreter alone) | python -c pass | - | "
+          + " | ".join(f"{_cell([w for w, _ in floor])} | {_cell([c for _, c in floor])}"
+                       for _ in names) + " |")
     for args in ARGS:
         for way in ways:
             for mode in modes:
                 cells = []
                 for name in names:
                     xs = times[(" ".join(args), way, mode, name)]
-                    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
-                    cells.append(f"{q[1] * 1e3:.0f} ({q[0] * 1e3:.0f}-{q[2] * 1e3:.0f})")
+                    cells += [_cell([w for w, _ in xs]), _cell([c for _, c in xs])]
                 print(f"| `{' '.join(args)}` | {way} | {mode} | " + " | ".join(cells) + " |")
+
+
+def _cell(xs: list[float]) -> str:
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return f"{q[1] * 1e3:.0f} ({q[0] * 1e3:.0f}-{q[2] * 1e3:.0f})"
 
 
 if __name__ == "__main__":

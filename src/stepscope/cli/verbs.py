@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # the run's tables (schema.TABLE_NAMES, which imports pyarrow; a test keeps the two the same)
 QUERY_TABLES = ("devices", "processes", "threads", "streams", "kernels", "memcpy", "memset",
@@ -19,8 +18,10 @@ QUERY_TABLES = ("devices", "processes", "threads", "streams", "kernels", "memcpy
                 "kernel_metric_values", "kernel_source_lines")
 
 
-@dataclass(frozen=True)
-class Verb:
+class Verb(NamedTuple):
+    """A command (a NamedTuple, not a frozen dataclass: ``dataclasses`` imports ``inspect``,
+    ~5 ms of every start)."""
+
     name: str  # the command as typed
     module: str  # its module in stepscope.cli (``import`` is a keyword: import_)
     summary: str  # one line, in ``stepscope --help``'s list
