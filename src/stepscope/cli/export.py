@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
 from stepscope.cli.verbs import add_verb
 from stepscope.errors import StepscopeError
+from stepscope.progress import reporting
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -15,6 +17,7 @@ SUFFIXES = (".json", ".json.gz")
 def add_parser(sub: Any) -> None:
     p = add_verb(sub, "export")
     p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="trace file, .json or .json.gz "
                         "(default: <RUN name>.trace.json.gz next to RUN)")
@@ -36,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     r = Run(args.run_dir)
     out = Path(args.output) if args.output else default_output(r.path)
     check_not_in_run(out, r.path)
-    stats = export_trace(r, out)
+    with TerminalProgress(not args.quiet, delay_s=PROGRESS_AFTER_S) as sink, reporting(sink):
+        stats = export_trace(r, out)
     ph = stats.by_phase
     print(f"wrote {out}: {stats.events:,} events ({ph.get('X', 0):,} slices, "
           f"{stats.flows:,} launch flows, {ph.get('C', 0):,} counter values); "
