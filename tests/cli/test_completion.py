@@ -66,3 +66,18 @@ def test_help_texts_are_quoted_for_each_shell() -> None:
 
     assert _zsh_text("a [b]: c's") == "a \\[b\\]\\: c'\\''s"
     assert _fish_text("it's a \\ b") == "'it\\'s a \\\\ b'"
+
+
+def test_the_script_is_printed_without_numpy() -> None:
+    import os
+    import sys
+    from pathlib import Path
+
+    import stepscope
+
+    code = ("import sys; from stepscope.cli.main import main; main(['completion', 'bash']);"
+            "print('numpy' in sys.modules, 'pyarrow' in sys.modules)")
+    src = str(Path(stepscope.__file__).parent.parent)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": src}).stdout
+    assert out.splitlines()[-1] == "False False" and "complete -o bashdefault" in out

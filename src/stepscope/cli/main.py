@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = p.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or usage error (2)
         return int(exc.code or 0)
-    _import_numpy()  # before the command imports its layers (not for --help)
+    if args.verb != "completion":  # the one command that needs no numpy (it prints a script)
+        _import_numpy()  # before the command imports its layers (not for --help)
     try:
         code: int = args.run(args)
         sys.stdout.flush()  # a full disk or a closed pipe behind stdout shows here, not at exit
