@@ -37,6 +37,7 @@ VERBS: tuple[Verb, ...] = (
          "folder and prints its summary on stderr. The exit status is the program's.",
          ("stepscope record -- python train.py --epochs 1      # capture the default window",
           "stepscope record -o myrun --steps 10-20 -- train.py  # steps 10 to 20 into ./myrun",
+          "stepscope record --live -- python train.py  # a panel of the run while it runs",
           "stepscope record -- torchrun --nproc-per-node 8 train.py  # every rank")),
     Verb("import", "import_",
          "import traces (PyTorch profiler, TensorFlow/JAX, Nsight Systems, Nsight Compute)",
