@@ -83,3 +83,32 @@ def test_report_format_markdown_and_md_suffix(tmp_path: Path,
     target = tmp_path / "summary.md"
     assert main(["report", str(run.path), "-o", str(target)]) == 0
     assert target.read_text() == out
+
+
+def test_remedies_and_the_plan_when_the_advice_has_them(tmp_path: Path) -> None:
+    # the step model's remedies (advice.remedies: .remedies by saving, .plan) read by name;
+    # stand-ins with their fields, hand-made numbers
+    import dataclasses
+    from types import SimpleNamespace as NS
+
+    rep = build_report(hostile_run(tmp_path))
+    assert "### Remedies" not in to_markdown(rep)  # no remedies: no section
+    remedies = NS(remedies=[
+        NS(rank=0, title="pin host memory <b>", option="pin", options=("pin",),
+           predicted_step_ms=0.8, est_saving_ms=0.2, est_saving_pct=20.0),
+        NS(rank=0, title="remove syncs", option="every 10 steps", options=("all", "every 10 steps"),
+           predicted_step_ms=0.9, est_saving_ms=0.1, est_saving_pct=10.0)],
+        plan=NS(remedy_ids=("pin_memory", "remove_syncs"), predicted_step_ms=0.7,
+                measured_ms=1.0, est_saving_pct=30.0))
+    advice = NS(findings=rep.advice.findings, host_trust=rep.advice.host_trust,
+                remedies=remedies)
+    md = to_markdown(dataclasses.replace(rep, advice=advice))
+    lines = md.splitlines()
+    at = lines.index("### Remedies (each replayed on the step model of rank 0; savings do not "
+                     "add up)")
+    assert _cells(lines[at + 4]) == ["1", "pin host memory &lt;b&gt;", "0.80 ms",
+                                     "**0.20 ms** (20%)"]
+    assert _cells(lines[at + 5]) == ["2", "remove syncs (every 10 steps)", "0.90 ms",
+                                     "**0.10 ms** (10%)"]
+    assert ("**Plan:** pin\\_memory + remove\\_syncs together: 0.70 ms per step from 1.00 ms "
+            "(save 30%)") in lines

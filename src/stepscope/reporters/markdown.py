@@ -1,7 +1,9 @@
 """The report as GitHub-flavoured Markdown: for CI job summaries and pull-request comments.
 
 What the terminal summary says, as tables: the overview, where a step's time goes, the top
-kernels and the findings with their estimated savings (and the fix's first line). Every name
+kernels, the findings with their estimated savings (and the fix's first line) and, where the
+advice has them (``advice.remedies``: the step model's remedies), the remedies by saving and the
+plan. Every name
 from a trace or a file (kernels, paths, diagnostics) goes through :func:`escape`: Markdown and
 HTML syntax is shown as text, never interpreted (a kernel named ``<img src=x>`` or ``a|b``
 neither injects HTML nor breaks a table), and ``@name`` / ``#123`` do not mention anyone or
@@ -118,6 +120,28 @@ def _findings(report: Report) -> list[str]:
     return out
 
 
+def _remedies(report: Report) -> list[str]:
+    """The remedies replayed on the step model, by saving, and the plan; none where the advice
+    has no ``remedies`` (read by name: a run's advice gains them with the step model)."""
+    ra = getattr(report.advice, "remedies", None)
+    if ra is None or not getattr(ra, "remedies", None):
+        return []
+    rank = ra.remedies[0].rank
+    out = [f"### Remedies (each replayed on the step model of rank {rank}; savings do not "
+           "add up)", "", _row("#", "remedy", "step after", "saving per step"),
+           _row("---:", "---", "---:", "---:")]
+    for i, r in enumerate(ra.remedies[:TOP_FINDINGS], 1):
+        option = f" ({escape(str(r.option))})" if len(r.options) > 1 else ""
+        out.append(_row(str(i), escape(r.title, 200) + option, f"{r.predicted_step_ms:.2f} ms",
+                        f"**{r.est_saving_ms:.2f} ms** ({r.est_saving_pct:.0f}%)"))
+    plan = getattr(ra, "plan", None)
+    if plan is not None:
+        out += ["", f"**Plan:** {escape(' + '.join(plan.remedy_ids))} together: "
+                    f"{plan.predicted_step_ms:.2f} ms per step from {plan.measured_ms:.2f} ms "
+                    f"(save {plan.est_saving_pct:.0f}%)"]
+    return out
+
+
 def _diagnostics(report: Report) -> list[str]:
     diags = report.manifest.diagnostics
     if not diags:
@@ -141,7 +165,7 @@ def to_markdown(report: Report) -> str:
     elif end.text:
         parts += [f"> {escape(end.text)}", ""]
     sections = [_overview(report, s), _breakdown(s), _kernels(report), _findings(report),
-                _diagnostics(report)]
+                _remedies(report), _diagnostics(report)]
     for section in sections:
         if section:
             parts += [*section, ""]
