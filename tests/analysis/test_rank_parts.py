@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.analysis.test_rank_parallel import DATA
+from tests.analysis.test_rank_parallel import DATA, SMALL_TABLES
 from tests.model.test_collectives import straggler as plant
 
 from stepscope.advisor import advise
@@ -120,12 +120,14 @@ def test_the_contention_walk_keeps_what_it_can_reach() -> None:
     assert _before(ts, dur, cm, np.array([100]), np.array([0]), np.array([0])).size == 0
 
 
-def _mixed_run(tmp: Path) -> Path:
-    """Three ranks of real torch.profiler traces: the fp32 CNN (tensor cores, small grids),
-    HTA's sampled rank and its NCCL trace."""
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three ranks of real torch.profiler traces: the fp32 CNN (tensor cores), the bf16 GPT
+    (launch-bound, small grids) and HTA's NCCL trace (exposed communication)."""
+    tmp = tmp_path_factory.mktemp("mixed")
     files = []
     for r, name in enumerate(("cnn_fp32_sync.pt.trace.json.gz",
-                              "trace_filter_sampled_rank-0.json.gz",
+                              "gpt_bf16_adamw.pt.trace.json.gz",
                               "nccl_parser_config_nccl_data.json.gz")):
         doc = json.loads(gzip.decompress((DATA / name).read_bytes()))
         doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": r, "world_size": 3}
@@ -136,11 +138,19 @@ def _mixed_run(tmp: Path) -> Path:
     return import_traces(files, tmp / "run", workers=1)
 
 
-def test_real_ranks_pooled_as_serial(tmp_path: Path) -> None:
-    run = _mixed_run(tmp_path)
-    serial = to_json(build_report(Run(run), workers=1))
-    ids = [f["id"] for f in json.loads(serial)["findings"]]
-    assert {"no_tensor_cores", "exposed_communication"} <= set(ids)
+def test_real_ranks_pooled_as_serial(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    serial = to_json(build_report(Run(mixed), workers=1))
+    ids = {f["id"] for f in json.loads(serial)["findings"]}
+    assert {"no_tensor_cores", "launch_bound", "exposed_communication"} <= ids
     # the kernel savings are scaled with a run-wide profiler inflation, known in the parent
-    assert host_trust(analyze(Run(run), workers=1, facts=rank_facts)).est_inflation_ms > 0
-    assert to_json(build_report(Run(run), workers=2)) == serial
+    assert host_trust(analyze(Run(mixed), workers=1, facts=rank_facts)).est_inflation_ms > 0
+    read: set[str] = set()
+    table = Run.table
+
+    def counted(self: Run, name: str, rank: int | None = None) -> object:
+        read.add(name)
+        return table(self, name, rank)
+
+    monkeypatch.setattr(Run, "table", counted)  # the parent's reads (the workers: their own)
+    assert to_json(build_report(Run(mixed), workers=2)) == serial
+    assert read <= SMALL_TABLES  # none of the ranks' kernels, API calls, CPU ops, copies

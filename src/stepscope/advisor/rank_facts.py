@@ -21,6 +21,7 @@ processes, devices) and what the workers send: a few to tens of kB a rank.
 
 from __future__ import annotations
 
+from stepscope.advisor.rules.launch_bound import MIN_LAUNCHES
 from stepscope.advisor.rules.memory_underused import rank_result
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.model.alignment import misaligned_part
@@ -30,6 +31,7 @@ from stepscope.model.communication import comm_facts
 from stepscope.model.copy_overlap import copy_overlap
 from stepscope.model.host_ops import IDLE_KINDS, idle_ops
 from stepscope.model.idle import split_idle
+from stepscope.model.kernels import launch_stats
 from stepscope.model.memory import has_memory_data, peaks
 from stepscope.model.occupancy import occupancy_parts
 from stepscope.model.overhead import host_cost
@@ -63,6 +65,8 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     for kind in IDLE_KINDS:
         idle_ops(g, "host", split.host, kind)
         idle_ops(g, "gaps", split.gaps, kind)
+    if ra.launches.mean_launches_per_step >= MIN_LAUNCHES:
+        launch_stats(g, split.win_start, split.win_end)  # launch_bound's evidence
     # the kernel rules' per-rank parts (their savings per steady step before the run-wide
     # profiler inflation scales them, and their top kernels)
     grid_parts(g, ra)

@@ -20,6 +20,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64, assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, column_i64, column_str, str_in
+from stepscope.analysis.results import FACT
 
 # -- who wrote a kernel ---------------------------------------------------------------------
 
@@ -246,6 +247,14 @@ def per_name(sk: SteadyKernels, fn: Callable[[str, int], Any]) -> npt.NDArray[An
     for c, i in zip(present, first):
         vals[c] = fn(str(sk.name_values[c]), int(i))
     return np.asarray(vals[codes], dtype=object)
+
+
+def launch_stats(g: StepGraph, ws: I64, we: I64) -> tuple[float, list[tuple[str, int, float]]]:
+    """``kernel_launch_stats`` over the rank's steady windows ``[ws, we)`` (the idle split's:
+    always those), once per rank graph: a per-rank fact (``advisor.rank_facts``), so that the
+    parent of a rank-parallel analysis does not read the rank's kernels and API calls for the
+    ``launch_bound`` finding's evidence."""
+    return g.memo((FACT, "launch_stats"), lambda: kernel_launch_stats(g, ws, we))
 
 
 def kernel_launch_stats(g: StepGraph, ws: I64, we: I64, top: int = 3
