@@ -21,6 +21,7 @@ processes, devices) and what the workers send: a few to tens of kB a rank.
 
 from __future__ import annotations
 
+from stepscope.advisor.base import MIN_SAVING_MS
 from stepscope.advisor.rules.launch_bound import MIN_LAUNCHES
 from stepscope.advisor.rules.memory_underused import rank_result
 from stepscope.analysis import Analysis, RankAnalysis
@@ -65,8 +66,10 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     for kind in IDLE_KINDS:
         idle_ops(g, "host", split.host, kind)
         idle_ops(g, "gaps", split.gaps, kind)
-    if ra.launches.mean_launches_per_step >= MIN_LAUNCHES:
-        launch_stats(g, split.win_start, split.win_end)  # launch_bound's evidence
+    if (ra.devices_used and ra.launches.mean_launches_per_step >= MIN_LAUNCHES
+            and split.mean_ms(split.launch) * split.host_factor >= MIN_SAVING_MS):
+        # launch_bound's evidence, for a rank whose own saving could be reported
+        launch_stats(g, split.win_start, split.win_end)
     # the kernel rules' per-rank parts (their savings per steady step before the run-wide
     # profiler inflation scales them, and their top kernels)
     grid_parts(g, ra)
