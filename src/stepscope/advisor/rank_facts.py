@@ -11,7 +11,7 @@ scaling needs of the rank (``model.scaling.ScalingBase``) and the rule's top ker
 (``model.kernels.TopKernels``); the parent finishes them once the inflation is known. The
 communication model gets the rank's activity and kernels cut to what it reads
 (``model.comm_inputs``), the cross-rank model the compute under the rank's collectives
-(``model.collectives.collective_compute``); so do the other rules' per-rank parts that read the
+(``model.comm_inputs.collective_compute``); so do the other rules' per-rank parts that read the
 rank's tables (the sync and copy calls, the memory peaks, the host ops during idle time). The
 parent of a rank-parallel analysis then reads none of the rank's large tables (kernels, API
 calls, CPU ops, copies) nor their intermediate results (the kernel frame, the GPU activity
@@ -27,7 +27,7 @@ from stepscope.advisor.rules.memory_underused import rank_result
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.model.alignment import misaligned_part
 from stepscope.model.churn import churn
-from stepscope.model.collectives import collective_compute
+from stepscope.model.comm_inputs import collective_compute
 from stepscope.model.communication import comm_facts
 from stepscope.model.copy_overlap import copy_overlap
 from stepscope.model.host_ops import IDLE_KINDS, idle_ops

@@ -42,10 +42,9 @@ import numpy as np
 import pyarrow as pa
 
 from stepscope.analysis import Analysis, RankAnalysis
-from stepscope.analysis.busy import IntervalSet
-from stepscope.analysis.graph import RunGraph, StepGraph
-from stepscope.analysis.results import FACT
+from stepscope.analysis.graph import RunGraph
 from stepscope.model import transfers as mt
+from stepscope.model.comm_inputs import collective_compute
 from stepscope.schema_enums import CollectiveOp
 
 P2P_OPS = frozenset({CollectiveOp.SEND.value, CollectiveOp.RECV.value,
@@ -320,22 +319,6 @@ def _with_exposure(instances: list[Instance], graph: RunGraph) -> list[Instance]
             exposed[(k, r)] = int(v)
     return [dataclasses.replace(x, exposed_waits_ns=tuple(exposed[(k, r)] for r in x.ranks))
             for k, x in enumerate(instances)]
-
-
-def collective_compute(g: StepGraph) -> IntervalSet:
-    """The rank's compute kernels' intervals cut to its collectives' spans (all a wait inside
-    a collective can overlap); once per rank graph (a per-rank fact, ``advisor.rank_facts``:
-    the whole set is tens of kB a rank)."""
-    return g.memo((FACT, "collective_compute"), lambda: _collective_compute(g))
-
-
-def _collective_compute(g: StepGraph) -> IntervalSet:
-    c = g.table("collectives")
-    if c.num_rows == 0:
-        return IntervalSet.empty()
-    s = np.asarray(c.column("ts_ns").fill_null(0).to_numpy(), dtype=np.int64)
-    d = np.asarray(c.column("dur_ns").fill_null(0).to_numpy(), dtype=np.int64)
-    return mt.activity(g).compute & IntervalSet.of(s, s + np.maximum(d, 0))
 
 
 def _common_steps(analysis: Analysis, ranks: set[int]) -> set[int]:

@@ -16,6 +16,10 @@ sends back, instead of the rank's kernel frame and activity sets (hundreds of kB
   free time per window, the compute kernels the contention estimate may walk back over
   before a collective (``_before``), and whether the compute looks like XLA's fusions.
 
+The cross-rank model (``model.collectives``) reads, of each rank, its compute intervals under
+its collectives (``collective_compute``: a wait inside a collective is exposed where no compute
+ran).
+
 The results are the same as from the whole tables: every interval operation the model does
 is inside the spans kept (the tests compare the reports, serial and pooled).
 """
@@ -206,5 +210,21 @@ def _before(ts: I64, dur: I64, cm: npt.NDArray[np.bool_], c_start: I64, c_step: 
     return np.sort(rows[np.cumsum(mark[:-1]) > 0])
 
 
-__all__ = ["SYNC_AFTER_NS", "CommInputs", "DeviceComm", "comm_inputs", "host_waits",
-           "steady_windows"]
+def collective_compute(g: StepGraph) -> IntervalSet:
+    """The rank's compute kernels' intervals cut to its collectives' spans (all a wait inside
+    a collective can overlap); once per rank graph (a per-rank fact, ``advisor.rank_facts``:
+    the whole set is tens of kB a rank)."""
+    return g.memo((FACT, "collective_compute"), lambda: _collective_compute(g))
+
+
+def _collective_compute(g: StepGraph) -> IntervalSet:
+    c = g.table("collectives")
+    if c.num_rows == 0:
+        return IntervalSet.empty()
+    s = np.asarray(c.column("ts_ns").fill_null(0).to_numpy(), dtype=np.int64)
+    d = np.asarray(c.column("dur_ns").fill_null(0).to_numpy(), dtype=np.int64)
+    return mt.activity(g).compute & IntervalSet.of(s, s + np.maximum(d, 0))
+
+
+__all__ = ["SYNC_AFTER_NS", "CommInputs", "DeviceComm", "collective_compute", "comm_inputs",
+           "host_waits", "steady_windows"]
