@@ -22,6 +22,7 @@ from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.model.stepmodel import StepModel, build_step_model, replay
 from stepscope.model.stepmodel.catalog import Candidate, Option, candidates
 
+MIN_SAVING_PCT = 1.0  # a remedy no finding asked for is listed from this saving on
 MAX_FIT_RANKS = 8  # beyond this many ranks, the fit is reported for the judged rank only
 ALTERNATIVES = (("tf32", "bf16_amp"),)  # remedies of which the plan takes one
 
@@ -112,7 +113,10 @@ def remedy_advice(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> Rem
     meas = model.measured_ns / 1e6
     out: list[tuple[Remedy, Option]] = []
     for c in candidates(analysis, judged, model):
-        out.append(_judge(c, model, base_ns, meas, judged.rank, fired))
+        r, o = _judge(c, model, base_ns, meas, judged.rank, fired)
+        # a remedy answers a finding that fired, or saves enough by itself to be said
+        if r.finding_ids or r.est_saving_pct >= MIN_SAVING_PCT:
+            out.append((r, o))
     out.sort(key=lambda x: (-x[0].est_saving_ms, x[0].id))
     return RemedyAdvice(tuple(fits), tuple(r for r, _ in out),
                         _plan(out, model, base_ns, meas, judged.rank))

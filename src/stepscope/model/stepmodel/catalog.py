@@ -66,8 +66,8 @@ def cuda_graphs(m: StepModel) -> Candidate | None:
     idx = np.concatenate([np.asarray(r) for r in regions])
     cost = int(h.pre[idx[1:]].sum() + h.own[idx].sum())
     return Candidate(
-        "cuda_graphs", "Capture the launch-bound regions as CUDA graphs (torch.compile "
-        "mode='reduce-overhead' or torch.cuda.graphs)", ("launch_bound", "host_bound"),
+        "cuda_graphs", "CUDA graphs for the launch-bound regions (torch.compile "
+        "mode='reduce-overhead')", ("launch_bound", "host_bound"),
         (f"{n} launches in {len(regions)} region(s) without a host wait per step",
          f"host dispatch and launch cost in them: {_ms(cost)} per step"),
         (Option("cuda_graphs", "CUDA graphs", lambda x: edits.graph_regions(x, regions)),),
@@ -132,8 +132,7 @@ def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candid
     out = []
     if (tf32 > 1).any():
         out.append(Candidate(
-            "tf32", "Allow TF32 for fp32 matmuls and convolutions "
-            "(torch.backends.cuda.matmul.allow_tf32 = True; cudnn.allow_tf32 = True)",
+            "tf32", "TF32 for the fp32 matmuls and convolutions",
             ("no_tensor_cores",), ev,
             (Option("tf32", "TF32", lambda x: edits.scale_ops(x, 1.0 / tf32)),),
             ("the speed-ups of benchmarks/gemm_speedups.py on this GPU model apply to these "
@@ -147,7 +146,7 @@ def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candid
                            ("channels_last: no separate speed-up measured; the bf16 conv "
                             "ratio (NCHW) is used, a lower bound",)))
     out.append(Candidate(
-        "bf16_amp", "Run the matmuls and convolutions in bf16 (torch.autocast)",
+        "bf16_amp", "bf16 autocast for the matmuls and convolutions",
         ("no_tensor_cores",), ev, tuple(opts),
         ("bf16 autocast: the measured bf16/fp32 ratios apply; elementwise kernels unchanged",)))
     return out
@@ -179,8 +178,8 @@ def pinned(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | No
         return edits.unblock(x, follow, 0)
 
     return Candidate(
-        "pinned_copies", "Copy from pinned memory, non-blocking (pin_memory=True, "
-        ".to(device, non_blocking=True))", ("pageable_memcpy", "sync_calls", "excess_transfers"),
+        "pinned_copies", "Pinned, non-blocking copies (pin_memory=True, "
+        "non_blocking=True)", ("pageable_memcpy", "sync_calls", "excess_transfers"),
         (f"{evs.size} pageable copies of {int(o.nbytes[ops].sum()) / 2**20:.1f} MiB per step, "
          f"{_ms(float(o.dur[ops].sum()))} on the GPU",),
         (Option("pinned_copies", "pinned + non_blocking", apply),),
@@ -199,8 +198,7 @@ def remove_syncs(m: StepModel) -> Candidate | None:
     if not mask.any():
         return None
     return Candidate(
-        "remove_syncs", "Remove the explicit synchronisations (torch.cuda.synchronize(), "
-        "event/stream syncs) from the step", ("sync_calls",),
+        "remove_syncs", "Remove the explicit syncs (torch.cuda.synchronize())", ("sync_calls",),
         (f"{int(mask.sum())} explicit sync(s) per step",),
         (Option("remove_syncs", "remove", lambda x: edits.unblock(x, mask, 0)),),
         ("nothing in the step needs the syncs' ordering (timing code, debugging)",))
@@ -217,8 +215,7 @@ def remove_round_trip(m: StepModel) -> Candidate | None:
         if prev and h.copy[prev[0]] == CopyDir.DTOH:
             mask[prev[0]] = True
     return Candidate(
-        "remove_round_trip", "Keep the values on the GPU instead of reading them back each "
-        "step (.item(), .cpu(), .tolist())", ("sync_calls", "excess_transfers"),
+        "remove_round_trip", "Keep values on the GPU (no .item() / .cpu() each step)", ("sync_calls", "excess_transfers"),
         (f"{int(sync.sum())} device-to-host read(s) waited for per step",),
         (Option("remove_round_trip", "keep on device",
                 lambda x: edits.unblock(x, mask, PINNED_CALL_NS)),),
@@ -244,8 +241,7 @@ def dataloader(m: StepModel) -> Candidate | None:
 
     opts = tuple(option(f) for f in LOADER_FACTORS)
     return Candidate(
-        "dataloader_workers", "Load batches faster: more DataLoader workers, prefetching, "
-        "pin_memory", ("input_bound",),
+        "dataloader_workers", "More DataLoader workers and prefetching", ("input_bound",),
         (f"the step waits {_ms(wait)} for input; the loader delivers a batch every "
          f"{_ms(period)}",),
         opts, ("the loader scales with its workers; the wait is hidden up to the loader's "
