@@ -25,6 +25,8 @@ from stepscope.analysis.graph import GpuRecords, StepGraph
 from stepscope.analysis.launches import bounds, column_i64, column_str, str_in
 from stepscope.analysis.syncs import blocking_calls
 from stepscope.call_kinds import COMM_KERNEL
+from stepscope.model.profiler_cost import EventCosts
+from stepscope.model.stepmodel.profiler import profiler_cost
 from stepscope.model.stepmodel.steps import (
     I64,
     WAIT_ALL,
@@ -43,6 +45,8 @@ STREAM_TOL_NS = 2_000
 DEP_SLACK_NS = 20_000
 MAX_LATENCY_NS = 1_000_000  # launch-to-start delays above this are not latencies
 DEFAULT_LATENCY_NS = 5_000
+EVENT_SYNC = "EventSynchronize"
+UNSEEN_EVENT_BACK = 2
 _ISSUING = (ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value, ApiKind.MEMCPY.value,
             ApiKind.MEMSET.value, ApiKind.SYNC.value)
 
@@ -57,8 +61,11 @@ def representative_step(ra: RankAnalysis) -> int | None:
     return steady[int(np.argmin(np.abs(spans - med)))].index
 
 
-def build_step_model(g: StepGraph, ra: RankAnalysis) -> StepModel | None:
-    """The rank's step model, or None without steady steps or GPU work in the chosen step."""
+def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = None
+                     ) -> StepModel | None:
+    """The rank's step model, or None without steady steps or GPU work in the chosen step.
+    With ``costs`` (a torch.profiler trace: ``model.profiler_cost.costs_for``), the model
+    carries what the profiler added to each host event (``profiler.untraced`` removes it)."""
     idx = representative_step(ra)
     if idx is None:
         return None
@@ -230,21 +237,35 @@ def build_step_model(g: StepGraph, ra: RankAnalysis) -> StepModel | None:
     own = np.maximum(e_end - e_start, 0).astype(np.int64)
     free_at = np.full(len(threads_l), t0, dtype=np.int64)
     awaited = _Awaited(gp.end, skey, issued, keys)
+    m_names = list(names)
+    typical_back = _event_sync_back(g, gp, issued, ra, api_names, a_s, a_e)
     after = np.full(n_ev, -1, dtype=np.int64)
+    ready_at = np.zeros(n_ev, dtype=np.int64)
     for e in range(n_ev):
         t = int(e_thread[e])
         ready = int(free_at[t])
         if e > 0 and e_thread[e - 1] != t:
             after[e] = e - 1
             ready = max(ready, int(e_end[e - 1]))
+        ready_at[e] = ready
         pre[e] = max(0, int(e_start[e]) - ready)
         if kind[e] == HostKind.BLOCK:
             back[e] = _steps_back(gp, issued, ra, idx, int(e_start[e]), int(e_end[e]))
             w_end = awaited(int(wait[e]), int(e_start[e])) if back[e] == 0 else int(e_end[e])
             w = min(max(0, w_end - int(e_start[e])), int(own[e]))
             own[e] -= w
+            if w <= 0 and back[e] == 0 and EVENT_SYNC in m_names[int(ev_name[e])]:
+                # an event sync that did not wait says nothing of its event here: as it waited
+                # in the other steady steps (a loop keeping N steps in flight), else one back
+                back[e] = typical_back
         free_at[t] = max(int(free_at[t]), int(e_end[e]))
-    tail = np.maximum(t1 - free_at, 0).astype(np.int64)
+    # the step ends with the main thread (the one with the most events); another thread's
+    # time after its last event is idle (autograd's backward thread waits for the next step)
+    tail = np.where(np.arange(free_at.size) == main, np.maximum(t1 - free_at, 0), 0
+                    ).astype(np.int64)
+    prof = None if costs is None else profiler_cost(
+        g, costs, tuple(threads_l), i64(e_thread), kind, i64(e_start), i64(e_end), ready_at,
+        t1, free_at)
     host = HostEvents(thread=i64(e_thread), kind=kind, pre=pre, own=own, wait=wait, back=back, after=after,
                       role=role,
                       copy=copy, pageable=pageable, name=ev_name)
@@ -254,7 +275,28 @@ def build_step_model(g: StepGraph, ra: RankAnalysis) -> StepModel | None:
     return StepModel(rank=ra.rank, step_index=idx, measured_ns=int(np.median(spans)),
                      step_ns=int(step.span_ns), steady_steps=len(ra.steps.steady),
                      threads=tuple(threads_l), streams=tuple(keys), names=tuple(names),
-                     host=host, ops=ops, tail=tail, launch_latency_ns=med_lat)
+                     host=host, ops=ops, tail=tail, launch_latency_ns=med_lat, profiler=prof)
+
+
+def _event_sync_back(g: StepGraph, gp: GpuRecords, issued: I64, ra: RankAnalysis,
+                     api_names: list[str], a_s: I64, a_e: I64) -> int:
+    """How many steps back the event syncs of the steady steps waited for (the most common
+    non-zero count). When none waited, ``UNSEEN_EVENT_BACK``: an event sync that never held
+    the host is taken to let it run one step ahead (a loop keeping two steps in flight), not
+    to serialise the steps; the replay of the measured step is the same either way, only what
+    other remedies leave to it changes."""
+    found: dict[int, int] = {}
+    starts = ra.steps.starts
+    for st in ra.steps.steady:
+        rows = np.flatnonzero((a_s >= st.start_ns) & (a_s < st.end_ns))
+        for r in rows.tolist():
+            if EVENT_SYNC not in str(api_names[r]) if api_names else True:
+                continue
+            k = int(np.searchsorted(starts, a_s[r], side="right")) - 1
+            b = _steps_back(gp, issued, ra, k, int(a_s[r]), int(a_e[r]))
+            if b > 0:
+                found[b] = found.get(b, 0) + 1
+    return max(found, key=lambda b: (found[b], -b)) if found else UNSEEN_EVENT_BACK
 
 
 def _steps_back(gp: GpuRecords, issued: I64, ra: RankAnalysis, idx: int, s: int, e: int) -> int:

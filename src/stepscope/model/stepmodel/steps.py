@@ -110,6 +110,16 @@ class GpuOps:
 
 
 @dataclass(frozen=True)
+class ProfilerCost:
+    """What torch.profiler added to each host event's ``pre`` and ``own``, and to each
+    thread's ``tail`` (``model.stepmodel.profiler``)."""
+
+    pre: I64
+    own: I64
+    tail: I64
+
+
+@dataclass(frozen=True)
 class StepModel:
     """One rank's representative steady step (module docstring)."""
 
@@ -125,6 +135,8 @@ class StepModel:
     ops: GpuOps
     tail: I64  # per thread: host work after its last event until the step ends
     launch_latency_ns: int  # the rank's median launch-to-start latency on an idle stream
+    # what torch.profiler added to the host events (``profiler.ProfilerCost``); None: nothing
+    profiler: ProfilerCost | None = None
 
     def with_host(self, **cols: Any) -> StepModel:
         return replace(self, host=replace(self.host, **cols))
@@ -141,4 +153,4 @@ def i64(values: Any) -> I64:
 
 
 __all__ = ["B", "CopyDir", "GpuOps", "HostEvents", "HostKind", "I64", "I8", "OpKind",
-           "StepModel", "SyncRole", "WAIT_ALL", "WAIT_NONE", "i64"]
+           "ProfilerCost", "StepModel", "SyncRole", "WAIT_ALL", "WAIT_NONE", "i64"]
