@@ -16,6 +16,7 @@ ones the cross-rank model and the NUMA check need (collectives, processes, devic
 
 from __future__ import annotations
 
+from stepscope.advisor.remedies import rank_remedies
 from stepscope.advisor.rules.memory_underused import rank_result
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.model.churn import churn
@@ -36,7 +37,8 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     """Compute (and memoise) rank ``ra``'s per-rank facts: its host events' profiler cost per
     steady step (``model.overhead.host_cost``), the split of its idle time
     (``model.idle``, memoised on the analysis), its host-device transfers, copy overlap and
-    pageable copies, and what the other rules read of its tables (module docstring; memoised
+    pageable copies, its step model's fit and remedies (``advisor.remedies``), and what the other rules read of
+    its tables (module docstring; memoised
     on its graph)."""
     g = analysis.graph.rank(ra.rank)
     costs = costs_for(analysis.graph)
@@ -54,6 +56,7 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     for kind in IDLE_KINDS:
         idle_ops(g, "host", split.host, kind)
         idle_ops(g, "gaps", split.gaps, kind)
+    rank_remedies(analysis, ra)  # the step model's fit, remedies and plan (advisor.remedies)
     sk = steady_kernels(g, ra)
     if sk is not None:
         steady_op_names(g, sk)

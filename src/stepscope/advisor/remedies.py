@@ -5,7 +5,10 @@ replayed; its replay error against the measured median step is reported for ever
 (:class:`StepModelFit`). Remedies are judged on one rank: the slowest (largest median steady
 step). Each candidate of the catalogue (``model.stepmodel.catalog``) is replayed alone, every
 option of it; the remedy's prediction is its best option's. The **plan** applies every remedy
-that helps, together, in one replay (TF32 and bf16 AMP are alternatives: the better one).
+that saves at least ``MIN_SAVING_PCT``, together, in one replay (TF32 and bf16 AMP are
+alternatives: the better one). Each rank's fit, remedies and plan are a per-rank fact
+(:func:`rank_remedies`, computed where the rank is analysed); the findings that fired only
+choose which remedies are listed.
 
 Savings are the replay's relative change applied to the measured step:
 ``predicted_step_ms = measured_ms * replay(edited) / replay(model)``: the replay decides what
@@ -18,16 +21,17 @@ predicted_step_ms`` (elsewhere ``baseline_ms`` is the measured step).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stepscope.advisor.base import Finding
 from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.results import FACT
 from stepscope.model.profiler_cost import costs_for
 from stepscope.model.stepmodel import StepModel, build_step_model, replay
 from stepscope.model.stepmodel.catalog import Candidate, Option, candidates
 from stepscope.model.stepmodel.profiler import untraced
 
-MIN_SAVING_PCT = 1.0  # a remedy no finding asked for is listed from this saving on
+MIN_SAVING_PCT = 1.0  # listed without a finding, and in the plan, from this saving on
 MAX_FIT_RANKS = 8  # beyond this many ranks, the fit is reported for the judged rank only
 ALTERNATIVES = (("tf32", "bf16_amp"),)  # remedies of which the plan takes one
 
@@ -96,40 +100,62 @@ def _fit(m: StepModel) -> tuple[StepModelFit, float]:
                         round(r.gpu_busy_ns / 1e6, 4)), r.step_ns
 
 
+@dataclass(frozen=True)
+class RankRemedies:
+    """One rank's step-model fit, every candidate remedy judged (``finding_ids``: every
+    finding it answers, fired or not) and the plan: a per-rank fact, small to send back."""
+
+    fit: StepModelFit
+    remedies: tuple[Remedy, ...]
+    plan: Plan | None
+
+
+def rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
+    """Rank ``ra``'s fit, remedies and plan, memoised on its graph (a per-rank fact:
+    ``advisor.rank_facts``; the step model itself is not kept)."""
+    g = analysis.graph.rank(ra.rank)
+    return g.memo((FACT, "remedies"), lambda: _rank_remedies(analysis, ra))
+
+
+def _rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
+    if not ra.steps.steady:
+        return None
+    model = build_step_model(analysis.graph.rank(ra.rank), ra, costs_for(analysis.graph))
+    if model is None:
+        return None
+    fit, base_ns = _fit(model)
+    if base_ns <= 0:
+        return RankRemedies(fit, (), None)
+    meas = model.measured_ns / 1e6
+    bare = untraced(model)
+    baseline = _predict(bare, base_ns, meas)
+    out = [_judge(c, bare, base_ns, meas, baseline, ra.rank)
+           for c in candidates(analysis, ra, bare)]
+    out.sort(key=lambda x: (-x[0].est_saving_ms, x[0].id))
+    return RankRemedies(fit, tuple(r for r, _ in out),
+                        _plan(out, bare, base_ns, meas, baseline, ra.rank))
+
+
 def remedy_advice(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> RemedyAdvice:
-    """Step-model fits per rank, the remedies of the slowest rank and their plan."""
+    """Step-model fits per rank, the remedies of the slowest rank and their plan: a remedy
+    is listed when it answers a finding that fired or saves ``MIN_SAVING_PCT`` by itself."""
     ranks = [ra for ra in analysis.ranks if ra.steps.steady]
     if not ranks:
         return RemedyAdvice((), (), None)
     judged = max(ranks, key=_median_span)
     fit_ranks = ranks if len(ranks) <= MAX_FIT_RANKS else [judged]
-    fits: list[StepModelFit] = []
-    model: StepModel | None = None
-    base_ns = 0.0
-    costs = costs_for(analysis.graph)
-    for ra in fit_ranks:
-        m = build_step_model(analysis.graph.rank(ra.rank), ra, costs)
-        if m is None:
-            continue
-        f, step_ns = _fit(m)
-        fits.append(f)
-        if ra.rank == judged.rank:
-            model, base_ns = m, step_ns
-    if model is None or base_ns <= 0:
-        return RemedyAdvice(tuple(fits), (), None)
+    per = {ra.rank: rank_remedies(analysis, ra) for ra in fit_ranks}
+    fits = tuple(r.fit for r in per.values() if r is not None)
+    mine = per.get(judged.rank)
+    if mine is None:
+        return RemedyAdvice(fits, (), None)
     fired = {f.id for f in findings}
-    meas = model.measured_ns / 1e6
-    model = untraced(model)
-    baseline = _predict(model, base_ns, meas)
-    out: list[tuple[Remedy, Option]] = []
-    for c in candidates(analysis, judged, model):
-        r, o = _judge(c, model, base_ns, meas, baseline, judged.rank, fired)
-        # a remedy answers a finding that fired, or saves enough by itself to be said
-        if r.finding_ids or r.est_saving_pct >= MIN_SAVING_PCT:
-            out.append((r, o))
-    out.sort(key=lambda x: (-x[0].est_saving_ms, x[0].id))
-    return RemedyAdvice(tuple(fits), tuple(r for r, _ in out),
-                        _plan(out, model, base_ns, meas, baseline, judged.rank))
+    listed = []
+    for r in mine.remedies:
+        ids = tuple(f for f in r.finding_ids if f in fired)
+        if ids or r.est_saving_pct >= MIN_SAVING_PCT:
+            listed.append(replace(r, finding_ids=ids))
+    return RemedyAdvice(fits, tuple(listed), mine.plan)
 
 
 def _median_span(ra: RankAnalysis) -> float:
@@ -142,13 +168,13 @@ def _predict(m: StepModel, base_ns: float, meas: float) -> float:
 
 
 def _judge(c: Candidate, m: StepModel, base_ns: float, meas: float, baseline: float,
-           rank: int, fired: set[str]) -> tuple[Remedy, Option]:
+           rank: int) -> tuple[Remedy, Option]:
     opts = [(o, _predict(o.apply(m), base_ns, meas)) for o in c.options]
     best, pred = min(opts, key=lambda x: x[1])
     saving = baseline - pred
     return Remedy(
         id=c.id, title=c.title, rank=rank,
-        finding_ids=tuple(f for f in c.finding_ids if f in fired), baseline_ms=round(baseline, 4),
+        finding_ids=c.finding_ids, baseline_ms=round(baseline, 4),
         predicted_step_ms=round(pred, 4), est_saving_ms=round(saving, 4),
         est_saving_pct=round(100.0 * saving / baseline, 2) if baseline > 0 else 0.0,
         option=best.name,
@@ -159,7 +185,7 @@ def _judge(c: Candidate, m: StepModel, base_ns: float, meas: float, baseline: fl
 
 def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: float,
           baseline: float, rank: int) -> Plan | None:
-    helping = [(r, o) for r, o in out if r.est_saving_ms > 0]
+    helping = [(r, o) for r, o in out if r.est_saving_pct >= MIN_SAVING_PCT]
     for group in ALTERNATIVES:  # keep the best of alternatives (``out`` is by saving)
         seen = False
         kept = []
@@ -184,4 +210,5 @@ def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: 
                 options=tuple(o.name for _, o in helping))
 
 
-__all__ = ["Plan", "Remedy", "RemedyAdvice", "RemedyOption", "StepModelFit", "remedy_advice"]
+__all__ = ["Plan", "RankRemedies", "Remedy", "RemedyAdvice", "RemedyOption", "StepModelFit",
+           "rank_remedies", "remedy_advice"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.graph import GpuRecords, StepGraph
@@ -178,15 +179,15 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
             gap[j] = 0
     o_kind = kindcol[in_step]
     o_rows = rows[in_step]
-    k_names = column_str(parts[0], "name")
-    o_name = np.zeros(in_step.size, dtype=np.int64)
     comm = np.zeros(in_step.size, dtype=bool)
-    kn = k_names.take(pa.array(o_rows[o_kind == 0])).to_pylist() if parts[0].num_rows else []
-    for j, nm in zip(np.flatnonzero(o_kind == 0).tolist(), kn):
-        o_name[j] = name_id(str(nm))
-        comm[j] = bool(COMM_KERNEL.search(str(nm)))
-    for j in np.flatnonzero(o_kind != 0).tolist():
-        o_name[j] = name_id("memcpy" if o_kind[j] == 1 else "memset")
+    kj = np.flatnonzero(o_kind == 0)
+    if kj.size:  # communication kernels, by name (the names themselves are not kept)
+        kn = column_str(parts[0], "name").take(pa.array(o_rows[kj]))
+        words = pc.unique(kn).to_pylist()
+        comm_names = [w for w in words if w is not None and COMM_KERNEL.search(str(w))]
+        if comm_names:
+            comm[kj] = np.asarray(pc.fill_null(pc.is_in(kn, value_set=pa.array(
+                comm_names, type=pa.string())), False).to_numpy(zero_copy_only=False), dtype=bool)
     # -- host event columns -----------------------------------------------------------------
     mc = g.table("memcpy")
     m_kind = column_str(mc, "kind").to_pylist() if mc.num_rows else []
@@ -271,7 +272,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
                       copy=copy, pageable=pageable, name=ev_name)
     ops = GpuOps(trigger=i64(trig), stream=o_stream, kind=o_kind.astype(np.int8),
                  dur=i64(o_end - o_start), lat=lat, gap=gap, dep=dep, row=i64(o_rows),
-                 start=i64(o_start), nbytes=i64(nbytes[in_step]), comm=comm, name=o_name)
+                 nbytes=i64(nbytes[in_step]), comm=comm)
     return StepModel(rank=ra.rank, step_index=idx, measured_ns=int(np.median(spans)),
                      step_ns=int(step.span_ns), steady_steps=len(ra.steps.steady),
                      threads=tuple(threads_l), streams=tuple(keys), names=tuple(names),

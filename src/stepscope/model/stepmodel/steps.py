@@ -99,10 +99,8 @@ class GpuOps:
     gap: I64  # ns after its stream predecessor ends
     dep: I64  # op index (same step) it waits for on another stream, -1 none
     row: I64  # row of its kernels / memcpy / memset table
-    start: I64  # measured start (ns, run clock): to match the analysis's kernel rows
     nbytes: I64  # copies and memsets, else 0
-    comm: B  # a communication (NCCL) kernel
-    name: I64  # index into StepModel.names
+    comm: B  # a communication (NCCL) kernel (kernel names are not kept: ``row`` finds them)
 
     @property
     def size(self) -> int:
