@@ -156,7 +156,7 @@ def test_the_plan_is_not_the_sum_of_the_remedies() -> None:
     both = base - replay(faster(graphs(m))).step_ns
     assert alone_f == pytest.approx(0.0, abs=1.0)  # faster kernels do nothing host-bound
     assert both > alone_g + alone_f + 100_000  # together they save more than the sum
-    assert both == pytest.approx(base - (30 * 10_000 + 29 * 1_000 + 10_000 + 50_000), rel=0.1)
+    assert both == pytest.approx(base - (30 * 10_000 + 29 * edits.GRAPH_NODE_GAP_NS + 10_000 + 50_000), rel=0.1)
 
 
 def test_the_trap_removing_a_readback_on_a_host_bound_step_saves_nothing() -> None:

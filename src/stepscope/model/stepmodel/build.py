@@ -9,7 +9,7 @@ call that launched it (else by the last host event before it, else the step's st
 Measured inputs, per op: the latency from its launch to its start when its stream was idle at
 the launch; for an op launched while its stream was busy (queued), the rank's median latency
 and the gap after its stream predecessor; and a dependency on an op of another stream of the
-same step that ended within ``STREAM_TOL_NS`` before it started, when it started more than
+same step that ended within ``DEP_TOL_NS`` before it started (the latest such), when it started more than
 ``DEP_SLACK_NS`` later than its launch and stream allow (an event wait). Per blocking call: the
 time it spent after the GPU work it waited for had finished (``own``), so that a replay of the
 measured model waits as long as the measurement did.
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis.graph import GpuRecords, StepGraph
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.launches import bounds, column_i64, column_str, str_in
 from stepscope.analysis.syncs import blocking_calls
 from stepscope.call_kinds import COMM_KERNEL
@@ -44,6 +44,7 @@ from stepscope.schema_enums import ApiKind, CopyKind, MemoryKind, SyncKind
 
 STREAM_TOL_NS = 2_000
 DEP_SLACK_NS = 20_000
+DEP_TOL_NS = 50_000  # an event wait starts its op this soon after the awaited op ends
 MAX_LATENCY_NS = 1_000_000  # launch-to-start delays above this are not latencies
 DEFAULT_LATENCY_NS = 5_000
 EVENT_SYNC = "EventSynchronize"
@@ -53,10 +54,15 @@ _ISSUING = (ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value, ApiKind.MEMCPY.val
 
 
 def representative_step(ra: RankAnalysis) -> int | None:
-    """The StepInfo index of the steady step closest to the median steady length."""
+    """The StepInfo index of the steady step closest to the median steady length, not the
+    trace's first or last step where others are steady (their neighbours, which launched the
+    GPU work they wait for or ran ahead into them, are outside the trace)."""
     steady = ra.steps.steady
     if not steady:
         return None
+    n = len(ra.steps.steps)
+    inner = tuple(s for s in steady if 0 < s.index < n - 1)
+    steady = inner or steady
     spans = np.array([s.span_ns for s in steady], dtype=np.float64)
     med = float(np.median(spans))
     return steady[int(np.argmin(np.abs(spans - med)))].index
@@ -126,7 +132,9 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     th_index = {t: i for i, t in enumerate(threads_l)}
     ev_t = np.array([th_index[(p, t)] for p, t in zip(pid.tolist(), tid.tolist())],
                     dtype=np.int64)
-    main = int(np.bincount(ev_t, minlength=len(threads_l)).argmax()) if ev_t.size else 0
+    # the main thread starts the step (the training loop's; autograd's backward thread may
+    # have more events)
+    main = int(ev_t[np.argmin(ev_s)]) if ev_t.size else 0
     o = np.lexsort((ev_e, ev_s))
     ev_s, ev_e, ev_api, ev_t = ev_s[o], ev_e[o], ev_api[o], ev_t[o]
     # drop events inside an earlier event of their thread (nested calls)
@@ -171,7 +179,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     late = np.where(queued, o_start - np.maximum(pe, launch + med_lat), since - med_lat)
     for j in np.flatnonzero(late > DEP_SLACK_NS).tolist():
         cand = np.flatnonzero((o_stream != o_stream[j]) & (trig <= trig[j])
-                              & (o_end <= o_start[j]) & (o_end >= o_start[j] - STREAM_TOL_NS))
+                              & (o_end <= o_start[j]) & (o_end >= o_start[j] - DEP_TOL_NS))
         cand = cand[cand < j] if cand.size else cand
         if cand.size:
             dep[j] = int(cand[np.argmax(o_end[cand])])
@@ -239,7 +247,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     free_at = np.full(len(threads_l), t0, dtype=np.int64)
     awaited = _Awaited(gp.end, skey, issued, keys)
     m_names = list(names)
-    typical_back = _event_sync_back(g, gp, issued, ra, api_names, a_s, a_e)
+    typical_back = _event_sync_back(g, issued, ra, api_names, a_s, a_e)
     after = np.full(n_ev, -1, dtype=np.int64)
     ready_at = np.zeros(n_ev, dtype=np.int64)
     for e in range(n_ev):
@@ -251,16 +259,21 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
         ready_at[e] = ready
         pre[e] = max(0, int(e_start[e]) - ready)
         if kind[e] == HostKind.BLOCK:
-            back[e] = _steps_back(gp, issued, ra, idx, int(e_start[e]), int(e_end[e]))
-            w_end = awaited(int(wait[e]), int(e_start[e])) if back[e] == 0 else int(e_end[e])
-            w = min(max(0, w_end - int(e_start[e])), int(own[e]))
-            own[e] -= w
-            if w <= 0 and back[e] == 0 and EVENT_SYNC in m_names[int(ev_name[e])]:
-                # an event sync that did not wait says nothing of its event here: as it waited
-                # in the other steady steps (a loop keeping N steps in flight), else one back
+            sb = _steps_back(g, issued, ra, idx, int(e_start[e]), int(e_end[e]))
+            if EVENT_SYNC in m_names[int(ev_name[e])] and (sb is None or sb < 0):
+                # an event sync that did not wait, or waited for work launched before the
+                # trace, says nothing of its event here: it waits as the event syncs of the
+                # other steady steps did (a loop keeping N steps in flight)
                 back[e] = typical_back
+                w = 0 if sb is None else int(own[e])  # not waiting: its duration is its own
+            else:
+                back[e] = max(sb or 0, 0)
+                w_end = awaited(int(wait[e]), int(e_start[e])) if back[e] == 0 \
+                    else int(e_end[e])
+                w = min(max(0, w_end - int(e_start[e])), int(own[e]))
+            own[e] -= w
         free_at[t] = max(int(free_at[t]), int(e_end[e]))
-    # the step ends with the main thread (the one with the most events); another thread's
+    # the step ends with the main thread (the one that starts it); another thread's
     # time after its last event is idle (autograd's backward thread waits for the next step)
     tail = np.where(np.arange(free_at.size) == main, np.maximum(t1 - free_at, 0), 0
                     ).astype(np.int64)
@@ -279,7 +292,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
                      host=host, ops=ops, tail=tail, launch_latency_ns=med_lat, profiler=prof)
 
 
-def _event_sync_back(g: StepGraph, gp: GpuRecords, issued: I64, ra: RankAnalysis,
+def _event_sync_back(g: StepGraph, issued: I64, ra: RankAnalysis,
                      api_names: list[str], a_s: I64, a_e: I64) -> int:
     """How many steps back the event syncs of the steady steps waited for (the most common
     non-zero count). When none waited, ``UNSEEN_EVENT_BACK``: an event sync that never held
@@ -294,22 +307,28 @@ def _event_sync_back(g: StepGraph, gp: GpuRecords, issued: I64, ra: RankAnalysis
             if EVENT_SYNC not in str(api_names[r]) if api_names else True:
                 continue
             k = int(np.searchsorted(starts, a_s[r], side="right")) - 1
-            b = _steps_back(gp, issued, ra, k, int(a_s[r]), int(a_e[r]))
-            if b > 0:
+            b = _steps_back(g, issued, ra, k, int(a_s[r]), int(a_e[r]))
+            if b is not None and b > 0:
                 found[b] = found.get(b, 0) + 1
     return max(found, key=lambda b: (found[b], -b)) if found else UNSEEN_EVENT_BACK
 
 
-def _steps_back(gp: GpuRecords, issued: I64, ra: RankAnalysis, idx: int, s: int, e: int) -> int:
+def _steps_back(g: StepGraph, issued: I64, ra: RankAnalysis, idx: int, s: int, e: int
+                ) -> int | None:
     """How many steps back the GPU work a blocking call waited for was issued: the record
-    issued before the call that ended last before the call returned (0: this step's, or none)."""
+    issued before the call that ended last before the call returned (0: this step's; None:
+    no GPU work ended during the call, it did not wait; -1: that record's launch is not in
+    the trace, so its step is not known)."""
+    gp = g.gpu
     m = (issued < s) & (gp.end <= e + STREAM_TOL_NS) & (gp.end >= s)
     if not m.any():
-        return 0
+        return None
     j = np.flatnonzero(m)[int(np.argmax(gp.end[m]))]
+    if g.gpu_api_row[j] < 0:
+        return -1
     starts = ra.steps.starts
     k = int(np.searchsorted(starts, issued[j], side="right")) - 1
-    return max(0, idx - k) if k >= 0 else 0
+    return max(0, idx - k) if k >= 0 else -1
 
 
 def _runs(k: I64) -> list[tuple[int, int]]:

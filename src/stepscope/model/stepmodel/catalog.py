@@ -6,7 +6,7 @@ evidence (facts from the model, with numbers), its options where the user choose
 bf16 AMP; each replayed; the plan takes the best), its assumptions, and an ``apply`` that
 edits a model. The catalogue (:func:`candidates`), in order: ``cuda_graphs``, ``tf32``,
 ``bf16_amp`` (option ``channels_last``), ``pinned_copies``, ``remove_syncs``,
-``remove_round_trip``, ``dataloader_workers``.
+``remove_round_trip``, ``dataloader_workers``, ``larger_batch``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from stepscope.analysis.kernel_names import MATMUL
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.model.kernels import device_rows
 from stepscope.model.pageable import PINNED_CALL_NS, pageable_copies
-from stepscope.model.speedups import speedups_for
+from stepscope.model.speedups import MIN_KERNEL_NS, speedups_for
 from stepscope.model.stepmodel import edits
 from stepscope.model.stepmodel.steps import CopyDir, HostKind, OpKind, StepModel, SyncRole
 from stepscope.model.tensor_cores import HELPER, TC_HINT
@@ -248,10 +248,39 @@ def dataloader(m: StepModel) -> Candidate | None:
                "throughput times the option's factor",))
 
 
+def larger_batch(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
+    """Kernels whose grid leaves SMs idle (``sm_coverage`` < 1): with a grid (or a batch)
+    that fills the GPU, the same work takes ``dur * coverage``."""
+    frame = kernel_frame(analysis.graph.rank(ra.rank))
+    o = m.ops
+    kj = np.flatnonzero((o.kind == OpKind.KERNEL) & ~o.comm & (o.dur > MIN_KERNEL_NS))
+    if frame.num_rows == 0 or kj.size == 0:
+        return None
+    rows = pa.array(o.row[kj])
+    cov = np.array([np.nan if v is None else float(v)
+                    for v in frame.column("sm_coverage").take(rows).to_pylist()])
+    cat = frame.column("category").take(rows).to_pylist()
+    small = (cov < 1.0) & ~np.isnan(cov) & np.array([c != "communication" for c in cat])
+    if not small.any():
+        return None
+    factor = np.ones(o.size)
+    factor[kj[small]] = cov[small]
+    sel = kj[small]
+    return Candidate(
+        "larger_batch", "Fill the GPU: a larger batch, or wider grids, for the small-grid kernels",
+        ("small_grid",),
+        (f"{sel.size} kernel launches per step leave SMs idle (median coverage "
+         f"{float(np.median(cov[small])) * 100:.0f}% of the SMs), {_ms(float(o.dur[sel].sum()))}",),
+        (Option("larger_batch", "fill the SMs", lambda x: edits.scale_ops(x, factor)),),
+        ("a grid that covers every SM runs the same work in the kernel's time x its SM "
+         "coverage (per sample, for a larger batch)",))
+
+
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
     out: list[Candidate | None] = [cuda_graphs(m), *precision(analysis, ra, m),
                                    pinned(analysis, ra, m), remove_syncs(m),
-                                   remove_round_trip(m), dataloader(m)]
+                                   remove_round_trip(m), dataloader(m),
+                                   larger_batch(analysis, ra, m)]
     return [c for c in out if c is not None]
 
 

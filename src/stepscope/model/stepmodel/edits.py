@@ -26,7 +26,7 @@ from stepscope.model.stepmodel.steps import I64, WAIT_NONE, B, HostKind, OpKind,
 
 F64 = npt.NDArray[np.float64]
 GRAPH_LAUNCH_NS = 10_000  # host cost of one cudaGraphLaunch
-GRAPH_NODE_GAP_NS = 1_000  # GPU gap between two kernels of a replayed graph
+GRAPH_NODE_GAP_NS = 200  # GPU gap between two kernels of a replayed graph (measured: docs/remedies.md)
 KEEP_HOST_NS = 1_000_000  # host work between two launches that is not dispatch
 MIN_GRAPH_LAUNCHES = 20
 
