@@ -3,6 +3,7 @@ non-additivity, the trap (a readback on a host-bound step), and the real fixture
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -212,3 +213,81 @@ def test_report_advice_carries_fit_remedies_and_plan(fixtures: dict[str, Run]) -
     assert ra.plan is not None
     assert not {"tf32", "bf16_amp"} <= set(ra.plan.remedy_ids)  # alternatives: one of them
     assert ra.plan.est_saving_ms >= max(r.est_saving_ms for r in ra.remedies) - 1e-6
+
+
+def test_an_event_sync_on_a_step_in_flight_lets_the_host_run_ahead() -> None:
+    # host 300 ns per step, GPU 1000: waiting for everything at the step's start serialises
+    # (the host's 290 before the launch, then the kernel's 1000), as does waiting for the step
+    # before (back 1: all of it); waiting for the one before that (two steps in flight) lets
+    # the host run a step ahead, and the GPU sets the pace
+    ev = [(0, K, 0, 0), (0, L, 290, 10)]
+    serial = model(ev, [(2, 0, 1000, 0)], wait={1: WAIT_ALL})
+    assert replay(serial).step_ns == pytest.approx(1290)
+    one = serial.with_host(back=np.array([0, 1, 0], dtype=np.int64))
+    assert replay(one).step_ns == pytest.approx(1290)
+    ahead = serial.with_host(back=np.array([0, 2, 0], dtype=np.int64))
+    assert replay(ahead).step_ns == pytest.approx(1000)
+
+
+def test_untraced_takes_the_profilers_host_cost_out() -> None:
+    from stepscope.model.stepmodel.profiler import untraced
+    from stepscope.model.stepmodel.steps import ProfilerCost
+
+    m = model([(0, L, 100, 10)] * 3, [(1, 0, 20, 5)], tail=40)
+    p = ProfilerCost(pre=np.array([0, 30, 30, 200]), own=np.array([0, 4, 4, 4]),
+                     tail=np.array([10]))
+    bare = untraced(replace(m, profiler=p))
+    assert bare.host.pre.tolist() == [0, 70, 70, 0]  # never below zero
+    assert bare.host.own.tolist() == [0, 6, 6, 6]
+    assert bare.tail.tolist() == [30]
+    assert replay(bare).step_ns == pytest.approx(70 + 6 + 70 + 6 + 0 + 6 + 30)
+    assert untraced(m) is m  # no profiler cost: unchanged
+
+
+@pytest.mark.parametrize(("name", "remedy", "finding"), [
+    ("h200_pageable_batch", "pinned_copies", "pageable_memcpy"),
+    ("h200_numpy_roundtrip", "remove_round_trip", "sync_calls"),
+])
+def test_real_fixtures_get_the_remedy_of_their_planted_problem(
+        fixtures: dict[str, Run], name: str, remedy: str, finding: str) -> None:
+    ra = advise(analyze(fixtures[name], workers=1)).remedies
+    assert ra is not None
+    got = {r.id: r for r in ra.remedies}
+    assert remedy in got and finding in got[remedy].finding_ids
+    assert got[remedy].est_saving_pct > 5
+    assert ra.plan is not None and remedy in ra.plan.remedy_ids
+
+
+def test_the_replay_decides_communication_overlap_saves_nothing_host_bound(
+        tmp_path: Path) -> None:
+    # an eager B200 step: host-bound (launch_bound), its all-reduce exposed: overlapping the
+    # collective is offered for the finding but saves nothing while the host sets the pace
+    run = Run(import_traces([DATA / "collectives" / "tracelens_b200_eager_trace.json.gz"],
+                            tmp_path / "run"))
+    adv = advise(analyze(run, workers=1))
+    assert "exposed_communication" in {f.id for f in adv.findings}
+    got = {r.id: r for r in adv.remedies.remedies} if adv.remedies else {}
+    assert "comm_overlap" in got and got["comm_overlap"].est_saving_pct < 1
+    assert "cuda_graphs" in got and got["cuda_graphs"].est_saving_pct > 20
+    assert adv.remedies is not None and adv.remedies.plan is not None
+    assert adv.remedies.plan.remedy_ids == ("cuda_graphs",)
+
+
+def test_json_and_terminal_reports_carry_the_remedies(fixtures: dict[str, Run]) -> None:
+    from stepscope.reporters.json_report import report_dict
+    from stepscope.reporters.report import build_report
+    from stepscope.reporters.terminal import render_text
+
+    rep = build_report(fixtures["h200_pageable_batch"], workers=1)
+    d = report_dict(rep)
+    sm = d["step_model"]
+    assert set(sm) >= {"rank", "measured_ms", "replayed_ms", "error_pct", "ranks"}
+    assert abs(sm["error_pct"]) <= 5
+    r = next(x for x in d["remedies"] if x["id"] == "pinned_copies")
+    assert set(r) >= {"id", "title", "finding_ids", "predicted_step_ms", "est_saving_ms",
+                      "est_saving_pct", "options", "assumptions"}
+    assert r["predicted_step_ms"] + r["est_saving_ms"] == pytest.approx(r["baseline_ms"], abs=1e-3)
+    assert d["plan"]["remedy_ids"] and d["plan"]["predicted_step_ms"] < d["plan"]["baseline_ms"]
+    text = render_text(rep)
+    assert "Remedies (each replayed on the step model" in text
+    assert "Plan: " in text and "Step model: the step replays in" in text

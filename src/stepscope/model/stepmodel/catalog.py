@@ -6,7 +6,7 @@ evidence (facts from the model, with numbers), its options where the user choose
 bf16 AMP; each replayed; the plan takes the best), its assumptions, and an ``apply`` that
 edits a model. The catalogue (:func:`candidates`), in order: ``cuda_graphs``, ``tf32``,
 ``bf16_amp`` (option ``channels_last``), ``pinned_copies``, ``remove_syncs``,
-``remove_round_trip``, ``dataloader_workers``, ``larger_batch``.
+``remove_round_trip``, ``dataloader_workers``, ``larger_batch``, ``comm_overlap``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pyarrow as pa
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.kernel_names import MATMUL
 from stepscope.analysis.kernels import kernel_frame
+from stepscope.model.communication import comm_overlap
 from stepscope.model.kernels import device_rows
 from stepscope.model.pageable import PINNED_CALL_NS, pageable_copies
 from stepscope.model.speedups import MIN_KERNEL_NS, speedups_for
@@ -276,11 +277,53 @@ def larger_batch(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidat
          "coverage (per sample, for a larger batch)",))
 
 
+COMM_OPTION = {"overlap": "overlap with the backward (gradient buckets)",
+               "overlap_bf16": "overlap + bf16 compression of the reductions",
+               "remove": "remove the collective the host waits for"}
+
+
+def comm_overlap_remedy(analysis: Analysis, ra: RankAnalysis, m: StepModel
+                        ) -> Candidate | None:
+    """The exposed-communication remedies of ``model.comm_remedies`` (overlap in buckets,
+    bf16 compression, removing a waited-for collective) as edits: the communication
+    kernels of the step lose the exposed time each remedy saves per step (shared out by
+    their duration); the replay decides what the rest of the step then overlaps."""
+    o = m.ops
+    comm = o.comm & (o.kind == OpKind.KERNEL)
+    total = float(o.dur[comm].sum())
+    if total <= 0:
+        return None
+    co = comm_overlap(analysis.graph.rank(ra.rank), ra)
+    if co is None or not co.remedies or co.n_steps <= 0:
+        return None
+
+    def option(kind: str, saving_ns: float) -> Option:
+        per_step = saving_ns / co.n_steps
+        factor = np.where(comm, max(0.0, 1.0 - per_step / total), 1.0)
+
+        def apply(x: StepModel) -> StepModel:
+            return edits.scale_ops(x, factor)
+
+        return Option(kind, COMM_OPTION.get(kind, kind), apply)
+
+    opts = tuple(option(r.kind, r.saving_ns) for r in co.remedies if r.saving_ns > 0)
+    if not opts:
+        return None
+    return Candidate(
+        "comm_overlap", "Overlap (or compress) the exposed communication",
+        ("exposed_communication",),
+        (f"{int(comm.sum())} communication kernels per step, {_ms(total)}; exposed "
+         f"{_ms(co.exposed_ns / co.n_steps)} per step",),
+        opts, ("each option's saving is model.comm_remedies' (Hockney model, SM contention: "
+               "docs/rules/exposed_communication.md), taken off the communication kernels",))
+
+
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
     out: list[Candidate | None] = [cuda_graphs(m), *precision(analysis, ra, m),
                                    pinned(analysis, ra, m), remove_syncs(m),
                                    remove_round_trip(m), dataloader(m),
-                                   larger_batch(analysis, ra, m)]
+                                   larger_batch(analysis, ra, m),
+                                   comm_overlap_remedy(analysis, ra, m)]
     return [c for c in out if c is not None]
 
 
