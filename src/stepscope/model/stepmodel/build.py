@@ -44,7 +44,8 @@ from stepscope.schema_enums import ApiKind, CopyKind, MemoryKind, SyncKind
 
 STREAM_TOL_NS = 2_000
 DEP_SLACK_NS = 20_000
-DEP_TOL_NS = 50_000  # an event wait starts its op this soon after the awaited op ends
+DEP_TOL_NS = 50_000
+MIN_WAIT_NS = 20_000  # a blocking call shorter than this did not wait for the GPU  # an event wait starts its op this soon after the awaited op ends
 MAX_LATENCY_NS = 1_000_000  # launch-to-start delays above this are not latencies
 DEFAULT_LATENCY_NS = 5_000
 EVENT_SYNC = "EventSynchronize"
@@ -320,6 +321,8 @@ def _steps_back(g: StepGraph, issued: I64, ra: RankAnalysis, idx: int, s: int, e
     no GPU work ended during the call, it did not wait; -1: that record's launch is not in
     the trace, so its step is not known)."""
     gp = g.gpu
+    if e - s < MIN_WAIT_NS:
+        return None  # as long as a call costs: whatever ended meanwhile, it did not wait
     m = (issued < s) & (gp.end <= e + STREAM_TOL_NS) & (gp.end >= s)
     if not m.any():
         return None

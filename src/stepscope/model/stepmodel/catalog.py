@@ -31,7 +31,7 @@ from stepscope.model.tensor_cores import HELPER, TC_HINT
 Edit = Callable[[StepModel], StepModel]
 MIN_COPY_BYTES = 64 * 1024
 DEFAULT_PINNED_GBS = 20.0  # PCIe gen4 x16 pinned, when the run measured none
-LOADER_FACTORS = (2.0, 4.0)  # more DataLoader workers: the loader's throughput times these
+LOADER_FACTORS = (2.0, 4.0, 8.0)  # more DataLoader workers: the loader's throughput times these
 
 
 @dataclass(frozen=True)
