@@ -69,32 +69,52 @@ def replay(m: StepModel, copies: int = COPIES) -> Replay:
     origin = 0.0
     busy = [0] * n_threads
     waited = [0] * n_threads
+    BLOCK, INPUT = int(HostKind.BLOCK), int(HostKind.INPUT)
+    blocking = [k == BLOCK and w != WAIT_NONE for k, w in zip(kind, wait)]
+    is_input = [k == INPUT for k in kind]
+    n_ev = len(kind)
     for c in range(copies):
         last = c == copies - 1
         clock = [origin] * n_threads
         gpu_end = origin
-        for e in range(len(kind)):
+        for e in range(n_ev):
             t = thread[e]
-            start = (clock[t] if after[e] < 0 else max(clock[t], ev_end[after[e]])) + pre[e]
+            start = clock[t]
+            a = after[e]
+            if a >= 0 and ev_end[a] > start:
+                start = ev_end[a]
+            start += pre[e]
             for j in range(first[e], first[e + 1]):
-                s = max(start + lat[j], stream_end[stream[j]] + gap[j])
-                if dep[j] >= 0:
-                    s = max(s, op_end[dep[j]])
+                st = stream[j]
+                s = start + lat[j]
+                q = stream_end[st] + gap[j]
+                if q > s:
+                    s = q
+                d = dep[j]
+                if d >= 0 and op_end[d] > s:
+                    s = op_end[d]
                 op_start[j] = s
-                op_end[j] = s + dur[j]
-                stream_end[stream[j]] = op_end[j]
-                gpu_end = max(gpu_end, op_end[j])
+                fin = s + dur[j]
+                op_end[j] = fin
+                stream_end[st] = fin
+                if fin > gpu_end:
+                    gpu_end = fin
             end = start + own[e]
-            if kind[e] == HostKind.BLOCK and wait[e] != WAIT_NONE:
-                if back[e] > 0:
-                    w = gpu_ends[c - back[e]] if c - back[e] >= 0 else 0.0
+            if blocking[e]:
+                b = back[e]
+                if b > 0:
+                    w = gpu_ends[c - b] if c - b >= 0 else 0.0
                 else:
                     w = max(stream_end) if wait[e] == WAIT_ALL else stream_end[wait[e]]
-                end = max(start, w) + own[e]
+                if w > start:
+                    end = w + own[e]
             if last:
-                busy[t] += pre[e] + (own[e] if kind[e] != HostKind.INPUT else 0)
-                waited[t] += int(end - start - own[e]) + (own[e] if kind[e] == HostKind.INPUT
-                                                          else 0)
+                if is_input[e]:
+                    busy[t] += pre[e]
+                    waited[t] += own[e]
+                else:
+                    busy[t] += pre[e] + own[e]
+                    waited[t] += int(end - start - own[e])
             clock[t] = end
             ev_end[e] = end
         for t in range(n_threads):
