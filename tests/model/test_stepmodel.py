@@ -291,3 +291,33 @@ def test_json_and_terminal_reports_carry_the_remedies(fixtures: dict[str, Run]) 
     text = render_text(rep)
     assert "Remedies (each replayed on the step model" in text
     assert "Plan: " in text and "Step model: the step replays in" in text
+
+
+def test_a_synthetic_trace_builds_the_model_by_hand(tmp_path: Path) -> None:
+    from builder import TraceBuilder
+
+    # per 1000 us step: a launch at +10 (10 us) of a 600 us kernel that starts at +25; a
+    # stream sync from +30 that returns 5 us after the kernel ends; then host work to the end
+    b = TraceBuilder()
+    for i in range(6):
+        t = 1000.0 * i
+        b.step(t, 1000, step=i)
+        b.kernel("gemm", t + 25, 600, launch=(t + 10, 10))
+        b.sync("cudaStreamSynchronize", t + 30, 600)
+    run = b.build(tmp_path / "run")
+    a = analyze(run, workers=1)
+    ra = a.ranks[0]
+    m = build_step_model(a.graph.rank(0), ra)
+    assert m is not None and 0 < m.step_index < 5  # not the trace's first or last step
+    h = m.host
+    assert h.kind.tolist() == [HostKind.MARK, L, K]
+    assert h.pre.tolist() == [0, 10_000, 10_000]
+    assert h.own.tolist() == [0, 10_000, 5_000]  # the sync's own cost after its wait
+    assert h.role.tolist() == [0, 0, SyncRole.EXPLICIT]
+    assert m.tail.tolist() == [370_000]
+    assert m.ops.lat.tolist() == [15_000] and m.ops.dur.tolist() == [600_000]
+    assert replay(m).step_ns == pytest.approx(1_000_000)
+    assert m.measured_ns == 1_000_000
+    # without the sync the GPU sets the pace: 600 us
+    free = edits.unblock(m, h.role == SyncRole.EXPLICIT, 0)
+    assert replay(free).step_ns == pytest.approx(600_000)
