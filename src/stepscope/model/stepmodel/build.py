@@ -45,7 +45,8 @@ from stepscope.schema_enums import ApiKind, CopyKind, MemoryKind, SyncKind
 STREAM_TOL_NS = 2_000
 DEP_SLACK_NS = 20_000
 DEP_TOL_NS = 50_000
-MIN_WAIT_NS = 20_000  # a blocking call shorter than this did not wait for the GPU  # an event wait starts its op this soon after the awaited op ends
+MIN_WAIT_NS = 20_000
+HANDOFF_RUN = 4  # a thread that ran this many events alone hands over to the next one  # a blocking call shorter than this did not wait for the GPU  # an event wait starts its op this soon after the awaited op ends
 MAX_LATENCY_NS = 1_000_000  # launch-to-start delays above this are not latencies
 DEFAULT_LATENCY_NS = 5_000
 EVENT_SYNC = "EventSynchronize"
@@ -251,12 +252,17 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     typical_back = _event_sync_back(g, issued, ra, api_names, a_s, a_e)
     after = np.full(n_ev, -1, dtype=np.int64)
     ready_at = np.zeros(n_ev, dtype=np.int64)
+    run = 0  # consecutive events of the thread of the event before
     for e in range(n_ev):
         t = int(e_thread[e])
         ready = int(free_at[t])
-        if e > 0 and e_thread[e - 1] != t:
+        if e > 0 and e_thread[e - 1] != t and run >= HANDOFF_RUN:
+            # a hand-over: the other thread ran alone for a while before this one went on
+            # (autograd's backward thread after loss.backward(), and back); threads whose
+            # calls interleave (TensorFlow's executors) run side by side
             after[e] = e - 1
             ready = max(ready, int(e_end[e - 1]))
+        run = run + 1 if e > 0 and e_thread[e - 1] == t else 1
         ready_at[e] = ready
         pre[e] = max(0, int(e_start[e]) - ready)
         if kind[e] == HostKind.BLOCK:
