@@ -195,7 +195,9 @@ def _syncs(m: StepModel, role: SyncRole) -> np.ndarray:
 
 
 def remove_syncs(m: StepModel) -> Candidate | None:
-    mask = _syncs(m, SyncRole.EXPLICIT)
+    # an event sync on a step two or more back keeps steps in flight (flow control, not a
+    # serialising sync): it stays
+    mask = _syncs(m, SyncRole.EXPLICIT) & (m.host.back < 2)
     if not mask.any():
         return None
     return Candidate(
