@@ -22,6 +22,7 @@ processes, devices) and what the workers send: a few to tens of kB a rank.
 from __future__ import annotations
 
 from stepscope.advisor.base import MIN_SAVING_MS
+from stepscope.advisor.remedies import rank_remedies
 from stepscope.advisor.rules.launch_bound import MIN_LAUNCHES
 from stepscope.advisor.rules.memory_underused import rank_result
 from stepscope.analysis import Analysis, RankAnalysis
@@ -47,7 +48,8 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     """Compute (and memoise) rank ``ra``'s per-rank facts: its host events' profiler cost per
     steady step (``model.overhead.host_cost``), the split of its idle time
     (``model.idle``, memoised on the analysis), its host-device transfers, copy overlap and
-    pageable copies, and what the other rules read of its tables (module docstring; memoised
+    pageable copies, its step model's fit and remedies (``advisor.remedies``), and what the other rules read of
+    its tables (module docstring; memoised
     on its graph)."""
     g = analysis.graph.rank(ra.rank)
     costs = costs_for(analysis.graph)
@@ -66,6 +68,7 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     for kind in IDLE_KINDS:
         idle_ops(g, "host", split.host, kind)
         idle_ops(g, "gaps", split.gaps, kind)
+    rank_remedies(analysis, ra)  # the step model's fit, remedies and plan (advisor.remedies)
     if (ra.devices_used and ra.launches.mean_launches_per_step >= MIN_LAUNCHES
             and split.mean_ms(split.launch) * split.host_factor >= MIN_SAVING_MS):
         # launch_bound's evidence, for a rank whose own saving could be reported
