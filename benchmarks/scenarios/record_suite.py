@@ -49,12 +49,17 @@ if str(HERE) not in sys.path:
 
 import record_report as rr  # after the sys.path setup
 import timing
+from bundle import pack_bundle
+from remedy_score import score_result
 
 KILL_GRACE_S = 15.0
 
 
 def log(msg: str) -> None:
     print(msg, flush=True)
+
+
+CALIBRATIONS_ENV = "SCENARIO_CALIBRATIONS"  # as common.CALIBRATIONS_ENV (common imports torch)
 
 
 def child_env() -> dict[str, str]:
@@ -80,8 +85,8 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def run_limited(cmd: list[str], timeout: float, log_path: Path | None = None
-                ) -> tuple[int | str, float]:
+def run_limited(cmd: list[str], timeout: float, log_path: Path | None = None,
+                env: dict[str, str] | None = None) -> tuple[int | str, float]:
     """Run ``cmd`` in a process group of its own (same session: whatever ends this suite's
     session ends it too) with a time limit; the group is ended on timeout and when this
     process is interrupted. Returns (exit code or "timeout", wall seconds)."""
@@ -89,7 +94,7 @@ def run_limited(cmd: list[str], timeout: float, log_path: Path | None = None
     out = open(log_path, "wb") if log_path else None  # noqa: SIM115 - closed below
     proc = None
     try:
-        proc = subprocess.Popen(cmd, env=child_env(), stdout=out or None,
+        proc = subprocess.Popen(cmd, env={**child_env(), **(env or {})}, stdout=out or None,
                                 stderr=subprocess.STDOUT if out else None, process_group=0)
         try:
             rc: int | str = proc.wait(timeout=timeout)
@@ -147,11 +152,13 @@ def keep_xplane(name: str, trace: dict[str, Any] | None, out: Path,
     return kept
 
 
-def time_programs(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def time_programs(name: str, args: argparse.Namespace, out: Path,
+                  calibrations: dict[str, int] | None = None) -> dict[str, Any]:
     """The program's own saving: ``program.py NAME`` and ``program.py NAME --fixed``, each in
     a process of its own for ``--program-seconds-each`` s, alternating (BF, FB, ...) for
     ``--program-rounds`` rounds; medians of their ms/step. The same keys as the harness's
-    timing (``saving_ms``, ``saving_pct``...), so it can be scored like it."""
+    timing (``saving_ms``, ``saving_pct``...), so it can be scored like it; ``calibrations``
+    as ``record`` passes them."""
     import statistics
 
     ms: dict[str, list[float]] = {"baseline": [], "fixed": []}
@@ -165,7 +172,8 @@ def time_programs(name: str, args: argparse.Namespace, out: Path) -> dict[str, A
                    "--seconds", f"{args.program_seconds_each:g}"]
             cmd += ["--fixed"] if variant == "fixed" else []
             log_path = logs / f"{name}.{variant}.{i}.log"
-            rc, _ = run_limited(cmd, args.program_seconds_each + 120.0, log_path)
+            env = {CALIBRATIONS_ENV: json.dumps(calibrations)} if calibrations else None
+            rc, _ = run_limited(cmd, args.program_seconds_each + 120.0, log_path, env)
             got = rr.program_ms(rr.program_line(log_path)) if rc == 0 else None
             if got is None:
                 return {"error": f"program.py {name} ({variant}) exited with {rc}: "
@@ -182,8 +190,9 @@ def time_programs(name: str, args: argparse.Namespace, out: Path) -> dict[str, A
 
 
 def record(name: str, meta: timing.ScenarioMeta, args: argparse.Namespace,
-           out: Path) -> dict[str, Any]:
-    """``stepscope record`` (default window) on ``program.py NAME``."""
+           out: Path, calibrations: dict[str, int] | None = None) -> dict[str, Any]:
+    """``stepscope record`` (default window) on ``program.py NAME``; ``calibrations``: the
+    timing child's (``common.calibrate``), so the program plants the work that was timed."""
     import shutil
 
     run_dir = out / "rec" / name
@@ -199,8 +208,10 @@ def record(name: str, meta: timing.ScenarioMeta, args: argparse.Namespace,
         else args.program_seconds
     limit = args.record_timeout + length
     log_path = out / "rec" / f"{name}.log"
-    rc, wall = run_limited(cmd, limit, log_path)
+    env = {CALIBRATIONS_ENV: json.dumps(calibrations)} if calibrations else None
+    rc, wall = run_limited(cmd, limit, log_path, env)
     res: dict[str, Any] = {"command": " ".join(cmd[1:]), "rc": rc, "wall_s": round(wall, 2),
+                           "calibrations": calibrations or {},
                            "run": str(run_dir), "log": str(log_path),
                            "run_bytes": rr.tree_bytes(run_dir)}
     res["program_line"] = rr.program_line(log_path)
@@ -255,8 +266,10 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path,
     try:
         tt = time_and_trace(name, args, out)
         res["timing"] = tt.get("timing")
+        res["variants"] = tt.get("variants")
+        res["variants_timing"] = tt.get("variants_timing")
         if args.program_rounds and name in args.program_timing and res["timing"]:
-            prog = time_programs(name, args, out)
+            prog = time_programs(name, args, out, tt.get("calibrations"))
             if "error" in prog:
                 res["program_timing_error"] = prog["error"]
             else:  # the measured saving is the program's own loop's (the harness's kept)
@@ -279,7 +292,7 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path,
         if args.no_record:
             res["record"] = {"status": "not run (--no-record)"}
         else:
-            rec = record(name, meta, args, out)
+            rec = record(name, meta, args, out, tt.get("calibrations"))
             if (Path(rec["run"]) / "manifest.json").exists():  # a partial run is advised too
                 rec.update(advise(Path(rec["run"]), out / "rec" / f"{name}.report.json",
                                   args.advise_timeout))
@@ -294,6 +307,7 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path,
                                        res["profiler"].get("findings")
                                        if res["profiler"]["status"] == "ok" else None),
         }
+        res["remedy_score"] = score_result(res)
         res["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
         res["status"] = "error"
@@ -348,7 +362,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="length of each --program-timing run, s (5)")
     ap.add_argument("--no-record", action="store_true", help="timing and torch.profiler only")
     ap.add_argument("--bundle-mb", type=float, default=14.0,
-                    help="size limit of bundle.tar.gz's recorded runs (14)")
+                    help="size limit of each bundle file before compression, MiB (14)")
+    ap.add_argument("--bundle-parts", type=int, default=1,
+                    help="bundle files at most: bundle.tar.gz, bundle-2.tar.gz, ... (1)")
     ap.add_argument("--copy-to", default=None, help="also copy results/table/bundle here")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds: start no scenario that would likely end after this "
@@ -415,13 +431,14 @@ def main(argv: list[str] | None = None) -> int:
         meta["suite_wall_s"] = round(time.perf_counter() - t_suite, 1)
         rr.write_outputs(out, results, meta, copy_to)  # partial results survive a kill
         log("    " + rr.summary_line(res))
-    bundle = rr.pack_bundle(out, results, args.bundle_mb)
+    bundle = pack_bundle(out, results, args.bundle_mb, args.bundle_parts)
     meta["bundle"] = bundle
     rr.write_outputs(out, results, meta, copy_to)
-    if copy_to and bundle.get("path"):
+    if copy_to:
         import shutil
 
-        shutil.copy2(bundle["path"], copy_to / "bundle.tar.gz")
+        for part in bundle["parts"]:
+            shutil.copy2(part, copy_to / Path(part).name)
     log(f"suite done in {meta['suite_wall_s']:.1f} s: {out / 'accuracy.md'}")
     log((out / "accuracy.md").read_text())
     return 0

@@ -150,7 +150,8 @@ def test_program_timing_alternates_processes_and_takes_medians(
     calls: list[str] = []
     ms = {"baseline": iter([10.0, 12.0, 11.0]), "fixed": iter([4.0, 5.0, 3.0])}
 
-    def fake_run(cmd: list[str], timeout: float, log_path: Path) -> tuple[int, float]:
+    def fake_run(cmd: list[str], timeout: float, log_path: Path,
+                 env: dict[str, str] | None = None) -> tuple[int, float]:
         variant = "fixed" if "--fixed" in cmd else "baseline"
         calls.append(variant[0].upper())
         log_path.write_text(f"program.py: x ({variant}, cuda): 9 steps in 5.0 s, "
@@ -164,7 +165,8 @@ def test_program_timing_alternates_processes_and_takes_medians(
     assert (t["baseline_ms"], t["fixed_ms"], t["saving_ms"]) == (11.0, 4.0, 7.0)
     assert t["saving_pct"] == pytest.approx(63.64, abs=0.01)
 
-    def failing(cmd: list[str], timeout: float, log_path: Path) -> tuple[int, float]:
+    def failing(cmd: list[str], timeout: float, log_path: Path,
+                env: dict[str, str] | None = None) -> tuple[int, float]:
         log_path.write_text("boom\n")
         return 3, 1.0
 
@@ -191,7 +193,9 @@ def test_jax_xplane_kept_gzipped_copied_and_bundled(tmp_path: Path) -> None:
                                        limit_mb=1e-6)
     assert too_big is not None and str(too_big["copied"]).startswith("no:")
     assert not (tmp_path / "small" / "jax_jit.xplane.pb.gz").exists()
-    bundle = rr.pack_bundle(out, [{"scenario": "jax_jit"}], 14.0)
+    from bundle import pack_bundle
+
+    bundle = pack_bundle(out, [{"scenario": "jax_jit"}], 14.0)
     assert bundle["included"] == ["xplane jax_jit"]
     import tarfile
 
@@ -243,3 +247,20 @@ def test_record_and_advise_a_scenario_program_on_the_cpu(tmp_path: Path) -> None
     report = json.loads((tmp_path / "rec" / "healthy.report.json").read_text())
     assert report["schema"] == "stepscope.report/1"
     assert [x["id"] for x in adv["findings"]] == [x["id"] for x in report["findings"]]
+
+
+def test_the_recorded_program_plants_the_calibrated_work_of_the_timing_child(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import common
+
+    calls: list[int] = []
+    monkeypatch.setenv(common.CALIBRATIONS_ENV, '{"test:given": 7}')
+    monkeypatch.setattr(common, "_CALIBRATIONS", {})
+    assert common.calibrate("test:given", calls.append, 8.0) == 7 and calls == []
+    assert common.calibrations() == {"test:given": 7}
+    monkeypatch.setenv(common.CALIBRATIONS_ENV, "{}")  # not given: measured
+    n = common.calibrate("test:measured", lambda k: sum(range(k)), 0.05)
+    assert n >= 1 and common.calibrations()["test:measured"] == n
+    import record_suite
+
+    assert record_suite.CALIBRATIONS_ENV == common.CALIBRATIONS_ENV

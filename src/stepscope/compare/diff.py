@@ -10,6 +10,20 @@ Alignment, by step, never by wall-clock window:
   traces of different jobs); ``Diff.alignment`` says which.
 * **Steps.** Each side's steady steps (``analysis.steady``: warm-up and rare outliers left
   out), pooled over the side's runs, are the samples of :func:`stats.shift_test`.
+* **Steps recovered from periodicity.** Where no marker shows the steps, they are whole
+  periods of the kernel stream grouped to about 2 ms (``analysis.periodicity``), so a faster
+  run packs more periods into a step. When every compared sample's steps are periods of the
+  same work (the same multiset of kernel names), each sample's per-step figures are scaled
+  to BASE's first sample's periods per step: compared per unit of work. When the samples'
+  steps are not the same work (one side has markers, or the periods differ), the step times
+  do not measure the same thing: the verdict is inconclusive and ``alignment`` says why.
+* **Causes.** The breakdown leaves GPU idle time that no recorded host event explains as
+  ``idle`` (a recorded run holds no framework ops, so a host-bound step's Python shows there),
+  and counts the idle time after a sync returns (the queue refilling) as ``launch``. The
+  ``causes`` split the same time as the advisor does (``model.idle``): the GPU categories,
+  then GPU idle time claimed by input waits, syncs (blocked, and the drain after them),
+  step-boundary gaps, launch overhead and host work (with the unexplained rest). They sum to
+  the mean step too.
 * **Categories, kernels, ops.** Per steady step, the mean over the compared ranks, then over
   the side's runs; categories are the step-time breakdown, so they sum to the side's mean
   step (``mean_ms``), and their deltas to the difference of the means.
@@ -19,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,7 +42,7 @@ from stepscope.analysis import Analysis
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.compare.findings import FindingChange, compare_findings
 from stepscope.compare.matching import Change, match
-from stepscope.compare.sides import RankSample, Use, mean_uses, rank_sample
+from stepscope.compare.sides import CAUSES, RankSample, Use, mean_uses, rank_sample
 from stepscope.compare.stats import TEST_NAME, ShiftTest, Verdict, shift_test
 from stepscope.errors import StepscopeError
 
@@ -80,6 +94,7 @@ class Diff:
     step: ShiftTest  # the headline: step times
     mean_ms: tuple[float, float]  # mean steady step, BASE and NEW (what categories sum to)
     categories: tuple[CategoryChange, ...]  # largest |delta| first
+    causes: tuple[CategoryChange, ...]  # GPU categories + the idle split (sides.CAUSES)
     kernels: tuple[Change, ...]  # largest |delta| first
     ops: tuple[Change, ...]
     findings: tuple[FindingChange, ...]
@@ -171,10 +186,15 @@ def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.
         return [[rank_sample(s.analysis, s.analysis.rank(p[pick])) for p in plan] for s in side]
 
     sb, sn = sample(base, 0), sample(new, 1)
+    sb, sn, work_note, comparable = _per_work(sb, sn)
+    alignment += work_note
     heads_b, heads_n = [_headline(r) for r in sb], [_headline(r) for r in sn]
     step = shift_test(np.array(sum(heads_b, []), dtype=np.float64),
                       np.array(sum(heads_n, []), dtype=np.float64),
                       confidence=confidence, margin_pct=margin_pct)
+    if not comparable:
+        step = replace(step, verdict=Verdict.INCONCLUSIVE,
+                       reason="the two sides' steps are not the same work (see alignment)")
     cat_b = _mean_runs([_mean_categories(r) for r in sb])
     cat_n = _mean_runs([_mean_categories(r) for r in sn])
     ranks: list[RankDiff] = []
@@ -192,14 +212,59 @@ def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.
         alignment=alignment, test=TEST_NAME, step=step,
         mean_ms=(_mean_of(sb), _mean_of(sn)),
         categories=_categories(cat_b, cat_n),
+        causes=_changes(_mean_runs([_mean_causes(r) for r in sb], CAUSES),
+                        _mean_runs([_mean_causes(r) for r in sn], CAUSES), CAUSES),
         kernels=tuple(match(_uses(sb, "kernels"), _uses(sn, "kernels"))),
         ops=tuple(match(_uses(sb, "ops"), _uses(sn, "ops"))),
         findings=tuple(compare_findings([s.advice for s in base], [s.advice for s in new])),
         ranks=tuple(ranks))
 
 
-def _mean_runs(dicts: list[dict[str, float]]) -> dict[str, float]:
-    return {c: float(np.mean([d.get(c, 0.0) for d in dicts])) for c in CATEGORIES}
+def _per_work(sb: list[list[RankSample]], sn: list[list[RankSample]]) -> tuple[
+        list[list[RankSample]], list[list[RankSample]], str, bool]:
+    """Steps recovered from periodicity, scaled to the same work (module docstring): the
+    samples, a note for ``alignment`` and whether the sides' steps are comparable."""
+    works = [s.work for side in (sb, sn) for run in side for s in run]
+    if all(w is None for w in works):
+        return sb, sn, "", True
+    if any(w is None for w in works) or len({w.signature for w in works if w}) > 1:
+        return sb, sn, ("; the steps are not the same work (recovered from the periodicity "
+                        "of different kernel streams, or markers on one side only): step "
+                        "times are not comparable, add a step marker to both"), False
+    ref = sb[0][0].work
+    assert ref is not None
+    grouped = {w.periods for w in works if w}
+    if len(grouped) == 1:
+        return sb, sn, "", True
+
+    def scale(side: list[list[RankSample]]) -> list[list[RankSample]]:
+        return [[s.scaled(ref.periods / s.work.periods) if s.work else s for s in run]
+                for run in side]
+
+    def span(side: list[list[RankSample]]) -> str:
+        ps = sorted({s.work.periods for run in side for s in run if s.work})
+        return str(ps[0]) if len(ps) == 1 else f"{ps[0]}-{ps[-1]}"
+
+    return scale(sb), scale(sn), (
+        f"; steps recovered from the periodicity of the kernel stream (a period of "
+        f"{ref.kernels} kernels) hold BASE {span(sb)}, NEW {span(sn)} periods: every step "
+        f"scaled to {ref.periods} periods, compared per unit of work"), True
+
+
+def _mean_runs(dicts: list[dict[str, float]],
+               names: tuple[str, ...] = CATEGORIES) -> dict[str, float]:
+    return {c: float(np.mean([d.get(c, 0.0) for d in dicts])) for c in names}
+
+
+def _mean_causes(samples: Sequence[RankSample]) -> dict[str, float]:
+    return {c: float(np.mean([s.causes_ms.get(c, 0.0) for s in samples])) if samples
+            else 0.0 for c in CAUSES}
+
+
+def _changes(b: dict[str, float], n: dict[str, float],
+             names: tuple[str, ...]) -> tuple[CategoryChange, ...]:
+    rows = [CategoryChange(c, b.get(c, 0.0), n.get(c, 0.0)) for c in names]
+    return tuple(sorted(rows, key=lambda r: -abs(r.delta_ms)))
 
 
 def _mean_of(samples: list[list[RankSample]]) -> float:
