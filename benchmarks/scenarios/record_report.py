@@ -336,6 +336,14 @@ def detail(r: dict[str, Any]) -> str:
         parts.append(f"record {rec.get('wall_s')} s, advisor {rec.get('advise_wall_s')} s "
                      f"(analysis {rec.get('analyze_advise_s')} s), run "
                      f"{rec.get('run_bytes', 0) / 2**20:.1f} MiB")
+    th = r.get("timing_harness")
+    if th:
+        parts.append(f"measured saving from program.py's own loop "
+                     f"({(r.get('timing') or {}).get('rounds')} alternating rounds); in-process "
+                     f"harness: {th.get('baseline_ms')} -> {th.get('fixed_ms')} ms "
+                     f"({th.get('saving_pct')}%)")
+    if r.get("program_timing_error"):
+        parts.append(f"program timing failed: {_esc(r['program_timing_error'])}")
     prof = r.get("profiler") or {}
     if "findings" in prof:
         parts.append(f"profiler-trace findings: {_findings_text(prof['findings'])}")

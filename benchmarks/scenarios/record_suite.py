@@ -152,6 +152,43 @@ def keep_xplane(name: str, trace: dict[str, Any] | None, out: Path,
     return kept
 
 
+def time_programs(name: str, args: argparse.Namespace, out: Path,
+                  calibrations: dict[str, int] | None = None) -> dict[str, Any]:
+    """The program's own saving: ``program.py NAME`` and ``program.py NAME --fixed``, each in
+    a process of its own for ``--program-seconds-each`` s, alternating (BF, FB, ...) for
+    ``--program-rounds`` rounds; medians of their ms/step. The same keys as the harness's
+    timing (``saving_ms``, ``saving_pct``...), so it can be scored like it; ``calibrations``
+    as ``record`` passes them."""
+    import statistics
+
+    ms: dict[str, list[float]] = {"baseline": [], "fixed": []}
+    logs = out / "programs"
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for i in range(args.program_rounds):
+        order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
+        for variant in order:
+            cmd = [sys.executable, str(HERE / "program.py"), name, "--device", args.device,
+                   "--seconds", f"{args.program_seconds_each:g}"]
+            cmd += ["--fixed"] if variant == "fixed" else []
+            log_path = logs / f"{name}.{variant}.{i}.log"
+            env = {CALIBRATIONS_ENV: json.dumps(calibrations)} if calibrations else None
+            rc, _ = run_limited(cmd, args.program_seconds_each + 120.0, log_path, env)
+            got = rr.program_ms(rr.program_line(log_path)) if rc == 0 else None
+            if got is None:
+                return {"error": f"program.py {name} ({variant}) exited with {rc}: "
+                                 f"{rr.last_lines(log_path)}"}
+            ms[variant].append(got)
+    base, fixed = statistics.median(ms["baseline"]), statistics.median(ms["fixed"])
+    return {"source": "program.py", "rounds": args.program_rounds,
+            "seconds_each": args.program_seconds_each,
+            "baseline_runs_ms": ms["baseline"], "fixed_runs_ms": ms["fixed"],
+            "baseline_ms": round(base, 4), "fixed_ms": round(fixed, 4),
+            "saving_ms": round(base - fixed, 4),
+            "saving_pct": round(100.0 * (base - fixed) / base, 2) if base > 0 else 0.0,
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
 def record(name: str, meta: timing.ScenarioMeta, args: argparse.Namespace,
            out: Path, calibrations: dict[str, int] | None = None) -> dict[str, Any]:
     """``stepscope record`` (default window) on ``program.py NAME``; ``calibrations``: the
@@ -231,6 +268,12 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path,
         res["timing"] = tt.get("timing")
         res["variants"] = tt.get("variants")
         res["variants_timing"] = tt.get("variants_timing")
+        if args.program_rounds and name in args.program_timing and res["timing"]:
+            prog = time_programs(name, args, out, tt.get("calibrations"))
+            if "error" in prog:
+                res["program_timing_error"] = prog["error"]
+            else:  # the measured saving is the program's own loop's (the harness's kept)
+                res["timing_harness"], res["timing"] = res["timing"], prog
         res["info"] = tt.get("info")
         res["torch_child"] = {k: tt.get(k) for k in ("status", "reason", "error", "child_rc",
                                                      "advice_error", "wall_s", "trace")}
@@ -281,9 +324,13 @@ def meta_of(name: str) -> timing.ScenarioMeta:
     return timing.ScenarioMeta.of(importlib.import_module(name))
 
 
-def expected_s(meta: timing.ScenarioMeta) -> float:
-    """A scenario's likely wall time on an H100 (for --budget)."""
-    return 35.0 if meta.step_hook else 45.0 + (meta.program_seconds or 0.0)
+def expected_s(meta: timing.ScenarioMeta, args: argparse.Namespace | None = None) -> float:
+    """A scenario's likely wall time on an H100 (for --budget); --program-timing adds its
+    runs (about 8 s of start-up and compilation each)."""
+    extra = 0.0
+    if args is not None and meta.name in getattr(args, "program_timing", ()):
+        extra = 2 * args.program_rounds * (args.program_seconds_each + 8.0)
+    return (35.0 if meta.step_hook else 45.0 + (meta.program_seconds or 0.0)) + extra
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -305,6 +352,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--program-seconds", type=float, default=None,
                     help="length of the programs without a step hook (default: each "
                          "scenario's, 14 s)")
+    ap.add_argument("--program-timing", default="",
+                    help="comma-separated scenarios whose measured saving is their program's "
+                         "own loop: program.py baseline and --fixed in alternating processes "
+                         "(the harness's in-process timing is kept as timing_harness)")
+    ap.add_argument("--program-rounds", type=int, default=3,
+                    help="rounds of --program-timing (3)")
+    ap.add_argument("--program-seconds-each", type=float, default=5.0,
+                    help="length of each --program-timing run, s (5)")
     ap.add_argument("--no-record", action="store_true", help="timing and torch.profiler only")
     ap.add_argument("--bundle-mb", type=float, default=14.0,
                     help="size limit of each bundle file before compression, MiB (14)")
@@ -328,6 +383,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"unknown scenario(s): {', '.join(unknown)}; known: "
                  f"{', '.join(timing.SCENARIOS)}")
     args.names = [n for n in names if n not in set(args.skip.split(","))]
+    args.program_timing = [n for n in args.program_timing.split(",") if n]
+    unknown = [n for n in args.program_timing if n not in timing.SCENARIOS]
+    if unknown:
+        ap.error(f"--program-timing: unknown scenario(s): {', '.join(unknown)}")
     return args
 
 
@@ -359,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[{i}/{len(args.names)}] {name}")
         elapsed = time.perf_counter() - t_suite
         m = meta_of(name)
-        if args.budget is not None and elapsed + expected_s(m) > args.budget:
+        if args.budget is not None and elapsed + expected_s(m, args) > args.budget:
             res = {"scenario": name, "status": "skipped", "table": m.table,
                    "expected": m.expected, "framework": m.framework,
                    "reason": f"not run: --budget {args.budget:g} s ({elapsed:.0f} s used)"}

@@ -143,6 +143,38 @@ def test_detail_compares_the_program_loop_with_the_timed_baseline() -> None:
     assert "program loop / timed baseline 8.24 / 14.24 ms = 0.58" in rr.detail(r)
 
 
+def test_program_timing_alternates_processes_and_takes_medians(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import record_suite
+
+    calls: list[str] = []
+    ms = {"baseline": iter([10.0, 12.0, 11.0]), "fixed": iter([4.0, 5.0, 3.0])}
+
+    def fake_run(cmd: list[str], timeout: float, log_path: Path,
+                 env: dict[str, str] | None = None) -> tuple[int, float]:
+        variant = "fixed" if "--fixed" in cmd else "baseline"
+        calls.append(variant[0].upper())
+        log_path.write_text(f"program.py: x ({variant}, cuda): 9 steps in 5.0 s, "
+                            f"{next(ms[variant]):.3f} ms/step\n")
+        return 0, 5.0
+
+    monkeypatch.setattr(record_suite, "run_limited", fake_run)
+    args = argparse.Namespace(program_rounds=3, program_seconds_each=5.0, device="cuda")
+    t = record_suite.time_programs("jax_host_callback", args, tmp_path)
+    assert "".join(calls) == "BFFBBF"
+    assert (t["baseline_ms"], t["fixed_ms"], t["saving_ms"]) == (11.0, 4.0, 7.0)
+    assert t["saving_pct"] == pytest.approx(63.64, abs=0.01)
+
+    def failing(cmd: list[str], timeout: float, log_path: Path,
+                env: dict[str, str] | None = None) -> tuple[int, float]:
+        log_path.write_text("boom\n")
+        return 3, 1.0
+
+    monkeypatch.setattr(record_suite, "run_limited", failing)
+    assert "exited with 3: boom" in record_suite.time_programs("jax_host_callback", args,
+                                                               tmp_path)["error"]
+
+
 def test_jax_xplane_kept_gzipped_copied_and_bundled(tmp_path: Path) -> None:
     import gzip
 

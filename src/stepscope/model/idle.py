@@ -9,6 +9,9 @@ windows (idle = no kernel, memcpy or memset on any device of the rank), first
 claim wins:
 
 1. ``input``         a thread waits for the next batch (``input_waits``);
+   ``callback``      inside an XLA host-callback thunk (``analysis.callbacks``: the step's
+                     program calls back into Python, inline on the executing thread, copy
+                     and wait included): claimed by ``host`` (5.), not by the copy's sync;
 2. ``sync_blocked``  a host thread is blocked in a sync or a blocking copy
                      (``analysis.syncs.sync_intervals``);
    ``sync_drain``    after each sync point, the idle time it causes once it returns: the
@@ -29,7 +32,8 @@ claim wins:
                      host thread is in the launch path (launch call or the framework op
                      issuing it, ``analysis.launches.launch_intervals``) or runs nothing
                      recorded (the interpreter between two launching ops);
-5. ``host``          the rest: host work (framework ops, Python functions, user annotations,
+5. ``host``          the callbacks' time (1.) and the rest: host work (framework ops,
+                     Python functions, user annotations,
                      ``analysis.breakdown.host_work_intervals``), launch-path time in longer
                      waits (CPU work before a launch), and idle time with no host event at
                      all (``other``, a subset of ``host``: Python work the trace did not
@@ -71,6 +75,7 @@ from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.breakdown import host_work_intervals
 from stepscope.analysis.busy import IntervalSet, gpu_activity, rank_union
+from stepscope.analysis.callbacks import callback_intervals
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import LONG_GAP_NS, launch_bound_gaps, launch_intervals
@@ -200,6 +205,8 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     idle = window - busy
     inp = idle & IntervalSet.of(*input_wait_intervals(g))
     rest = idle - inp
+    callback = rest & IntervalSet.of(*callback_intervals(g))  # host work, copy included
+    rest = rest - callback
     blocked = rest & IntervalSet.of(*sync_intervals(g))
     rest = rest - blocked
     costs = costs_for(analysis.graph)
@@ -226,7 +233,7 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     launch_path = IntervalSet.of(*launch_intervals(g))
     known = host_work_intervals(g) | launch_path
     launch = (rest & IntervalSet.of(g_s[short], g_e[short])) - (known - launch_path)
-    host = rest - launch
+    host = (rest - launch) | callback
     other = host - known
     # neither the busy nor the idle set is kept: the rules read the claims, and the busy set
     # (the whole trace's GPU activity again) and the idle set (its complement in the windows)

@@ -3,8 +3,10 @@ op ranges on the GPU, and the ``Steps`` line TensorFlow derives.
 
 Stream lines are named ``Stream #<id>(<what>)`` (``Compute``, ``Kernel``, ``MemcpyH2D``,
 ``MemcpyOther`` ...; JAX on ROCm 7 writes plain ``Stream #2``). On them an event named
-``Memcpy*``, ``Copy{Host,Device}To{Host,Device}`` or lying on a ``Memcpy`` stream is a copy,
-``Memset*`` a memset, any other a kernel. Kernels carry ``correlation_id`` (the host launch's),
+``Memcpy*``, ``Copy{Host,Device}To{Host,Device}`` or lying on a copy stream is a copy,
+``Memset*`` a memset, any other a kernel. A copy stream is one whose uses are all copies: JAX
+names its compute stream ``Stream #14(MemcpyD2H,Compute,Memset)`` once it has copied on it,
+and the kernels there stay kernels. Kernels carry ``correlation_id`` (the host launch's),
 ``kernel_details`` (``regs:R static_shared:S dynamic_shared:D grid:X,Y,Z block:X,Y,Z``; older
 TF: ``shm:S``; ROCm: ``group_mem:S``), ``cuda_graph_id``, ``hlo_op``/``hlo_module`` (JAX/XLA)
 or ``level 0``/``tf_op`` (TensorFlow). Lines the profiler derives (``XLA Ops``,
@@ -30,6 +32,7 @@ from stepscope.store.produce.devices import DeviceProperties, device_row
 
 DEVICE_PLANE = re.compile(r"^/device:GPU:(\d+)")
 _STREAM = re.compile(r"^Stream #(\d+)")
+_USES = re.compile(r"\(([^)]*)\)")
 OP_LINES = ("XLA Ops", "TensorFlow Ops", "XLA Modules")
 STEPS_LINE = "Steps"
 _COPY_KIND = (
@@ -76,18 +79,29 @@ def _str(v: Any) -> str | None:
     return str(v) if v not in (None, "") else None
 
 
+def copy_line(line: str) -> bool:
+    """A stream that only copies: every use in its parentheses is a ``Memcpy*`` one
+    (``Stream #15(MemcpyH2D)``). A stream the copies share with kernels
+    (``Stream #14(MemcpyD2H,Compute,Memset)``: JAX's compute stream once it has copied) is not."""
+    m = _USES.search(line)
+    uses = [u.strip() for u in m.group(1).split(",")] if m else []
+    return bool(uses) and all(u.startswith("Memcpy") for u in uses)
+
+
 def copy_kind(name: str, line: str) -> CopyKind | None:
     """The copy an event is, by its name or its stream (None: not a copy)."""
     if name.startswith("Memset"):
         return None
-    if not (name.startswith(("Memcpy", "CopyDeviceTo", "CopyHostTo")) or "(Memcpy" in line):
+    by_line = copy_line(line)
+    if not (name.startswith(("Memcpy", "CopyDeviceTo", "CopyHostTo")) or by_line):
         return None
     for key, kind in _COPY_KIND:
         if key in name:
             return kind
-    for key, kind in _COPY_KIND:
-        if key in line:
-            return kind
+    if by_line:
+        for key, kind in _COPY_KIND:
+            if key in line:
+                return kind
     return CopyKind.UNKNOWN
 
 
@@ -198,4 +212,5 @@ class DevicePlane:
                      source=AnnotationSource.GPU_USER.value)
 
 
-__all__ = ["DEVICE_PLANE", "DevicePlane", "copy_kind", "device_of", "ns", "properties"]
+__all__ = ["DEVICE_PLANE", "DevicePlane", "copy_kind", "copy_line", "device_of", "ns",
+           "properties"]

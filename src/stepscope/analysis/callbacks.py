@@ -1,0 +1,46 @@
+"""Host callbacks inside a compiled step: where the device's program calls back into Python.
+
+XLA runs a host callback (``jax.debug.callback``, ``jax.debug.print``, ``jax.pure_callback``,
+``io_callback``) as a thunk of the step, inline on the thread that executes it: the thunk copies
+its operands to the host, waits for the copy, runs the Python function and only then does the
+thread launch the rest of the step, so the GPU has nothing queued meanwhile. The thunk is
+annotated after its HLO op: ``debug_callback.1`` (``jax.profiler``'s TraceMe) or
+``Thunk:#name=.../debug_callback,hlo_op=debug_callback.1,...#`` (XLA's NVTX ranges in a
+recording). The idle split (``model.idle``) gives the GPU idle time inside these ranges to the
+host work it is, not to the copy's sync and what follows it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from stepscope.analysis.graph import StepGraph
+from stepscope.analysis.intervals import I64
+from stepscope.analysis.steps import work_annotations
+
+CALLBACK_OP = re.compile(
+    r"(?:^|[=/#\s])(?:debug_callback|pure_callback|io_callback|host_callback|"
+    r"xla_(?:ffi_)?python_[cg]pu_callback)(?:\.\d+)?(?=$|[,#\s])")
+
+
+def is_callback(name: str) -> bool:
+    """An annotation naming an XLA host-callback thunk (module doc)."""
+    return bool(CALLBACK_OP.search(name))
+
+
+def callback_intervals(g: StepGraph) -> tuple[I64, I64]:
+    """Start and end (ns) of the host-callback thunk ranges of the rank."""
+    ann = work_annotations(g)
+    if ann.num_rows == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    names = ann.column("name").to_pylist()
+    hit = {n: is_callback(str(n)) for n in set(names)}
+    keep = np.array([hit[n] for n in names], dtype=bool)
+    ts = np.asarray(ann.column("ts_ns").to_numpy(zero_copy_only=False), dtype=np.int64)[keep]
+    dur = np.asarray(ann.column("dur_ns").to_numpy(zero_copy_only=False), dtype=np.int64)[keep]
+    return ts, ts + dur
+
+
+__all__ = ["CALLBACK_OP", "callback_intervals", "is_callback"]
