@@ -43,17 +43,18 @@ if TYPE_CHECKING:
     from stepscope.reporters.report import Report
     from stepscope.store.run import Run
 
-__all__ = ["CaptureError", "QueryError", "Recording", "RunError", "StepscopeError",
+__all__ = ["CaptureError", "Profile", "QueryError", "Recording", "RunError", "StepscopeError",
            "TraceFormatError", "__version__", "analyze", "diff", "load", "record", "report",
            "step"]
 
 _LAZY = {"Recording": "stepscope.recording", "record": "stepscope.recording",
-         "step": "stepscope.recording"}
+         "step": "stepscope.recording", "Profile": "stepscope.notebook"}
 FORMATS = ("text", "json", "html")
 
 
 def __getattr__(name: str) -> Any:
-    """``Recording``, ``record`` and ``step``, imported on first use (module docstring)."""
+    """``Recording``, ``record``, ``step`` and ``Profile``, imported on first use (module
+    docstring)."""
     if name in _LAZY:
         import importlib
 

@@ -148,3 +148,16 @@ def test_a_real_trace(tmp_path: Path) -> None:
     assert p.report("html").startswith("<!DOCTYPE html>")
     with pytest.raises(StepscopeError, match="unknown report format"):
         p.report("pdf")
+
+
+def test_collectives_of_a_straggler_run(builder: Any, tmp_path: Path) -> None:
+    from tests.model.test_collectives import straggler
+
+    straggler(builder)  # rank 1 computes 0.4 ms longer; one 1 MiB all_reduce of 0.1 ms a step
+    builder.build(tmp_path / "run")
+    p = stepscope.load(tmp_path / "run")
+    (g,) = p.collectives().to_pylist()
+    assert (g["op"], g["bytes"], g["ranks"]) == ("all_reduce", 1 << 20, 2)
+    assert g["transfer_ms"] == pytest.approx(0.1) and g["wait_ms"] == pytest.approx(0.2)
+    assert note(p.collectives()) and "one rank" not in note(p.collectives())
+    assert set(p.breakdown().column("rank").to_pylist()) == {0, 1}

@@ -146,7 +146,8 @@ class Profile:
     def _repr_html_(self) -> str:
         from stepscope.reporters.notebook_html import card_html
 
-        note = self.note if self.opened.traces is not None else ""
+        o = self.opened
+        note = f"{o.how} from {o.traces}" if o.traces is not None else ""
         return card_html(self.analyze(), note=note)
 
 

@@ -57,11 +57,12 @@ def _bar(report: Report, breakdown_ms: dict[str, float], gpu: bool) -> str:
         pct = 100.0 * v / total
         cells.append(f"<div title='{_e(labels[c])}' style='width:{pct:.3f}%;"
                      f"background:{COLOR[c]}'></div>")
-        legend.append(f"<span style='margin-right:12px'><span style='color:{COLOR[c]}'>■</span>"
+        legend.append(f"<span style='margin-right:12px;white-space:nowrap'>"
+                      f"<span style='color:{COLOR[c]}'>■</span>"
                       f" {_e(labels[c])} {v:.2f} ms ({pct:.0f}%)</span>")
     return ("<div style='display:flex;height:14px;margin:6px 0;border-radius:3px;"
             "overflow:hidden'>" + "".join(cells) + "</div>"
-            "<div style='color:#333'>" + "".join(legend) + "</div>")
+            "<div style='color:#333'>" + " ".join(legend) + "</div>")
 
 
 def _findings(report: Report, top: int) -> str:
@@ -73,14 +74,15 @@ def _findings(report: Report, top: int) -> str:
         sev = f.severity.value
         fix = fix_for(f.fix, report.frameworks)
         rows.append(
-            f"<tr><td style='color:{SEVERITY_COLOR.get(sev, '#333')};padding-right:8px'>"
-            f"{_e(sev)}</td><td style='padding-right:8px'><code>{_e(f.id)}</code></td>"
-            f"<td style='text-align:right;padding-right:8px'>{f.est_saving_ms:.2f} ms "
-            f"({f.est_saving_pct:.0f}%)</td><td>{_e(f.title)}"
-            + (f"<div style='color:#666'>fix: {_e(fix)}</div>" if fix else "")
+            f"<tr style='vertical-align:top'><td style='color:{SEVERITY_COLOR.get(sev, '#333')};"
+            f"padding-right:8px'>{_e(sev)}</td><td style='padding-right:8px'><code>{_e(f.id)}"
+            f"</code></td><td style='text-align:right;padding-right:8px;white-space:nowrap'>"
+            f"{f.est_saving_ms:.2f} ms ({f.est_saving_pct:.0f}%)</td><td>{_e(f.title)}"
+            + (f"<div style='color:#666;font-size:12px'>fix: {_e(fix)}</div>" if fix else "")
             + "</td></tr>")
     more = (f"<div style='color:#666'>and {len(fs) - top} more: findings()</div>"
             if len(fs) > top else "")
-    return ("<table style='margin-top:8px;border-collapse:collapse'><tr><th align='left'>"
+    return ("<table style='margin-top:8px;border-collapse:collapse;font-size:13px'><tr>"
+            "<th align='left'>"
             "severity</th><th align='left'>finding</th><th align='right'>saving / step</th>"
             "<th align='left'></th></tr>" + "".join(rows) + "</table>" + more)
