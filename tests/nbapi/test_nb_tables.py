@@ -67,23 +67,39 @@ def test_empty_tables_keep_their_columns_and_say_why(tmp_path: Path) -> None:
     p = _synthetic(tmp_path / "run")
     coll = p.collectives()
     assert coll.num_rows == 0 and "one rank" in note(coll) and "busbw_gbs" in coll.column_names
-    rem = p.remedies()
-    assert rem.num_rows == 0 and "remedies" in note(rem)
+    assert note(p.remedies()) and p.remedies().schema.names[:2] == ["rank", "id"]
     assert note(p.kernels()) and p.kernels().schema.equals(KERNELS, check_metadata=False)
 
 
-def test_remedies_come_from_the_report_when_it_has_them(tmp_path: Path) -> None:
-    p = _synthetic(tmp_path / "run")
-
-    class WithRemedies:  # a report of a version that predicts remedies
-        remedies = ({"id": "pin_memory", "predicted": {"step_ms": 0.09}},)
-
+def test_remedies_and_plan_come_from_the_report_when_it_has_them(tmp_path: Path) -> None:
     from stepscope.notebook import tables
 
-    t = tables.remedies(WithRemedies())  # type: ignore[arg-type]
-    assert t.to_pylist() == [{"id": "pin_memory", "predicted.step_ms": 0.09}]
-    assert note(t) == ""
-    assert p.remedies().num_rows == 0  # this version's report has none
+    option = {"name": "pinned", "title": "pin the batch", "predicted_step_ms": 0.09,
+              "est_saving_ms": 0.01, "assumptions": ["PCIe gen4"]}
+    d = {"remedies": [{"id": "pin_memory", "title": "pin", "rank": 0,
+                       "finding_ids": ["pageable_memcpy"], "predicted_step_ms": 0.09,
+                       "est_saving_ms": 0.01, "est_saving_pct": 10.0, "option": "pinned",
+                       "options": [option], "evidence": ["6 copies"], "assumptions": []}],
+         "plan": {"rank": 0, "measured_ms": 0.1, "predicted_step_ms": 0.09,
+                  "est_saving_ms": 0.01, "est_saving_pct": 10.0,
+                  "remedy_ids": ["pin_memory"], "options": ["pinned"]}}
+    (r,) = tables.remedies(d).to_pylist()
+    assert (r["id"], r["finding_ids"], r["options"][0]["assumptions"]) == (
+        "pin_memory", ["pageable_memcpy"], ["PCIe gen4"])
+    assert "alone" in note(tables.remedies(d))
+    (pl,) = tables.plan(d).to_pylist()
+    assert pl["remedy_ids"] == ["pin_memory"] and pl["predicted_step_ms"] == 0.09
+    assert tables.remedies({"remedies": []}).num_rows == 0
+    assert "no remedy" in note(tables.remedies({"remedies": []}))
+    assert "no plan" in note(tables.plan({"plan": None}))
+    # this run: what its JSON report holds, or an empty table saying the version has none
+    p = _synthetic(tmp_path / "run")
+    doc = p._json()
+    if "remedies" in doc:
+        assert p.remedies().column("id").to_pylist() == [x["id"] for x in doc["remedies"]]
+    else:
+        assert p.remedies().num_rows == 0 and "predicts none" in note(p.remedies())
+        assert p.plan().num_rows == 0
 
 
 def test_diff_between_two_profiles(tmp_path: Path) -> None:

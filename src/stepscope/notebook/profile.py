@@ -2,7 +2,7 @@
 
 Each question is a method that returns a ``pyarrow.Table`` (``to="pandas"`` / ``"polars"`` for
 a data frame, when installed): ``steps()``, ``breakdown()``, ``kernels()``, ``copies()``,
-``syncs()``, ``collectives()``, ``findings()``, ``remedies()``, ``diff(other)``. The run is
+``syncs()``, ``collectives()``, ``findings()``, ``remedies()``, ``plan()``, ``diff(other)``. The run is
 analysed once, on the first question (``analyze()`` gives that ``Report`` itself), and
 ``report(format)`` renders it as the command line does. In Jupyter the profile shows itself as
 the overview card and the findings (``reporters.notebook_html``).
@@ -105,9 +105,13 @@ class Profile:
         return convert(tables.findings(self.analyze(), self._json()), to)
 
     def remedies(self, *, to: str = "arrow") -> Any:
-        """What to change and the predicted step after it, where this version predicts it
-        (else empty, with a note: :func:`stepscope.notebook.note`)."""
-        return convert(tables.remedies(self.analyze()), to)
+        """What to change and the predicted step after it, each remedy alone, where this
+        version predicts it (else empty, with a note: :func:`stepscope.notebook.note`)."""
+        return convert(tables.remedies(self._json()), to)
+
+    def plan(self, *, to: str = "arrow") -> Any:
+        """Every remedy that helps, replayed together: the predicted step (one row)."""
+        return convert(tables.plan(self._json()), to)
 
     def compare(self, other: Profile | Report | str | os.PathLike[str], *,
                 confidence: float = 0.95, margin_pct: float = 2.0) -> Diff:

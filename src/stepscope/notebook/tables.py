@@ -12,7 +12,6 @@ from typing import Any
 import pyarrow as pa
 
 from stepscope.analysis.breakdown import CATEGORIES
-from stepscope.reporters.json_report import jsonable
 from stepscope.reporters.report import Report, fix_for
 
 NOTE_KEY = b"stepscope.note"
@@ -44,6 +43,15 @@ FINDINGS = pa.schema([("rank", _I), ("id", _S), ("category", _S), ("severity", _
                       ("title", _S), ("est_saving_ms", _F), ("est_saving_pct", _F),
                       ("confidence", _S), ("fix", _S), ("method", _S),
                       ("evidence", pa.list_(_S)), ("note", _S), ("docs", _S)])
+_OPTION = pa.struct([("name", _S), ("title", _S), ("predicted_step_ms", _F),
+                     ("est_saving_ms", _F), ("assumptions", pa.list_(_S))])
+REMEDIES = pa.schema([("rank", _I), ("id", _S), ("title", _S), ("finding_ids", pa.list_(_S)),
+                      ("predicted_step_ms", _F), ("est_saving_ms", _F), ("est_saving_pct", _F),
+                      ("option", _S), ("options", pa.list_(_OPTION)),
+                      ("evidence", pa.list_(_S)), ("assumptions", pa.list_(_S))])
+PLAN = pa.schema([("rank", _I), ("measured_ms", _F), ("predicted_step_ms", _F),
+                  ("est_saving_ms", _F), ("est_saving_pct", _F), ("remedy_ids", pa.list_(_S)),
+                  ("options", pa.list_(_S))])
 REMEDIES_NOTE = ("no remedies in this report: this stepscope version predicts none "
                  "(findings() has the diagnosis and each finding's fix)")
 
@@ -133,25 +141,23 @@ def findings(report: Report, d: Mapping[str, Any]) -> pa.Table:
                                   "framework (all of them: analyze().advice)")
 
 
-def remedies(report: Report) -> pa.Table:
-    """The report's remedies where this version has them (``Report.remedies``, each a frozen
-    dataclass: one row of its fields), else an empty table with a note."""
-    given = getattr(report, "remedies", None)
+def remedies(d: Mapping[str, Any]) -> pa.Table:
+    """The report's remedies (``remedies`` of the JSON report: each fix replayed alone on the
+    step model), where this version predicts them; else an empty table with a note."""
+    given = d.get("remedies")
+    if given is None:
+        return _table([], REMEDIES, REMEDIES_NOTE)
     if not given:
-        return pa.table({"id": pa.array([], _S)}).replace_schema_metadata(
-            {NOTE_KEY: REMEDIES_NOTE.encode()})
-    rows = [_flat(jsonable(r)) for r in given]
-    return pa.Table.from_pylist(rows)
+        return _table([], REMEDIES, "no remedy predicted for this run (docs/remedies.md)")
+    return _table(given, REMEDIES, "each remedy replayed alone on the step model of the "
+                                   "slowest rank; their savings do not add: plan()")
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested JSON object as one row: ``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists kept."""
-    out: dict[str, Any] = {}
-    for k, v in (value.items() if isinstance(value, dict) else [("value", value)]):
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
+def plan(d: Mapping[str, Any]) -> pa.Table:
+    """The plan: every remedy that helps, replayed together (one row; empty, with a note,
+    where there is none)."""
+    given = d.get("plan")
+    if given is None:
+        why = REMEDIES_NOTE if "plan" not in d else "no plan for this run (no remedy helps)"
+        return _table([], PLAN, why)
+    return _table([given], PLAN, "the remedies replayed together (savings do not add)")
