@@ -28,9 +28,10 @@ def test_load_opens_a_run_or_imports_a_trace(tmp_path: Path) -> None:
     assert again.path == run.path and again.ranks == run.ranks
     other = stepscope.load(trace, out=tmp_path / "x")
     assert other.path == tmp_path / "x"
+    assert stepscope.load(trace, out=tmp_path / "x").opened.how == "reused"  # the same import
     with pytest.raises(StepscopeError):
-        stepscope.load(trace, out=tmp_path / "x")  # a folder given is never replaced unasked
-    assert stepscope.load(trace).opened.how == "reused"  # the default one: the same import
+        stepscope.load(DATA / "gpt_bf16_adamw.pt.trace.json.gz", out=tmp_path / "x")  # not it
+    assert stepscope.load(trace).opened.how == "reused"
     assert stepscope.load(trace, overwrite=True).path == run.path
     with pytest.raises(StepscopeError):
         stepscope.load(tmp_path / "missing.json")

@@ -49,15 +49,18 @@ __all__ = ["CaptureError", "Profile", "QueryError", "Recording", "RunError", "St
 
 _LAZY = {"Recording": "stepscope.recording", "record": "stepscope.recording",
          "step": "stepscope.recording", "Profile": "stepscope.notebook"}
+_SUBMODULES = ("torch", "notebook")
 FORMATS = ("text", "json", "html")
 
 
 def __getattr__(name: str) -> Any:
-    """``Recording``, ``record``, ``step`` and ``Profile``, imported on first use (module
-    docstring)."""
-    if name in _LAZY:
+    """``Recording``, ``record``, ``step`` and ``Profile``, and the ``torch`` and ``notebook``
+    modules, imported on first use (module docstring)."""
+    if name in _LAZY or name in _SUBMODULES:
         import importlib
 
+        if name in _SUBMODULES:  # stepscope.torch / stepscope.notebook without importing them
+            return importlib.import_module(f"stepscope.{name}")
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'stepscope' has no attribute {name!r}")
 

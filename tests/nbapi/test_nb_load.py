@@ -41,8 +41,6 @@ def test_never_overwrites(tmp_path: Path) -> None:
     with pytest.raises(StepscopeError, match="overwrite=True"):
         stepscope.load(trace)
     assert stepscope.load(trace, overwrite=True).opened.how == "imported"
-    other = _trace(tmp_path / "b")  # another trace, same name: not an import of it
-    shutil.rmtree(other.parent)
     mine = tmp_path / "mine.stepscope"  # the user's own folder where the run would go
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
@@ -60,6 +58,7 @@ def test_out_and_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     trace = _trace(tmp_path / "ro")
     p = stepscope.load(trace, out=tmp_path / "x")
     assert p.path == tmp_path / "x"
+    assert stepscope.load(trace, out=tmp_path / "x").opened.how == "reused"  # the cell again
     real = os.access
     monkeypatch.setattr(sources.os, "access",
                         lambda path, mode: False if Path(path) == trace.parent else real(path, mode))
@@ -111,3 +110,17 @@ def test_the_face_takes_profiles(tmp_path: Path) -> None:
     assert rep.run_path == p.path
     assert stepscope.report(p, "json") == p.report("json")
     assert stepscope.diff(p, p).step.n_base > 0
+
+
+def test_the_hand_off_and_notebook_modules_load_on_first_use() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, stepscope; assert 'stepscope.torch' not in sys.modules; "
+            "assert callable(stepscope.torch.on_trace_ready); "
+            "assert callable(stepscope.notebook.verdict); "
+            "assert 'torch' not in sys.modules  # torch itself: only when profile() runs")
+    env = {"PYTHONPATH": str(Path(__file__).parent.parent.parent / "src")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**__import__("os").environ, **env})
+    assert done.returncode == 0, done.stderr

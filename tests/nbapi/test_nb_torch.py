@@ -92,3 +92,18 @@ def test_a_cycle_that_cannot_be_read_does_not_stop_training(
     quiet = io.StringIO()
     sst.on_trace_ready(tmp_path / "log2", file=quiet)(Broken())
     assert quiet.getvalue() == ""
+
+
+def test_profile_without_torch_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def no_torch(name: str, *a: object) -> object:
+        if name.split(".")[0] == "torch":
+            raise ModuleNotFoundError(name)
+        return real(name, *a)
+
+    monkeypatch.setattr(importlib, "import_module", no_torch)
+    with pytest.raises(stepscope.StepscopeError, match="needs PyTorch"):
+        sst.profile("x")

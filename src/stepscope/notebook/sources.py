@@ -8,10 +8,10 @@
   ``stepscope import`` would pick), else, where the sibling's folder is not writable, into a
   new temporary folder (kept: the profile still reads it; :attr:`Opened.note` says where).
 
-Nothing of the user's is overwritten: a sibling that already exists is reused when it is a
-stepscope run imported from these very traces and newer than them (a notebook cell run
-again), and refused otherwise unless ``overwrite`` (which replaces only a stepscope run that
-does not hold the traces).
+Nothing of the user's is overwritten: a run folder (``out`` or the sibling) that already
+exists is reused when it is a stepscope run imported from these very traces and newer than
+them (a notebook cell run again), and refused otherwise unless ``overwrite`` (which replaces
+only a stepscope run that does not hold the traces).
 """
 
 from __future__ import annotations
@@ -70,20 +70,16 @@ def open_source(path: str | os.PathLike[str], *, out: str | os.PathLike[str] | N
         return Opened(p, None, "opened")
     if not p.exists():
         raise RunError(f"{p}: no such file or folder")
-    if out is not None:
-        target = Path(out)
-        how = "imported"
-    else:
-        target = run_folder_for(p)
-        how = "imported"
-        if is_run(target) and not overwrite:
-            if _imported_from(target, p):
-                return Opened(target, p, "reused")
-            raise RunError(f"{target}: already exists and is not an import of {p} newer than "
-                           f"it; pass out=... for another folder or overwrite=True")
-        if not os.access(target.parent, os.W_OK):
-            target = Path(tempfile.mkdtemp(prefix="stepscope-")) / target.name
-            how = "imported (temporary)"
+    target = Path(out) if out is not None else run_folder_for(p)
+    how = "imported"
+    if is_run(target) and not overwrite:
+        if _imported_from(target, p):
+            return Opened(target, p, "reused")
+        raise RunError(f"{target}: already exists and is not an import of {p} newer than it; "
+                       f"pass out=... for another folder or overwrite=True")
+    if out is None and not os.access(target.parent, os.W_OK):
+        target = Path(tempfile.mkdtemp(prefix="stepscope-")) / target.name
+        how = "imported (temporary)"
     if overwrite:
         check_replaceable(target, [p])  # never delete a folder that is not a run, or the trace
     _import(p, target, overwrite)

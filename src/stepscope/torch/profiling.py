@@ -21,6 +21,7 @@ import importlib
 import os
 from typing import Any
 
+from stepscope.errors import StepscopeError
 from stepscope.torch.handoff import on_trace_ready as handoff_ready
 
 DEFAULT_SCHEDULE = {"wait": 1, "warmup": 1, "active": 5, "repeat": 1}
@@ -32,8 +33,12 @@ def profile(dir_name: str | os.PathLike[str] = "stepscope-traces", *,
             on_trace_ready: Any = _DEFAULT, record_shapes: bool = True,
             **kwargs: Any) -> Any:
     """A ``torch.profiler.profile`` (module docstring)."""
-    torch = importlib.import_module("torch")
-    tp = importlib.import_module("torch.profiler")
+    try:
+        torch = importlib.import_module("torch")
+        tp = importlib.import_module("torch.profiler")
+    except ImportError:
+        raise StepscopeError("stepscope.torch.profile needs PyTorch: pip install torch") \
+            from None
     if activities is _DEFAULT:
         activities = [tp.ProfilerActivity.CPU]
         if torch.cuda.is_available():
