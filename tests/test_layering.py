@@ -37,7 +37,7 @@ ALLOWED = {
     "recording": {"capture", "store", "importers"},
     # stepscope.load(): a run or traces as a Profile answering with Arrow tables; its card
     # and reports are rendered by reporters (the Python twin of import + report + diff)
-    "notebook": {"reporters", "compare", "advisor", "model", "analysis", "store", "importers"},
+    "notebook": {"reporters", "compare", "analysis", "store", "importers"},
     # stepscope.torch: the torch.profiler hand-off (a run per cycle, findings printed by a
     # reporter)
     "torch": {"notebook", "reporters"},
