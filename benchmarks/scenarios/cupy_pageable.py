@@ -13,6 +13,7 @@ from timing import SkipScenario, Step
 
 EXPECTED = "pageable_memcpy"
 FRAMEWORK = "cupy"
+FIX_REMEDIES = ("pinned_copies",)  # the remedies it applies (variants.py)
 DESCRIPTION = ("CuPy: 64 MB float32 batch copied each step from a pageable NumPy array "
                "(x_dev.set(host)), then ~1 ms of CuPy elementwise + reduction kernels -> fixed: "
                "the same batch in pinned host memory (cupyx.empty_pinned), copied with "

@@ -8,6 +8,7 @@ from common import Step, adamw, calibrate, cycle, is_cuda, mlp, pick, train_step
 from torch.utils.data import DataLoader, Dataset
 
 EXPECTED = "input_bound"
+FIX_REMEDIES = ("dataloader_workers",)  # the remedies it applies (variants.py)
 DESCRIPTION = ("DataLoader(num_workers=0) with a numpy transform calibrated to ~0.2 ms/sample "
                "(32 samples/batch) feeding a ~6 ms bf16 MLP -> fixed: num_workers=8, "
                "persistent_workers, pin_memory, prefetch_factor=4")

@@ -59,6 +59,8 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "torch_inference": ("launch", "host"),
     "jax_host_callback": ("sync", "host"),
     "jax_input_host": ("host", "input_wait"),
+    "conv_fp32": ("compute",),
+    "item_trap": ("launch", "host"),  # its default fix: CUDA graphs (the trap is a variant)
     "healthy": (),
 }
 

@@ -6,6 +6,7 @@ import torch
 from common import Step, front_body, is_cuda
 
 EXPECTED = "sync_calls"
+FIX_REMEDIES = ("remove_syncs",)  # the remedies it applies (variants.py)
 DESCRIPTION = ("torch.cuda.synchronize() between forward and backward and after opt.step() "
                "(same front/body model as item_every_step) -> fixed: both removed")
 

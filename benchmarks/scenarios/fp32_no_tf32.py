@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import torch
+import variants
 from common import Step, adamw, mlp, pick, randn, train_step
 
 EXPECTED = "no_tensor_cores"
 DESCRIPTION = ("fp32 MLP, 3 x Linear(4096, 4096) on a batch of 2048, with "
                "torch.backends.cuda.matmul.allow_tf32 = False (and cudnn) -> fixed: TF32 on "
-               "(set_float32_matmul_precision('high'))")
+               "(set_float32_matmul_precision('high')); variant bf16_amp: bf16 autocast instead "
+               "(TF32 flags left off)")
+# fix variants and the report's remedy ids they apply (variants.py); the first is --fixed
+VARIANTS = {"tf32": ("tf32",), "bf16_amp": ("bf16_amp",)}
 
 
 def _precision(tf32: bool) -> None:
@@ -21,14 +25,18 @@ def _precision(tf32: bool) -> None:
     torch.backends.cudnn.allow_tf32 = tf32
 
 
-def build(fixed: bool, device: str) -> Step:
+def build(fixed: bool | str, device: str) -> Step:
+    variant = variants.pick(fixed, VARIANTS)
+    tf32 = variant == "tf32"
+    amp = torch.bfloat16 if variant == "bf16_amp" else None
     batch, width, layers = pick(device, (2048, 4096, 3), (64, 64, 2))
     model = mlp([width] * (layers + 1), device)
     opt = adamw(model, device)
     x = randn(batch, width, device=device, seed=9)
 
     def step() -> None:
-        _precision(fixed)
-        train_step(model, opt, x, device=device, amp=None)
+        _precision(tf32)
+        train_step(model, opt, x, device=device, amp=amp)
 
-    return Step(step, info={"batch": batch, "width": width, "layers": layers, "tf32": fixed})
+    return Step(step, info={"batch": batch, "width": width, "layers": layers, "tf32": tf32,
+                            "amp": str(amp) if amp else None})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from common import Step, front_body
 
 EXPECTED = "sync_calls"
+FIX_REMEDIES = ("remove_syncs",)  # the remedies it applies (variants.py)
 DESCRIPTION = ("loss.item() + list append every step of a model with a ~400-kernel front "
                "(host-heavy) and a GEMM body (GPU-heavy) -> fixed: the loss stays on the device, "
                "never read")

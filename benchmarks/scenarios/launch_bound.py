@@ -7,6 +7,7 @@ from common import Step, is_cuda, pick, randn, require_cuda
 
 EXPECTED = "launch_bound"
 STEP_HOOK = False  # no optimizer: `stepscope record` falls back to its time window
+FIX_REMEDIES = ("cuda_graphs",)  # the remedies it applies (variants.py)
 DESCRIPTION = ("1000 x (x = x * 1.0001 + 0.1) on a 4096-element tensor = 2000 tiny kernels per "
                "step, launched eagerly -> fixed: the same step captured once in a CUDA graph and "
                "replayed")

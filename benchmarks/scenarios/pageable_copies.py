@@ -6,6 +6,7 @@ import torch
 from common import Step, adamw, is_cuda, mlp, pick, train_step
 
 EXPECTED = "pageable_memcpy"
+FIX_REMEDIES = ("pinned_copies",)  # the remedies it applies (variants.py)
 DESCRIPTION = ("64 MB fp32 batch copied each step from a pageable CPU tensor with .to('cuda'), "
                "then a modest bf16 MLP (~2 ms) -> fixed: pinned source + non_blocking=True")
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A scenario as the program a user would run: its step in a plain loop, nothing else.
 
-    python benchmarks/scenarios/program.py NAME [--fixed] [--device cuda|cpu]
+    python benchmarks/scenarios/program.py NAME [--fixed | --variant V] [--device cuda|cpu]
         [--seconds S | --steps N] [--inflight N]
 
 This is what ``record_suite.py`` hands to ``stepscope record -- python program.py NAME``: no
 stepscope import, no profiler, no timing harness. The step is the scenario's own (``build``),
 so a torch scenario that calls a ``torch.optim`` optimizer fires record's optimizer step hook,
-and a JAX, CuPy, Triton, manual-SGD or inference loop fires none.
+and a JAX, CuPy, Triton, manual-SGD or inference loop fires none. ``--fixed`` runs the default
+fix variant, ``--variant V`` a named one (``variants.py``: e.g. ``fp32_no_tf32 --variant
+bf16_amp``).
 
 Length: a step-hook program runs ``PROGRAM_STEPS`` steps (default 66: record's 3 warm-up steps,
 its 50-step window and ~10 steps after it); any other program runs ``PROGRAM_SECONDS`` from its
@@ -36,6 +38,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import timing  # after the sys.path setup
+import variants
 
 EXIT_SKIPPED = 3
 
@@ -51,7 +54,9 @@ def default_device(framework: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("name", help="scenario: " + ", ".join(timing.SCENARIOS))
-    ap.add_argument("--fixed", action="store_true", help="run the fixed variant")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--fixed", action="store_true", help="run the default fix variant")
+    which.add_argument("--variant", default=None, help="run this named fix variant")
     ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     length = ap.add_mutually_exclusive_group()
     length.add_argument("--seconds", type=float, default=None, help="run for S seconds")
@@ -64,9 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mod = importlib.import_module(args.name)
     meta = timing.ScenarioMeta.of(mod)
+    names = [v.name for v in variants.variants_of(mod)]
+    variant = args.variant or (names[0] if args.fixed else None)
+    if variant is not None and variant not in names:
+        print(f"program.py: {args.name} has no variant {variant!r}; known: {', '.join(names)}",
+              file=sys.stderr)
+        return 2
     device = args.device or default_device(meta.framework)
     try:
-        step = timing.as_step(mod.build(args.fixed, device))
+        step = timing.as_step(mod.build(variants.build_arg(mod, variant), device))
     except timing.SkipScenario as exc:
         print(f"program.py: {args.name}: cannot run here: {exc}", file=sys.stderr)
         return EXIT_SKIPPED
@@ -95,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     runner.sync()
     wall = time.perf_counter() - t0
     step.close()
-    variant = "fixed" if args.fixed else "baseline"
-    print(f"program.py: {args.name} ({variant}, {device}): {n} steps in {wall:.2f} s, "
+    label = "baseline" if variant is None else (
+        "fixed" if args.fixed or variant == variants.DEFAULT_NAME else f"variant {variant}")
+    print(f"program.py: {args.name} ({label}, {device}): {n} steps in {wall:.2f} s, "
           f"{1e3 * wall / max(n, 1):.3f} ms/step", flush=True)
     return 0
 

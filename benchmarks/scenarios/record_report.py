@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tarfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import remedy_report
+from remedy_score import remedy_fields
 from timing import SCENARIOS, TABLES
 
 TABLE_ORDER = tuple(dict.fromkeys(TABLES.values()))
@@ -41,6 +42,14 @@ def _lines(path: Path) -> list[str]:
 def program_line(log: Path) -> str | None:
     """program.py's closing line (steps run, ms/step), if it printed one."""
     return next((ln for ln in reversed(_lines(log)) if ln.startswith("program.py:")), None)
+
+
+def program_ms(line: str | None) -> float | None:
+    """The ms/step of program.py's closing line."""
+    import re
+
+    m = re.search(r"([0-9.]+) ms/step", line or "")
+    return float(m.group(1)) if m else None
 
 
 def last_lines(log: Path, n: int = 3, width: int = 300) -> str:
@@ -77,6 +86,7 @@ def condense_report(report: dict[str, Any]) -> dict[str, Any]:
                         for d in run.get("diagnostics") or []
                         if d.get("level") in ("warning", "error")],
         "analyze_advise_s": (report.get("suite") or {}).get("analyze_advise_s"),
+        **remedy_fields(report),
     }
 
 
@@ -85,8 +95,11 @@ def condense_advice(advice: dict[str, Any] | None) -> dict[str, Any]:
     for PyTorch, jax.profiler's XSpace for JAX)."""
     if not advice:
         return {}
+    keep = ("remedies", "plan", "plans", "step_model", "captured_step_ms", "captured_from",
+            "report")
     return {"findings": [_finding(f) for f in advice.get("findings", [])],
-            "skipped": advice.get("skipped", []), "traced": advice.get("traced")}
+            "skipped": advice.get("skipped", []), "traced": advice.get("traced"),
+            **{k: advice[k] for k in keep if k in advice}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +268,7 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Command: `{meta.get('command')}`" + (
             f" (merged: {'; '.join(m.get('command', '?') for m in meta['merged_from'])})"
             if meta.get("merged_from") else ""),
+        *([f"Re-scored: {meta['rescored']}."] if meta.get("rescored") else []),
         "",
         ("Measured: baseline and fixed timed interleaved in one process, untraced (median block "
          "step time). Record: `stepscope record -o RUN --quiet -- python program.py NAME` "
@@ -275,8 +289,15 @@ def accuracy_md(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines += [row(r) for r in rows]
         lines += ["", (f"Record: {totals(rows, 'record')}. Profiler trace: "
                        f"{totals(rows, 'profiler')}.")]
+        lines += remedy_report.remedies_md(rows, table)
     lines += ["", (f"**All: record {totals(results, 'record')}; profiler trace "
-                   f"{totals(results, 'profiler')}.**"), "", "## Details", ""]
+                   f"{totals(results, 'profiler')}.**")]
+    if any(r.get("remedy_score") for r in results):
+        lines += ["", (f"**Remedies, all: via record "
+                       f"{remedy_report.totals_text(results, 'record')}; via profiler trace "
+                       f"{remedy_report.totals_text(results, 'profiler')}.**"), "",
+                  remedy_report.INTRO]
+    lines += ["", "## Details", ""]
     lines += [detail(r) for r in results if detail(r)]
     lines.append("")
     return "\n".join(lines)
@@ -307,6 +328,11 @@ def detail(r: dict[str, Any]) -> str:
             parts.append("steps: " + _esc("; ".join(map(str, rec["step_detection"].values()))))
         if rec.get("program_line"):
             parts.append(_esc(rec["program_line"]))
+            prog, base = program_ms(rec["program_line"]), (r.get("timing") or {}).get(
+                "baseline_ms")
+            if prog and base:  # the recorded loop and the timed loop should agree
+                parts.append(f"program loop / timed baseline {prog:.2f} / {base:.2f} ms = "
+                             f"{prog / base:.2f}")
         parts.append(f"record {rec.get('wall_s')} s, advisor {rec.get('advise_wall_s')} s "
                      f"(analysis {rec.get('analyze_advise_s')} s), run "
                      f"{rec.get('run_bytes', 0) / 2**20:.1f} MiB")
@@ -379,37 +405,3 @@ def merge(dirs: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         meta["warning"] = f"merged runs come from different devices: {sorted(map(str, devices))}"
     meta["command"] = "record_suite.py --merge"
     return meta, results
-
-
-def pack_bundle(out: Path, results: list[dict[str, Any]], limit_mb: float) -> dict[str, Any]:
-    """out/bundle.tar.gz: per-scenario results, report JSONs, logs, then torch.profiler traces
-    and recorded runs while the files stay under ``limit_mb`` (the device machine returns
-    files of at most 16 MiB)."""
-    limit = int(limit_mb * 2**20)
-    names = [r["scenario"] for r in results]
-    first: list[Path] = [out / "scenarios" / f"{n}.json" for n in names]
-    for n in names:
-        first += [out / "rec" / f"{n}{s}" for s in (".report.json", ".log", ".report.advise.log")]
-    later: list[tuple[str, Path]] = [(f"trace {n}", out / "torch" / "traces" /
-                                      f"{n}.pt.trace.json.gz") for n in names]
-    later += [(f"run {n}", out / "rec" / n) for n in names]
-    dest = out / "bundle.tar.gz"
-    total, left_out, included = 0, [], []
-    with tarfile.open(dest, "w:gz", compresslevel=6) as tar:
-        for p in first:
-            if p.is_file():
-                tar.add(p, arcname=str(p.relative_to(out)))
-                total += p.stat().st_size
-        for label, p in later:
-            if not p.exists():
-                continue
-            size = tree_bytes(p) if p.is_dir() else p.stat().st_size
-            if total + size > limit:
-                left_out.append(label)
-                continue
-            tar.add(p, arcname=str(p.relative_to(out)))
-            total += size
-            included.append(label)
-    return {"path": str(dest), "bytes": dest.stat().st_size, "included": included,
-            "left_out": left_out}
-

@@ -22,10 +22,11 @@ Per scenario, one after the other (nothing runs beside a measurement):
 
 DIR/results.json and DIR/accuracy.md are rewritten after every scenario (a killed suite leaves
 a partial table); DIR/scenarios/NAME.json holds each result; DIR/bundle.tar.gz (at the end)
-holds those, every report JSON, program log and torch.profiler trace, and as many recorded
-runs as fit ``--bundle-mb``. ``--copy-to`` copies results.json, accuracy.md and the bundle to a
-second folder as they are written (e.g. the device machine's $OUT, which returns at most 8
-files of 16 MiB).
+holds those, every report JSON, program log and torch.profiler trace, and as many JAX XSpace
+traces and recorded runs as fit ``--bundle-mb``. ``--copy-to`` copies results.json, accuracy.md
+and the bundle to a second folder as they are written (e.g. the device machine's $OUT, which
+returns at most 8 files of 16 MiB), and each JAX scenario's XSpace trace gzipped beside them
+(``NAME.xplane.pb.gz``, see ``keep_xplane``): 4 JAX scenarios + 3 = 7 files.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ if str(HERE) not in sys.path:
 
 import record_report as rr  # after the sys.path setup
 import timing
+from bundle import pack_bundle
+from remedy_score import score_result
 
 KILL_GRACE_S = 15.0
 
@@ -118,6 +121,34 @@ def time_and_trace(name: str, args: argparse.Namespace, out: Path) -> dict[str, 
     return res
 
 
+def keep_xplane(name: str, trace: dict[str, Any] | None, out: Path,
+                copy_to: Path | None, limit_mb: float = 15.5) -> dict[str, Any] | None:
+    """A JAX scenario's ``.xplane.pb`` (``jaxtrace.trace_jax``'s ``path``) gzipped to
+    ``out/xplane/NAME.xplane.pb.gz`` (the bundle takes it while it fits), and copied to
+    ``copy_to`` as a file of its own when under ``limit_mb`` (the device machine returns files
+    of at most 16 MiB). None when there is no trace."""
+    import gzip
+    import shutil
+
+    src = Path(trace["path"]) if trace and trace.get("path") else None
+    if src is None or not src.is_file():
+        return None
+    dest = out / "xplane" / f"{name}.xplane.pb.gz"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, "rb") as fi, gzip.open(dest, "wb", compresslevel=6) as fo:
+        shutil.copyfileobj(fi, fo)
+    kept: dict[str, Any] = {"path": str(dest), "bytes": src.stat().st_size,
+                            "gz_bytes": dest.stat().st_size, "copied": None}
+    if copy_to is not None:
+        if kept["gz_bytes"] <= limit_mb * 2**20:
+            copy_to.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(dest, copy_to / dest.name)
+            kept["copied"] = str(copy_to / dest.name)
+        else:
+            kept["copied"] = f"no: {kept['gz_bytes'] / 2**20:.1f} MiB > {limit_mb:g} MiB"
+    return kept
+
+
 def record(name: str, meta: timing.ScenarioMeta, args: argparse.Namespace,
            out: Path) -> dict[str, Any]:
     """``stepscope record`` (default window) on ``program.py NAME``."""
@@ -182,7 +213,8 @@ def advise_child(run_dir: str, dest: str) -> int:
 # One scenario, and the suite
 
 
-def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def run_scenario(name: str, args: argparse.Namespace, out: Path,
+                 copy_to: Path | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     meta = meta_of(name)
     res: dict[str, Any] = {"scenario": name, "expected": meta.expected,
@@ -191,6 +223,8 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
     try:
         tt = time_and_trace(name, args, out)
         res["timing"] = tt.get("timing")
+        res["variants"] = tt.get("variants")
+        res["variants_timing"] = tt.get("variants_timing")
         res["info"] = tt.get("info")
         res["torch_child"] = {k: tt.get(k) for k in ("status", "reason", "error", "child_rc",
                                                      "advice_error", "wall_s", "trace")}
@@ -198,6 +232,8 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
             res["status"] = "skipped"
             res["reason"] = tt.get("reason")
             return res
+        if meta.framework == "jax":
+            res["xplane"] = keep_xplane(name, tt.get("trace"), out, copy_to)
         advice = tt.get("advice")
         res["profiler"] = ({"status": "n/a", "why": f"{meta.framework} program"}
                            if meta.framework not in ("torch", "jax") else
@@ -222,6 +258,7 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
                                        res["profiler"].get("findings")
                                        if res["profiler"]["status"] == "ok" else None),
         }
+        res["remedy_score"] = score_result(res)
         res["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
         res["status"] = "error"
@@ -264,7 +301,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "scenario's, 14 s)")
     ap.add_argument("--no-record", action="store_true", help="timing and torch.profiler only")
     ap.add_argument("--bundle-mb", type=float, default=14.0,
-                    help="size limit of bundle.tar.gz's recorded runs (14)")
+                    help="size limit of each bundle file before compression, MiB (14)")
+    ap.add_argument("--bundle-parts", type=int, default=1,
+                    help="bundle files at most: bundle.tar.gz, bundle-2.tar.gz, ... (1)")
     ap.add_argument("--copy-to", default=None, help="also copy results/table/bundle here")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds: start no scenario that would likely end after this "
@@ -319,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                    "expected": m.expected, "framework": m.framework,
                    "reason": f"not run: --budget {args.budget:g} s ({elapsed:.0f} s used)"}
         else:
-            res = run_scenario(name, args, out)
+            res = run_scenario(name, args, out, copy_to)
         dest = out / "scenarios" / f"{name}.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(json.dumps(res, indent=1, default=str))
@@ -327,13 +366,14 @@ def main(argv: list[str] | None = None) -> int:
         meta["suite_wall_s"] = round(time.perf_counter() - t_suite, 1)
         rr.write_outputs(out, results, meta, copy_to)  # partial results survive a kill
         log("    " + rr.summary_line(res))
-    bundle = rr.pack_bundle(out, results, args.bundle_mb)
+    bundle = pack_bundle(out, results, args.bundle_mb, args.bundle_parts)
     meta["bundle"] = bundle
     rr.write_outputs(out, results, meta, copy_to)
-    if copy_to and bundle.get("path"):
+    if copy_to:
         import shutil
 
-        shutil.copy2(bundle["path"], copy_to / "bundle.tar.gz")
+        for part in bundle["parts"]:
+            shutil.copy2(part, copy_to / Path(part).name)
     log(f"suite done in {meta['suite_wall_s']:.1f} s: {out / 'accuracy.md'}")
     log((out / "accuracy.md").read_text())
     return 0

@@ -64,22 +64,21 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
     import common
     import torch
 
-    base = fixed = None
+    base = None
+    fixes: dict[str, Any] = {}
     try:
         try:
-            base = common.as_step(mod.build(False, args.device))
-            fixed = common.as_step(mod.build(True, args.device))
+            base, fixes = build_variants(mod, args.device, res)
         except common.SkipScenario as exc:
             res.update(status="skipped", reason=str(exc))
             return res
         res["build_s"] = round(time.perf_counter() - t0, 3)
-        res["info"] = {"baseline": base.info, "fixed": fixed.info}
-        timing = common.time_interleaved(base, fixed, args.device, rounds=args.rounds,
-                                         steps=args.steps, warmup=args.warmup,
-                                         inflight=args.inflight, log=log)
-        res["timing"] = timing.to_dict()
-        fixed.close()
-        fixed = None
+        runners = {"baseline": common.make_runner(base, args.device, args.inflight)}
+        runners.update({n: common.make_runner(s, args.device, args.inflight)
+                        for n, s in fixes.items()})
+        measure_variants(runners, args, res)
+        _close(res, tuple(fixes.values()), t0)
+        fixes = {}
         trace_path = out / "traces" / f"{name}.pt.trace.json.gz"
         res["trace"] = common.trace(base, trace_path, args.device, inflight=args.inflight)
         log(f"    trace: {trace_path.name} ({res['trace']['bytes'] / 1e6:.1f} MB, "
@@ -104,8 +103,56 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path) -> dict[str, An
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
         _failed(res, exc)
     finally:
-        _close(res, (base, fixed), t0)
+        _close(res, (base, *fixes.values()), t0)
     return res
+
+
+def build_variants(mod: Any, device: str, res: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The baseline and every fix variant of ``mod`` built (``variants.variants_of``, default
+    first). A variant that cannot be built here (SkipScenario) or fails is noted in
+    ``res["variants"]`` and left out; the scenario is skipped (SkipScenario raised) when no
+    variant could be built or the baseline cannot."""
+    import timing
+    import variants
+
+    declared = variants.variants_of(mod)
+    base = timing.as_step(mod.build(False, device))
+    res["variants"] = {v.name: v.to_dict() for v in declared}
+    fixes: dict[str, Any] = {}
+    skipped: list[str] = []
+    for v in declared:
+        try:
+            fixes[v.name] = timing.as_step(mod.build(variants.build_arg(mod, v.name), device))
+        except timing.SkipScenario as exc:
+            res["variants"][v.name]["status"] = f"skipped: {exc}"
+            skipped.append(str(exc))
+        except Exception as exc:  # noqa: BLE001 - the other variants are still measured
+            res["variants"][v.name]["status"] = "error"
+            res["variants"][v.name]["error"] = f"{type(exc).__name__}: {exc}"
+            log(f"    variant {v.name} failed to build: {type(exc).__name__}: {exc}")
+    if not fixes:
+        base.close()
+        raise timing.SkipScenario(skipped[0] if skipped else "no fix variant could be built")
+    res["info"] = {"baseline": base.info, "fixed": next(iter(fixes.values())).info,
+                   "variants": {n: s.info for n, s in fixes.items()}}
+    return base, fixes
+
+
+def measure_variants(runners: dict[str, Any], args: argparse.Namespace,
+                     res: dict[str, Any]) -> None:
+    """Baseline and every built variant timed interleaved (``timing.time_many``):
+    ``res["timing"]`` is the baseline against the default (first built) variant, as before;
+    ``res["variants"][name]`` gains each variant's measured step and saving."""
+    import timing
+
+    mt = timing.time_many(runners, rounds=args.rounds, steps=args.steps, warmup=args.warmup,
+                          log=log)
+    names = [n for n in runners if n != "baseline"]
+    res["timing"] = mt.pair(names[0]).to_dict()
+    res["timing"]["fixed_variant"] = names[0]
+    res["variants_timing"] = mt.to_dict()
+    for n in names:
+        res["variants"][n].update(status="measured", **mt.variant_dict(n))
 
 
 def _failed(res: dict[str, Any], exc: Exception) -> None:
@@ -153,19 +200,18 @@ def run_timed_only(mod: Any, args: argparse.Namespace, res: dict[str, Any],
     XSpace file advised (``_jax_profiler_leg``)."""
     import timing
 
-    base = fixed = None
+    base = None
+    fixes: dict[str, Any] = {}
     try:
         try:
-            base = timing.as_step(mod.build(False, args.device))
-            fixed = timing.as_step(mod.build(True, args.device))
+            base, fixes = build_variants(mod, args.device, res)
         except timing.SkipScenario as exc:
             res.update(status="skipped", reason=str(exc))
             return res
         res["build_s"] = round(time.perf_counter() - t0, 3)
-        res["info"] = {"baseline": base.info, "fixed": fixed.info}
-        t = timing.time_plain(base, fixed, rounds=args.rounds, steps=args.steps,
-                              warmup=args.warmup, log=log)
-        res["timing"] = t.to_dict()
+        runners = {"baseline": timing.PlainRunner(base)}
+        runners.update({n: timing.PlainRunner(s) for n, s in fixes.items()})
+        measure_variants(runners, args, res)
         res["trace"] = None
         res["status"] = "measured"
         if res["framework"] == "jax" and not args.no_advise and out is not None:
@@ -174,7 +220,7 @@ def run_timed_only(mod: Any, args: argparse.Namespace, res: dict[str, Any],
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the suite
         _failed(res, exc)
     finally:
-        _close(res, (base, fixed), t0)
+        _close(res, (base, *fixes.values()), t0)
     return res
 
 

@@ -29,6 +29,8 @@ SCENARIOS: tuple[str, ...] = (
     "torch_inference",
     # JAX users' own problems (issue 23): a host callback in the step, the input pipeline inline
     "jax_host_callback", "jax_input_host",
+    # remedy validation (issue 22): an fp32 conv net with three precision fixes, the sync trap
+    "conv_fp32", "item_trap",
 )
 
 # program.py's default length (see scenario_meta): a step-hook program runs the record window's
@@ -196,26 +198,90 @@ def time_runners(rb: StepRunner, rf: StepRunner, *, rounds: int = 10, steps: int
     M (``steps``) defaults to what makes a block of the slower variant last about ``block_ms``
     (3..50 steps), from a short probe after the warm-up.
     """
+    mt = time_many({"baseline": rb, "fixed": rf}, rounds=rounds, steps=steps, warmup=warmup,
+                   block_ms=block_ms, log=lambda _m: None)
+    t = mt.pair("fixed")
+    log(f"    timing: {rounds} rounds x {t.steps_per_block} steps: baseline {t.baseline_ms:.3f} "
+        f"ms, fixed {t.fixed_ms:.3f} ms, saving {t.saving_ms:.3f} ms ({t.saving_pct:.1f}%)")
+    return t
+
+
+@dataclass
+class MultiTiming:
+    """The baseline and every fix variant timed interleaved: per-block mean step times of each
+    (``blocks_ms[name]``, the baseline under "baseline") and the order of each round."""
+
+    rounds: int
+    steps_per_block: int
+    warmup_steps: int
+    blocks_ms: dict[str, list[float]] = field(default_factory=dict)
+    order: list[list[str]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.blocks_ms[name])
+
+    def pair(self, name: str, base: str = "baseline") -> Timing:
+        """Baseline vs one variant, as the two-variant ``Timing`` (order "BF" when the baseline
+        ran first in the round)."""
+        order = ["BF" if o.index(base) < o.index(name) else "FB" for o in self.order]
+        return Timing(rounds=self.rounds, steps_per_block=self.steps_per_block,
+                      warmup_steps=self.warmup_steps,
+                      baseline_blocks_ms=list(self.blocks_ms[base]),
+                      fixed_blocks_ms=list(self.blocks_ms[name]), order=order,
+                      wall_s=self.wall_s)
+
+    def variant_dict(self, name: str) -> dict[str, Any]:
+        """One variant's measurement against the baseline (what results.json keeps)."""
+        t = self.pair(name)
+        return {"fixed_ms": round(t.fixed_ms, 4), "saving_ms": round(t.saving_ms, 4),
+                "saving_pct": round(t.saving_pct, 2),
+                "paired_saving_ms": round(t.paired_saving_ms, 4),
+                "spread_pct": round(t.spread_pct("fixed"), 2),
+                "blocks_ms": [round(x, 4) for x in t.fixed_blocks_ms]}
+
+    def to_dict(self) -> dict[str, Any]:
+        base = self.pair(next(n for n in self.blocks_ms if n != "baseline")) \
+            if len(self.blocks_ms) > 1 else None
+        return {"rounds": self.rounds, "steps_per_block": self.steps_per_block,
+                "warmup_steps": self.warmup_steps, "wall_s": self.wall_s,
+                "order": ["".join("B" if n == "baseline" else "V" for n in o)
+                          for o in self.order],
+                "baseline_ms": round(self.median("baseline"), 4),
+                "baseline_spread_pct": round(base.spread_pct("baseline"), 2) if base else None,
+                "baseline_blocks_ms": [round(x, 4) for x in self.blocks_ms["baseline"]]}
+
+
+def round_order(names: list[str], i: int) -> list[str]:
+    """Round ``i``'s order: the list as given on even rounds, reversed on odd ones (ABBA for
+    two; every variant's mean position is the same over an even number of rounds)."""
+    return list(names) if i % 2 == 0 else list(reversed(names))
+
+
+def time_many(runners: dict[str, StepRunner], *, rounds: int = 10, steps: int | None = None,
+              warmup: int = 5, block_ms: float = 150.0,
+              log: Callable[[str], None] = print) -> MultiTiming:
+    """The baseline ("baseline", first) and every variant timed interleaved: warm-up, then
+    ``rounds`` x (M steps of each), the order reversed every other round (``round_order``).
+    M defaults to what makes a block of the slowest variant last about ``block_ms``."""
     t_start = time.perf_counter()
-    for r in (rb, rf):
+    names = list(runners)
+    for r in runners.values():
         block(r, warmup)
     if steps is None:
-        probe = max(block(rb, 2), block(rf, 2))
+        probe = max(block(r, 2) for r in runners.values())
         steps = int(min(50, max(3, round(block_ms / max(probe, 1e-3)))))
-    t = Timing(rounds=rounds, steps_per_block=steps, warmup_steps=warmup)
+    mt = MultiTiming(rounds=rounds, steps_per_block=steps, warmup_steps=warmup,
+                     blocks_ms={n: [] for n in names})
     for i in range(rounds):
-        if i % 2 == 0:
-            t.baseline_blocks_ms.append(block(rb, steps))
-            t.fixed_blocks_ms.append(block(rf, steps))
-            t.order.append("BF")
-        else:
-            t.fixed_blocks_ms.append(block(rf, steps))
-            t.baseline_blocks_ms.append(block(rb, steps))
-            t.order.append("FB")
-    t.wall_s = round(time.perf_counter() - t_start, 3)
-    log(f"    timing: {rounds} rounds x {steps} steps: baseline {t.baseline_ms:.3f} ms, "
-        f"fixed {t.fixed_ms:.3f} ms, saving {t.saving_ms:.3f} ms ({t.saving_pct:.1f}%)")
-    return t
+        order = round_order(names, i)
+        for n in order:
+            mt.blocks_ms[n].append(block(runners[n], steps))
+        mt.order.append(order)
+    mt.wall_s = round(time.perf_counter() - t_start, 3)
+    log(f"    timing: {rounds} rounds x {steps} steps: " + ", ".join(
+        f"{n} {mt.median(n):.3f} ms" for n in names))
+    return mt
 
 
 def time_plain(baseline: Step, fixed: Step, **kw: Any) -> Timing:

@@ -10,6 +10,7 @@ from common import Step, pick, randn, require_cuda
 
 EXPECTED = "launch_bound"
 STEP_HOOK = False
+FIX_REMEDIES = ("cuda_graphs",)  # the remedies it applies (variants.py)
 DESCRIPTION = ("eval() + no_grad bf16 forward of 24 residual blocks (Linear 1024 -> LayerNorm "
                "-> GELU -> add) on a batch of 8 = ~100 small kernels per step, launched eagerly -> "
                "fixed: the same forward captured once in a CUDA graph and replayed")

@@ -11,6 +11,7 @@ from common import Step, pick, randn
 
 EXPECTED = "no_tensor_cores"
 STEP_HOOK = False
+FIX_REMEDIES = ("tf32",)  # the remedies it applies (variants.py)
 DESCRIPTION = ("fp32 conv net (3x3 convs 64@56x56, 128@28x28, 256@14x14, batch 64, cuDNN "
                "defaults) trained with a manual SGD loop (p -= lr * p.grad, no torch.optim), "
                "TF32 off for matmul and cuDNN -> fixed: TF32 on")

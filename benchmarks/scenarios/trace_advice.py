@@ -1,9 +1,12 @@
 """A profiler trace (torch.profiler's Chrome trace, JAX's XSpace) through stepscope's import,
 analysis and advisor, in-process: the "profiler" leg of the planted suite. Torch-free, so that
-the JAX scenarios' process never imports torch."""
+the JAX scenarios' process never imports torch. The JSON report (``stepscope report --format
+json``) is written beside the run (``RUN.report.json``) and its remedies, plan and step model
+are returned with the findings (``remedy_score.remedy_fields``)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -12,20 +15,23 @@ from typing import Any
 def advise_trace(trace_path: Path, run_dir: Path) -> dict[str, Any]:
     """Import one trace into a run at ``run_dir``, analyse it, run the advisor. Returns plain
     data: findings (ranked), skipped rules, traced step time and a few summary figures."""
-    from stepscope.advisor import advise
-    from stepscope.analysis import analyze
+    from remedy_score import remedy_fields
+
     from stepscope.analysis.summary import summarize
     from stepscope.importers import import_traces
+    from stepscope.reporters.json_report import report_dict
+    from stepscope.reporters.report import build_report
     from stepscope.store.run import Run
 
     t0 = time.perf_counter()
     path = import_traces([trace_path], run_dir, overwrite=True)
     t1 = time.perf_counter()
-    run = Run(path)
-    analysis = analyze(run)
+    report = build_report(Run(path))  # analysis + advice, as `stepscope report` makes them
+    analysis, advice = report.analysis, report.advice
     t2 = time.perf_counter()
-    advice = advise(analysis)
-    t3 = time.perf_counter()
+    as_json = report_dict(report)
+    report_path = Path(str(run_dir).rstrip("/") + ".report.json")
+    report_path.write_text(json.dumps(as_json, ensure_ascii=False))
     summary = summarize(analysis)
     st = summary.step_time
     findings = [{
@@ -50,6 +56,8 @@ def advise_trace(trace_path: Path, run_dir: Path) -> dict[str, Any]:
             "kernels": summary.kernels,
             "breakdown_ms": {k: round(v, 4) for k, v in summary.breakdown_ms.items()},
         },
-        "stepscope_s": {"import": round(t1 - t0, 3), "analyze": round(t2 - t1, 3),
-                        "advise": round(t3 - t2, 3)},
+        "stepscope_s": {"import": round(t1 - t0, 3), "analyze_advise": round(t2 - t1, 3),
+                        "json": round(time.perf_counter() - t2, 3)},
+        "report": str(report_path),
+        **remedy_fields(as_json),
     }

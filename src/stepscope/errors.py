@@ -33,6 +33,12 @@ class DamagedFileError(TraceFormatError):
     Unlike a file that is simply not a trace, it is never skipped when it is in a folder."""
 
 
+class MissingExtensionWarning(UserWarning):
+    """An optional compiled part is not installed, so stepscope runs a slower path (or must
+    compile it at first use). Issued once per process and place (Python's default warning
+    filter); the CLI prints it as one ``stepscope: note:`` line."""
+
+
 # Characters that must not reach a terminal raw: C0 controls but tab and newline, DEL, C1 controls,
 # and the bidirectional overrides (they reorder what is shown).
 _UNSAFE = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}

@@ -161,3 +161,24 @@ def test_gpt_bf16_fixture_is_silent(tmp_path: Path) -> None:
     found = advise(analyze(run), [RULE]).findings
     assert not [f for f in found if f.severity in (Severity.WARNING, Severity.CRITICAL)]
     assert found == ()
+
+
+def test_host_running_ahead_counts_the_kernels_of_the_gpu_windows(tmp_path: Path) -> None:
+    # an async loop (a jitted JAX step under StepTraceAnnotation): each step's marker covers
+    # only the dispatch (50 us), the GPU runs the step's 600 us SGEMM long after it. The steps
+    # are anchored to the GPU work they issued; the kernels belong to those windows, not to
+    # the markers (which hold none of them).
+    b = TraceBuilder(device=A100)
+    for i in range(4):
+        t0 = i * 100
+        b.step(t0, 50)
+        b.kernel(SGEMM, 1000 + i * 1000, 600, launch=(t0 + 10, 5))
+    run = b.build(tmp_path / "run")
+    analysis = analyze(run)
+    ra = analysis.ranks[0]
+    assert ra.steps.anchored and len(ra.steps.steady) == 3
+    sk = steady_kernels(analysis.graph.rank(0), ra)
+    assert sk is not None and sk.n_steps == 3 and list(sk.slot) == [0, 1, 2]
+    (f,) = advise(analysis, [RULE]).findings
+    # per steady step 600 - 600/3 = 400 us (datasheet TF32 3x); queued: all of it
+    assert f.est_saving_ms == pytest.approx(0.4, abs=1e-4)

@@ -135,6 +135,42 @@ def test_merge_later_folder_wins_and_registry_order(tmp_path: Path) -> None:
     assert "different devices" in meta["warning"]
 
 
+def test_detail_compares_the_program_loop_with_the_timed_baseline() -> None:
+    line = "program.py: jax_host_callback (baseline, cuda): 1699 steps in 14.01 s, 8.245 ms/step"
+    assert rr.program_ms(line) == 8.245 and rr.program_ms("nothing") is None
+    r = {"scenario": "x", "timing": {"baseline_ms": 14.24},
+         "record": {"findings": [], "program_line": line}}
+    assert "program loop / timed baseline 8.24 / 14.24 ms = 0.58" in rr.detail(r)
+
+
+def test_jax_xplane_kept_gzipped_copied_and_bundled(tmp_path: Path) -> None:
+    import gzip
+
+    import record_suite
+
+    out, copy_to = tmp_path / "out", tmp_path / "OUT"
+    src = out / "torch" / "traces" / "jax_jit.jax" / "plugins" / "profile" / "r1" / "h.xplane.pb"
+    src.parent.mkdir(parents=True)
+    payload = bytes(range(256)) * 64
+    src.write_bytes(payload)
+    kept = record_suite.keep_xplane("jax_jit", {"path": str(src)}, out, copy_to)
+    assert kept is not None and kept["bytes"] == len(payload)
+    assert gzip.decompress((copy_to / "jax_jit.xplane.pb.gz").read_bytes()) == payload
+    assert record_suite.keep_xplane("jax_eager", None, out, copy_to) is None
+    too_big = record_suite.keep_xplane("jax_jit", {"path": str(src)}, out, tmp_path / "small",
+                                       limit_mb=1e-6)
+    assert too_big is not None and str(too_big["copied"]).startswith("no:")
+    assert not (tmp_path / "small" / "jax_jit.xplane.pb.gz").exists()
+    from bundle import pack_bundle
+
+    bundle = pack_bundle(out, [{"scenario": "jax_jit"}], 14.0)
+    assert bundle["included"] == ["xplane jax_jit"]
+    import tarfile
+
+    with tarfile.open(bundle["path"]) as tar:
+        assert "xplane/jax_jit.xplane.pb.gz" in tar.getnames()
+
+
 # -- programs and the torch-free timing child ---------------------------------------------
 
 

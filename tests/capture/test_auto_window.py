@@ -23,6 +23,7 @@ from stepscope.capture.auto_window import (
     next_move,
 )
 from stepscope.capture.bootstrap import CaptureConfig, Session
+from stepscope.capture.gpu_flow import GpuFlow
 from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import make_schedule
 from stepscope.store.manifest import Diagnostic
@@ -142,6 +143,19 @@ def state(**kw: Any) -> WatchState:
      Move.OPEN),
     ({"gpu_seen_ns": 40 * S, "last_gpu_flush_ns": 99 * S, "last_compile_ns": 99 * S}, False,
      Move.OPEN),
+    # NVML says when the GPU's work flows: set-up work after the first GPU use (GPU quiet)
+    # holds the window back; it opens 3 s after the work started to flow, and at most 60 s
+    # after the first GPU use; without NVML (flow_known False) as before
+    ({"gpu_seen_ns": 90 * S, "last_gpu_flush_ns": 99 * S, "flow_known": True}, False, Move.WAIT),
+    ({"gpu_seen_ns": 90 * S, "last_gpu_flush_ns": 99 * S, "flow_known": True,
+      "flow_since_ns": 98 * S}, False, Move.WAIT),
+    ({"gpu_seen_ns": 90 * S, "last_gpu_flush_ns": 99 * S, "flow_known": True,
+      "flow_since_ns": 97 * S}, False, Move.OPEN),
+    ({"gpu_seen_ns": 40 * S, "last_gpu_flush_ns": 99 * S, "flow_known": True}, False, Move.OPEN),
+    ({"gpu_seen_ns": 90 * S, "last_gpu_flush_ns": 99 * S, "flow_since_ns": 99 * S}, False,
+     Move.OPEN),
+    ({"gpu_seen_ns": 90 * S, "last_gpu_flush_ns": 99 * S, "flow_known": True,
+      "steps_expected": True}, False, Move.WAIT),  # the optimizer's 60 s wait rules
     ({"window": Window.AUTO, "auto_open_ns": 91 * S}, False, Move.WAIT),
     ({"window": Window.AUTO, "auto_open_ns": 90 * S}, False, Move.CLOSE),  # after max_s
     ({"window": Window.STEPS, "gpu_seen_ns": 90 * S}, False, Move.STOP),
@@ -201,6 +215,55 @@ def test_a_program_without_step_hooks_gets_a_time_window_from_its_gpu_use(tmp_pa
     assert o["step_time_ratio_after_unmeasurable"] == NO_STEPS
     assert not [k for k in o if k.startswith("step_time_ratio_in_window")]
     assert o["window_wall_s"] == pytest.approx(10.0)
+
+
+def test_set_up_work_after_the_first_gpu_use_is_not_taken_for_the_loop(tmp_path: Path) -> None:
+    # the program touches the GPU, then prepares data on the host for 8 s (NVML: 0% busy),
+    # then loops: the window opens 3 s after the GPU's work started to flow
+    s, clock, probe, gpu, hosts = make(tmp_path)
+    flow = GpuFlow()
+    s.begin()
+    hosts[0].gpu_flow = flow  # what HostCapture feeds from its samplers' rows
+    probe.in_use = True
+    advance(s, clock, 0.25)
+    t_gpu = clock.t
+    for i in range(80):  # 8 s of set-up: the GPU is idle
+        flow.note([(t_gpu + i * S // 10, 0, "gpu.util_pct", 0.0, "%")])
+    advance(s, clock, 8.0)
+    assert s.open_ns is None  # the 3 s warm-up from the first GPU use is long over
+    t_loop = t_gpu + 8 * S
+    for i in range(40):  # the loop: kernels run
+        flow.note([(t_loop + i * S // 10, 0, "gpu.util_pct", 60.0, "%")])
+    advance(s, clock, 2.75)
+    assert s.open_ns is None
+    advance(s, clock, 0.5)
+    assert s.open_ns is not None and t_loop + 3 * S <= s.open_ns <= t_loop + int(3.25 * S)
+    advance(s, clock, 11.0)
+    s.finish()
+    r = rank0(merged(tmp_path))
+    assert r["window"].startswith("no step hook fired: 10 s from 3 s after the GPU's work "
+                                  "started to flow (8 s after the GPU was first used")
+
+
+def test_gpu_flow_from_nvml_samples() -> None:
+    f = GpuFlow(quiet_s=1.0)
+    assert not f.known and f.flow_since(0) is None
+    f.note([(0, None, "cpu.util_pct", 50.0, "%")])
+    assert not f.known  # not a GPU utilisation
+    # two GPUs per tick: a tick is busy when either is
+    f.note([(1 * S, 0, "gpu.util_pct", 0.0, "%"), (1 * S, 1, "gpu.util_pct", 0.0, "%")])
+    assert f.known and f.flow_since(1 * S) is None
+    f.note([(2 * S, 0, "gpu.util_pct", 0.0, "%"), (2 * S, 1, "gpu.util_pct", 30.0, "%")])
+    assert f.flow_since(2 * S) == 2 * S
+    # a quiet stretch shorter than 1 s does not end the flow
+    f.note([(int(2.5 * S), 0, "gpu.util_pct", 0.0, "%"), (3 * S, 0, "gpu.util_pct", 5.0, "%")])
+    assert f.flow_since(3 * S) == 2 * S
+    # quiet for 1 s or more: no flow now; the next busy sample starts a new flow
+    f.note([(4 * S, 0, "gpu.util_pct", 0.0, "%"), (5 * S, 0, "gpu.util_pct", 0.0, "%")])
+    assert f.flow_since(int(5.5 * S)) is None
+    f.note([(6 * S, 0, "gpu.util_pct", 0.5, "%")])  # below 1%: still quiet
+    f.note([(7 * S, 0, "gpu.util_pct", 80.0, "%")])
+    assert f.flow_since(7 * S) == 7 * S
 
 
 def test_a_program_ending_in_the_warm_up_keeps_all_since_the_first_gpu_use(tmp_path: Path) -> None:

@@ -190,6 +190,10 @@ def test_fake_nvml_gives_gpu_metrics(tmp_path: Path) -> None:
     rows = list(zip(data["samples"]["device"], data["samples"]["metric"], data["samples"]["value"]))
     by = {(dev, name): v for dev, name, v in rows if name.startswith("gpu.")}
     assert by[(0, "gpu.util_pct")] == 90 and by[(1, "gpu.util_pct")] == 91
+    # the same rows tell the default window when the GPU's work flows (capture.gpu_flow)
+    first = min(t for t, m in zip(data["samples"]["ts_ns"], data["samples"]["metric"])
+                if m == "gpu.util_pct")
+    assert cap.gpu_flow.known and cap.gpu_flow.flow_since(first) == first
     assert by[(0, "gpu.mem_util_pct")] == 40 and by[(0, "gpu.memory_used_bytes")] == 1 << 30
     assert by[(0, "gpu.sm_clock_mhz")] == 1980 and by[(0, "gpu.power_w")] == 350.0
     assert by[(0, "gpu.throttle_reasons")] == 4.0

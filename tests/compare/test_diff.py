@@ -152,3 +152,46 @@ def test_bad_input_is_one_stepscope_error(tmp_path: Path, runs: dict[str, Path])
     empty: Any = TraceBuilder().build(tmp_path / "empty").path
     with pytest.raises(StepscopeError, match="no rank with steady steps"):
         stepscope.diff(empty, runs["new"])
+
+
+def _eager(root: Path, name: str, period_us: float, periods: int, *,
+           marked: bool = False) -> Path:
+    """An eager loop of two tiny kernels and no step marker: its steps are recovered from the
+    kernel stream's periodicity, grouped into whole periods of at least 2 ms."""
+    b = TraceBuilder()
+    t = 0.0
+    for i in range(periods):
+        if marked and i % 100 == 0:
+            b.step(t, 100 * period_us, step=i // 100)
+        b.kernel("add", t, period_us * 0.4)
+        b.kernel("mul", t + period_us * 0.5, period_us * 0.4)
+        t += period_us
+    return b.build(root / name).path
+
+
+def test_periodic_steps_of_different_sizes_compare_per_unit_of_work(tmp_path: Path) -> None:
+    # BASE: a period (add, mul) every 20 µs -> 100 periods a step (2 ms); NEW, the same work
+    # five times as fast: 4 µs a period -> 500 periods a step, also ~2 ms. Per step they look
+    # the same; per unit of work NEW is 5x faster: its steps scale to 100 periods, 0.4 ms.
+    base = _eager(tmp_path, "base", 20.0, 2400)
+    new = _eager(tmp_path, "new", 4.0, 12000)
+    d = stepscope.diff(base, new)
+    assert d.step.base_ms == pytest.approx(2.0, rel=1e-3)
+    assert d.step.new_ms == pytest.approx(0.4, rel=1e-3)
+    assert d.verdict is Verdict.FASTER
+    assert "BASE 100, NEW 500 periods" in d.alignment
+    assert "scaled to 100 periods" in d.alignment
+    # categories are scaled alike: they still add up to the (scaled) mean step
+    assert sum(c.new_ms for c in d.categories) == pytest.approx(d.mean_ms[1], rel=1e-6)
+    assert d.mean_ms[1] == pytest.approx(0.4, rel=1e-2)
+
+
+def test_steps_that_are_not_the_same_work_are_inconclusive(tmp_path: Path) -> None:
+    # NEW has step markers (100 periods each), BASE none: the recovered 2 ms groups and the
+    # marked steps are not known to hold the same work
+    base = _eager(tmp_path, "base", 20.0, 2400)
+    new = _eager(tmp_path, "new", 4.0, 12000, marked=True)
+    d = stepscope.diff(base, new)
+    assert d.verdict is Verdict.INCONCLUSIVE
+    assert "not the same work" in d.alignment
+    assert "not the same work" in d.step.reason

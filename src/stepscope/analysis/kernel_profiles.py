@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
+from stepscope.analysis.mangled import mangled_function
 from stepscope.schema_ncu import NCU_COLUMNS
 
 METRICS = tuple(c for c, _, _, _ in NCU_COLUMNS)
@@ -82,8 +83,12 @@ def signature_key(name: str) -> str:
 
 
 def base_name(name: str) -> str:
-    """``void ns::copy<4>(const char*, int)`` -> ``copy``."""
+    """``void ns::copy<4>(const char*, int)`` -> ``copy``; a mangled name (``_Z4copyILi4EEvPKci``)
+    -> its function name too (``analysis.mangled``)."""
     s = name.strip()
+    mangled = mangled_function(s)
+    if mangled is not None:
+        return mangled
     if s.startswith("void "):
         s = s[5:]
     depth, out = 0, []

@@ -12,12 +12,15 @@ periods at least that long, and the detail says so.
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis.graph import StepGraph
-from stepscope.analysis.steady import StepInfo, make_step_info
+from stepscope.analysis.steady import PeriodicWork, StepInfo, make_step_info
 from stepscope.schema_enums import StepSource
 
 MIN_PERIOD_MATCH = 0.90
@@ -118,6 +121,7 @@ def periodic_steps(g: StepGraph) -> StepInfo | None:
     s = all_ts[idx[:-1]]
     e = all_ts[idx[1:]]
     nums = np.arange(s.size, dtype=np.int64)
+    work = PeriodicWork(kernels=p, periods=group, signature=_signature(names, _middle_period(phase, p, k.num_rows), p))
     hook = "no step hook fired; " if no_step_hook(g) else ""
     if group > 1:
         detail = (f"{s.size} recovered from the periodicity of the GPU work ({hook}the kernel "
@@ -127,5 +131,20 @@ def periodic_steps(g: StepGraph) -> StepInfo | None:
     else:
         detail = (f"{s.size} recovered from the periodicity of the GPU work ({hook}{p} kernels "
                   f"per step, {rate:.0%} of kernels repeat)")
-    return make_step_info(g.rank_id, StepSource.PERIODICITY, s, e, nums, detail)
+    return make_step_info(g.rank_id, StepSource.PERIODICITY, s, e, nums, detail, work)
+
+
+def _middle_period(phase: int, p: int, n: int) -> int:
+    """The first kernel of a period in the middle of the first ``n`` kernels (away from the
+    warm-up's)."""
+    whole = max((n - phase) // p, 1)
+    return min(phase + p * (whole // 2), max(n - p, 0))
+
+
+def _signature(names: pa.Array, start: int, p: int) -> str:
+    """The multiset of kernel names of one period (rotation does not change it, so two runs
+    whose boundaries fall at different phases agree), hashed."""
+    counts = Counter(str(x) for x in names.slice(start, p).to_pylist())
+    text = "\n".join(f"{n}\t{c}" for n, c in sorted(counts.items()))
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 

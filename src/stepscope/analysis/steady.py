@@ -59,6 +59,17 @@ class Step:
 
 
 @dataclass(frozen=True)
+class PeriodicWork:
+    """What one step holds when steps were recovered from the kernel stream's periodicity:
+    ``periods`` repetitions of a period of ``kernels`` kernels. Two runs whose steps group
+    different numbers of the same period are compared per period (``compare``)."""
+
+    kernels: int  # kernels in one period
+    periods: int  # periods per step
+    signature: str  # the period's kernel names as a multiset, hashed: equal for the same work
+
+
+@dataclass(frozen=True)
 class StepInfo:
     rank: int
     source: str  # StepSource value
@@ -66,6 +77,7 @@ class StepInfo:
     detail: str = ""  # how they were found, one line starting with the count ("48 from ...")
 
     anchored: bool = False  # windows moved onto the GPU timeline
+    work: PeriodicWork | None = None  # steps from periodicity: what one step holds
 
     @property
     def starts(self) -> I64:
@@ -129,11 +141,12 @@ def select_steady(walls: I64) -> tuple[tuple[bool, ...], tuple[str, ...]]:
     return tuple(bool(x) for x in steady), tuple(notes)
 
 
-def make_step_info(rank: int, source: StepSource, s: I64, e: I64, n: I64, detail: str) -> StepInfo:
+def make_step_info(rank: int, source: StepSource, s: I64, e: I64, n: I64, detail: str,
+                   work: PeriodicWork | None = None) -> StepInfo:
     steady, notes = select_steady(e - s)
     steps = tuple(
         Step(index=i, number=int(n[i]), start_ns=int(s[i]), end_ns=int(e[i]),
              steady=steady[i], note=notes[i])
         for i in range(s.size)
     )
-    return StepInfo(rank=rank, source=source.value, steps=steps, detail=detail)
+    return StepInfo(rank=rank, source=source.value, steps=steps, detail=detail, work=work)

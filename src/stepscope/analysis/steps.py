@@ -216,4 +216,4 @@ def anchor_to_gpu(g: StepGraph, info: StepInfo) -> StepInfo:
                 for i, s in enumerate(steps))
     return StepInfo(rank=info.rank, source=info.source, steps=new,
                     detail=info.detail + "; windows anchored to the GPU work each step issued",
-                    anchored=True)
+                    anchored=True, work=info.work)

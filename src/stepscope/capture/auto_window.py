@@ -8,9 +8,12 @@ context active; it never loads or initialises CUDA itself). Then, :func:`next_mo
 
 - the GPU is first seen in use and no step boundary has fired: the GPU backend starts at once
   (a *tentative* capture, so that a program ending early still leaves its GPU records);
-- ``warmup_s`` after that with still no step boundary, and ``warmup_s`` after the last
+- ``warmup_s`` after that with still no step boundary, ``warmup_s`` after the last
   compilation the framework reported (JAX, ``capture.hooks.jax_compile``; at most
-  ``COMPILE_WAIT_S`` after the first GPU use): a *time* window opens, and closes
+  ``COMPILE_WAIT_S`` after the first GPU use), and ``warmup_s`` after the GPU's work started
+  to flow (NVML's utilisation, ``capture.gpu_flow``; at most ``FLOW_WAIT_S`` after the first
+  GPU use: set-up work between the first GPU use and the loop is not taken for the loop): a
+  *time* window opens, and closes
   ``max_s`` later or when the program ends, whichever comes first; the steps are recovered at
   analysis from the periodicity of the kernel stream (``analysis.periodicity``). Boundaries that fire
   inside it are recorded as steps; they do not close it;
@@ -38,6 +41,17 @@ from types import FrameType
 from typing import Any
 
 from stepscope.capture.chunks import Tables
+from stepscope.capture.gpu_flow import FLOW_WAIT_S, flow_ready
+from stepscope.capture.window_used import (
+    WindowUsed,
+    describe_auto,
+    describe_auto_compiled,
+    describe_auto_expected,
+    describe_auto_flow,
+    describe_auto_quiet,
+    describe_tail,
+    describe_warmup_end,
+)
 from stepscope.store.manifest import Diagnostic
 
 POLL_S = 0.25
@@ -90,6 +104,15 @@ class WatchState:
     expect_wait_s: float = STEPS_EXPECTED_WAIT_S
     last_compile_ns: int | None = None  # when the framework last reported a compile ended
     compile_wait_s: float = COMPILE_WAIT_S
+    flow_known: bool = False  # NVML samples the GPUs' utilisation (``capture.gpu_flow``)
+    flow_since_ns: int | None = None  # when the GPU work flowing now started (None: quiet)
+    flow_wait_s: float = FLOW_WAIT_S
+
+
+def flowing(s: WatchState) -> bool:
+    """Whether the GPU's work has flowed for ``warmup_s`` (``capture.gpu_flow.flow_ready``)."""
+    return flow_ready(known=s.flow_known, since_ns=s.flow_since_ns, gpu_seen_ns=s.gpu_seen_ns,
+                      now_ns=s.now_ns, warmup_s=s.warmup_s, wait_s=s.flow_wait_s)
 
 
 def compiling(s: WatchState) -> bool:
@@ -126,7 +149,7 @@ def next_move(s: WatchState, gpu_in_use: bool) -> Move:
             return Move.STOP  # step hooks fire: the step schedule as without the fallback
         return Move.START_GPU if gpu_in_use else Move.WAIT
     if (s.boundaries == 0 and s.now_ns - s.gpu_seen_ns >= warmup_limit_s(s) * 1e9
-            and not compiling(s)):
+            and not compiling(s) and (s.steps_expected or flowing(s))):
         return Move.OPEN
     if s.now_ns - s.last_gpu_flush_ns >= s.flush_every_s * 1e9:
         return Move.FLUSH_GPU
@@ -196,14 +219,19 @@ class Fallback:
         self.gpu_seen_ns: int | None = None
         self.open_ns: int | None = None  # when the time window opened
         self.last_compile_ns: int | None = None  # as of the last look (the host capture's)
+        self.flow_known = False  # as of the last look (``capture.gpu_flow``)
+        self.flow_since_ns: int | None = None
         self.last_flush_ns = 0
         self._pre: deque[Tables] = deque(maxlen=keep_chunks)  # decoded GPU tables, no window yet
         self._raw = RawTail(folder)
 
     def state(self, now_ns: int, boundaries: int, window: Window, finished: bool,
-              last_compile_ns: int | None = None) -> WatchState:
+              last_compile_ns: int | None = None,
+              flow: tuple[bool, int | None] = (False, None)) -> WatchState:
         """``last_compile_ns``: when the framework last reported a compile ended (or a
-        compiler was seen running); the latest one seen is kept."""
+        compiler was seen running); the latest one seen is kept. ``flow``: whether NVML
+        samples utilisation, and since when the GPU's work flows (``capture.gpu_flow``)."""
+        self.flow_known, self.flow_since_ns = flow
         if last_compile_ns is not None and (self.last_compile_ns is None
                                             or last_compile_ns > self.last_compile_ns):
             self.last_compile_ns = last_compile_ns
@@ -218,7 +246,8 @@ class Fallback:
                           gpu_seen_ns=self.gpu_seen_ns, auto_open_ns=self.open_ns,
                           last_gpu_flush_ns=self.last_flush_ns, warmup_s=self.warmup_s,
                           max_s=self.max_s, flush_every_s=self.flush_every_s, finished=finished,
-                          last_compile_ns=self.last_compile_ns)
+                          last_compile_ns=self.last_compile_ns, flow_known=flow[0],
+                          flow_since_ns=flow[1])
 
     def ask(self) -> bool:
         try:
@@ -233,6 +262,12 @@ class Fallback:
         self.open_ns = now_ns
         c, g = self.last_compile_ns, self.gpu_seen_ns
         limit = max(self.warmup_s, STEPS_EXPECTED_WAIT_S) if self.steps_expected else self.warmup_s
+        f = self.flow_since_ns
+        if self.flow_known and g is not None and not self.steps_expected:
+            if f is None:  # opened at FLOW_WAIT_S with the GPU quiet
+                return describe_auto_quiet(FLOW_WAIT_S, self.max_s)
+            if f - g >= 1e9 and (c is None or f > c):
+                return describe_auto_flow(self.warmup_s, self.max_s, (f - g) / 1e9)
         if c is not None and g is not None and c + self.warmup_s * 1e9 > g + limit * 1e9:
             return describe_auto_compiled(self.warmup_s, self.max_s, (c - g) / 1e9)
         if self.steps_expected:
@@ -257,42 +292,6 @@ class Fallback:
     def settings(self) -> dict[str, Any]:
         return ({"auto_warmup_s": self.warmup_s, "gpu_first_used_ns": self.gpu_seen_ns}
                 if self.enabled else {})
-
-
-@dataclass(frozen=True)
-class WindowUsed:
-    """The window a process ended up with, for its settings and diagnostics."""
-
-    kind: str  # steps | time (--delay/--duration) | gpu_time | gpu_warmup | tail
-    text: str
-
-
-def describe_auto(warmup_s: float, max_s: float) -> WindowUsed:
-    return WindowUsed("gpu_time", f"no step hook fired: {max_s:g} s from {warmup_s:g} s after "
-                                  "the GPU was first used (steps recovered at analysis)")
-
-
-def describe_auto_compiled(warmup_s: float, max_s: float, compiled_s: float) -> WindowUsed:
-    return WindowUsed("gpu_time", f"no step hook fired: {max_s:g} s from {warmup_s:g} s after the "
-                                  f"last compilation ({compiled_s:.3g} s after the GPU was first "
-                                  "used; steps recovered at analysis)")
-
-
-def describe_auto_expected(wait_s: float, max_s: float) -> WindowUsed:
-    return WindowUsed("gpu_time", f"an optimizer was built but no step hook fired within {wait_s:g} s "
-                                  f"of the first GPU use: {max_s:g} s from then (steps recovered "
-                                  "at analysis)")
-
-
-def describe_warmup_end(warmup_s: float, ran_s: float) -> WindowUsed:
-    return WindowUsed("gpu_warmup", f"no step hook fired and the program ended {ran_s:.3g} s "
-                                    f"after it first used the GPU, within the {warmup_s:g} s "
-                                    "warm-up: from the first GPU use to the end (warm-up included)")
-
-
-def describe_tail(keep_s: float, gpu: bool) -> WindowUsed:
-    what = "host and GPU activity" if gpu else "host activity"
-    return WindowUsed("tail", f"the window never opened: the last {keep_s:g} s of {what}")
 
 
 NO_STEPS = ("no step boundary fired in the window (a time window, taken because no step hook "

@@ -54,6 +54,7 @@ from stepscope.capture.chunks import Tables, clip, concat, threads_cpu_s
 from stepscope.capture.config import ENV_VAR, CaptureConfig, HostLike, default_host
 from stepscope.capture.flight_recorder import FlightRecorderTap
 from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
+from stepscope.capture.gpu_flow import GpuFlow
 from stepscope.capture.host_slot import HostSlot
 from stepscope.capture.schedule import DEFAULT_MAX_SECONDS, Action
 from stepscope.capture.step_times import StepTimes
@@ -198,7 +199,9 @@ class Session(WindowIO):
         if (window is Window.NONE and self.auto.gpu_seen_ns is not None and self.boundaries == 0
                 and self._compile_probe()):
             compiled = now  # compiling now: as if a compile just ended
-        return self.auto.state(now, self.boundaries, window, self.finished, compiled)
+        flow = getattr(host, "gpu_flow", None) if host is not None else None
+        seen = (flow.known, flow.flow_since(now)) if isinstance(flow, GpuFlow) else (False, None)
+        return self.auto.state(now, self.boundaries, window, self.finished, compiled, seen)
 
     def _flush_pre_window(self) -> None:
         """Flush the tentative GPU capture while no window is open (on the watcher thread,

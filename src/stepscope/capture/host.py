@@ -47,6 +47,7 @@ from types import ModuleType
 from typing import Any
 
 from stepscope.capture.buffers import TableBuffers
+from stepscope.capture.gpu_flow import GpuFlow
 from stepscope.capture.hooks.install import WRAPPER_FILES, TorchHooks
 from stepscope.capture.hooks.nvtx_steps import NVTX_STEP
 from stepscope.capture.hooks.optimizer import TORCH_STEP
@@ -132,6 +133,7 @@ class HostCapture:
         self._nvml_info: dict[str, Any] = {}  # OpenSamplers.nvml_info() of wherever NVML ran
         self._psutil_unavailable: dict[str, str] = {}
         self._remote: SamplerProcess | None = None
+        self.gpu_flow = GpuFlow()  # when the GPU's work started to flow (the default window)
         if hasattr(os, "register_at_fork"):  # a forked child (DataLoader worker) has no samplers
             ref = weakref.ref(self)
             os.register_at_fork(after_in_child=lambda: _reset_in_child(ref))
@@ -167,7 +169,7 @@ class HostCapture:
         remote = SamplerProcess(hz=self.settings.sample_hz, nvml=self.settings.nvml,
                                 follow_children=not self.settings.hooks, env=self._env,
                                 sys_root=self._sys_root,
-                                push=lambda rows: self._buffers.push_many("samples", rows),
+                                push=self._push_samples,
                                 diag=lambda level, code, msg: self._diag(code, msg, level))
         try:
             remote.start()
@@ -339,6 +341,10 @@ class HostCapture:
         ``numactl`` and ``taskset`` bind before the interpreter starts)."""
         return self._cpus(0 if pid == os.getpid() else pid)
 
+    def _push_samples(self, rows: list[Any]) -> None:
+        self.gpu_flow.note(rows)
+        self._buffers.push_many("samples", rows)
+
     def _push(self, table: str, row: tuple[Any, ...]) -> None:
         self._buffers.push(table, row)
 
@@ -374,7 +380,7 @@ class HostCapture:
         self._nvml_info = opened.nvml_info()
 
         def tick() -> None:
-            self._buffers.push_many("samples", opened.sample(self._clock()))
+            self._push_samples(opened.sample(self._clock()))
 
         try:
             run_periodic(stop, self.settings.sample_hz, tick, status, self._sampler_error)

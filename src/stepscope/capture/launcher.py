@@ -5,8 +5,9 @@ the ``CaptureConfig`` travels as JSON in ``STEPSCOPE_CAPTURE``. Every Python int
 command starts (``torchrun`` workers, ``subprocess`` children) inherits both and captures itself
 into its own staging partition.
 
-The child inherits stdin, stdout and stderr as they are (its output is byte-identical). It runs in
-its own process group, so SIGINT/SIGTERM that the launcher receives are forwarded to the whole
+The child inherits stdin, stdout and stderr as they are (its output is byte-identical; ``record
+--live`` on a terminal hands it pseudo-terminals for stdout/stderr instead: ``cli.live``). It runs
+in its own process group, so SIGINT/SIGTERM that the launcher receives are forwarded to the whole
 group (``torchrun`` and its workers) and not delivered twice. When the launcher owns the terminal's
 foreground, the child's group is made the foreground group for the run (as a shell does), so that
 Ctrl-C and terminal reads go to the program, and the launcher takes the terminal back afterwards.
@@ -20,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -96,8 +97,12 @@ def _give_terminal(fd: int, pgrp: int) -> None:
         signal.signal(signal.SIGTTOU, old)
 
 
-def launch(cmd: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
-    """Run ``cmd`` to the end; returns its status. Raises CaptureError if it cannot start."""
+def launch(cmd: Sequence[str], env: Mapping[str, str], *, stdout: int | None = None,
+           stderr: int | None = None, started: Callable[[], None] | None = None) -> LaunchResult:
+    """Run ``cmd`` to the end; returns its status. Raises CaptureError if it cannot start.
+    ``stdout``/``stderr``: file descriptors to give the program instead of this process's
+    (``record --live``'s pseudo-terminals); ``started``: called once the program runs (threads
+    that watch it are started there, after the fork)."""
     forwarded: list[str] = []
     child: subprocess.Popen[bytes] | None = None
 
@@ -123,7 +128,7 @@ def launch(cmd: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
         try:
             # preexec_fn rather than process_group= (3.11+); the launcher runs no threads here
             parent = os.getpid()
-            child = subprocess.Popen(list(cmd), env=dict(env),
+            child = subprocess.Popen(list(cmd), env=dict(env), stdout=stdout, stderr=stderr,
                                      preexec_fn=lambda: _in_child(parent))
         except FileNotFoundError:
             raise CaptureError(f"{cmd[0]}: command not found") from None
@@ -133,6 +138,8 @@ def launch(cmd: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
             raise CaptureError(f"{cmd[0]}: cannot start ({exc.strerror})") from None
         if tty is not None:
             _give_terminal(tty, child.pid)
+        if started is not None:
+            started()
         while True:
             try:
                 code = child.wait()

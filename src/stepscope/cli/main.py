@@ -6,10 +6,12 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TextIO
 
 from stepscope._version import __version__
-from stepscope.errors import StepscopeError, foreign, printable
+from stepscope.errors import MissingExtensionWarning, StepscopeError, foreign, printable
 
 # Command -> its module in stepscope.cli (each has add_parser and run), in --help order
 # (`import` is a keyword: its module is import_).
@@ -63,7 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or usage error (2)
         return int(exc.code or 0)
     try:
-        code: int = args.run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _notices(warnings.showwarning)  # restored at the block's end
+            code: int = args.run(args)
         sys.stdout.flush()  # a full disk or a closed pipe behind stdout shows here, not at exit
         return code
     except StepscopeError as exc:
@@ -88,6 +92,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _error(f"stdout: cannot write ({problem})")
             return _error(problem)
         return _error(f"{_subject(args)}: {problem}")
+
+
+def _notices(show: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.showwarning`` while a command runs: stepscope's own notices (an optional
+    compiled part missing, ``MissingExtensionWarning``: once per process, by Python's default
+    filter) as one ``stepscope: note:`` line on stderr; any other warning goes to ``show``."""
+
+    def notice(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+               file: TextIO | None = None, line: str | None = None) -> None:
+        if issubclass(category, MissingExtensionWarning):
+            print(f"stepscope: note: {printable(str(message), newlines=False)}", file=sys.stderr)
+            return
+        show(message, category, filename, lineno, file, line)
+
+    return notice
 
 
 def _error(message: str) -> int:

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,12 @@ from stepscope._version import __version__
 from stepscope.capture.bootstrap import CaptureConfig
 from stepscope.capture.endings import status_text
 from stepscope.capture.gpu import BACKENDS
-from stepscope.capture.launcher import PKG_ROOT, build_command, child_env, launch
+from stepscope.capture.launcher import PKG_ROOT, LaunchResult, build_command, child_env, launch
 from stepscope.capture.partitions import merge
 from stepscope.capture.schedule import DEFAULT_WARMUP_S, make_schedule
 from stepscope.capture.staging_folder import make_staging
 from stepscope.cli.progress import TerminalProgress
-from stepscope.errors import CaptureError, RunError, StepscopeError
+from stepscope.errors import CaptureError, MissingExtensionWarning, RunError, StepscopeError
 from stepscope.importers import parse_kineto
 from stepscope.store.manifest import Diagnostic, read_manifest
 from stepscope.store.writer import check_replaceable
@@ -72,6 +73,11 @@ def add_parser(sub: Any) -> None:
                    help="do not size or read torch.distributed's flight recorder (the "
                         "collectives then have no sizes or process groups; docs/record.md)")
     p.add_argument("--quiet", action="store_true", help="print nothing (the run is still written)")
+    p.add_argument("--live", action="store_true",
+                   help="while the program runs, show its step time, GPU busy, input wait and "
+                        "the top finding so far: a panel redrawn every second on a terminal "
+                        "(the program's output is printed above it), else a line every 30 s; "
+                        "read from what the capture writes, in this process (docs/record.md)")
     p.add_argument("--kernels", metavar="top:N", type=_top,
                    help="then run the program again under Nsight Compute (ncu), profiling the "
                         "N kernels with the most time per step, and add their counters to the "
@@ -120,6 +126,12 @@ def run(args: argparse.Namespace) -> int:
         raise RunError(f"{out}: already exists (choose another -o or pass --force)")
     if args.force:
         check_replaceable(out, inputs)
+    if args.backend in ("auto", "cupti"):
+        from stepscope.capture.cupti.native import shim_notice
+
+        notice = shim_notice()
+        if notice is not None:
+            warnings.warn(notice, MissingExtensionWarning, stacklevel=1)
     staging = make_staging(out)
     config = CaptureConfig(staging=str(staging.resolve()), schedule=schedule,
                            sample_hz=args.sample_hz, stacks=not args.no_stacks,
@@ -127,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
                            nvtx_step=args.nvtx, auto_warmup_s=warmup,
                            flight_recorder=not args.no_flight_recorder)
     try:
-        result = launch(cmd, child_env(config))
+        result = _launch(cmd, child_env(config), staging, live=args.live and not args.quiet,
+                         flush_every_s=config.flush_every_s)
     except StepscopeError:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -171,6 +184,18 @@ def run(args: argparse.Namespace) -> int:
         except StepscopeError as exc:  # the run is written; the program's exit status stands
             say(f"stepscope: --kernels: {exc}")
     return _exit_like(code)
+
+
+def _launch(cmd: list[str], env: dict[str, str], staging: Path, *, live: bool,
+            flush_every_s: float) -> LaunchResult:
+    """Run the program; with ``live``, beside the live view of its staging folder."""
+    if not live:
+        return launch(cmd, env)
+    from stepscope.cli.live import LiveView
+
+    with LiveView(staging, terminal=sys.stderr.isatty(), flush_every_s=flush_every_s) as view:
+        out, err = view.child_stdio()
+        return launch(cmd, env, stdout=out, stderr=err, started=view.started)
 
 
 def _top(text: str) -> int:

@@ -10,6 +10,13 @@ Alignment, by step, never by wall-clock window:
   traces of different jobs); ``Diff.alignment`` says which.
 * **Steps.** Each side's steady steps (``analysis.steady``: warm-up and rare outliers left
   out), pooled over the side's runs, are the samples of :func:`stats.shift_test`.
+* **Steps recovered from periodicity.** Where no marker shows the steps, they are whole
+  periods of the kernel stream grouped to about 2 ms (``analysis.periodicity``), so a faster
+  run packs more periods into a step. When every compared sample's steps are periods of the
+  same work (the same multiset of kernel names), each sample's per-step figures are scaled
+  to BASE's first sample's periods per step: compared per unit of work. When the samples'
+  steps are not the same work (one side has markers, or the periods differ), the step times
+  do not measure the same thing: the verdict is inconclusive and ``alignment`` says why.
 * **Categories, kernels, ops.** Per steady step, the mean over the compared ranks, then over
   the side's runs; categories are the step-time breakdown, so they sum to the side's mean
   step (``mean_ms``), and their deltas to the difference of the means.
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -171,10 +178,15 @@ def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.
         return [[rank_sample(s.analysis, s.analysis.rank(p[pick])) for p in plan] for s in side]
 
     sb, sn = sample(base, 0), sample(new, 1)
+    sb, sn, work_note, comparable = _per_work(sb, sn)
+    alignment += work_note
     heads_b, heads_n = [_headline(r) for r in sb], [_headline(r) for r in sn]
     step = shift_test(np.array(sum(heads_b, []), dtype=np.float64),
                       np.array(sum(heads_n, []), dtype=np.float64),
                       confidence=confidence, margin_pct=margin_pct)
+    if not comparable:
+        step = replace(step, verdict=Verdict.INCONCLUSIVE,
+                       reason="the two sides' steps are not the same work (see alignment)")
     cat_b = _mean_runs([_mean_categories(r) for r in sb])
     cat_n = _mean_runs([_mean_categories(r) for r in sn])
     ranks: list[RankDiff] = []
@@ -196,6 +208,37 @@ def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.
         ops=tuple(match(_uses(sb, "ops"), _uses(sn, "ops"))),
         findings=tuple(compare_findings([s.advice for s in base], [s.advice for s in new])),
         ranks=tuple(ranks))
+
+
+def _per_work(sb: list[list[RankSample]], sn: list[list[RankSample]]) -> tuple[
+        list[list[RankSample]], list[list[RankSample]], str, bool]:
+    """Steps recovered from periodicity, scaled to the same work (module docstring): the
+    samples, a note for ``alignment`` and whether the sides' steps are comparable."""
+    works = [s.work for side in (sb, sn) for run in side for s in run]
+    if all(w is None for w in works):
+        return sb, sn, "", True
+    if any(w is None for w in works) or len({w.signature for w in works if w}) > 1:
+        return sb, sn, ("; the steps are not the same work (recovered from the periodicity "
+                        "of different kernel streams, or markers on one side only): step "
+                        "times are not comparable, add a step marker to both"), False
+    ref = sb[0][0].work
+    assert ref is not None
+    grouped = {w.periods for w in works if w}
+    if len(grouped) == 1:
+        return sb, sn, "", True
+
+    def scale(side: list[list[RankSample]]) -> list[list[RankSample]]:
+        return [[s.scaled(ref.periods / s.work.periods) if s.work else s for s in run]
+                for run in side]
+
+    def span(side: list[list[RankSample]]) -> str:
+        ps = sorted({s.work.periods for run in side for s in run if s.work})
+        return str(ps[0]) if len(ps) == 1 else f"{ps[0]}-{ps[-1]}"
+
+    return scale(sb), scale(sn), (
+        f"; steps recovered from the periodicity of the kernel stream (a period of "
+        f"{ref.kernels} kernels) hold BASE {span(sb)}, NEW {span(sn)} periods: every step "
+        f"scaled to {ref.periods} periods, compared per unit of work"), True
 
 
 def _mean_runs(dicts: list[dict[str, float]]) -> dict[str, float]:

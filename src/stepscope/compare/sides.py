@@ -15,7 +15,7 @@ spends on each breakdown category, kernel and op (:class:`RankSample`), from the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,7 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.analysis.results import RankAnalysis
+from stepscope.analysis.steady import PeriodicWork
 from stepscope.analysis.steps import work_annotations
 
 F64 = npt.NDArray[np.float64]
@@ -52,6 +53,15 @@ class RankSample:
     kernels: dict[str, Use]
     ops: dict[str, Use]
     step_detail: str  # how the analysis found the steps
+    work: PeriodicWork | None = None  # steps recovered from periodicity: what a step holds
+
+    def scaled(self, f: float) -> RankSample:
+        """Every per-step figure times ``f`` (steps holding ``f`` times the work)."""
+        return replace(
+            self, steps_ms=tuple(x * f for x in self.steps_ms),
+            categories_ms={c: v * f for c, v in self.categories_ms.items()},
+            kernels={k: replace(u, calls=u.calls * f, ms=u.ms * f) for k, u in self.kernels.items()},
+            ops={k: replace(u, calls=u.calls * f, ms=u.ms * f) for k, u in self.ops.items()})
 
 
 def rank_sample(analysis: Analysis, ra: RankAnalysis) -> RankSample:
@@ -68,7 +78,7 @@ def rank_sample(analysis: Analysis, ra: RankAnalysis) -> RankSample:
         rank=ra.rank, step_numbers=tuple(s.number for s in steady),
         steps_ms=tuple(s.span_ns / 1e6 for s in steady),
         categories_ms=dict(ra.breakdown.mean_ms), kernels=kernels, ops=ops,
-        step_detail=ra.steps.detail)
+        step_detail=ra.steps.detail, work=ra.steps.work)
 
 
 def _in_steps(t: pa.Table, starts: I64, ends: I64) -> pa.Table:

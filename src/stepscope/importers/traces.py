@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from stepscope._version import __version__
-from stepscope.errors import DamagedFileError, RunError, TraceFormatError
+from stepscope.errors import DamagedFileError, MissingExtensionWarning, RunError, TraceFormatError
 from stepscope.importers.engines import Engine, open_pool, ordered, plan_workers
+from stepscope.importers.kineto import native as kineto_native
 from stepscope.importers.nsys import is_parquet_export
 from stepscope.importers.rank_work import RankFailure, RankTask
 from stepscope.importers.registry import FORMATS, Format, format_of
@@ -102,6 +104,16 @@ def _detected(paths: Sequence[str | Path]) -> tuple[list[tuple[Path, Format]], l
     return out, diags
 
 
+def _notice_missing_scanner(formats: Iterable[str]) -> None:
+    """Warn (``MissingExtensionWarning``, once per process) when Kineto traces are about to be
+    read without the compiled scanner. Here, in the process that was asked, not in the workers
+    that read the ranks."""
+    if "kineto" in set(formats):
+        notice = kineto_native.missing_notice()
+        if notice is not None:
+            warnings.warn(notice, MissingExtensionWarning, stacklevel=1)  # one place: once
+
+
 def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bool = False,
                   workers: int | None = None, engine: str | Engine | None = None) -> Path:
     """Import PyTorch profiler traces (files and/or folders, one file per rank)
@@ -114,6 +126,7 @@ def import_traces(paths: Sequence[str | Path], out: str | Path, *, overwrite: bo
     ``dask:ADDRESS``: a Dask cluster, ``dask_engine``; None: ``STEPSCOPE_IMPORT_ENGINE``, else
     ``process``). The run is the same either way."""
     files, diags = _detected(paths)
+    _notice_missing_scanner(fmt.name for _, fmt in files)
     settings = Settings.from_env()
     chosen = engine if isinstance(engine, Engine) else Engine.parse(
         engine or settings.import_engine)

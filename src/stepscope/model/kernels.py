@@ -61,13 +61,14 @@ _COLUMNS = ("name", "ts_ns", "dur_ns", "device", "external_id", "category", "ten
 
 @dataclass(frozen=True)
 class SteadyKernels:
-    """One rank's kernel launches that start inside a steady step, as numpy columns."""
+    """One rank's kernel launches that start inside a steady step's window on the GPU
+    timeline (``Step.window``), as numpy columns."""
 
     rank: int
     n_steps: int
     step: npt.NDArray[np.int64]  # index into ra.steps.steps
     slot: npt.NDArray[np.int64]  # position among the steady steps (sorted by start)
-    starts: npt.NDArray[np.int64]  # steady step windows, sorted
+    starts: npt.NDArray[np.int64]  # steady steps' markers (host side: launches), sorted
     ends: npt.NDArray[np.int64]
     cols: Mapping[str, npt.NDArray[Any]]
     all_frame: pa.Table  # every launch of the rank (for overlap with other kernels)
@@ -82,8 +83,8 @@ class SteadyKernels:
 
 def steady_kernels(g: StepGraph, ra: RankAnalysis) -> SteadyKernels | None:
     """The enriched kernel frame (``analysis.kernels.kernel_frame``) of rank ``ra`` restricted to
-    launches that start in a steady step; ``None`` without steady steps or kernels. Once per
-    rank graph (four rules read it)."""
+    launches that start in a steady step's window (GPU-anchored where the host ran ahead);
+    ``None`` without steady steps or kernels. Once per rank graph (four rules read it)."""
     return g.memo(("steady_kernels",), lambda: _steady_kernels(g, ra))
 
 
@@ -97,8 +98,13 @@ def _steady_kernels(g: StepGraph, ra: RankAnalysis) -> SteadyKernels | None:
     starts = np.array([s.start_ns for s in steady], dtype=np.int64)
     ends = np.array([s.end_ns for s in steady], dtype=np.int64)
     order = np.argsort(starts, kind="stable")
+    # a kernel belongs to the step whose window on the GPU timeline it starts in: the
+    # markers when they hold their GPU work, the anchored windows when the host ran ahead
+    # (an async JAX loop's markers cover only the dispatch, and hold none of the kernels)
+    w_starts = np.array([s.window[0] for s in steady], dtype=np.int64)[order]
+    w_ends = np.array([s.window[1] for s in steady], dtype=np.int64)[order]
     ts = np.asarray(frame.column("ts_ns").to_numpy(), dtype=np.int64)
-    slot = assign_to_windows(ts, starts[order], ends[order])
+    slot = assign_to_windows(ts, w_starts, w_ends)
     keep = slot >= 0
     if not keep.any():
         return None

@@ -202,7 +202,7 @@ def _input_line(report: Report) -> Text | None:
     return t
 
 
-def _overview(s: RunSummary) -> Text:
+def _overview(s: RunSummary, ncu_launches: int = 0) -> Text:
     t = Text()
     t.append("Steps: ", style="bold")
     t.append(s.step_detail or "none (the run has no ranks)")
@@ -214,6 +214,11 @@ def _overview(s: RunSummary) -> Text:
         t.append(f"{st.median_ms:.2f} ms", style="bold")
         t.append(f" median, {st.mean_ms:.2f} mean, {st.p95_ms:.2f} p95")
     if s.devices_used == 0:
+        if ncu_launches:  # a run of Nsight Compute counters only: no timeline, by design
+            t.append(f"\nGPU timeline: none in this run; it holds Nsight Compute counters of "
+                     f"{ncu_launches} kernel launch{'es' if ncu_launches != 1 else ''} (below, "
+                     "and `stepscope kernels RUN`)")
+            return t
         notes = sorted({r.gpu_note for r in s.ranks if r.gpu_note})
         t.append("\nGPU activity: none recorded" + (f": {notes[0]}" if notes else ""))
         return t
@@ -351,7 +356,9 @@ def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
 
 def render(report: Report, *, top_kernels: int = 8) -> Group:
     s = summarize(report.analysis)
-    parts: list[RenderableType] = [_header(report, s), Text(), _overview(s), Text()]
+    parts: list[RenderableType] = [
+        _header(report, s), Text(),
+        _overview(s, int(report.manifest.tables.get("kernel_metrics", 0))), Text()]
     verdict = _input_line(report)
     if verdict is not None:
         parts[-1:-1] = [verdict]

@@ -146,6 +146,11 @@ def test_cli_import_of_profiles(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert Run(tmp_path / "both").table("kernel_metrics").num_rows == 1
     assert main(["import", str(f), "--into", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
+    # the report of a counters-only run says what it holds, not "no GPU activity"
+    assert main(["report", str(tmp_path / "k.stepscope"), "--format", "text"]) == 0
+    out = capsys.readouterr().out
+    assert "Nsight Compute counters of 1 kernel launch " in out
+    assert "none recorded" not in out
 
 
 def test_source_page_gives_hot_lines(tmp_path: Path) -> None:

@@ -128,6 +128,23 @@ def build_shim(dest_dir: Path | None = None, compiler: str | None = None) -> Pat
     return target
 
 
+def shim_notice(environ: Mapping[str, str] | None = None) -> str | None:
+    """What to tell a user who records on a machine with CUPTI when the shim was not built at
+    install time and is not in the cache yet (the first capture must compile it); None when
+    it is there, or when there is no CUPTI here (no GPU capture to make)."""
+    if _prebuilt() is not None or find_libcupti(environ) is None:
+        return None
+    digest = hashlib.sha256(SHIM_SOURCE.read_bytes()).hexdigest()[:16]
+    if (cache_dir(environ) / f"libss_cupti-{digest}.so").is_file():
+        return None
+    env = os.environ if environ is None else environ
+    has_cc = bool(env.get("CC") or shutil.which("cc") or shutil.which("gcc"))
+    return ("the CUPTI buffer shim (stepscope.capture.cupti._ss_cupti) is not installed: "
+            + ("the first GPU capture compiles it with the C compiler" if has_cc else
+               "no C compiler was found, so GPU capture cannot run")
+            + "; install a stepscope wheel, which ships it built")
+
+
 def load_shim(path: Path | None = None) -> ctypes.CDLL:
     """The shim with its signatures set (built on demand)."""
     lib_path = path or _prebuilt() or build_shim()

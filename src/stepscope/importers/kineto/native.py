@@ -78,6 +78,22 @@ _NEED_CORRELATION = np.isin(np.arange(len(CATEGORIES)),
                             [CODES[c] for c in ("kernel", "gpu_memcpy", "gpu_memset")])
 
 
+# measured end to end, `stepscope import` with and without the scanner (docs/benchmarks.md,
+# "`stepscope import` alone, with the compiled scanner", 2026-11-22): 1.64-1.65x on a 225 MB
+# trace, 1.81-1.85x on a 904 MB one
+MISSING = ("the compiled Kineto scanner (stepscope.importers._ss_kineto) is not installed: "
+           "imports of PyTorch traces run ~1.6-1.9x slower; install a stepscope wheel, or "
+           "reinstall from source with a C compiler and the Python headers")
+
+
+def missing_notice() -> str | None:
+    """The notice to give when the scanner is missing and would have been used (not when the
+    user turned it off with ``STEPSCOPE_KINETO_NATIVE=0``); None otherwise."""
+    if EXTENSION is not None or not Settings.from_env().kineto_native:
+        return None
+    return MISSING
+
+
 def enabled(native: bool | None = None) -> bool:
     """Whether the fast path runs: ``native`` if given, else unless the variable says ``0``."""
     if EXTENSION is None:
@@ -185,4 +201,5 @@ def _decode_spans(data: Any, spans: npt.NDArray[np.int64],
     return list(zip(decoded, spans[:, 2].tolist()))
 
 
-__all__ = ["CATEGORIES", "ENV", "EXTENSION", "INT_COLUMNS", "Scanned", "enabled", "scan"]
+__all__ = ["CATEGORIES", "ENV", "EXTENSION", "INT_COLUMNS", "MISSING", "Scanned", "enabled",
+           "missing_notice", "scan"]

@@ -1,0 +1,133 @@
+"""The "Remedies" tables of the planted suite's accuracy.md (issue 22, validation).
+
+One table per framework table: per scenario and fix variant, the remedy (or plan) it checks,
+the measured step (baseline -> variant, untraced), the predicted fixed step via record and via
+the profiler trace (``remedy_score``), their ratio to the measured one and the verdict; then
+the totals. Pure functions of record_suite's per-scenario results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import remedy_score as rs
+
+HEADER = ("| scenario | variant | checks | measured ms (baseline → fixed, saving) | "
+          "predicted fixed ms via record | via profiler trace | predicted / measured "
+          "(record / profiler) | ok? (record / profiler) |")
+RULE = "|---|---|---|---|---|---|---|---|"
+
+
+def _esc(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _rows_of(r: dict[str, Any], path: str) -> list[dict[str, Any]] | None:
+    return (r.get("remedy_score") or {}).get(path)
+
+
+def _pred_cell(row: dict[str, Any] | None, has_report: bool) -> str:
+    if not has_report:
+        return "no report"
+    if row is None:
+        return "–"
+    if row["predicted_fixed_ms"] is None:
+        return "not offered" if row["step_ms"] is None else "no captured step"
+    return f"{row['predicted_fixed_ms']:.2f} ({row['predicted_saving_pct']:.0f}%)"
+
+
+def _ratio_cell(row: dict[str, Any] | None) -> str:
+    return "–" if row is None or row["ratio"] is None else f"{row['ratio']:.2f}"
+
+
+def _ok_cell(row: dict[str, Any] | None, has_report: bool) -> str:
+    if not has_report or row is None:
+        return "–"
+    if row["trap"]:
+        return "ok (trap)" if row["ok"] else (
+            "FAIL (trap: fix helped)" if not row.get("no_gain_measured") else
+            "FAIL (trap: saving promised)")
+    if row["ok"]:
+        return "ok" if row["on_target"] else "ok (±30%)"
+    return "not offered" if row["step_ms"] is None else "off"
+
+
+def _checks(row: dict[str, Any], variant: dict[str, Any]) -> str:
+    ids = "+".join(variant.get("remedies") or [])
+    if row["check"] == "plan":
+        return f"plan ({'+'.join(row['remedy_ids'])})"
+    src = row["source"]
+    if src == "not offered" or src == f"remedy {ids}":
+        return ids + (" (trap)" if row["trap"] else "")
+    return f"{ids} via {src}" + (" (trap)" if row["trap"] else "")
+
+
+def scenario_rows(r: dict[str, Any]) -> list[str]:
+    """The table rows of one scenario (nothing for a scenario without remedy variants)."""
+    variants = r.get("variants") or {}
+    if not any(v.get("remedies") for v in variants.values()):
+        return []
+    name = r["scenario"]
+    base = (r.get("timing") or {}).get("baseline_ms")
+    rec, prof = _rows_of(r, "record"), _rows_of(r, "profiler")
+    lines = []
+    for vname, v in variants.items():
+        if not v.get("remedies"):
+            continue
+        if v.get("status") != "measured":
+            why = v.get("error") or v.get("status") or r.get("reason") or r.get("status")
+            lines.append(f"| {name} | {vname} | {'+'.join(v['remedies'])} | not measured: "
+                         f"{_esc(why)[:90]} | | | | |")
+            continue
+        keys = [(x["variant"], x["check"]) for x in (rec or []) + (prof or [])
+                if x["variant"] == vname]
+        for key in dict.fromkeys(keys):
+            a = next((x for x in rec or [] if (x["variant"], x["check"]) == key), None)
+            b = next((x for x in prof or [] if (x["variant"], x["check"]) == key), None)
+            row = a or b
+            assert row is not None
+            measured = (f"{base:.2f} → {v['fixed_ms']:.2f} ({v['saving_pct']:.0f}%)"
+                        if base is not None else "–")
+            lines.append(
+                f"| {name} | {vname} | {_esc(_checks(row, v))} | {measured} | "
+                f"{_pred_cell(a, rec is not None)} | {_pred_cell(b, prof is not None)} | "
+                f"{_ratio_cell(a)} / {_ratio_cell(b)} | "
+                f"{_ok_cell(a, rec is not None)} / {_ok_cell(b, prof is not None)} |")
+        if not keys:
+            lines.append(f"| {name} | {vname} | {'+'.join(v['remedies'])} | "
+                         f"{base or 0:.2f} → {v['fixed_ms']:.2f} | no report | no report | "
+                         "– | – |")
+    return lines
+
+
+def totals_text(results: list[dict[str, Any]], path: str) -> str:
+    rows = [x for r in results for x in (_rows_of(r, path) or [])]
+    t = rs.totals(rows)
+    if not t["rows"]:
+        return "nothing scored"
+    text = (f"within ±30% {t['ok']}/{t['rows'] - t['traps']} (±20%: {t['on_target']}), "
+            f"not offered {t['not_offered']}")
+    if t["plan_rows"]:
+        text += f", plan checks ok {t['plan_ok']}/{t['plan_rows']}"
+    if t["traps"]:
+        text += f", traps ok {t['traps_ok']}/{t['traps']}"
+    return text
+
+
+def remedies_md(results: list[dict[str, Any]], title: str) -> list[str]:
+    """The "Remedies" table of one framework table's results ([] when none has variants)."""
+    body = [ln for r in results for ln in scenario_rows(r)]
+    if not body:
+        return []
+    return ["", f"### Remedies ({title})", "", HEADER, RULE, *body, "",
+            (f"Remedies via record: {totals_text(results, 'record')}. Via profiler trace: "
+             f"{totals_text(results, 'profiler')}.")]
+
+
+INTRO = ("Remedies: each fix variant (a real user fix, named by the remedy ids it applies) is "
+         "timed untraced, interleaved with the baseline. Predicted fixed step = measured "
+         "baseline × the report's predicted_step_ms / its captured step (step_model.measured_ms, "
+         "else the mean step); ok = within ±30% of the measured fixed step (target ±20%). "
+         "A variant covering several remedy ids also checks the plan. A trap (a fix that must "
+         "not help) is ok when the predicted saving is below 10% and the measured saving below "
+         "5%.")

@@ -1,0 +1,223 @@
+"""Scoring stepscope's remedies against measured fix variants (issue 22, validation).
+
+Pure functions of plain data: the report's JSON fields (``remedies``: ``id``, ``title``,
+``finding_ids``, ``predicted_step_ms``, ``est_saving_ms``, ``est_saving_pct``, ``options``,
+``assumptions``; ``plan``: ``predicted_step_ms``, ``remedy_ids``; ``step_model``) and the
+suite's per-variant measurements (``run.measure_variants``). Torch-free.
+
+For each fix variant (``variants.Variant``) and each path (record, profiler trace):
+
+- the prediction it checks: one remedy id -> that remedy (or an option of that id under
+  another remedy); several -> the plan restricted to those ids where the report gives one
+  (``plan.subsets`` / ``plans``: ``remedy_ids`` + ``predicted_step_ms``), else an option that
+  combines them (``bf16_amp`` with option ``channels_last``), else the plan when its remedies
+  are all among what the variant covers (``Variant.covers``);
+- a variant that covers more than one remedy id also checks the plan (a "plan" row);
+- predicted fixed step = measured untraced baseline x (predicted_step_ms / the report's
+  captured step: ``step_model.measured_ms``, else ``summary.step_ms.mean``); ok when within
+  +-30% of the measured fixed step (target +-20%);
+- a trap (a fix that must not help): ok when the predicted saving is below 10% (a remedy not
+  offered predicts none) and the measurement shows no gain (saving below 5%).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+TOLERANCE = 0.30
+TARGET = 0.20
+TRAP_MAX_PREDICTED_PCT = 10.0
+NO_GAIN_PCT = 5.0
+REMEDY_KEYS = ("id", "title", "finding_ids", "predicted_step_ms", "est_saving_ms",
+               "est_saving_pct", "options", "assumptions")
+
+
+# ---------------------------------------------------------------------------------------------
+# What a report says
+
+
+def remedy_fields(report: dict[str, Any] | None) -> dict[str, Any]:
+    """The remedy part of a JSON report (``stepscope report --format json``): remedies, plan,
+    step model and the captured step time the predictions are relative to."""
+    if not report:
+        return {}
+    s = report.get("summary") or {}
+    model = report.get("step_model") or None
+    step_ms = s.get("step_ms") or {}
+    captured, source = None, None
+    if isinstance(model, dict) and model.get("measured_ms"):
+        captured, source = float(model["measured_ms"]), "step_model.measured_ms"
+    elif isinstance(step_ms, dict) and step_ms.get("mean"):
+        captured, source = float(step_ms["mean"]), "summary.step_ms.mean"
+    out: dict[str, Any] = {
+        "remedies": [{k: r.get(k) for k in REMEDY_KEYS} for r in report.get("remedies") or []
+                     if isinstance(r, dict)],
+        "plan": report.get("plan"), "step_model": model,
+        "captured_step_ms": captured, "captured_from": source,
+    }
+    if report.get("plans") is not None:
+        out["plans"] = report.get("plans")
+    return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted step for a set of remedy ids, on the captured run's scale."""
+
+    step_ms: float | None  # None: the report offers nothing for these ids
+    source: str  # "remedy tf32", "option channels_last of bf16_amp", "plan", ...
+    remedy_ids: tuple[str, ...] = ()
+
+
+def _opt_id(o: dict[str, Any]) -> str:
+    return str(o.get("id") or o.get("name") or "")
+
+
+def _opt_parts(o: dict[str, Any]) -> set[str]:
+    """The remedy ids an option stands for: its ``remedy_ids``, else its id split at "+"
+    ("bf16_amp+channels_last")."""
+    if o.get("remedy_ids"):
+        return {str(x) for x in o["remedy_ids"]}
+    return {x for x in _opt_id(o).split("+") if x}
+
+
+def _step_of(d: dict[str, Any], captured: float | None) -> float | None:
+    """``predicted_step_ms``, else the captured step less ``est_saving_pct``."""
+    if d.get("predicted_step_ms") is not None:
+        return float(d["predicted_step_ms"])
+    if d.get("est_saving_pct") is not None and captured:
+        return captured * (1.0 - float(d["est_saving_pct"]) / 100.0)
+    return None
+
+
+def _subset_plans(fields: dict[str, Any]) -> list[dict[str, Any]]:
+    plan = fields.get("plan") or {}
+    found = list(plan.get("subsets") or []) if isinstance(plan, dict) else []
+    found += list(fields.get("plans") or [])
+    return [p for p in found if isinstance(p, dict)]
+
+
+def _plan_ids(fields: dict[str, Any]) -> set[str]:
+    plan = fields.get("plan") or {}
+    return set(plan.get("remedy_ids") or []) if isinstance(plan, dict) else set()
+
+
+def plan_prediction(fields: dict[str, Any]) -> Prediction:
+    plan = fields.get("plan")
+    if not isinstance(plan, dict) or not plan.get("remedy_ids"):
+        return Prediction(None, "no plan")
+    return Prediction(_step_of(plan, fields.get("captured_step_ms")), "plan",
+                      tuple(plan["remedy_ids"]))
+
+
+def predict(fields: dict[str, Any], ids: tuple[str, ...],
+            covers: tuple[str, ...] = ()) -> Prediction:
+    """The report's prediction for applying the remedies ``ids`` together (module doc)."""
+    captured = fields.get("captured_step_ms")
+    remedies = {str(r.get("id")): r for r in fields.get("remedies") or []}
+    want = set(ids)
+    if len(ids) == 1 and ids[0] in remedies:
+        return Prediction(_step_of(remedies[ids[0]], captured), f"remedy {ids[0]}", ids)
+    for p in _subset_plans(fields):
+        if set(p.get("remedy_ids") or []) == want:
+            return Prediction(_step_of(p, captured), "plan restricted to " + "+".join(ids), ids)
+    for r in remedies.values():
+        for o in r.get("options") or []:
+            if not isinstance(o, dict) or not _opt_id(o):
+                continue
+            parts = _opt_parts(o)
+            if parts == want or parts | {str(r.get("id"))} == want:
+                return Prediction(_step_of(o, captured), f"option {_opt_id(o)} of {r.get('id')}",
+                                  ids)
+    plan_ids = _plan_ids(fields)
+    if len(ids) > 1 and plan_ids and plan_ids <= set(covers or ids) and plan_ids & want:
+        return plan_prediction(fields)
+    return Prediction(None, "not offered")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring
+
+
+def score_row(pred: Prediction, *, baseline_ms: float, fixed_ms: float, saving_pct: float,
+              captured_ms: float | None, trap: bool) -> dict[str, Any]:
+    """One prediction against one measured variant (module doc)."""
+    out: dict[str, Any] = {**asdict(pred), "remedy_ids": list(pred.remedy_ids),
+                           "trap": trap, "measured_fixed_ms": round(fixed_ms, 4),
+                           "measured_saving_pct": round(saving_pct, 2),
+                           "predicted_fixed_ms": None, "predicted_saving_pct": None,
+                           "ratio": None, "ok": False, "on_target": False}
+    if pred.step_ms is not None and captured_ms:
+        scale = pred.step_ms / captured_ms
+        out["predicted_fixed_ms"] = round(baseline_ms * scale, 4)
+        out["predicted_saving_pct"] = round(100.0 * (1.0 - scale), 2)
+        out["ratio"] = round(out["predicted_fixed_ms"] / fixed_ms, 3) if fixed_ms > 0 else None
+    if trap:
+        predicted = out["predicted_saving_pct"] if pred.step_ms is not None else 0.0
+        no_gain = saving_pct < NO_GAIN_PCT
+        out["no_gain_measured"] = no_gain
+        out["ok"] = out["on_target"] = (predicted is not None and
+                                        predicted < TRAP_MAX_PREDICTED_PCT and no_gain)
+        return out
+    r = out["ratio"]
+    out["ok"] = r is not None and abs(r - 1.0) <= TOLERANCE
+    out["on_target"] = r is not None and abs(r - 1.0) <= TARGET
+    return out
+
+
+def score_variants(variants: dict[str, dict[str, Any]] | None, baseline_ms: float | None,
+                   fields: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """Every measured variant's rows for one path (None: the path gave no report). A variant
+    without remedy ids is not scored; one covering several ids gets a "plan" row too."""
+    if fields is None or not fields:
+        return None
+    rows: list[dict[str, Any]] = []
+    captured = fields.get("captured_step_ms")
+    for name, v in (variants or {}).items():
+        rems = tuple(v.get("remedies") or ())
+        if not rems or v.get("status") != "measured" or baseline_ms is None:
+            continue
+        covers = tuple(v.get("covers") or rems)
+        meas = {"baseline_ms": baseline_ms, "fixed_ms": float(v["fixed_ms"]),
+                "saving_pct": float(v["saving_pct"]), "captured_ms": captured}
+        trap = bool(v.get("trap"))
+        pred = predict(fields, rems, covers)
+        rows.append({"variant": name, "check": "remedy",
+                     **score_row(pred, trap=trap, **meas)})
+        if len(covers) > 1 and not pred.source.startswith("plan"):
+            plan = plan_prediction(fields)
+            if plan.step_ms is not None and set(plan.remedy_ids) <= set(covers):
+                rows.append({"variant": name, "check": "plan",
+                             **score_row(plan, trap=trap, **meas)})
+    return rows
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Counts over score rows: scored, ok (+-30% or trap passed), on target (+-20%), traps."""
+    traps = [r for r in rows if r.get("trap")]
+    rest = [r for r in rows if not r.get("trap")]
+    return {"rows": len(rows), "predicted": sum(1 for r in rest if r["ratio"] is not None),
+            "ok": sum(1 for r in rest if r["ok"]),
+            "on_target": sum(1 for r in rest if r["on_target"]),
+            "not_offered": sum(1 for r in rest if r["step_ms"] is None),
+            "plan_rows": sum(1 for r in rest if r["check"] == "plan"
+                             or r["source"].startswith("plan")),
+            "plan_ok": sum(1 for r in rest if (r["check"] == "plan"
+                                                or r["source"].startswith("plan")) and r["ok"]),
+            "traps": len(traps), "traps_ok": sum(1 for r in traps if r["ok"])}
+
+
+FIELD_KEYS = ("remedies", "plan", "plans", "step_model", "captured_step_ms", "captured_from")
+
+
+def score_result(res: dict[str, Any]) -> dict[str, list[dict[str, Any]] | None]:
+    """record_suite's per-scenario result -> its remedy rows per path ("record", "profiler");
+    None for a path that gave no report."""
+    base = (res.get("timing") or {}).get("baseline_ms")
+    out: dict[str, list[dict[str, Any]] | None] = {}
+    for path in ("record", "profiler"):
+        p = res.get(path) or {}
+        fields = {k: p[k] for k in FIELD_KEYS if k in p} if p.get("status") == "ok" else None
+        out[path] = score_variants(res.get("variants"), base, fields)
+    return out

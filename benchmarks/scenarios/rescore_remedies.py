@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Re-advise a finished record_suite run with the current code and score it again: findings and
+remedies, against the run's own measurements (no GPU).
+
+    PYTHONPATH=src python3 benchmarks/scenarios/rescore_remedies.py --suite DIR1,DIR2 --out NEW
+
+Each DIR is what one device call returned (``--copy-to``): results.json and the bundle parts
+(``bundle.tar.gz``, ``bundle-2.tar.gz``...). The bundles are unpacked into NEW/DIRNAME/; every
+bundled torch.profiler trace is imported and advised again (``trace_advice.advise_trace``), every
+bundled recorded run reported again (``record_suite.advise``, in a child process running this
+tree's ``src``); a scenario whose trace or run did not come back keeps the call's advice (said
+in ``rescored``). Then both scores (``timing.score_first_serious`` and
+``remedy_score.score_result``) are computed again and NEW/results.json and NEW/accuracy.md
+written, merged over the calls (the later wins per scenario, registry order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+for p in (str(HERE), str(HERE.parent.parent / "src")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import record_report as rr  # after the sys.path setup
+import timing
+from bundle import unpack
+from remedy_score import score_result
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def readvise_profiler(res: dict[str, Any], tree: Path) -> str:
+    """The torch.profiler leg again from the bundled trace; returns what was done."""
+    from trace_advice import advise_trace
+
+    name = res["scenario"]
+    trace = tree / "torch" / "traces" / f"{name}.pt.trace.json.gz"
+    if not trace.is_file():
+        return "profiler kept (no trace in the bundle)"
+    try:
+        advice = advise_trace(trace, tree / "torch" / "runs" / name)
+    except Exception as exc:  # noqa: BLE001 - one scenario must not stop the rescoring
+        res["profiler"] = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+        return f"profiler re-advice failed: {type(exc).__name__}: {exc}"
+    res["profiler"] = {"status": "ok", "error": None, **rr.condense_advice(advice)}
+    return "profiler re-advised"
+
+
+def readvise_record(res: dict[str, Any], tree: Path, timeout: float) -> str:
+    """The record leg again from the bundled recorded run; returns what was done."""
+    import record_suite
+
+    name = res["scenario"]
+    run_dir = tree / "rec" / name
+    if not (run_dir / "manifest.json").is_file():
+        return "record kept (no run in the bundle)"
+    old = dict(res.get("record") or {})
+    keep = {k: old[k] for k in ("command", "rc", "wall_s", "log", "run_bytes", "program_line")
+            if k in old}
+    new = record_suite.advise(run_dir, tree / "rec" / f"{name}.report.json", timeout)
+    new.update(keep, run=str(run_dir))
+    new["status"] = "ok" if "findings" in new else "error"
+    res["record"] = new
+    return "record re-advised" if new["status"] == "ok" else f"record re-advice failed: " \
+        f"{new.get('error')}"
+
+
+def rescore(res: dict[str, Any]) -> None:
+    """Both scores again from the (re-advised) paths."""
+    exp, t = res.get("expected", ""), res.get("timing")
+    rec, prof = res.get("record") or {}, res.get("profiler") or {}
+    res["score"] = {
+        "record": timing.score_first_serious(
+            exp, t, rec.get("findings") if rec.get("status") == "ok" else None),
+        "profiler": None if prof.get("status") == "n/a" else timing.score_first_serious(
+            exp, t, prof.get("findings") if prof.get("status") == "ok" else None),
+    }
+    res["remedy_score"] = score_result(res)
+
+
+def rescore_suite(dirs: list[Path], out: Path, timeout: float = 180.0
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Unpack, re-advise and re-score every call's scenarios; returns the merged (meta,
+    results) as ``record_report.merge`` orders them."""
+    out.mkdir(parents=True, exist_ok=True)
+    rescored_files: list[Path] = []
+    for d in dirs:
+        tree = out / d.name
+        parts = unpack([d], tree)
+        data = json.loads((d / "results.json").read_text())
+        for res in data.get("scenarios", []):
+            if res.get("status") != "ok" or not res.get("timing"):
+                continue
+            notes = [readvise_profiler(res, tree)] if (res.get("profiler") or {}).get(
+                "status") != "n/a" else []
+            notes.append(readvise_record(res, tree, timeout))
+            rescore(res)
+            res["rescored"] = "; ".join(notes)
+            log(f"{d.name}/{res['scenario']}: {res['rescored']}")
+        data.setdefault("meta", {})["bundle_parts_read"] = [str(p) for p in parts]
+        dest = tree / "results.json"
+        dest.write_text(json.dumps(data, indent=1, default=str))
+        rescored_files.append(dest)
+    meta, results = rr.merge(rescored_files)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=HERE, check=False).stdout.strip()
+    meta["rescored"] = (f"advisor and remedies re-run without a GPU on "
+                        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (commit "
+                        f"{commit or 'unknown'}) on the bundled traces and runs of "
+                        f"{', '.join(str(m.get('date')) for m in meta['merged_from'])}; "
+                        "measurements unchanged")
+    meta["command"] = "rescore_remedies.py --suite " + ",".join(str(d) for d in dirs)
+    return meta, results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", required=True,
+                    help="comma-separated folders of record_suite calls (results.json + bundle)")
+    ap.add_argument("--out", required=True, help="folder for the re-scored results")
+    ap.add_argument("--advise-timeout", type=float, default=180.0,
+                    help="time limit of the advisor on one recorded run, s (180)")
+    args = ap.parse_args(argv)
+    dirs = [Path(d) for d in args.suite.split(",") if d]
+    missing = [str(d) for d in dirs if not (d / "results.json").is_file()]
+    if missing:
+        print(f"rescore_remedies.py: no results.json in {', '.join(missing)}", file=sys.stderr)
+        return 2
+    out = Path(args.out).resolve()
+    meta, results = rescore_suite(dirs, out, args.advise_timeout)
+    rr.write_outputs(out, results, meta)
+    log((out / "accuracy.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""benchmarks/scenarios: fix variants (variants.py), the interleaved timing of several variants
+(timing.time_many), scoring the report's remedies against measured variants (remedy_score.py,
+with a stand-in report carrying the issue-22 fields) and its markdown (remedy_report.py)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCEN = Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios"
+if str(SCEN) not in sys.path:
+    sys.path.insert(0, str(SCEN))
+
+import remedy_report
+import remedy_score as rs
+import timing
+import variants
+
+# -- variants -------------------------------------------------------------------------------
+
+
+def _mod(**decl: Any) -> types.ModuleType:
+    m = types.ModuleType("fake_scenario")
+    for k, v in decl.items():
+        setattr(m, k, v)
+    return m
+
+
+def test_variants_from_declarations() -> None:
+    plain = variants.variants_of(_mod())
+    assert plain == (variants.Variant("fixed", ()),)
+    one = variants.variants_of(_mod(FIX_REMEDIES=("pinned_copies",)))
+    assert one == (variants.Variant("fixed", ("pinned_copies",), covers=("pinned_copies",)),)
+    many = variants.variants_of(_mod(
+        VARIANTS={"gpu_sort": ("remove_round_trip",), "pinned": ("pinned_copies",)},
+        TRAPS=("pinned",), PLAN_COVERS={"gpu_sort": ("remove_round_trip", "remove_syncs")}))
+    assert [v.name for v in many] == ["gpu_sort", "pinned"]
+    assert many[0].covers == ("remove_round_trip", "remove_syncs") and not many[0].trap
+    assert many[1].trap and many[1].covers == ("pinned_copies",)
+    with pytest.raises(ValueError, match="unknown remedies"):
+        variants.variants_of(_mod(VARIANTS={"x": ("make_it_fast",)}))
+
+
+def test_pick_and_build_arg() -> None:
+    declared = {"tf32": ("tf32",), "bf16_amp": ("bf16_amp",)}
+    assert variants.pick(False, declared) is None
+    assert variants.pick(True, declared) == "tf32"
+    assert variants.pick("bf16_amp", declared) == "bf16_amp"
+    with pytest.raises(ValueError, match="unknown variant"):
+        variants.pick("fp8", declared)
+    multi, single = _mod(VARIANTS=declared), _mod(FIX_REMEDIES=("tf32",))
+    assert variants.build_arg(multi, "bf16_amp") == "bf16_amp"
+    assert variants.build_arg(single, "fixed") is True
+    assert variants.build_arg(single, None) is False
+    with pytest.raises(ValueError):
+        variants.build_arg(single, "bf16_amp")
+
+
+def test_scenario_modules_declare_known_remedies() -> None:
+    pytest.importorskip("torch")
+    import importlib
+
+    seen = {}
+    for name in timing.SCENARIOS:
+        if name.startswith("jax_"):
+            continue
+        seen[name] = variants.variants_of(importlib.import_module(name))
+    assert [v.name for v in seen["conv_fp32"]] == ["tf32", "bf16_amp", "bf16_amp_channels_last"]
+    assert seen["conv_fp32"][2].remedies == ("bf16_amp", "channels_last")
+    assert [(v.name, v.trap) for v in seen["item_trap"]] == [("cuda_graphs", False),
+                                                             ("remove_syncs", True)]
+    assert seen["cpu_ops_midstep"][0].covers == ("remove_round_trip", "pinned_copies",
+                                                 "remove_syncs")
+    assert seen["launch_bound"][0].remedies == ("cuda_graphs",)
+    assert seen["healthy"][0].remedies == ()
+
+
+def test_program_runs_a_named_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    import program
+
+    assert program.main(["fp32_no_tf32", "--variant", "bf16_amp", "--device", "cpu",
+                         "--steps", "2"]) == 0
+    assert "program.py: fp32_no_tf32 (variant bf16_amp, cpu): 2 steps" in capsys.readouterr().out
+    assert program.main(["fp32_no_tf32", "--variant", "fp8", "--device", "cpu"]) == 2
+    assert "no variant 'fp8'; known: tf32, bf16_amp" in capsys.readouterr().err
+    assert program.main(["item_trap", "--device", "cpu"]) == 0  # baseline
+    assert program.main(["item_trap", "--fixed", "--device", "cpu"]) == program.EXIT_SKIPPED
+
+
+# -- timing several variants ------------------------------------------------------------------
+
+
+class Sleeper:
+    """A step runner that sleeps ``ms`` per step and logs which runner ran."""
+
+    def __init__(self, name: str, ms: float, calls: list[str]) -> None:
+        self.name, self.ms, self.calls = name, ms, calls
+
+    def __call__(self) -> None:
+        self.calls.append(self.name)
+        time.sleep(self.ms / 1e3)
+
+    def sync(self) -> None:
+        pass
+
+
+def test_time_many_interleaves_and_reverses_every_other_round() -> None:
+    calls: list[str] = []
+    runners = {"baseline": Sleeper("B", 4.0, calls), "a": Sleeper("A", 1.0, calls),
+               "b": Sleeper("C", 2.0, calls)}
+    mt = timing.time_many(runners, rounds=4, steps=2, warmup=1, log=lambda _m: None)
+    assert calls[:3] == ["B", "A", "C"]  # warm-up, one step each
+    timed = calls[3:]
+    assert timed == (["B"] * 2 + ["A"] * 2 + ["C"] * 2 + ["C"] * 2 + ["A"] * 2 + ["B"] * 2) * 2
+    assert mt.order == [["baseline", "a", "b"], ["b", "a", "baseline"]] * 2
+    assert all(len(v) == 4 for v in mt.blocks_ms.values())
+    assert mt.median("baseline") > mt.median("b") > mt.median("a")
+    pair = mt.pair("a")
+    assert pair.order == ["BF", "FB", "BF", "FB"]
+    assert pair.saving_ms == pytest.approx(mt.median("baseline") - mt.median("a"))
+    d = mt.variant_dict("b")
+    assert d["fixed_ms"] == round(mt.median("b"), 4) and len(d["blocks_ms"]) == 4
+    assert mt.to_dict()["order"] == ["BVV", "VVB", "BVV", "VVB"]
+
+
+def test_time_runners_keeps_the_two_variant_order() -> None:
+    calls: list[str] = []
+    t = timing.time_runners(Sleeper("B", 1.0, calls), Sleeper("F", 0.5, calls), rounds=2,
+                            steps=1, warmup=1, log=lambda _m: None)
+    assert calls == ["B", "F", "B", "F", "F", "B"]
+    assert t.order == ["BF", "FB"] and len(t.baseline_blocks_ms) == 2
+
+
+# -- a stand-in report with the issue-22 fields ---------------------------------------------
+
+
+def stand_in_report(**over: Any) -> dict[str, Any]:
+    """What a report with remedies looks like (issue 22's field names); captured step 20 ms."""
+    rep: dict[str, Any] = {
+        "summary": {"step_ms": {"mean": 25.0, "median": 24.0}},
+        "step_model": {"measured_ms": 20.0, "replayed_ms": 20.5, "error_pct": 2.5, "rank": 0},
+        "remedies": [
+            {"id": "tf32", "title": "TF32", "finding_ids": ["no_tensor_cores"],
+             "predicted_step_ms": 10.0, "est_saving_ms": 10.0, "est_saving_pct": 50.0,
+             "options": [], "assumptions": ["cuBLAS picks TF32 kernels"]},
+            {"id": "bf16_amp", "title": "bf16 autocast", "finding_ids": ["no_tensor_cores"],
+             "predicted_step_ms": 8.0, "est_saving_ms": 12.0, "est_saving_pct": 60.0,
+             "options": [{"id": "channels_last", "predicted_step_ms": 5.0}],
+             "assumptions": []},
+            {"id": "remove_syncs", "title": "remove syncs", "finding_ids": ["sync_calls"],
+             "predicted_step_ms": 19.6, "est_saving_ms": 0.4, "est_saving_pct": 2.0,
+             "options": [], "assumptions": []},
+            {"id": "pinned_copies", "title": "pinned", "finding_ids": ["pageable_memcpy"],
+             "predicted_step_ms": None, "est_saving_ms": 5.0, "est_saving_pct": 25.0,
+             "options": [], "assumptions": []},
+        ],
+        "plan": {"predicted_step_ms": 3.75, "remedy_ids": ["bf16_amp", "remove_syncs"]},
+    }
+    rep.update(over)
+    return rep
+
+
+def test_remedy_fields_captured_step_and_fallbacks() -> None:
+    f = rs.remedy_fields(stand_in_report())
+    assert f["captured_step_ms"] == 20.0 and f["captured_from"] == "step_model.measured_ms"
+    assert [r["id"] for r in f["remedies"]] == ["tf32", "bf16_amp", "remove_syncs",
+                                                "pinned_copies"]
+    old = rs.remedy_fields({"summary": {"step_ms": {"mean": 25.0}}, "findings": []})
+    assert old["captured_step_ms"] == 25.0 and old["remedies"] == [] and old["plan"] is None
+    assert rs.remedy_fields(None) == {}
+
+
+def test_predict_by_remedy_option_restricted_plan_and_plan() -> None:
+    f = rs.remedy_fields(stand_in_report())
+    assert rs.predict(f, ("tf32",)) == rs.Prediction(10.0, "remedy tf32", ("tf32",))
+    # no predicted_step_ms: the captured step less est_saving_pct (20 x 0.75)
+    assert rs.predict(f, ("pinned_copies",)).step_ms == pytest.approx(15.0)
+    # an option that names the second remedy of a pair
+    both = rs.predict(f, ("bf16_amp", "channels_last"))
+    assert (both.step_ms, both.source) == (5.0, "option channels_last of bf16_amp")
+    # a single id offered only as an option
+    assert rs.predict(f, ("channels_last",)).source == "option channels_last of bf16_amp"
+    # options that name the whole combination, by id or by remedy_ids, under another remedy
+    tf32_opts = [{"id": "bf16_amp+channels_last", "predicted_step_ms": 4.5},
+                 {"id": "fp16", "remedy_ids": ["bf16_amp"], "predicted_step_ms": 7.5}]
+    h = dict(f, remedies=[dict(f["remedies"][0], options=tf32_opts)])
+    assert rs.predict(h, ("bf16_amp", "channels_last")) == rs.Prediction(
+        4.5, "option bf16_amp+channels_last of tf32", ("bf16_amp", "channels_last"))
+    assert rs.predict(h, ("bf16_amp",)).step_ms == 7.5
+    # a plan restricted to the ids wins over everything but a single remedy
+    g = dict(f, plans=[{"remedy_ids": ["bf16_amp", "channels_last"], "predicted_step_ms": 6.0}])
+    assert rs.predict(g, ("bf16_amp", "channels_last")).step_ms == 6.0
+    # several ids, no option or subset: the plan, when all its remedies are covered
+    p = rs.predict(f, ("remove_round_trip", "remove_syncs"),
+                   covers=("remove_round_trip", "remove_syncs", "bf16_amp"))
+    assert (p.step_ms, p.source, p.remedy_ids) == (3.75, "plan", ("bf16_amp", "remove_syncs"))
+    not_covered = rs.predict(f, ("remove_round_trip", "remove_syncs"))
+    assert not_covered.step_ms is None and not_covered.source == "not offered"
+    assert rs.predict(f, ("cuda_graphs",)).source == "not offered"
+
+
+def test_score_row_tolerance_and_trap() -> None:
+    # captured 20 ms, predicted 10 -> half of the measured baseline 12 ms = 6 ms
+    pred = rs.Prediction(10.0, "remedy tf32", ("tf32",))
+    ok = rs.score_row(pred, baseline_ms=12.0, fixed_ms=5.0, saving_pct=58.3, captured_ms=20.0,
+                      trap=False)
+    assert ok["predicted_fixed_ms"] == 6.0 and ok["predicted_saving_pct"] == 50.0
+    assert ok["ratio"] == 1.2 and ok["ok"] and ok["on_target"]
+    loose = rs.score_row(pred, baseline_ms=12.0, fixed_ms=4.8, saving_pct=60.0,
+                         captured_ms=20.0, trap=False)
+    assert loose["ratio"] == 1.25 and loose["ok"] and not loose["on_target"]
+    off = rs.score_row(pred, baseline_ms=12.0, fixed_ms=4.0, saving_pct=66.7,
+                       captured_ms=20.0, trap=False)
+    assert off["ratio"] == 1.5 and not off["ok"]
+    none = rs.score_row(rs.Prediction(None, "not offered"), baseline_ms=12.0, fixed_ms=6.0,
+                        saving_pct=50.0, captured_ms=20.0, trap=False)
+    assert none["ratio"] is None and not none["ok"]
+    # a trap: 2% promised, 1% measured -> ok; the fix helped (8%) -> not ok
+    small = rs.Prediction(19.6, "remedy remove_syncs", ("remove_syncs",))
+    trap = dict(baseline_ms=12.0, captured_ms=20.0, trap=True)
+    assert rs.score_row(small, fixed_ms=11.88, saving_pct=1.0, **trap)["ok"]
+    helped = rs.score_row(small, fixed_ms=11.0, saving_pct=8.3, **trap)
+    assert not helped["ok"] and not helped["no_gain_measured"]
+    promised = rs.score_row(rs.Prediction(14.0, "remedy remove_syncs"), fixed_ms=11.9,
+                            saving_pct=0.8, **trap)
+    assert promised["predicted_saving_pct"] == 30.0 and not promised["ok"]
+    # not offered at all on a trap: nothing promised
+    assert rs.score_row(rs.Prediction(None, "not offered"), fixed_ms=12.1, saving_pct=-0.8,
+                        **trap)["ok"]
+
+
+def _variant(name: str, remedies: tuple[str, ...], fixed_ms: float, saving_pct: float,
+             covers: tuple[str, ...] = (), trap: bool = False,
+             status: str = "measured") -> dict[str, Any]:
+    return {"name": name, "remedies": list(remedies), "covers": list(covers or remedies),
+            "trap": trap, "status": status, "fixed_ms": fixed_ms, "saving_pct": saving_pct}
+
+
+def conv_result(fields: dict[str, Any] | None) -> dict[str, Any]:
+    vs = {
+        "tf32": _variant("tf32", ("tf32",), 6.5, 45.8),
+        "bf16_amp_channels_last": _variant("bf16_amp_channels_last",
+                                           ("bf16_amp", "channels_last"), 3.0, 75.0,
+                                           covers=("tf32", "bf16_amp", "channels_last",
+                                                   "remove_syncs")),
+        "remove_syncs": _variant("remove_syncs", ("remove_syncs",), 11.9, 0.8, trap=True),
+        "not_built": _variant("not_built", ("cuda_graphs",), 0.0, 0.0, status="error"),
+        "plain": _variant("plain", (), 9.0, 25.0),
+    }
+    prof = {"status": "ok", **fields} if fields is not None else {"status": "error"}
+    return {"scenario": "conv_fp32", "table": "PyTorch", "timing": {"baseline_ms": 12.0},
+            "variants": vs, "record": {"status": "ok", **rs.remedy_fields(stand_in_report())},
+            "profiler": prof}
+
+
+def test_score_variants_rows_and_plan_check() -> None:
+    res = conv_result(None)
+    out = rs.score_result(res)
+    assert out["profiler"] is None
+    rows = out["record"]
+    assert rows is not None
+    got = [(r["variant"], r["check"], r["source"], r["predicted_fixed_ms"], r["ratio"], r["ok"])
+           for r in rows]
+    assert got == [
+        ("tf32", "remedy", "remedy tf32", 6.0, 0.923, True),
+        ("bf16_amp_channels_last", "remedy", "option channels_last of bf16_amp", 3.0, 1.0,
+         True),
+        ("bf16_amp_channels_last", "plan", "plan", 2.25, 0.75, True),
+        ("remove_syncs", "remedy", "remedy remove_syncs", 11.76, 0.988, True),
+    ]
+    t = rs.totals(rows)
+    assert t == {"rows": 4, "predicted": 3, "ok": 3, "on_target": 2, "not_offered": 0,
+                 "plan_rows": 1, "plan_ok": 1, "traps": 1, "traps_ok": 1}
+
+
+def test_remedies_table() -> None:
+    res = conv_result(rs.remedy_fields(stand_in_report(remedies=[], plan=None)))
+    res["remedy_score"] = rs.score_result(res)
+    md = "\n".join(remedy_report.remedies_md([res], "PyTorch"))
+    assert "### Remedies (PyTorch)" in md
+    assert ("| conv_fp32 | tf32 | tf32 | 12.00 → 6.50 (46%) | 6.00 (50%) | not offered | "
+            "0.92 / – | ok / not offered |") in md
+    assert ("| conv_fp32 | bf16_amp_channels_last | plan (bf16_amp+remove_syncs) | 12.00 → "
+            "3.00 (75%) | 2.25 (81%) | – | 0.75 / – | ok (±30%) / – |") in md
+    assert ("| conv_fp32 | remove_syncs | remove_syncs (trap) | 12.00 → 11.90 (1%) | "
+            "11.76 (2%) | not offered | 0.99 / – | ok (trap) / ok (trap) |") in md
+    assert "| conv_fp32 | not_built | cuda_graphs | not measured: error |" in md
+    assert "plain" not in md  # no remedy id: not scored
+    assert ("Remedies via record: within ±30% 3/3 (±20%: 2), not offered 0, plan checks ok "
+            "1/1, traps ok 1/1. Via profiler trace: within ±30% 0/2 (±20%: 0), not offered 2, "
+            "traps ok 1/1.") in md
+    assert remedy_report.remedies_md([dict(res, variants={})], "PyTorch") == []
+
+
+def test_build_variants_goes_on_past_a_variant_that_fails_and_measures_the_rest() -> None:
+    import argparse
+
+    import run
+
+    def build(fixed: bool | str, device: str) -> timing.Step:
+        if fixed == "bad":
+            raise RuntimeError("boom")
+        if fixed == "skip":
+            raise timing.SkipScenario("needs X")
+        return timing.Step(lambda: time.sleep(0.001 if fixed else 0.002), info={"v": fixed})
+
+    mod = _mod(VARIANTS={"bad": ("bf16_amp",), "ok": ("tf32",), "skip": ("channels_last",)},
+               build=build)
+    res: dict[str, Any] = {}
+    base, fixes = run.build_variants(mod, "cpu", res)
+    assert list(fixes) == ["ok"] and base.info == {"v": False}
+    assert res["variants"]["bad"]["status"] == "error" and "boom" in res["variants"]["bad"][
+        "error"]
+    assert res["variants"]["skip"]["status"] == "skipped: needs X"
+    assert res["info"]["fixed"] == {"v": "ok"}
+    runners = {"baseline": timing.PlainRunner(base), "ok": timing.PlainRunner(fixes["ok"])}
+    args = argparse.Namespace(rounds=2, steps=2, warmup=1)
+    run.measure_variants(runners, args, res)
+    assert res["timing"]["fixed_variant"] == "ok" and res["timing"]["order"] == ["BF", "FB"]
+    assert res["variants"]["ok"]["status"] == "measured"
+    assert res["variants"]["ok"]["saving_ms"] == pytest.approx(
+        res["timing"]["saving_ms"], abs=1e-3)
+    only_skips = _mod(VARIANTS={"skip": ("tf32",)}, build=build)
+    with pytest.raises(timing.SkipScenario, match="needs X"):
+        run.build_variants(only_skips, "cpu", {})

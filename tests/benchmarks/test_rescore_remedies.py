@@ -1,0 +1,124 @@
+"""benchmarks/scenarios: the suite's bundle in parts (bundle.py) and re-scoring a finished
+suite with the current code (rescore_remedies.py) from a bundled torch.profiler trace and a
+bundled recorded run (tests/data fixtures standing in for a GPU call's)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+SCEN = Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios"
+DATA = Path(__file__).resolve().parents[1] / "data"
+if str(SCEN) not in sys.path:
+    sys.path.insert(0, str(SCEN))
+
+import bundle
+import rescore_remedies
+
+
+def _blob(path: Path, kib: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * (kib * 1024))
+
+
+def test_pack_bundle_splits_into_parts_and_unpacks(tmp_path: Path) -> None:
+    out = tmp_path / "suite"
+    names = ["a", "b", "c"]
+    for n in names:
+        _blob(out / "scenarios" / f"{n}.json", 1)
+        _blob(out / "torch" / "traces" / f"{n}.pt.trace.json.gz", 300)
+    _blob(out / "rec" / "a" / "manifest.json", 200)
+    _blob(out / "rec" / "b" / "events" / "rank-0.parquet", 700)  # over the limit alone
+    res = [{"scenario": n} for n in names]
+    got = bundle.pack_bundle(out, res, limit_mb=0.5, parts=3)
+    # part 1: the small files + trace a; part 2: trace b; part 3: trace c + run a; run b: left
+    assert [Path(p).name for p in got["parts"]] == ["bundle.tar.gz", "bundle-2.tar.gz",
+                                                    "bundle-3.tar.gz"]
+    assert got["included"] == ["trace a", "trace b", "trace c", "run a"]
+    assert got["left_out"] == ["run b"]
+    one = bundle.pack_bundle(out, res, limit_mb=0.5)  # one part: what does not fit is left
+    assert [Path(p).name for p in one["parts"]] == ["bundle.tar.gz"]
+    assert not (out / "bundle-2.tar.gz").exists()  # the earlier pack's parts are gone
+    assert one["included"] == ["trace a", "run a"]
+    assert one["left_out"] == ["trace b", "trace c", "run b"]
+    got = bundle.pack_bundle(out, res, limit_mb=0.5, parts=3)
+    dest = tmp_path / "back"
+    assert len(bundle.unpack([out], dest)) == 3
+    assert (dest / "rec" / "a" / "manifest.json").stat().st_size == 200 * 1024
+    assert (dest / "torch" / "traces" / "c.pt.trace.json.gz").is_file()
+    assert not (dest / "rec" / "b").exists()
+
+
+def _bogus(id_: str) -> dict[str, Any]:
+    return {"id": id_, "severity": "critical", "est_saving_ms": 9.0, "est_saving_pct": 90.0,
+            "confidence": "high", "title": id_}
+
+
+def _scenario(name: str, expected: str, variants: dict[str, Any]) -> dict[str, Any]:
+    timing = {"baseline_ms": 5.5, "fixed_ms": 4.5, "saving_ms": 1.0, "saving_pct": 18.2}
+    return {"scenario": name, "expected": expected, "table": "PyTorch", "framework": "torch",
+            "status": "ok", "timing": timing, "variants": variants,
+            "record": {"status": "ok", "findings": [_bogus("bogus_record")],
+                       "program_line": "program.py: x"},
+            "profiler": {"status": "ok", "findings": [_bogus("bogus_profiler")]}}
+
+
+def test_rescore_re_advises_bundled_trace_and_run(tmp_path: Path) -> None:
+    call = tmp_path / "rv1"
+    work = tmp_path / "work"
+    pinned = {"fixed": {"name": "fixed", "remedies": ["pinned_copies"], "trap": False,
+                        "covers": ["pinned_copies"], "status": "measured", "fixed_ms": 4.5,
+                        "saving_pct": 18.2}}
+    results = [_scenario("pageable_copies", "pageable_memcpy", pinned),
+               _scenario("healthy", "", {"fixed": {"name": "fixed", "remedies": [],
+                                                   "status": "measured", "fixed_ms": 5.5,
+                                                   "saving_pct": 0.0}})]
+    # the GPU call's folder: the pageable trace fixture as pageable_copies' torch.profiler
+    # trace, the recorded H100 run as healthy's recorded run
+    trace = work / "torch" / "traces" / "pageable_copies.pt.trace.json.gz"
+    trace.parent.mkdir(parents=True)
+    shutil.copy2(DATA / "h200_pageable_batch.pt.trace.json.gz", trace)
+    shutil.copytree(DATA / "recorded" / "h100_healthy", work / "rec" / "healthy")
+    for r in results:
+        (work / "scenarios").mkdir(exist_ok=True)
+        (work / "scenarios" / f"{r['scenario']}.json").write_text(json.dumps(r))
+    call.mkdir()
+    packed = bundle.pack_bundle(work, results, limit_mb=14.0, parts=2)
+    assert packed["left_out"] == []
+    for p in packed["parts"]:
+        shutil.copy2(p, call / Path(p).name)
+    (call / "results.json").write_text(json.dumps(
+        {"meta": {"date": "2026-11-26 18:00:00 UTC", "command": "record_suite.py"},
+         "scenarios": results}))
+
+    new = tmp_path / "new"
+    assert rescore_remedies.main(["--suite", str(call), "--out", str(new)]) == 0
+    data = json.loads((new / "results.json").read_text())
+    by = {r["scenario"]: r for r in data["scenarios"]}
+    assert [r["scenario"] for r in data["scenarios"]] == ["healthy", "pageable_copies"]
+    page = by["pageable_copies"]
+    assert page["rescored"] == "profiler re-advised; record kept (no run in the bundle)"
+    prof_ids = [f["id"] for f in page["profiler"]["findings"]]
+    assert "bogus_profiler" not in prof_ids and "pageable_memcpy" in prof_ids
+    assert page["profiler"]["captured_step_ms"] > 0
+    assert [f["id"] for f in page["record"]["findings"]] == ["bogus_record"]  # kept
+    assert page["score"]["profiler"]["expected_rank"] is not None
+    rows = page["remedy_score"]["profiler"]
+    assert [(r["variant"], r["measured_fixed_ms"]) for r in rows] == [("fixed", 4.5)]
+    healthy = by["healthy"]
+    assert healthy["rescored"] == "profiler kept (no trace in the bundle); record re-advised"
+    assert "bogus_record" not in [f["id"] for f in healthy["record"]["findings"]]
+    assert healthy["record"]["summary"]["steps"] == 50
+    assert healthy["record"]["program_line"] == "program.py: x"  # the call's facts kept
+    assert healthy["remedy_score"]["record"] == []  # its fix names no remedy
+    md = (new / "accuracy.md").read_text()
+    assert "Re-scored: advisor and remedies re-run without a GPU" in md
+    assert "### Remedies (PyTorch)" in md and "| pageable_copies | fixed | pinned_copies |" in md
+
+
+def test_rescore_says_when_a_folder_has_no_results(tmp_path: Path, capsys: Any) -> None:
+    assert rescore_remedies.main(["--suite", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "no results.json in" in capsys.readouterr().err

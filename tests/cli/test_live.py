@@ -1,0 +1,123 @@
+"""``record --live``: the panel and the line drawn from a fake capture feed (a staging folder the
+test writes chunk by chunk), the pseudo-terminal relay of the program's output, and the option
+end to end without a terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from stepscope.capture.launcher import launch
+from stepscope.capture.live_feed import LiveSnapshot, ProcessLive
+from stepscope.capture.staging import StagingPartition
+from stepscope.cli import live
+from stepscope.cli.live import LiveView, line, render
+from stepscope.cli.main import main
+
+MS = 1_000_000
+
+
+def shown(renderable: object, width: int = 100) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(renderable)
+    return buf.getvalue()
+
+
+SNAP = LiveSnapshot(processes=(ProcessLive(4242, 0, 120, 25.3, 131, 0.18),
+                               ProcessLive(4243, 1, 118, 26.0, 129, None)),
+                    gpu_busy=((0, 71.4), (1, 69.6)), chunks=6)
+
+
+def test_panel_shows_the_figures() -> None:
+    text = shown(render(SNAP, 75.0))
+    assert "0:01:15 elapsed · 6 chunks read" in text
+    rows = [" ".join(ln.strip("│ ").split()) for ln in text.splitlines()
+            if "4242" in ln or "4243" in ln]
+    assert rows == ["0 4242 131 25.3 ms 18%", "1 4243 129 26.0 ms -"]
+    assert "GPU busy (NVML, last 10 s): gpu0 71%  gpu1 70%" in text
+    assert "top so far: input_bound: the training thread waits for input 18%" in text
+
+
+def test_panel_before_the_first_flush_and_with_nothing_standing_out() -> None:
+    assert "waiting for the capture's first flush" in shown(render(LiveSnapshot(), 3.0))
+    calm = LiveSnapshot(processes=(ProcessLive(1, None, 3, 10.0, 2, 0.0),), chunks=1)
+    text = shown(render(calm, 3.0))
+    assert "top so far: nothing stands out yet" in text and "waiting" not in text
+
+
+def test_panel_lists_eight_processes_and_counts_the_rest() -> None:
+    many = LiveSnapshot(processes=tuple(ProcessLive(100 + r, r, 5, 10.0, 4, 0.0)
+                                        for r in range(11)), chunks=11)
+    text = shown(render(many, 1.0), width=120)
+    assert "107" in text and "108" not in text and "and 3 more processes" in text
+
+
+def test_line_is_one_line() -> None:
+    assert line(SNAP, 3725.0) == ("stepscope: live 1:02:05; rank 0 (+1 processes) step 131: "
+                                  "25.3 ms/step, input wait 18%; GPU busy gpu0 71% gpu1 70%; "
+                                  "top: input_bound")
+
+
+def write_steps(part: StagingPartition, first: int, n: int, step_ms: int) -> None:
+    part.write_chunk({"steps": {"ts_ns": [(first + i) * step_ms * MS for i in range(n)],
+                                "dur_ns": [step_ms * MS] * n, "step": list(range(first, first + n)),
+                                "source": ["manual"] * n}})
+
+
+def test_without_a_terminal_a_line_only_when_new_figures_came(tmp_path: Path) -> None:
+    out = io.StringIO()
+    now = [100.0]
+    view = LiveView(tmp_path, terminal=False, stream=out, clock=lambda: now[0])
+    assert view.tick() is None  # nothing written yet
+    part = StagingPartition.for_process(tmp_path, 9, 1)
+    write_steps(part, 0, 4, 10)
+    now[0] = 130.0
+    assert view.tick() == "stepscope: live 0:00:30; pid 9 step 3: 10.0 ms/step, input wait 0%"
+    assert view.tick() is None  # nothing new
+    write_steps(part, 4, 4, 30)
+    assert view.tick() is not None
+    assert out.getvalue().count("\n") == 2
+
+
+def test_the_programs_output_goes_through_a_pty_and_above_the_panel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as on a terminal: stdout and stderr are "terminals" (any fd will do for the window size)
+    monkeypatch.setattr(live, "_tty_fd", lambda stream: 0)
+    out = io.StringIO()
+    prog = ("import sys\n"
+            "print('out is a tty:', sys.stdout.isatty(), flush=True)\n"
+            "print('err é', file=sys.stderr, flush=True)\n"
+            "sys.stdout.write('no newline at the end')\n")
+    with LiveView(tmp_path, terminal=True, stream=out) as view:
+        fds = view.child_stdio()
+        assert all(isinstance(fd, int) for fd in fds)
+        result = launch([sys.executable, "-c", prog], dict(os.environ), stdout=fds[0],
+                        stderr=fds[1], started=view.started)
+    assert result.returncode == 0
+    text = out.getvalue()
+    assert "out is a tty: True" in text and "err é" in text and "no newline at the end" in text
+    assert "stepscope record --live" in text  # the panel was drawn
+
+
+def test_record_live_without_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capfd: pytest.CaptureFixture[str]) -> None:
+    # a program of ~6 s of 20 ms steps: the capture flushes at 5 s, a line every 0.5 s is asked
+    # for, so at least one line with its figures comes, and the program's output is its own
+    monkeypatch.setattr(live, "LINE_EVERY_S", 0.5)
+    script = tmp_path / "prog.py"
+    script.write_text("import time, stepscope\nprint('hello from the program')\n"
+                      "for _ in range(300):\n    time.sleep(0.02)\n    stepscope.step()\n")
+    monkeypatch.chdir(tmp_path)
+    code = main(["record", "--live", "--steps", "1-1000", "--sample-hz", "2", "--no-stacks",
+                 "-o", str(tmp_path / "run"), "--", str(script)])
+    assert code == 0
+    got = capfd.readouterr()
+    assert "hello from the program" in got.out
+    lines = [ln for ln in got.err.splitlines() if ln.startswith("stepscope: live ")]
+    assert lines and "ms/step" in lines[0], got.err
+    assert (tmp_path / "run" / "manifest.json").exists()
