@@ -1,7 +1,8 @@
 """A report as Arrow tables, one per question (steps, breakdown, kernels, copies, syncs,
-collectives, findings, remedies): the rows of the JSON report (``stepscope.report/1``,
-docs/report-json.md) with fixed schemas, so that a run without copies still has a ``copies``
-table with every column. Times in ms (per steady step where the column says so); a table that
+collectives, findings, remedies, plan): the rows of the JSON report (``stepscope.report/1``,
+docs/report-json.md; the breakdown from the analysis itself) with fixed schemas, so that a run
+without copies still has a ``copies`` table with every column. Times in ms: means per steady
+step in the breakdown, totals over the steady steps in kernels, copies and syncs; a table that
 has a caveat carries it in its schema metadata under ``stepscope.note`` (:func:`note_of`)."""
 
 from __future__ import annotations
