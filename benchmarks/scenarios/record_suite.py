@@ -59,6 +59,9 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+CALIBRATIONS_ENV = "SCENARIO_CALIBRATIONS"  # as common.CALIBRATIONS_ENV (common imports torch)
+
+
 def child_env() -> dict[str, str]:
     """This tree's ``src`` first on PYTHONPATH (``-m stepscope`` and the record bootstrap)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -82,8 +85,8 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def run_limited(cmd: list[str], timeout: float, log_path: Path | None = None
-                ) -> tuple[int | str, float]:
+def run_limited(cmd: list[str], timeout: float, log_path: Path | None = None,
+                env: dict[str, str] | None = None) -> tuple[int | str, float]:
     """Run ``cmd`` in a process group of its own (same session: whatever ends this suite's
     session ends it too) with a time limit; the group is ended on timeout and when this
     process is interrupted. Returns (exit code or "timeout", wall seconds)."""
@@ -91,7 +94,7 @@ def run_limited(cmd: list[str], timeout: float, log_path: Path | None = None
     out = open(log_path, "wb") if log_path else None  # noqa: SIM115 - closed below
     proc = None
     try:
-        proc = subprocess.Popen(cmd, env=child_env(), stdout=out or None,
+        proc = subprocess.Popen(cmd, env={**child_env(), **(env or {})}, stdout=out or None,
                                 stderr=subprocess.STDOUT if out else None, process_group=0)
         try:
             rc: int | str = proc.wait(timeout=timeout)
@@ -150,8 +153,9 @@ def keep_xplane(name: str, trace: dict[str, Any] | None, out: Path,
 
 
 def record(name: str, meta: timing.ScenarioMeta, args: argparse.Namespace,
-           out: Path) -> dict[str, Any]:
-    """``stepscope record`` (default window) on ``program.py NAME``."""
+           out: Path, calibrations: dict[str, int] | None = None) -> dict[str, Any]:
+    """``stepscope record`` (default window) on ``program.py NAME``; ``calibrations``: the
+    timing child's (``common.calibrate``), so the program plants the work that was timed."""
     import shutil
 
     run_dir = out / "rec" / name
@@ -167,8 +171,10 @@ def record(name: str, meta: timing.ScenarioMeta, args: argparse.Namespace,
         else args.program_seconds
     limit = args.record_timeout + length
     log_path = out / "rec" / f"{name}.log"
-    rc, wall = run_limited(cmd, limit, log_path)
+    env = {CALIBRATIONS_ENV: json.dumps(calibrations)} if calibrations else None
+    rc, wall = run_limited(cmd, limit, log_path, env)
     res: dict[str, Any] = {"command": " ".join(cmd[1:]), "rc": rc, "wall_s": round(wall, 2),
+                           "calibrations": calibrations or {},
                            "run": str(run_dir), "log": str(log_path),
                            "run_bytes": rr.tree_bytes(run_dir)}
     res["program_line"] = rr.program_line(log_path)
@@ -243,7 +249,7 @@ def run_scenario(name: str, args: argparse.Namespace, out: Path,
         if args.no_record:
             res["record"] = {"status": "not run (--no-record)"}
         else:
-            rec = record(name, meta, args, out)
+            rec = record(name, meta, args, out, tt.get("calibrations"))
             if (Path(rec["run"]) / "manifest.json").exists():  # a partial run is advised too
                 rec.update(advise(Path(rec["run"]), out / "rec" / f"{name}.report.json",
                                   args.advise_timeout))

@@ -26,9 +26,9 @@ def _rows_of(r: dict[str, Any], path: str) -> list[dict[str, Any]] | None:
     return (r.get("remedy_score") or {}).get(path)
 
 
-def _pred_cell(row: dict[str, Any] | None, has_report: bool) -> str:
+def _pred_cell(row: dict[str, Any] | None, has_report: bool, why: str = "no report") -> str:
     if not has_report:
-        return "no report"
+        return why
     if row is None:
         return "–"
     if row["predicted_fixed_ms"] is None:
@@ -70,6 +70,9 @@ def scenario_rows(r: dict[str, Any]) -> list[str]:
     name = r["scenario"]
     base = (r.get("timing") or {}).get("baseline_ms")
     rec, prof = _rows_of(r, "record"), _rows_of(r, "profiler")
+    kept = str(r.get("rescored") or "")
+    why_rec = "run not bundled" if "record kept" in kept else "no report"
+    why_prof = "trace not bundled" if "profiler kept" in kept else "no report"
     lines = []
     for vname, v in variants.items():
         if not v.get("remedies"):
@@ -90,12 +93,13 @@ def scenario_rows(r: dict[str, Any]) -> list[str]:
                         if base is not None else "–")
             lines.append(
                 f"| {name} | {vname} | {_esc(_checks(row, v))} | {measured} | "
-                f"{_pred_cell(a, rec is not None)} | {_pred_cell(b, prof is not None)} | "
+                f"{_pred_cell(a, rec is not None, why_rec)} | "
+                f"{_pred_cell(b, prof is not None, why_prof)} | "
                 f"{_ratio_cell(a)} / {_ratio_cell(b)} | "
                 f"{_ok_cell(a, rec is not None)} / {_ok_cell(b, prof is not None)} |")
         if not keys:
             lines.append(f"| {name} | {vname} | {'+'.join(v['remedies'])} | "
-                         f"{base or 0:.2f} → {v['fixed_ms']:.2f} | no report | no report | "
+                         f"{base or 0:.2f} → {v['fixed_ms']:.2f} | {why_rec} | {why_prof} | "
                          "– | – |")
     return lines
 
@@ -126,8 +130,9 @@ def remedies_md(results: list[dict[str, Any]], title: str) -> list[str]:
 
 INTRO = ("Remedies: each fix variant (a real user fix, named by the remedy ids it applies) is "
          "timed untraced, interleaved with the baseline. Predicted fixed step = measured "
-         "baseline × the report's predicted_step_ms / its captured step (step_model.measured_ms, "
-         "else the mean step); ok = within ±30% of the measured fixed step (target ±20%). "
+         "baseline × the report's predicted_step_ms / the step it is relative to (the remedy's "
+         "baseline_ms: on a profiler trace the step predicted without the profiler; else the "
+         "captured step); ok = within ±30% of the measured fixed step (target ±20%). "
          "A variant covering several remedy ids also checks the plan. A trap (a fix that must "
          "not help) is ok when the predicted saving is below 10% and the measured saving below "
          "5%.")

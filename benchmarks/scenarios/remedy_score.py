@@ -13,9 +13,11 @@ For each fix variant (``variants.Variant``) and each path (record, profiler trac
   combines them (``bf16_amp`` with option ``channels_last``), else the plan when its remedies
   are all among what the variant covers (``Variant.covers``);
 - a variant that covers more than one remedy id also checks the plan (a "plan" row);
-- predicted fixed step = measured untraced baseline x (predicted_step_ms / the report's
-  captured step: ``step_model.measured_ms``, else ``summary.step_ms.mean``); ok when within
-  +-30% of the measured fixed step (target +-20%);
+- predicted fixed step = measured untraced baseline x (predicted_step_ms / the report's step
+  it is relative to: the remedy's or plan's ``baseline_ms`` (on a torch.profiler trace, the
+  step predicted without the profiler), else the captured step ``step_model.measured_ms``,
+  else ``summary.step_ms.mean``); ok when within +-30% of the measured fixed step (target
+  +-20%);
 - a trap (a fix that must not help): ok when the predicted saving is below 10% (a remedy not
   offered predicts none) and the measurement shows no gain (saving below 5%).
 """
@@ -29,8 +31,8 @@ TOLERANCE = 0.30
 TARGET = 0.20
 TRAP_MAX_PREDICTED_PCT = 10.0
 NO_GAIN_PCT = 5.0
-REMEDY_KEYS = ("id", "title", "finding_ids", "predicted_step_ms", "est_saving_ms",
-               "est_saving_pct", "options", "assumptions")
+REMEDY_KEYS = ("id", "title", "rank", "finding_ids", "baseline_ms", "predicted_step_ms",
+               "est_saving_ms", "est_saving_pct", "option", "options", "assumptions")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,11 +65,15 @@ def remedy_fields(report: dict[str, Any] | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Prediction:
-    """A predicted step for a set of remedy ids, on the captured run's scale."""
+    """A predicted step for a set of remedy ids and the report's step it is relative to
+    (``base_ms``: the item's ``baseline_ms`` where the report gives one, the step the saving is
+    taken from: on a profiler trace the step predicted without the profiler; else the
+    captured step)."""
 
     step_ms: float | None  # None: the report offers nothing for these ids
     source: str  # "remedy tf32", "option channels_last of bf16_amp", "plan", ...
     remedy_ids: tuple[str, ...] = ()
+    base_ms: float | None = None
 
 
 def _opt_id(o: dict[str, Any]) -> str:
@@ -82,13 +88,20 @@ def _opt_parts(o: dict[str, Any]) -> set[str]:
     return {x for x in _opt_id(o).split("+") if x}
 
 
-def _step_of(d: dict[str, Any], captured: float | None) -> float | None:
-    """``predicted_step_ms``, else the captured step less ``est_saving_pct``."""
+def _base_of(d: dict[str, Any], fallback: float | None) -> float | None:
+    b = d.get("baseline_ms")
+    return float(b) if b else fallback
+
+
+def _prediction(d: dict[str, Any], source: str, ids: tuple[str, ...],
+                base: float | None) -> Prediction:
+    """``predicted_step_ms``, else ``base`` less ``est_saving_pct``."""
+    step = None
     if d.get("predicted_step_ms") is not None:
-        return float(d["predicted_step_ms"])
-    if d.get("est_saving_pct") is not None and captured:
-        return captured * (1.0 - float(d["est_saving_pct"]) / 100.0)
-    return None
+        step = float(d["predicted_step_ms"])
+    elif d.get("est_saving_pct") is not None and base:
+        step = base * (1.0 - float(d["est_saving_pct"]) / 100.0)
+    return Prediction(step, source, ids, base)
 
 
 def _subset_plans(fields: dict[str, Any]) -> list[dict[str, Any]]:
@@ -107,29 +120,39 @@ def plan_prediction(fields: dict[str, Any]) -> Prediction:
     plan = fields.get("plan")
     if not isinstance(plan, dict) or not plan.get("remedy_ids"):
         return Prediction(None, "no plan")
-    return Prediction(_step_of(plan, fields.get("captured_step_ms")), "plan",
-                      tuple(plan["remedy_ids"]))
+    return _prediction(plan, "plan", tuple(plan["remedy_ids"]),
+                       _base_of(plan, fields.get("captured_step_ms")))
 
 
 def predict(fields: dict[str, Any], ids: tuple[str, ...],
             covers: tuple[str, ...] = ()) -> Prediction:
-    """The report's prediction for applying the remedies ``ids`` together (module doc)."""
+    """The report's prediction for applying the remedies ``ids`` together (module doc). A
+    remedy whose options include one of its own name (``bf16_amp``'s ``bf16_amp``, beside
+    ``channels_last``) is read through that option: the remedy's own figure is its best
+    option's, which may apply more than the variant does."""
     captured = fields.get("captured_step_ms")
     remedies = {str(r.get("id")): r for r in fields.get("remedies") or []}
     want = set(ids)
     if len(ids) == 1 and ids[0] in remedies:
-        return Prediction(_step_of(remedies[ids[0]], captured), f"remedy {ids[0]}", ids)
+        r = remedies[ids[0]]
+        base = _base_of(r, captured)
+        same = next((o for o in r.get("options") or []
+                     if isinstance(o, dict) and _opt_id(o) == ids[0]), None)
+        if same is not None and len(r.get("options") or []) > 1:
+            return _prediction(same, f"option {ids[0]} of {ids[0]}", ids, base)
+        return _prediction(r, f"remedy {ids[0]}", ids, base)
     for p in _subset_plans(fields):
         if set(p.get("remedy_ids") or []) == want:
-            return Prediction(_step_of(p, captured), "plan restricted to " + "+".join(ids), ids)
+            return _prediction(p, "plan restricted to " + "+".join(ids), ids,
+                               _base_of(p, captured))
     for r in remedies.values():
         for o in r.get("options") or []:
             if not isinstance(o, dict) or not _opt_id(o):
                 continue
             parts = _opt_parts(o)
             if parts == want or parts | {str(r.get("id"))} == want:
-                return Prediction(_step_of(o, captured), f"option {_opt_id(o)} of {r.get('id')}",
-                                  ids)
+                return _prediction(o, f"option {_opt_id(o)} of {r.get('id')}", ids,
+                                   _base_of(o, _base_of(r, captured)))
     plan_ids = _plan_ids(fields)
     if len(ids) > 1 and plan_ids and plan_ids <= set(covers or ids) and plan_ids & want:
         return plan_prediction(fields)
@@ -143,13 +166,16 @@ def predict(fields: dict[str, Any], ids: tuple[str, ...],
 def score_row(pred: Prediction, *, baseline_ms: float, fixed_ms: float, saving_pct: float,
               captured_ms: float | None, trap: bool) -> dict[str, Any]:
     """One prediction against one measured variant (module doc)."""
+    base = pred.base_ms or captured_ms
     out: dict[str, Any] = {**asdict(pred), "remedy_ids": list(pred.remedy_ids),
-                           "trap": trap, "measured_fixed_ms": round(fixed_ms, 4),
+                           "base_ms": base, "trap": trap,
+                           "measured_baseline_ms": round(baseline_ms, 4),
+                           "measured_fixed_ms": round(fixed_ms, 4),
                            "measured_saving_pct": round(saving_pct, 2),
                            "predicted_fixed_ms": None, "predicted_saving_pct": None,
                            "ratio": None, "ok": False, "on_target": False}
-    if pred.step_ms is not None and captured_ms:
-        scale = pred.step_ms / captured_ms
+    if pred.step_ms is not None and base:
+        scale = pred.step_ms / base
         out["predicted_fixed_ms"] = round(baseline_ms * scale, 4)
         out["predicted_saving_pct"] = round(100.0 * (1.0 - scale), 2)
         out["ratio"] = round(out["predicted_fixed_ms"] / fixed_ms, 3) if fixed_ms > 0 else None

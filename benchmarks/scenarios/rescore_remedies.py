@@ -5,7 +5,9 @@ remedies, against the run's own measurements (no GPU).
     PYTHONPATH=src python3 benchmarks/scenarios/rescore_remedies.py --suite DIR1,DIR2 --out NEW
 
 Each DIR is what one device call returned (``--copy-to``): results.json and the bundle parts
-(``bundle.tar.gz``, ``bundle-2.tar.gz``...). The bundles are unpacked into NEW/DIRNAME/; every
+(``bundle.tar.gz``, ``bundle-2.tar.gz``...); a bundle tarball alone (an earlier suite's, e.g.
+``docs/data/accuracy-2026-11-26/profiler-traces/rsA.tar.gz``) is read from the scenario
+results it holds, its one measured fix taken as the scenario's default variant. The bundles are unpacked into NEW/DIRNAME/; every
 bundled torch.profiler trace is imported and advised again (``trace_advice.advise_trace``), every
 bundled recorded run reported again (``record_suite.advise``, in a child process running this
 tree's ``src``); a scenario whose trace or run did not come back keeps the call's advice (said
@@ -88,6 +90,38 @@ def rescore(res: dict[str, Any]) -> None:
     res["remedy_score"] = score_result(res)
 
 
+def legacy_variants(res: dict[str, Any]) -> dict[str, Any] | None:
+    """A result of a suite run before fix variants existed: its one measured fix as the
+    scenario's default variant (as declared now), measured by its ``timing``."""
+    import importlib
+
+    import variants
+
+    t = res.get("timing") or {}
+    try:
+        declared = variants.variants_of(importlib.import_module(res["scenario"]))
+    except Exception as exc:  # noqa: BLE001 - e.g. the scenario's framework is not here
+        log(f"{res['scenario']}: no variants ({type(exc).__name__}: {exc})")
+        return None
+    v = declared[0]
+    return {v.name: {**v.to_dict(), "status": "measured", "fixed_ms": t["fixed_ms"],
+                     "saving_ms": t["saving_ms"], "saving_pct": t["saving_pct"],
+                     "from": "timing (a run before variants: the default fix only)"}}
+
+
+def load_call(src: Path, tree: Path) -> tuple[dict[str, Any], list[Path]]:
+    """One call's results (its results.json, or for a bundle tarball alone the scenario
+    results it holds) and its bundle parts unpacked into ``tree``."""
+    parts = unpack([src], tree)
+    if src.is_dir():
+        return json.loads((src / "results.json").read_text()), parts
+    order = {n: i for i, n in enumerate(timing.SCENARIOS)}
+    found = sorted((tree / "scenarios").glob("*.json"),
+                   key=lambda f: order.get(f.stem, len(order)))
+    results = [json.loads(f.read_text()) for f in found]
+    return {"meta": {"date": "?", "command": f"bundle {src.name}"}, "scenarios": results}, parts
+
+
 def rescore_suite(dirs: list[Path], out: Path, timeout: float = 180.0
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Unpack, re-advise and re-score every call's scenarios; returns the merged (meta,
@@ -95,12 +129,13 @@ def rescore_suite(dirs: list[Path], out: Path, timeout: float = 180.0
     out.mkdir(parents=True, exist_ok=True)
     rescored_files: list[Path] = []
     for d in dirs:
-        tree = out / d.name
-        parts = unpack([d], tree)
-        data = json.loads((d / "results.json").read_text())
+        tree = out / d.name.removesuffix(".tar.gz")
+        data, parts = load_call(d, tree)
         for res in data.get("scenarios", []):
             if res.get("status") != "ok" or not res.get("timing"):
                 continue
+            if res.get("variants") is None:
+                res["variants"] = legacy_variants(res)
             notes = [readvise_profiler(res, tree)] if (res.get("profiler") or {}).get(
                 "status") != "n/a" else []
             notes.append(readvise_record(res, tree, timeout))
@@ -132,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="time limit of the advisor on one recorded run, s (180)")
     args = ap.parse_args(argv)
     dirs = [Path(d) for d in args.suite.split(",") if d]
-    missing = [str(d) for d in dirs if not (d / "results.json").is_file()]
+    missing = [str(d) for d in dirs if not (d / "results.json").is_file()
+               and not (d.is_file() and d.name.endswith(".tar.gz"))]
     if missing:
         print(f"rescore_remedies.py: no results.json in {', '.join(missing)}", file=sys.stderr)
         return 2

@@ -135,6 +135,9 @@ def build_variants(mod: Any, device: str, res: dict[str, Any]) -> tuple[Any, dic
         raise timing.SkipScenario(skipped[0] if skipped else "no fix variant could be built")
     res["info"] = {"baseline": base.info, "fixed": next(iter(fixes.values())).info,
                    "variants": {n: s.info for n, s in fixes.items()}}
+    common = sys.modules.get("common")  # torch scenarios only (JAX/CuPy never import it)
+    if common is not None:
+        res["calibrations"] = common.calibrations()
     return base, fixes
 
 

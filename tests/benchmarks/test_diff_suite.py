@@ -37,13 +37,23 @@ def test_score_needs_faster_and_the_right_category_losing_most() -> None:
     assert not ds.score("small_grid", None)["ok"]
 
 
+def test_score_reads_the_causes_where_the_diff_has_them() -> None:
+    # host_python recorded: the breakdown calls the host's Python 'idle'; the causes 'host'
+    d = _diff("faster", {"idle": -4.5, "compute": 0.1})
+    d["causes"] = {"host": {"delta_ms": -4.4}, "compute": {"delta_ms": 0.1}}
+    s = ds.score("host_python", d)
+    assert s["ok"] and s["top"] == "host" and s["top_category"] == "idle"
+    del d["causes"]
+    assert not ds.score("host_python", d)["ok"]  # an older diff: its categories
+
+
 def test_table_and_merge(tmp_path: Path) -> None:
     d = _diff("faster", {"input_wait": -4.0})
     results = {"dataloader_bound": {"diff": {"diff": d}, "score": ds.score("dataloader_bound", d)},
                "small_grid": {"error": "not run (--budget)"}}
     text = ds.table(results)
     assert "| dataloader_bound | faster | 10.00 -> 6.00 (-40.0%, -42.0% .. -38.0%) | " \
-           "input_wait (-4.00) | input_wait | yes |" in text
+           "input_wait (-4.00) | input_wait (-4.00) | input_wait | yes |" in text
     assert "| small_grid | - | not run (--budget) |" in text and "1 of 2 scenarios pass" in text
     for i, (k, v) in enumerate(results.items()):
         (tmp_path / f"r{i}").mkdir()

@@ -215,3 +215,20 @@ def test_record_and_advise_a_scenario_program_on_the_cpu(tmp_path: Path) -> None
     report = json.loads((tmp_path / "rec" / "healthy.report.json").read_text())
     assert report["schema"] == "stepscope.report/1"
     assert [x["id"] for x in adv["findings"]] == [x["id"] for x in report["findings"]]
+
+
+def test_the_recorded_program_plants_the_calibrated_work_of_the_timing_child(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import common
+
+    calls: list[int] = []
+    monkeypatch.setenv(common.CALIBRATIONS_ENV, '{"test:given": 7}')
+    monkeypatch.setattr(common, "_CALIBRATIONS", {})
+    assert common.calibrate("test:given", calls.append, 8.0) == 7 and calls == []
+    assert common.calibrations() == {"test:given": 7}
+    monkeypatch.setenv(common.CALIBRATIONS_ENV, "{}")  # not given: measured
+    n = common.calibrate("test:measured", lambda k: sum(range(k)), 0.05)
+    assert n >= 1 and common.calibrations()["test:measured"] == n
+    import record_suite
+
+    assert record_suite.CALIBRATIONS_ENV == common.CALIBRATIONS_ENV

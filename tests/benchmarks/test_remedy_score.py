@@ -89,7 +89,7 @@ def test_program_runs_a_named_variant(capsys: pytest.CaptureFixture[str]) -> Non
     assert "program.py: fp32_no_tf32 (variant bf16_amp, cpu): 2 steps" in capsys.readouterr().out
     assert program.main(["fp32_no_tf32", "--variant", "fp8", "--device", "cpu"]) == 2
     assert "no variant 'fp8'; known: tf32, bf16_amp" in capsys.readouterr().err
-    assert program.main(["item_trap", "--device", "cpu"]) == 0  # baseline
+    assert program.main(["item_trap", "--device", "cpu", "--steps", "2"]) == 0  # baseline
     assert program.main(["item_trap", "--fixed", "--device", "cpu"]) == program.EXIT_SKIPPED
 
 
@@ -146,12 +146,17 @@ def stand_in_report(**over: Any) -> dict[str, Any]:
         "summary": {"step_ms": {"mean": 25.0, "median": 24.0}},
         "step_model": {"measured_ms": 20.0, "replayed_ms": 20.5, "error_pct": 2.5, "rank": 0},
         "remedies": [
+            # from a profiler trace: relative to the step predicted without the profiler
             {"id": "tf32", "title": "TF32", "finding_ids": ["no_tensor_cores"],
-             "predicted_step_ms": 10.0, "est_saving_ms": 10.0, "est_saving_pct": 50.0,
-             "options": [], "assumptions": ["cuBLAS picks TF32 kernels"]},
+             "baseline_ms": 16.0, "predicted_step_ms": 8.0, "est_saving_ms": 8.0,
+             "est_saving_pct": 50.0, "options": [],
+             "assumptions": ["cuBLAS picks TF32 kernels"]},
+            # the remedy's own figure is its best option's (bf16 + channels_last)
             {"id": "bf16_amp", "title": "bf16 autocast", "finding_ids": ["no_tensor_cores"],
-             "predicted_step_ms": 8.0, "est_saving_ms": 12.0, "est_saving_pct": 60.0,
-             "options": [{"id": "channels_last", "predicted_step_ms": 5.0}],
+             "baseline_ms": 20.0, "predicted_step_ms": 5.0, "est_saving_ms": 15.0,
+             "est_saving_pct": 75.0, "option": "channels_last",
+             "options": [{"name": "bf16_amp", "predicted_step_ms": 8.0},
+                         {"name": "channels_last", "predicted_step_ms": 5.0}],
              "assumptions": []},
             {"id": "remove_syncs", "title": "remove syncs", "finding_ids": ["sync_calls"],
              "predicted_step_ms": 19.6, "est_saving_ms": 0.4, "est_saving_pct": 2.0,
@@ -160,7 +165,9 @@ def stand_in_report(**over: Any) -> dict[str, Any]:
              "predicted_step_ms": None, "est_saving_ms": 5.0, "est_saving_pct": 25.0,
              "options": [], "assumptions": []},
         ],
-        "plan": {"predicted_step_ms": 3.75, "remedy_ids": ["bf16_amp", "remove_syncs"]},
+        "plan": {"baseline_ms": 20.0, "predicted_step_ms": 3.75,
+                 "remedy_ids": ["bf16_amp", "remove_syncs"],
+                 "options": ["channels_last", "remove_syncs"]},
     }
     rep.update(over)
     return rep
@@ -178,7 +185,10 @@ def test_remedy_fields_captured_step_and_fallbacks() -> None:
 
 def test_predict_by_remedy_option_restricted_plan_and_plan() -> None:
     f = rs.remedy_fields(stand_in_report())
-    assert rs.predict(f, ("tf32",)) == rs.Prediction(10.0, "remedy tf32", ("tf32",))
+    assert rs.predict(f, ("tf32",)) == rs.Prediction(8.0, "remedy tf32", ("tf32",), 16.0)
+    # bf16 alone: its own option, not the remedy's best (which adds channels_last)
+    assert rs.predict(f, ("bf16_amp",)) == rs.Prediction(8.0, "option bf16_amp of bf16_amp",
+                                                         ("bf16_amp",), 20.0)
     # no predicted_step_ms: the captured step less est_saving_pct (20 x 0.75)
     assert rs.predict(f, ("pinned_copies",)).step_ms == pytest.approx(15.0)
     # an option that names the second remedy of a pair
@@ -191,7 +201,7 @@ def test_predict_by_remedy_option_restricted_plan_and_plan() -> None:
                  {"id": "fp16", "remedy_ids": ["bf16_amp"], "predicted_step_ms": 7.5}]
     h = dict(f, remedies=[dict(f["remedies"][0], options=tf32_opts)])
     assert rs.predict(h, ("bf16_amp", "channels_last")) == rs.Prediction(
-        4.5, "option bf16_amp+channels_last of tf32", ("bf16_amp", "channels_last"))
+        4.5, "option bf16_amp+channels_last of tf32", ("bf16_amp", "channels_last"), 16.0)
     assert rs.predict(h, ("bf16_amp",)).step_ms == 7.5
     # a plan restricted to the ids wins over everything but a single remedy
     g = dict(f, plans=[{"remedy_ids": ["bf16_amp", "channels_last"], "predicted_step_ms": 6.0}])

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 SCEN = Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios"
 DATA = Path(__file__).resolve().parents[1] / "data"
 if str(SCEN) not in sys.path:
@@ -122,3 +124,30 @@ def test_rescore_re_advises_bundled_trace_and_run(tmp_path: Path) -> None:
 def test_rescore_says_when_a_folder_has_no_results(tmp_path: Path, capsys: Any) -> None:
     assert rescore_remedies.main(["--suite", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "no results.json in" in capsys.readouterr().err
+
+
+def test_rescore_reads_an_earlier_suites_bundle_alone(tmp_path: Path) -> None:
+    """A bundle tarball of a run before variants (no results.json): its scenario results, the
+    one measured fix as the default variant of the scenario as declared now."""
+    pytest.importorskip("torch")  # importing the scenario module to read its variants
+    work = tmp_path / "work"
+    trace = work / "torch" / "traces" / "fp32_no_tf32.pt.trace.json.gz"
+    trace.parent.mkdir(parents=True)
+    shutil.copy2(DATA / "h200_pageable_batch.pt.trace.json.gz", trace)  # any torch trace
+    res = _scenario("fp32_no_tf32", "no_tensor_cores", {})
+    del res["variants"]
+    (work / "scenarios").mkdir()
+    (work / "scenarios" / "fp32_no_tf32.json").write_text(json.dumps(res))
+    packed = bundle.pack_bundle(work, [res], limit_mb=14.0)
+    old = tmp_path / "rsA.tar.gz"
+    shutil.copy2(packed["path"], old)
+    new = tmp_path / "new"
+    assert rescore_remedies.main(["--suite", str(old), "--out", str(new)]) == 0
+    (got,) = json.loads((new / "results.json").read_text())["scenarios"]
+    v = got["variants"]
+    assert list(v) == ["tf32"] and v["tf32"]["remedies"] == ["tf32"]
+    assert (v["tf32"]["fixed_ms"], v["tf32"]["saving_pct"]) == (4.5, 18.2)  # its timing
+    assert got["rescored"] == "profiler re-advised; record kept (no run in the bundle)"
+    assert [r["variant"] for r in got["remedy_score"]["profiler"]] == ["tf32"]
+    md = (new / "accuracy.md").read_text()
+    assert "| fp32_no_tf32 | tf32 | tf32 | 5.50 → 4.50 (18%) | run not bundled |" in md

@@ -121,6 +121,16 @@ PAINTED = """() => {
 }"""
 
 
+def test_remedies_section_shows_the_fit_the_remedies_and_the_plan(
+        browser: Any, reports: dict[str, Path]) -> None:
+    r = load(browser, reports["cnn"])
+    text = r.page.locator("#remedies > .body").inner_text()
+    assert r.errors() == []
+    assert "Step model: the step replays in" in text
+    assert r.page.locator("#remedies .remedy[data-id=tf32]").count() == 1
+    assert "Plan: " in text
+
+
 @pytest.mark.parametrize("name", ["gpt", "cnn", "tworank", "jax", "tf"])
 def test_real_runs_load_with_every_section(browser: Any, reports: dict[str, Path], name: str) -> None:
     r = load(browser, reports[name])
@@ -132,8 +142,8 @@ def test_real_runs_load_with_every_section(browser: Any, reports: dict[str, Path
     assert p.evaluate("window.__stepscope.decodeMs") >= 0
     assert min(t["base64"], t["inflate"], t["events"]) >= 0, t
     assert " -" not in p.locator("#status").inner_text()
-    for sec in ("overview", "findings", "timeline", "kernels", "copies", "syncs", "input", "memory",
-                "samples", "ranks"):
+    for sec in ("overview", "findings", "remedies", "timeline", "kernels", "copies", "syncs",
+                "input", "memory", "samples", "ranks"):
         assert p.locator(f"#{sec} > .body").inner_text().strip(), sec
     # the input-pipeline card where the run recorded input waits (TF's tf.data, DataLoader)
     verdict = p.locator("#cards .card", has_text="Input pipeline").count()

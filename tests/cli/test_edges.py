@@ -120,7 +120,7 @@ def test_demo_that_fails_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     def full(path: object, text: str) -> None:
         raise demo.StepscopeError(f"{path}: cannot write (No space left on device)")
 
-    monkeypatch.setattr(demo, "write_text_output", full)
+    monkeypatch.setattr("stepscope.store.output.write_text_output", full)  # demo imports it to run
     assert main(["demo", "-o", str(tmp_path / "demo")]) == 2
     one_error(capsys.readouterr().err, "No space left on device")
     assert not (tmp_path / "demo").exists()

@@ -85,3 +85,33 @@ def test_nothing_is_drawn_off_a_terminal_or_with_quiet(monkeypatch: pytest.Monke
     assert main(["report", str(run), "--format", "json", "-o", str(tmp_path / "r.json"),
                  *quiet]) == 0
     assert err.getvalue() == ""
+
+
+def test_decompressing_and_exporting_say_how_far(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    # a .json.gz trace is decompressed before it is read, and `export` writes window by window:
+    # both tell the sink, which `import` and `export` draw on a terminal
+    from stepscope.cli import export as export_cli
+    from stepscope.importers.kineto.trace_file import gunzip
+
+    heard: list[tuple[str, float, float]] = []
+    raw = FIXTURE.read_bytes()
+    with reporting(lambda *a: heard.append(a)):
+        gunzip(raw, what="decompressing x")
+    assert heard and heard[-1] == ("decompressing x", len(raw), len(raw))
+    assert [h[1] for h in heard] == sorted(h[1] for h in heard)  # forwards only
+    monkeypatch.setattr(import_cli, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(export_cli, "PROGRESS_AFTER_S", 0.0)
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    run = tmp_path / "run"
+    assert main(["import", str(FIXTURE), "-o", str(run)]) == 0
+    assert f"decompressing {FIXTURE.name}" in tty.getvalue()
+    tty.truncate(0)
+    tty.seek(0)
+    assert main(["export", str(run), "-o", str(tmp_path / "t.json")]) == 0
+    assert "writing the timeline" in tty.getvalue()
+    tty.truncate(0)
+    tty.seek(0)
+    assert main(["export", str(run), "-o", str(tmp_path / "u.json"), "--quiet"]) == 0
+    assert tty.getvalue() == ""

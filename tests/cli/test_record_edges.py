@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from stepscope.capture import staging_folder
-from stepscope.cli import record as record_cli
 from stepscope.cli.main import main
 from stepscope.errors import RunError
 
@@ -25,7 +24,7 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     def launch(*a: object) -> None:
         raise AssertionError("the program must not start")
 
-    monkeypatch.setattr(record_cli, "launch", launch)
+    monkeypatch.setattr("stepscope.capture.launcher.launch", launch)  # record imports it to run
 
 
 @pytest.mark.parametrize(("flags", "said"), [

@@ -109,7 +109,7 @@ def test_warmup_reaches_the_capture(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         seen.append(env["STEPSCOPE_CAPTURE"])
         raise record_cli.CaptureError("stop here")
 
-    monkeypatch.setattr(record_cli, "launch", fake_launch)
+    monkeypatch.setattr("stepscope.capture.launcher.launch", fake_launch)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.py").write_text("")  # a script that does not exist is refused first
     assert main(["record", "--warmup", "0.5", "--", "x.py"]) == 2

@@ -195,3 +195,18 @@ def test_steps_that_are_not_the_same_work_are_inconclusive(tmp_path: Path) -> No
     assert d.verdict is Verdict.INCONCLUSIVE
     assert "not the same work" in d.alignment
     assert "not the same work" in d.step.reason
+
+
+def test_causes_split_the_gpu_idle_time_and_sum_to_the_mean_step(
+        runs: dict[str, Path]) -> None:
+    # BASE waits 400 µs for input each step: the idle split claims it as input_wait; NEW has
+    # no wait. Causes, like categories, sum to each side's mean step.
+    d = stepscope.diff(runs["base"], runs["new"])
+    causes = {c.name: c for c in d.causes}
+    assert causes["input_wait"].base_ms == pytest.approx(0.4)
+    assert causes["input_wait"].delta_ms == pytest.approx(-0.4)
+    assert d.causes[0].name == "input_wait"
+    assert sum(c.base_ms for c in d.causes) == pytest.approx(d.mean_ms[0], rel=1e-6)
+    assert sum(c.new_ms for c in d.causes) == pytest.approx(d.mean_ms[1], rel=1e-6)
+    assert diff_dict(d)["causes"]["input_wait"]["delta_ms"] == pytest.approx(-0.4)
+    assert "by what it waited for" in diff_text(d)

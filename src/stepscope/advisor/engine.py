@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from stepscope.advisor.base import Context, Finding, Rule, Severity, Skipped
 from stepscope.advisor.folding import fold
+from stepscope.advisor.remedies import RemedyAdvice, remedy_advice
 from stepscope.analysis import Analysis
 from stepscope.analysis.summary import summarize
 from stepscope.model.overhead import HostTrust, host_trust
@@ -21,6 +22,8 @@ class Advice:
     findings: tuple[Finding, ...]  # ranked: largest estimated saving first
     skipped: tuple[Skipped, ...]
     host_trust: HostTrust
+    # the step model's fit per rank, the remedies replayed on it and their plan (None: not run)
+    remedies: RemedyAdvice | None = None
 
 
 SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
@@ -58,4 +61,6 @@ def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
             found.extend(rule.check(ctx))
         except SkipRule as exc:
             skipped.append(Skipped(rule.id, str(exc)))
-    return Advice(findings=rank_findings(fold(found)), skipped=tuple(skipped), host_trust=trust)
+    ranked = rank_findings(fold(found))
+    return Advice(findings=ranked, skipped=tuple(skipped), host_trust=trust,
+                  remedies=remedy_advice(analysis, ranked))

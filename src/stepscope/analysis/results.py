@@ -168,14 +168,13 @@ class ChunkResult:
     error: str = ""
 
 
-# Besides the facts, what of a rank graph's memo a worker sends back: per-rank intermediate
-# results that the parent's cross-rank work and rules read again (the GPU activity sets and the
-# kernel frame: the communication model subtracts the other ranks' waits from the first, the
-# kernel rules scale by the run-wide host-timing trust), a few tens to hundreds of kB per rank;
-# without them the parent would read the rank's tables again to remake them. The profiler's
-# per-event costs are not sent: the host-timing trust takes a per-rank fact of three numbers
-# (``model.overhead.host_cost``).
-SHIPPED = (FACT, "gpu_activity", "kernel_frame")
+# What of a rank graph's memo a worker sends back: the facts (keys ``(FACT, ...)``), nothing
+# else. The intermediate results the facts are computed from (the kernel frame, the GPU
+# activity sets, the profiler's per-event costs: tens to hundreds of kB a rank) stay in the
+# worker: the rules' per-rank parts that read them are facts themselves (the kernel rules'
+# savings per steady step before the run-wide profiler inflation, the communication model's
+# inputs cut to the steady windows, ...: ``advisor.rank_facts``).
+SHIPPED = (FACT,)
 
 
 def _shipped(key: Hashable) -> bool:

@@ -187,6 +187,12 @@ def _blocking(g: StepGraph) -> _Blocking:
                      from_rec(m_dtoh))
 
 
+def blocking_calls(g: StepGraph) -> _Blocking:
+    """The rank's host calls that block (syncs, blocking copies), as arrays over its
+    ``api_calls`` rows (the step model reads them)."""
+    return _blocking(g)
+
+
 def sync_intervals(g: StepGraph) -> tuple[I64, I64]:
     """Union of the intervals in which a host thread was blocked (sync calls and blocking
     copy calls, all threads). Sorted, disjoint."""

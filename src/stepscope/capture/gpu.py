@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stepscope.capture import cuda_driver
+from stepscope.capture.backends import BACKENDS
 from stepscope.capture.devices import TopologyReader, devices_table
 from stepscope.errors import CaptureError
 from stepscope.store.manifest import Diagnostic
 from stepscope.store.produce.devices import record_devices
-
-BACKENDS = ("auto", "cupti", "cupti-python", "torch", "none")
 
 
 class GpuLike(Protocol):

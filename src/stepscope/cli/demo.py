@@ -11,14 +11,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from stepscope.cli.verbs import add_verb
 from stepscope.errors import StepscopeError
-from stepscope.importers import import_traces
-from stepscope.reporters.html import to_html
-from stepscope.reporters.json_report import to_json
-from stepscope.reporters.report import build_report
-from stepscope.reporters.terminal import console_for_stdout, print_report, render_text
-from stepscope.store.output import write_text_output
-from stepscope.store.run import Run
 
 DEMOS = (
     ("gpt_bf16_adamw", "GPT-style bf16 training step (H100, torch.profiler with stacks)"),
@@ -27,7 +21,7 @@ DEMOS = (
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="import and report the bundled H100 demo traces")
+    p = add_verb(sub, "demo")
     p.add_argument("-o", "--output", default="stepscope-demo",
                    help="folder for the demo runs and reports (default: ./stepscope-demo)")
     p.set_defaults(run=run)
@@ -45,6 +39,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _demo(out: Path) -> int:
+    from stepscope.importers import import_traces
+    from stepscope.reporters.html import to_html
+    from stepscope.reporters.json_report import to_json
+    from stepscope.reporters.report import build_report
+    from stepscope.reporters.terminal import console_for_stdout, print_report, render_text
+    from stepscope.store.output import write_text_output
+    from stepscope.store.run import Run
+
     if out.exists() and not out.is_dir():
         raise StepscopeError(f"{out}: exists and is not a folder (choose another -o)")
     try:

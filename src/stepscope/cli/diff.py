@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
 from stepscope.cli.report import format_for
-from stepscope.compare import Diff
+from stepscope.cli.verbs import add_verb
 from stepscope.errors import StepscopeError
 from stepscope.progress import reporting
-from stepscope.store.output import write_text_output
+
+if TYPE_CHECKING:
+    from stepscope.compare import Diff
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("diff", help="compare two runs: faster, slower or the same, and why")
+    p = add_verb(sub, "diff")
     p.add_argument("runs", nargs="*", metavar="BASE NEW",
                    help="the two runs (run folders or traces)")
     p.add_argument("--base", nargs="+", metavar="RUN", help="several runs for BASE")
@@ -66,6 +68,7 @@ def sides(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     import stepscope
+    from stepscope.store.output import write_text_output
 
     base, new = sides(args)
     fmt = args.format or format_for(args.output)

@@ -8,18 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
+from stepscope.cli.verbs import add_verb
 from stepscope.errors import StepscopeError
-from stepscope.importers import import_traces
-from stepscope.importers.ncu import attach_profiles, import_profiles, is_ncu_file
 from stepscope.progress import reporting
-from stepscope.store.writer import check_replaceable
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("import", help="import Kineto traces (files or folders, one file per rank), "
-                                      "TensorFlow/JAX XSpace profiles, Nsight Systems exports "
-                                      "(.sqlite[.gz], Parquet folder) and Nsight Compute kernel "
-                                      "profiles")
+    p = add_verb(sub, "import")
     p.add_argument("traces", nargs="+", help="trace files (.json / .json.gz, .xplane.pb, nsys "
                    ".sqlite / .sqlite.gz) or folders; Nsight Compute raw-page CSV exports (ncu "
                    "--import R.ncu-rep --csv --page raw) or .ncu-rep reports (needs ncu on PATH)")
@@ -60,6 +55,10 @@ def default_output(first: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stepscope.importers import import_traces
+    from stepscope.importers.ncu import attach_profiles, import_profiles, is_ncu_file
+    from stepscope.store.writer import check_replaceable
+
     profiles = [t for t in args.traces if is_ncu_file(t)]
     traces = [t for t in args.traces if t not in profiles]
     if args.into:

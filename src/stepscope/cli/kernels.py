@@ -7,23 +7,20 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stepscope.analysis import analyze
-from stepscope.analysis.kernel_plan import KernelPlan, plan_kernels
-from stepscope.capture.ncu import find_ncu, ncu_command, run_ncu
+from stepscope.cli.verbs import add_verb
 from stepscope.errors import CaptureError, RunError
-from stepscope.importers.ncu import attach_profiles
-from stepscope.store.run import Run
+
+if TYPE_CHECKING:
+    from stepscope.analysis.kernel_plan import KernelPlan
 
 DEFAULT_TOP = 5
 MAX_LAUNCHES = 20
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("kernels", help="profile the run's costliest kernels with Nsight Compute "
-                                       "and add their counters to the run",
-                       usage="stepscope kernels [options] RUN -- CMD ARGS")
+    p = add_verb(sub, "kernels", usage="stepscope kernels [options] RUN -- CMD ARGS")
     add_options(p)
     p.add_argument("run_dir", metavar="RUN", help="the run whose kernels to profile")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
@@ -61,6 +58,12 @@ def profile_kernels(run_dir: Path, cmd: Sequence[str], *, top: int, rank: int = 
                     max_launches: int = MAX_LAUNCHES, ncu: str | None = None,
                     ncu_set: str = "full", say: Any = None) -> tuple[Path, KernelPlan]:
     """Profile ``run_dir``'s ``top`` kernels by re-running ``cmd`` under ncu; attach."""
+    from stepscope.analysis import analyze
+    from stepscope.analysis.kernel_plan import plan_kernels
+    from stepscope.capture.ncu import find_ncu, ncu_command, run_ncu
+    from stepscope.importers.ncu import attach_profiles
+    from stepscope.store.run import Run
+
     if top < 1 or max_launches < 1:
         raise CaptureError("--top and --max-launches must be at least 1")
     run = Run(run_dir)

@@ -11,14 +11,17 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from stepscope._version import __version__
+from stepscope.cli.verbs import BY_NAME, epilog, examples_text
+from stepscope.cli.verbs import VERBS as TABLE
 from stepscope.errors import MissingExtensionWarning, StepscopeError, foreign, printable
 
 # Command -> its module in stepscope.cli (each has add_parser and run), in --help order
-# (`import` is a keyword: its module is import_).
-# Only the module of the command being run is imported: the others pull in the analysis,
-# reporters, capture, rich and DuckDB (~0.3 s of CPU at every start of `stepscope import`).
-VERBS = {"record": "record", "import": "import_", "kernels": "kernels", "report": "report",
-         "query": "query", "export": "export", "demo": "demo", "diff": "diff"}
+# (`import` is a keyword: its module is import_); summaries and examples in cli/verbs.py.
+# Only the module of the command being run is imported, and `stepscope --help` imports none
+# (it lists the commands from cli/verbs.py): the commands' modules import their layers (numpy,
+# pyarrow, rich ...) only when they run, so that `stepscope CMD --help` is quick too.
+VERBS = {v.name: v.module for v in TABLE}
+FIRST_EXAMPLES = ("demo", "record", "import", "report")  # under `stepscope --help`
 
 
 def _import_numpy() -> None:
@@ -35,19 +38,27 @@ def _import_numpy() -> None:
         del os.environ["OPENBLAS_NUM_THREADS"]
 
 
-def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The argument parser; given ``argv`` naming a command, with only that command."""
+def parser(argv: Sequence[str] | None = None, *, full: bool = False) -> argparse.ArgumentParser:
+    """The argument parser. Given ``argv`` naming a command: with only that command's parser
+    (its module imported); else (``--help``, a mistyped command) with every command listed
+    but no module imported; ``full``: every command's parser (shell completion)."""
     p = argparse.ArgumentParser(
         prog="stepscope",
         description="Why is my GPU training step slow, and what should I change?",
+        epilog=examples_text(tuple(BY_NAME[n].examples[0] for n in FIRST_EXAMPLES))
+        + "\n\n'stepscope COMMAND --help' shows a command's options and examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"stepscope {__version__}")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="verb", metavar="COMMAND")
     sub.required = True
     first = next((a for a in argv or () if not a.startswith("-")), None)
-    for name in [VERBS[first]] if first in VERBS else VERBS.values():
-        importlib.import_module(f"stepscope.cli.{name}").add_parser(sub)
+    for verb in TABLE:
+        if full or verb.name == first:
+            importlib.import_module(f"stepscope.cli.{verb.module}").add_parser(sub)
+        elif first not in VERBS:  # the list of commands only
+            sub.add_parser(verb.name, help=verb.summary, epilog=epilog(verb))
     return p
 
 
@@ -58,12 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if list(argv) == ["--version"]:  # answered before numpy and every command's module load
         print(f"stepscope {__version__}")
         return 0
-    _import_numpy()
     p = parser(argv)
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or usage error (2)
         return int(exc.code or 0)
+    if args.verb != "completion":  # the one command that needs no numpy (it prints a script)
+        _import_numpy()  # before the command imports its layers (not for --help)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _notices(warnings.showwarning)  # restored at the block's end

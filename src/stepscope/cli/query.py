@@ -10,20 +10,12 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
+from stepscope.cli.verbs import add_verb
 from stepscope.errors import StepscopeError
-from stepscope.reporters.json_report import jsonable
-from stepscope.reporters.terminal import printable_renderable
-from stepscope.schema import TABLES
-from stepscope.store.run import Run
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("query", help="run SQL over a run's tables",
-                       description="Tables: " + ", ".join(TABLES))
+    p = add_verb(sub, "query")
     p.add_argument("run_dir", metavar="RUN")
     p.add_argument("sql")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -34,6 +26,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise StepscopeError(f"--limit {args.limit}: give a number of rows >= 0 (0 = all)")
+    from stepscope.reporters.json_report import jsonable
+    from stepscope.store.run import Run
+
     result = Run(args.run_dir).query(args.sql)
     rows = result.to_pylist()
     if args.format == "json":
@@ -44,6 +39,12 @@ def run(args: argparse.Namespace) -> int:
         for r in rows:
             w.writerow([r[c] for c in result.column_names])
     else:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        from stepscope.reporters.terminal import printable_renderable
+
         tab = Table(show_edge=False, box=None, header_style="bold")
         for c in result.column_names:
             tab.add_column(c, overflow="fold")
@@ -63,6 +64,8 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
     if isinstance(value, decimal.Decimal):
+        from stepscope.reporters.json_report import jsonable
+
         return jsonable(float(value))
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()

@@ -23,21 +23,21 @@ import signal
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope._version import __version__
-from stepscope.capture.bootstrap import CaptureConfig
-from stepscope.capture.endings import status_text
-from stepscope.capture.gpu import BACKENDS
-from stepscope.capture.launcher import PKG_ROOT, LaunchResult, build_command, child_env, launch
-from stepscope.capture.partitions import merge
+from stepscope.capture.backends import BACKENDS
 from stepscope.capture.schedule import DEFAULT_WARMUP_S, make_schedule
 from stepscope.capture.staging_folder import make_staging
 from stepscope.cli.progress import TerminalProgress
+from stepscope.cli.verbs import add_verb
 from stepscope.errors import CaptureError, MissingExtensionWarning, RunError, StepscopeError
-from stepscope.importers import parse_kineto
-from stepscope.store.manifest import Diagnostic, read_manifest
-from stepscope.store.writer import check_replaceable
+
+if TYPE_CHECKING:
+    from stepscope.capture.launcher import LaunchResult
+
+# The capture, the importers and the store are imported when the command runs (numpy and pyarrow
+# with them), not to build the parser: `stepscope record --help` stays quick.
 
 # signals the launcher re-raises on itself so its parent sees the same death (no core dumps)
 RERAISE = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGPIPE,
@@ -45,10 +45,7 @@ RERAISE = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "record", help="run a Python training program and capture a run (no code change)",
-        description="stepscope record [-o RUN] [--steps A-B | --delay S --duration S] -- CMD ARGS...",
-    )
+    p = add_verb(sub, "record")
     p.add_argument("-o", "--output", metavar="RUN", help="run folder (default: stepscope-<time>)")
     p.add_argument("--force", action="store_true", help="replace an existing run folder")
     p.add_argument("--steps", metavar="A-B", help="capture steps A to B (inclusive, 0-based)")
@@ -103,6 +100,13 @@ def check_seconds(flag: str, value: float | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stepscope.capture.bootstrap import CaptureConfig
+    from stepscope.capture.launcher import PKG_ROOT, build_command, child_env
+    from stepscope.capture.partitions import merge
+    from stepscope.importers import parse_kineto
+    from stepscope.store.manifest import Diagnostic
+    from stepscope.store.writer import check_replaceable
+
     for flag, value in (("--delay", args.delay), ("--duration", args.duration),
                         ("--warmup", args.warmup)):
         check_seconds(flag, value)
@@ -189,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
 def _launch(cmd: list[str], env: dict[str, str], staging: Path, *, live: bool,
             flush_every_s: float) -> LaunchResult:
     """Run the program; with ``live``, beside the live view of its staging folder."""
+    from stepscope.capture.launcher import launch
+
     if not live:
         return launch(cmd, env)
     from stepscope.cli.live import LiveView
@@ -209,6 +215,8 @@ def _top(text: str) -> int:
 def summary_line(path: Path, code: int, partial: bool) -> str:
     """``stepscope: wrote run PATH`` and, in brackets, how the program ended and whether the
     capture was cut (``capture.endings``)."""
+    from stepscope.capture.endings import status_text
+
     said = [t for t in (status_text(code),
                         "partial: a process's capture was cut short" if partial else "") if t]
     return f"stepscope: wrote run {path}" + (f" ({'; '.join(said)})" if said else "")
@@ -219,6 +227,7 @@ def _summary(path: Path, code: int) -> None:
 
     from stepscope.reporters.report import build_report
     from stepscope.reporters.terminal import WIDTH, print_report
+    from stepscope.store.manifest import read_manifest
     from stepscope.store.run import Run
 
     try:

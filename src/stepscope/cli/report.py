@@ -1,30 +1,40 @@
-"""``stepscope report RUN``: the terminal summary, the JSON report, or the HTML report.
+"""``stepscope report RUN``: the terminal summary, the JSON, HTML or Markdown report.
 
-The format comes from ``--format``, else from the suffix of ``-o`` (``.json``, ``.html``/``.htm``),
-else text. JSON and text without ``-o`` go to stdout; HTML without ``-o`` is written to
-``RUN/report.html`` (a multi-megabyte page is no use on a terminal).
+The format comes from ``--format``, else from the suffix of ``-o`` (``.json``, ``.html``/``.htm``,
+``.md``), else text. JSON, Markdown and text without ``-o`` go to stdout; HTML without ``-o`` is
+written to ``RUN/report.html`` (a multi-megabyte page is no use on a terminal). ``--open`` writes
+the HTML report and opens it in the browser (where there is none, it says where the file is).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stepscope.analysis.rank_pool import check_engine
 from stepscope.cli.progress import PROGRESS_AFTER_S, TerminalProgress
+from stepscope.cli.verbs import add_verb
+from stepscope.errors import StepscopeError
 from stepscope.progress import reporting
-from stepscope.reporters.report import Report, build_report
-from stepscope.store.output import check_not_in_run, write_text_output
-from stepscope.store.run import Run
+
+FORMATS = ("text", "json", "html", "markdown")
+
+if TYPE_CHECKING:
+    from stepscope.reporters.report import Report
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("report", help="summarise a run (terminal, text, JSON or HTML)")
+    p = add_verb(sub, "report")
     p.add_argument("run_dir", metavar="RUN")
     p.add_argument("-o", "--output", help="write the report to a file (.html, .json or .txt)")
-    p.add_argument("--format", choices=("text", "json", "html"),
-                   help="default: from -o's suffix, else text (html without -o: RUN/report.html)")
+    p.add_argument("--format", choices=FORMATS,
+                   help="default: from -o's suffix, else text (html without -o: RUN/report.html; "
+                        "markdown: for CI job summaries and pull-request comments)")
+    p.add_argument("--open", action="store_true",
+                   help="open the HTML report in the browser (implies --format html)")
     p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
     p.add_argument("--workers", type=_positive, metavar="N",
                    help="analyse the ranks in N worker processes (1: serial; default: a pool "
@@ -37,7 +47,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    fmt = args.format or format_for(args.output)
+    from stepscope.analysis.rank_pool import check_engine
+    from stepscope.reporters.report import build_report
+    from stepscope.store.output import check_not_in_run, write_text_output
+    from stepscope.store.run import Run
+
+    fmt = args.format or ("html" if args.open and not args.output else
+                          "markdown" if _is_markdown(args.output) else format_for(args.output))
+    if args.open and fmt != "html":
+        raise StepscopeError(f"--open opens the HTML report (not --format {fmt}, -o "
+                             f"{args.output or '-'}): give -o FILE.html or no -o")
     engine, _, address = str(args.engine).strip().partition(":")
     check_engine(engine)
     if engine == "process" and address:
@@ -52,8 +71,12 @@ def run(args: argparse.Namespace) -> int:
         check_not_in_run(output, run_.path)
         out = write_text_output(output, text if text is not None else _plain(report))
         print(f"wrote {out}")
+        if args.open:
+            said = open_in_browser(out)
+            if said:
+                print(f"stepscope: {said}", file=sys.stderr)
     elif text is not None:
-        print(text)
+        print(text, end="" if text.endswith("\n") else "\n")
     else:
         from stepscope.reporters.terminal import print_report
 
@@ -74,6 +97,10 @@ def _rendered(report: Report, fmt: str) -> str | None:
         from stepscope.reporters.html import to_html
 
         return to_html(report)
+    if fmt == "markdown":
+        from stepscope.reporters.markdown import to_markdown
+
+        return to_markdown(report)
     return None
 
 
@@ -91,6 +118,35 @@ def _positive(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"{text}: not a positive number of workers")
     return n
+
+
+def _is_markdown(output: str | None) -> bool:
+    return bool(output) and Path(str(output)).suffix.lower() in (".md", ".markdown")
+
+
+def open_in_browser(path: Path, environ: Mapping[str, str] | None = None,
+                    platform: str | None = None,
+                    opener: Callable[[str], bool] | None = None) -> str | None:
+    """Open ``path`` in the user's browser; what to tell the user when it was not opened.
+    Where no browser can show it (Linux or BSD with no display and no ``BROWSER``: an SSH
+    session, a container, CI) nothing is started: a terminal browser would take over the
+    terminal. The environment, platform and opener are parameters for the tests."""
+    env = os.environ if environ is None else environ
+    plat = sys.platform if platform is None else platform
+    uri = Path(path).resolve().as_uri()
+    headless = (plat.startswith(("linux", "freebsd", "openbsd", "netbsd"))
+                and not any(env.get(k) for k in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")))
+    if headless:
+        return f"no display to open a browser on; the report is {path}"
+    if opener is None:
+        import webbrowser
+
+        opener = webbrowser.open
+    try:
+        opened = opener(uri)
+    except Exception as exc:  # a browser that fails to start is no failure of the report
+        return f"could not open a browser ({exc}); the report is {path}"
+    return None if opened else f"found no browser to open; the report is {path}"
 
 
 def format_for(output: str | None) -> str:

@@ -17,6 +17,13 @@ Alignment, by step, never by wall-clock window:
   to BASE's first sample's periods per step: compared per unit of work. When the samples'
   steps are not the same work (one side has markers, or the periods differ), the step times
   do not measure the same thing: the verdict is inconclusive and ``alignment`` says why.
+* **Causes.** The breakdown leaves GPU idle time that no recorded host event explains as
+  ``idle`` (a recorded run holds no framework ops, so a host-bound step's Python shows there),
+  and counts the idle time after a sync returns (the queue refilling) as ``launch``. The
+  ``causes`` split the same time as the advisor does (``model.idle``): the GPU categories,
+  then GPU idle time claimed by input waits, syncs (blocked, and the drain after them),
+  step-boundary gaps, launch overhead and host work (with the unexplained rest). They sum to
+  the mean step too.
 * **Categories, kernels, ops.** Per steady step, the mean over the compared ranks, then over
   the side's runs; categories are the step-time breakdown, so they sum to the side's mean
   step (``mean_ms``), and their deltas to the difference of the means.
@@ -35,7 +42,7 @@ from stepscope.analysis import Analysis
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.compare.findings import FindingChange, compare_findings
 from stepscope.compare.matching import Change, match
-from stepscope.compare.sides import RankSample, Use, mean_uses, rank_sample
+from stepscope.compare.sides import CAUSES, RankSample, Use, mean_uses, rank_sample
 from stepscope.compare.stats import TEST_NAME, ShiftTest, Verdict, shift_test
 from stepscope.errors import StepscopeError
 
@@ -87,6 +94,7 @@ class Diff:
     step: ShiftTest  # the headline: step times
     mean_ms: tuple[float, float]  # mean steady step, BASE and NEW (what categories sum to)
     categories: tuple[CategoryChange, ...]  # largest |delta| first
+    causes: tuple[CategoryChange, ...]  # GPU categories + the idle split (sides.CAUSES)
     kernels: tuple[Change, ...]  # largest |delta| first
     ops: tuple[Change, ...]
     findings: tuple[FindingChange, ...]
@@ -204,6 +212,8 @@ def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.
         alignment=alignment, test=TEST_NAME, step=step,
         mean_ms=(_mean_of(sb), _mean_of(sn)),
         categories=_categories(cat_b, cat_n),
+        causes=_changes(_mean_runs([_mean_causes(r) for r in sb], CAUSES),
+                        _mean_runs([_mean_causes(r) for r in sn], CAUSES), CAUSES),
         kernels=tuple(match(_uses(sb, "kernels"), _uses(sn, "kernels"))),
         ops=tuple(match(_uses(sb, "ops"), _uses(sn, "ops"))),
         findings=tuple(compare_findings([s.advice for s in base], [s.advice for s in new])),
@@ -241,8 +251,20 @@ def _per_work(sb: list[list[RankSample]], sn: list[list[RankSample]]) -> tuple[
         f"scaled to {ref.periods} periods, compared per unit of work"), True
 
 
-def _mean_runs(dicts: list[dict[str, float]]) -> dict[str, float]:
-    return {c: float(np.mean([d.get(c, 0.0) for d in dicts])) for c in CATEGORIES}
+def _mean_runs(dicts: list[dict[str, float]],
+               names: tuple[str, ...] = CATEGORIES) -> dict[str, float]:
+    return {c: float(np.mean([d.get(c, 0.0) for d in dicts])) for c in names}
+
+
+def _mean_causes(samples: Sequence[RankSample]) -> dict[str, float]:
+    return {c: float(np.mean([s.causes_ms.get(c, 0.0) for s in samples])) if samples
+            else 0.0 for c in CAUSES}
+
+
+def _changes(b: dict[str, float], n: dict[str, float],
+             names: tuple[str, ...]) -> tuple[CategoryChange, ...]:
+    rows = [CategoryChange(c, b.get(c, 0.0), n.get(c, 0.0)) for c in names]
+    return tuple(sorted(rows, key=lambda r: -abs(r.delta_ms)))
 
 
 def _mean_of(samples: list[list[RankSample]]) -> float:

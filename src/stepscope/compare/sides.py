@@ -15,7 +15,7 @@ spends on each breakdown category, kernel and op (:class:`RankSample`), from the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -23,12 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis import Analysis
+from stepscope.analysis.breakdown import GPU_CATEGORIES
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import assign_to_windows
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.analysis.results import RankAnalysis
 from stepscope.analysis.steady import PeriodicWork
 from stepscope.analysis.steps import work_annotations
+from stepscope.model.idle import split_idle
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -54,12 +56,14 @@ class RankSample:
     ops: dict[str, Use]
     step_detail: str  # how the analysis found the steps
     work: PeriodicWork | None = None  # steps recovered from periodicity: what a step holds
+    causes_ms: dict[str, float] = field(default_factory=dict)  # mean per steady step, CAUSES
 
     def scaled(self, f: float) -> RankSample:
         """Every per-step figure times ``f`` (steps holding ``f`` times the work)."""
         return replace(
             self, steps_ms=tuple(x * f for x in self.steps_ms),
             categories_ms={c: v * f for c, v in self.categories_ms.items()},
+            causes_ms={c: v * f for c, v in self.causes_ms.items()},
             kernels={k: replace(u, calls=u.calls * f, ms=u.ms * f) for k, u in self.kernels.items()},
             ops={k: replace(u, calls=u.calls * f, ms=u.ms * f) for k, u in self.ops.items()})
 
@@ -78,7 +82,30 @@ def rank_sample(analysis: Analysis, ra: RankAnalysis) -> RankSample:
         rank=ra.rank, step_numbers=tuple(s.number for s in steady),
         steps_ms=tuple(s.span_ns / 1e6 for s in steady),
         categories_ms=dict(ra.breakdown.mean_ms), kernels=kernels, ops=ops,
-        step_detail=ra.steps.detail, work=ra.steps.work)
+        step_detail=ra.steps.detail, work=ra.steps.work,
+        causes_ms=causes(analysis, ra) if n else {})
+
+
+# What the step's time went to, GPU idle time split by what the GPU waited for: the GPU
+# categories of the breakdown, then the idle split the advisor uses (``model.idle``: first
+# claim wins; ``host`` includes the GPU idle time no recorded event explains, which the
+# breakdown leaves ``idle``). Sums to the mean steady step, as the categories do.
+CAUSES: tuple[str, ...] = ("compute", "communication", "copies", "input_wait", "sync",
+                           "step_gaps", "launch", "host")
+
+
+def causes(analysis: Analysis, ra: RankAnalysis) -> dict[str, float]:
+    """Mean ms per steady step of each of :data:`CAUSES` on rank ``ra``."""
+    n = len(ra.steps.steady)
+    if not n:
+        return {}
+    sp = split_idle(analysis, ra)
+    out = {c: float(ra.breakdown.mean_ms.get(c, 0.0)) for c in GPU_CATEGORIES}
+    idle = {"input_wait": sp.input.total_ns, "sync": sp.sync_blocked.total_ns
+            + sp.sync_drain.total_ns, "step_gaps": sp.gaps.total_ns,
+            "launch": sp.launch.total_ns, "host": sp.host.total_ns}
+    out.update({c: v / n / 1e6 for c, v in idle.items()})
+    return out
 
 
 def _in_steps(t: pa.Table, starts: I64, ends: I64) -> pa.Table:

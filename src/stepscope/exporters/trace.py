@@ -51,6 +51,7 @@ from stepscope.exporters.trace_sources import (
     gpu_sources,
     host_sources,
 )
+from stepscope.progress import report as say_progress
 from stepscope.store.output import write_output
 from stepscope.store.run import Run
 
@@ -139,6 +140,7 @@ class TraceExport:
             cuts = [np.append(np.searchsorted(s.ts, bounds, "left"), len(s.ts))
                     for s in self.sources]
             workers = max(1, threads if threads is not None else min(4, os.cpu_count() or 1))
+            what = "writing the timeline"  # windows written of all (stepscope.progress)
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 ahead: deque[Future[tuple[memoryview, bytes | None]]] = deque()
                 for k in range(len(bounds)):
@@ -146,8 +148,10 @@ class TraceExport:
                     ahead.append(pool.submit(self._window, cuts, k, skip, level))
                     if len(ahead) > workers:
                         yield ahead.popleft().result()
+                        say_progress(what, k + 1 - len(ahead), len(bounds))
                 while ahead:
                     yield ahead.popleft().result()
+                say_progress(what, len(bounds), len(bounds))
         tail = b"\n]}\n"
         yield tail, _deflate(tail, level)
 

@@ -44,6 +44,7 @@ import pyarrow as pa
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.graph import RunGraph
 from stepscope.model import transfers as mt
+from stepscope.model.comm_inputs import collective_compute
 from stepscope.schema_enums import CollectiveOp
 
 P2P_OPS = frozenset({CollectiveOp.SEND.value, CollectiveOp.RECV.value,
@@ -308,7 +309,7 @@ def _with_exposure(instances: list[Instance], graph: RunGraph) -> list[Instance]
     ranks = sorted({r for x in instances for r in x.ranks})
     exposed: dict[tuple[int, int], int] = {}
     for r in ranks:
-        compute = mt.activity(graph.rank(r)).compute
+        compute = collective_compute(graph.rank(r))
         idx = [(k, x.ranks.index(r)) for k, x in enumerate(instances) if r in x.ranks]
         if not idx:
             continue

@@ -52,21 +52,18 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from stepscope.analysis import RankAnalysis
-from stepscope.analysis.busy import IntervalSet, gpu_activity, is_communication
+from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import signature_head
-from stepscope.analysis.kernels import kernel_frame
-from stepscope.analysis.results import FACT
 from stepscope.model import transfers as mt
+from stepscope.model.comm_inputs import SYNC_AFTER_NS, DeviceComm, comm_inputs
 from stepscope.model.links import link_of
 
 ALPHA_NS: dict[str, int] = {"NVLink": 100_000, "PCIe": 100_000}
 DEFAULT_ALPHA_NS = 100_000
 MAX_BUCKETS = 64
-SYNC_AFTER_NS = 50_000  # a host wait that returns this soon after a collective waited on it
 MAX_ROUND_TRIP_NS = 5_000_000  # the GPU idle after a waited-on collective counted as its cost
 MOSTLY_HIDDEN = 0.5  # other collectives of the op that overlap at least this much
 CAST_EFFICIENCY = 0.8  # of the memory bandwidth a cast kernel reaches
@@ -147,44 +144,32 @@ class _Kernel:
     exposed: int
     name: str
     step: int  # index into the steady windows
+    next_start: int  # the rank's first kernel start at or after ``end``; -1: none
 
 
-def remedies(g: StepGraph, ra: RankAnalysis, ws: np.ndarray, we: np.ndarray,
-             waits: IntervalSet, sm_share: float, comm_blocks: float) -> tuple[Remedy, ...]:
-    """Each remedy's saving over the rank's steady windows ``[ws, we)``; ``waits``: the
+def remedies(g: StepGraph, ra: RankAnalysis, n_steps: int, waits: IntervalSet,
+             sm_share: float, comm_blocks: float) -> tuple[Remedy, ...]:
+    """Each remedy's saving over the rank's ``n_steps`` steady windows; ``waits``: the
     rank's waits for late ranks inside collectives (not exposed transfer). Per device of the
     rank (its own compute; several devices of one process run side by side), then the mean
-    over the devices with communication."""
-    k = kernel_frame(g)
-    if k.num_rows == 0:
+    over the devices with communication. Reads the rank's ``model.comm_inputs``."""
+    ci = comm_inputs(g, ra)
+    if ci is None:
         return ()
-    comm_m = is_communication(k.column("name"))
     link = link_of(ra.devices)
     alpha = float(ALPHA_NS.get(link.kind, DEFAULT_ALPHA_NS) if link else DEFAULT_ALPHA_NS)
-    starts = np.sort(np.asarray(k.column("ts_ns").to_numpy(), dtype=np.int64))
-    acts = gpu_activity(g)
-    dev = np.asarray(k.column("device").fill_null(0).to_numpy(), dtype=np.int64)
     per_dev: list[list[Remedy]] = []
-    for d, act in sorted(acts.items()):
-        m = comm_m & (dev == d)
-        if not m.any():
-            continue
-        free = (act.compute - act.communication).within(ws, we)
-        ks = _comm_kernels(k, m, ws, we, act.compute | waits)
-        if not ks:
-            continue
-        per_dev.append(_device_remedies(g, k, ~comm_m & (dev == d), ra, ks, ws, free,
-                                        starts, alpha, sm_share, comm_blocks))
+    for dc in ci.devices:
+        ks = _comm_kernels(dc, dc.compute | waits)
+        per_dev.append(_device_remedies(g, dc, ra, ks, n_steps, alpha, sm_share, comm_blocks))
     return _mean(per_dev)
 
 
-def _device_remedies(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankAnalysis,
-                     ks: list[_Kernel], ws: np.ndarray, free: np.ndarray,
-                     starts: np.ndarray, alpha: float, sm_share: float,
+def _device_remedies(g: StepGraph, dc: DeviceComm, ra: RankAnalysis, ks: list[_Kernel],
+                     n_steps: int, alpha: float, sm_share: float,
                      comm_blocks: float) -> list[Remedy]:
-    """The remedies of one device's communication kernels ``ks``; ``compute_m``: its compute
-    kernels (rows of ``k``)."""
-    removable = _removable(g, ks, starts)
+    """The remedies of one device's communication kernels ``ks``."""
+    removable = _removable(dc, ks)
     out: list[Remedy] = []
     rem = [(x, r) for x, r in zip(ks, removable, strict=True) if r is not None]
     exposed = sum(x.exposed for x, _ in rem)
@@ -193,15 +178,15 @@ def _device_remedies(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankA
         trips = float(sum(r for _, r in rem))
         waited = sum(1 for _, r in rem if r > 0)
         out.append(Remedy("remove", exposed + freed + trips, exposed,
-                          f"{len(rem)} collectives over {len(ws)} steps whose exposed time "
+                          f"{len(rem)} collectives over {n_steps} steps whose exposed time "
                           f"goes with them (the host waits on them before queueing more, or "
                           f"they repeat what the step's overlapped collectives carry)"
                           + (f"; with {waited} of them the host's round trip: "
-                             f"{trips / len(ws) / 1e6:.3f} ms per step of GPU idle before the "
+                             f"{trips / n_steps / 1e6:.3f} ms per step of GPU idle before the "
                              f"next kernel" if waited else "")))
     ov = [x for x, r in zip(ks, removable, strict=True) if r is None]
     if ov and sum(x.exposed for x in ov) > 0:
-        out.extend(_overlap(g, k, compute_m, ra, ov, free, alpha, sm_share, comm_blocks))
+        out.extend(_overlap(g, dc, ra, ov, alpha, sm_share, comm_blocks))
     return out
 
 
@@ -219,38 +204,31 @@ def _mean(per_dev: list[list[Remedy]]) -> tuple[Remedy, ...]:
     return tuple(out)
 
 
-def _comm_kernels(k: pa.Table, m: np.ndarray, ws: np.ndarray, we: np.ndarray,
-                  hidden_by: IntervalSet) -> list[_Kernel]:
-    s = k.column("ts_ns").to_numpy()[m]
-    e = s + k.column("dur_ns").to_numpy()[m]
-    names = k.column("name").to_numpy(zero_copy_only=False)[m]
-    idx = np.searchsorted(ws, s, side="right") - 1
-    ok = (idx >= 0) & (s < we[np.maximum(idx, 0)])
-    exposed = mt.uncovered(hidden_by, s, e)
-    order = np.argsort(s, kind="stable")
-    return [_Kernel(int(s[i]), int(e[i]), int(exposed[i]), str(names[i]), int(idx[i]))
-            for i in order if ok[i]]
+def _comm_kernels(dc: DeviceComm, hidden_by: IntervalSet) -> list[_Kernel]:
+    exposed = mt.uncovered(hidden_by, dc.start, dc.end)
+    return [_Kernel(int(dc.start[i]), int(dc.end[i]), int(exposed[i]),
+                    dc.names[int(dc.name_idx[i])], int(dc.step[i]), int(dc.next_start[i]))
+            for i in range(dc.start.size)]
 
 
-def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[int | None]:
+def _removable(dc: DeviceComm, ks: list[_Kernel]) -> list[int | None]:
     """Per kernel, None when it is not removable, else the round trip it costs (ns, 0 for
     none): the host waits for it (a sync or copy call returns within ``SYNC_AFTER_NS`` of
     its end, and no kernel starts on the rank between its end and that return: nothing was
     queued behind it; the round trip is the GPU idle from its end to the next kernel, at most
     ``MAX_ROUND_TRIP_NS``), or it repeats the step's overlapped collectives of its operation
     (as long as they are together, within a factor 2, while it is mostly exposed; no round
-    trip). ``starts``: every kernel start of the rank, sorted."""
-    a_s, a_e = host_waits(g)
+    trip)."""
+    a_s, a_e = dc.sync_start, dc.sync_end
     out: list[int | None] = []
     for x in ks:
         hit = (a_s < x.end) & (a_e >= x.end) & (a_e <= x.end + SYNC_AFTER_NS)
         waited, trip = False, 0
         if hit.any():
             ret = int(a_e[hit].max())
-            nxt = int(np.searchsorted(starts, x.end, side="left"))
-            waited = nxt >= starts.size or int(starts[nxt]) >= ret
-            if waited and nxt < starts.size:
-                trip = min(MAX_ROUND_TRIP_NS, int(starts[nxt]) - x.end)
+            waited = x.next_start < 0 or x.next_start >= ret
+            if waited and x.next_start >= 0:
+                trip = min(MAX_ROUND_TRIP_NS, x.next_start - x.end)
         op = _op(x.name)
         others = [y for y in ks if y.step == x.step and y is not x and _op(y.name) == op
                   and (y.end - y.start) > 0
@@ -262,23 +240,6 @@ def _removable(g: StepGraph, ks: list[_Kernel], starts: np.ndarray) -> list[int 
     return out
 
 
-def host_waits(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end of the rank's sync and copy calls (what ``_removable`` looks for after a
-    collective), once per rank graph: a per-rank fact (``model.communication.comm_facts``)."""
-    return g.memo((FACT, "host_waits"), lambda: _host_waits(g))
-
-
-def _host_waits(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    api = g.table("api_calls")
-    if api.num_rows:
-        kind = np.asarray(api.column("kind").to_numpy(zero_copy_only=False), dtype=object)
-        sel = (kind == "sync") | (kind == "memcpy")
-        a_s = api.column("ts_ns").to_numpy()[sel]
-        a_e = a_s + api.column("dur_ns").to_numpy()[sel]
-        return a_s, a_e
-    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-
-
 def _op(name: str) -> str:
     head = signature_head(name).lower()
     for o in ("allreduce", "allgather", "reducescatter", "sendrecv", "broadcast", "alltoall",
@@ -288,13 +249,13 @@ def _op(name: str) -> str:
     return head
 
 
-def _overlap(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankAnalysis,
-             ov: list[_Kernel], free_ns: np.ndarray, alpha: float,
+def _overlap(g: StepGraph, dc: DeviceComm, ra: RankAnalysis, ov: list[_Kernel], alpha: float,
              sm_share: float, comm_blocks: float) -> list[Remedy]:
     sms = max((int(d["sm_count"]) for d in ra.devices if d.get("sm_count")), default=0)
     steps = sorted({x.step for x in ov})
-    c = _contention_before(k, compute_m, ov, sms, comm_blocks, sm_share)
-    xla = _is_xla(k, compute_m)
+    c = _contention_before(dc, ov, sms, comm_blocks, sm_share)
+    xla = dc.xla
+    free_ns = dc.free_ns
     # reductions split into buckets; the rest (point-to-point, gathers, barriers) overlap as
     # the calls they are, each group on the compute the other leaves free
     splittable = [x for x in ov if _op(x.name) in _SPLITTABLE]
@@ -339,21 +300,20 @@ def _overlap(g: StepGraph, k: pa.Table, compute_m: np.ndarray, ra: RankAnalysis,
     return out
 
 
-def _contention_before(k: pa.Table, cm: np.ndarray, ov: list[_Kernel], sms: int,
+def _contention_before(dc: DeviceComm, ov: list[_Kernel], sms: int,
                        comm_blocks: float, sm_share: float) -> float:
     """``contention`` over the compute kernels that end before each step's first overlappable
-    collective, latest first, as much compute time as the collectives last."""
-    blocks = k.column("blocks").to_numpy(zero_copy_only=False)
-    per_sm = k.column("active_blocks_per_sm").to_numpy(zero_copy_only=False)
-    s = k.column("ts_ns").to_numpy()
-    d = k.column("dur_ns").to_numpy()
+    collective, latest first, as much compute time as the collectives last (of the device's
+    compute kernels, those ``model.comm_inputs`` kept: all the walk can reach)."""
+    blocks, per_sm = dc.before_blocks, dc.before_per_sm
+    s, d = dc.before_ts, dc.before_dur
     widths: list[tuple[int, int, int]] = []
     unknown = 0
     for step in sorted({x.step for x in ov}):
         xs = [x for x in ov if x.step == step]
         first = min(x.start for x in xs)
         need = sum(x.end - x.start for x in xs)
-        idx = np.nonzero(cm & (s + d <= first))[0]
+        idx = np.nonzero(s + d <= first)[0]
         for i in idx[np.argsort(-(s[idx] + d[idx]), kind="stable")]:
             if need <= 0:
                 break
@@ -370,11 +330,6 @@ def _contention_before(k: pa.Table, cm: np.ndarray, ov: list[_Kernel], sms: int,
     known = sum(w[2] for w in widths)
     c = contention(widths, sms, comm_blocks)
     return (c * known + sm_share * unknown) / (known + unknown)
-
-
-def _is_xla(k: pa.Table, compute_m: np.ndarray) -> bool:
-    names = k.column("name").to_numpy(zero_copy_only=False)[compute_m]
-    return any("fusion" in str(n) for n in names[:5000])
 
 
 def _cast_ns(g: StepGraph, ra: RankAnalysis, ov: list[_Kernel]) -> float | None:

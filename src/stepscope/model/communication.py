@@ -37,7 +37,8 @@ from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import signature_head
 from stepscope.analysis.results import FACT
 from stepscope.model import transfers as mt
-from stepscope.model.comm_remedies import Remedy, host_waits, remedies
+from stepscope.model.comm_inputs import comm_inputs, steady_windows
+from stepscope.model.comm_remedies import Remedy, remedies
 
 
 @dataclass(frozen=True)
@@ -89,29 +90,26 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5,
     """``None`` when the rank has no steady step or no communication kernel in them.
     ``waits``: the rank's waits for late ranks inside collectives (start, end)."""
     idx = [i for i, s in enumerate(ra.steps.steps) if s.steady]
-    if not idx:
+    ci = comm_inputs(g, ra)  # None without steady steps or communication in them
+    if ci is None:
         return None
-    ws, we = ra.steps.window_starts[idx], ra.steps.window_ends[idx]
-    act = mt.activity(g)
-    comm_set, comp_set = act.communication, act.compute
-    comm = comm_set.within(ws, we)
-    if int(comm.sum()) == 0:
-        return None
-    exposed_all = comm_set - comp_set
-    exposed = exposed_all.within(ws, we)
+    ws, we = steady_windows(ra)
+    comm = ci.comm_ns
+    exposed = ci.exposed_ns
     waiting = np.zeros_like(exposed)
     wait_set = IntervalSet.empty()
     if waits:
         wait_set = IntervalSet.of([a for a, _ in waits], [b for _, b in waits])
-        exposed = (exposed_all - wait_set).within(ws, we)
-        waiting = exposed_all.within(ws, we) - exposed
-    compute = comp_set.within(ws, we)
-    free = (comp_set - comm_set).within(ws, we)
+        exposed = (ci.exposed - wait_set).within(ws, we)
+        waiting = ci.exposed_ns - exposed
+    compute = ci.compute_ns
+    free = ci.free_ns
     share, sms = sm_share(g, ra)
     bound = np.minimum(exposed, free) * (1.0 - share)
-    rem = remedies(g, ra, ws, we, wait_set, share, share * sms)
+    rem = remedies(g, ra, len(idx), wait_set, share, share * sms)
     saving = max((x.saving_ns for x in rem), default=0.0)
-    top = g.memo((FACT, "comm_top", n_top), lambda: _top(g, comp_set, ws, we, n_top))
+    top = g.memo((FACT, "comm_top", n_top),
+                 lambda: _top(g, mt.activity(g).compute, ws, we, n_top))
     w = int(np.argmax(exposed))
     return CommOverlap(
         rank=ra.rank, n_steps=len(idx), comm_ns=int(comm.sum()), exposed_ns=int(exposed.sum()),
@@ -124,19 +122,16 @@ def comm_overlap(g: StepGraph, ra: RankAnalysis, n_top: int = 5,
 
 def comm_facts(g: StepGraph, ra: RankAnalysis, n_top: int = 5) -> None:
     """Memoise what ``comm_overlap`` reads of the rank's tables and does not depend on the
-    other ranks' waits (the SM share, the top collectives, the sync and copy calls the
-    remedies look at): a per-rank fact (``advisor.rank_facts``), so that the parent of a
+    other ranks' waits (its activity and kernels cut to what the model needs,
+    ``model.comm_inputs``, with the sync and copy calls the remedies look at; the SM share,
+    the top collectives): a per-rank fact (``advisor.rank_facts``), so that the parent of a
     rank-parallel analysis reads none of the rank's kernels and API calls."""
-    idx = [i for i, s in enumerate(ra.steps.steps) if s.steady]
-    if not idx:
+    ci = comm_inputs(g, ra)
+    if ci is None:
         return
-    ws, we = ra.steps.window_starts[idx], ra.steps.window_ends[idx]
-    act = mt.activity(g)
-    if int(act.communication.within(ws, we).sum()) == 0:
-        return
+    ws, we = steady_windows(ra)
     sm_share(g, ra)
-    g.memo((FACT, "comm_top", n_top), lambda: _top(g, act.compute, ws, we, n_top))
-    host_waits(g)
+    g.memo((FACT, "comm_top", n_top), lambda: _top(g, mt.activity(g).compute, ws, we, n_top))
 
 
 def sm_share(g: StepGraph, ra: RankAnalysis) -> tuple[float, int]:

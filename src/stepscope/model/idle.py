@@ -89,8 +89,6 @@ class IdleSplit:
     steps: tuple[Step, ...]  # steady steps, aligned with the windows
     win_start: I64
     win_end: I64
-    busy: IntervalSet  # GPU busy, all devices of the rank, whole trace
-    idle: IntervalSet  # GPU idle inside the steady windows
     input: IntervalSet
     sync_blocked: IntervalSet
     sync_drain: IntervalSet
@@ -230,7 +228,10 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     launch = (rest & IntervalSet.of(g_s[short], g_e[short])) - (known - launch_path)
     host = rest - launch
     other = host - known
-    return IdleSplit(rank=ra.rank, steps=steps, win_start=ws, win_end=we, busy=busy, idle=idle,
+    # neither the busy nor the idle set is kept: the rules read the claims, and the busy set
+    # (the whole trace's GPU activity again) and the idle set (its complement in the windows)
+    # would be most of what a worker of a rank-parallel analysis sends back for the split
+    return IdleSplit(rank=ra.rank, steps=steps, win_start=ws, win_end=we,
                      input=inp, sync_blocked=blocked, sync_drain=drain, gaps=gaps, launch=launch,
                      host=host, other=other, host_factor=factor * share_keep,
                      share_keep=share_keep, profiler_ns_per_step=prof)

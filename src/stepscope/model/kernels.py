@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -147,14 +147,14 @@ def column_objects(col: pa.ChunkedArray) -> npt.NDArray[np.object_]:
 
 def steady_op_names(g: StepGraph, sk: SteadyKernels) -> dict[int, str]:
     """``op_names`` of the external ids of ``sk``'s launches (the rank's steady kernels) only;
-    once per rank graph (a per-rank fact, ``advisor.rank_facts``: a few kB, where all the
-    rank's ops' names can be hundreds)."""
+    once per rank graph (the kernel rules' per-rank parts count the flagged launches' ops
+    from it)."""
     def compute() -> dict[int, str]:
         ext = sk.col("external_id")
         want = {int(e) for e in ext[~np.isnan(ext)]}
         return {i: n for i, n in op_names(g).items() if i in want}
 
-    return g.memo((FACT, "op_names"), compute)
+    return g.memo(("steady_op_names",), compute)
 
 
 def op_names(g: StepGraph) -> dict[int, str]:
@@ -204,7 +204,41 @@ def by_name(sk: SteadyKernels, mask: npt.NDArray[np.bool_],
     return out
 
 
-def per_step_ms(ns: float, sk: SteadyKernels) -> float:
+EVIDENCE_ITEMS = 5  # the kernel names a kernel rule's finding shows
+
+
+@dataclass(frozen=True)
+class TopKernels:
+    """A kernel rule's evidence on one rank, what is left of its ``SteadyKernels`` once the
+    rule has measured its saving: the first ``EVIDENCE_ITEMS`` kernel names by saving, each
+    with the columns of its representative launch (their ``KernelSaving.row`` indexes
+    ``step`` and ``cols``), and how many names there were. A few hundred bytes, where the
+    rank's kernel frame is hundreds of kB: what a worker sends back for the rule."""
+
+    rank: int
+    n_steps: int
+    items: tuple[KernelSaving, ...]
+    n_items: int
+    step: npt.NDArray[np.int64]  # per item: index into ra.steps.steps
+    cols: Mapping[str, npt.NDArray[Any]]
+
+    def col(self, name: str) -> npt.NDArray[Any]:
+        """A column of ``SteadyKernels`` at the items' launches."""
+        return self.cols[name]
+
+
+def top_kernels(sk: SteadyKernels, items: list[KernelSaving],
+                n: int = EVIDENCE_ITEMS) -> TopKernels:
+    """The first ``n`` of ``items`` (``by_name``'s) with their launches' columns."""
+    head = items[:n]
+    rows = np.array([k.row for k in head], dtype=np.int64)
+    return TopKernels(rank=sk.rank, n_steps=sk.n_steps,
+                      items=tuple(replace(k, row=i) for i, k in enumerate(head)),
+                      n_items=len(items), step=np.asarray(sk.step[rows], dtype=np.int64),
+                      cols={c: v[rows] for c, v in sk.cols.items() if c != "name"})
+
+
+def per_step_ms(ns: float, sk: SteadyKernels | TopKernels) -> float:
     return ns / sk.n_steps / 1e6
 
 
@@ -219,6 +253,14 @@ def per_name(sk: SteadyKernels, fn: Callable[[str, int], Any]) -> npt.NDArray[An
     for c, i in zip(present, first):
         vals[c] = fn(str(sk.name_values[c]), int(i))
     return np.asarray(vals[codes], dtype=object)
+
+
+def launch_stats(g: StepGraph, ws: I64, we: I64) -> tuple[float, list[tuple[str, int, float]]]:
+    """``kernel_launch_stats`` over the rank's steady windows ``[ws, we)`` (the idle split's:
+    always those), once per rank graph: a per-rank fact (``advisor.rank_facts``), so that the
+    parent of a rank-parallel analysis does not read the rank's kernels and API calls for the
+    ``launch_bound`` finding's evidence."""
+    return g.memo((FACT, "launch_stats"), lambda: kernel_launch_stats(g, ws, we))
 
 
 def kernel_launch_stats(g: StepGraph, ws: I64, we: I64, top: int = 3

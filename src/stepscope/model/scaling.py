@@ -29,7 +29,6 @@ from stepscope.analysis import RankAnalysis
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64, assign_to_windows
 from stepscope.analysis.launches import LAUNCH_KINDS, bounds, str_in
-from stepscope.analysis.results import FACT
 from stepscope.model.kernels import SteadyKernels
 
 HOST_WAITS = ("input_wait", "launch", "host", "idle")
@@ -58,12 +57,16 @@ class Scaling:
     def counted(self, sk: SteadyKernels, saving_ns: npt.NDArray[np.float64]
                 ) -> tuple[float, float]:
         """(raw, counted) saving in ms per steady step for per-launch savings ``saving_ns``."""
-        raw = np.bincount(sk.slot, weights=saving_ns, minlength=sk.n_steps)
+        return self.counted_steps(raw_per_step(sk, saving_ns))
+
+    def counted_steps(self, raw: npt.NDArray[np.float64]) -> tuple[float, float]:
+        """(raw, counted) saving in ms per steady step for the raw savings of each steady step
+        (``raw_per_step``)."""
         if self.backlog_ns is not None:
             kept = np.minimum(raw, self.backlog_ns)
         else:
             kept = raw * self.busy_share
-        return float(raw.sum()) / sk.n_steps / 1e6, float(kept.sum()) / sk.n_steps / 1e6
+        return float(raw.sum()) / raw.size / 1e6, float(kept.sum()) / raw.size / 1e6
 
     def evidence(self, raw_ms: float, counted_ms: float) -> str:
         if self.backlog_ns is not None:
@@ -81,6 +84,35 @@ class Scaling:
         return f"x GPU-busy share {self.busy_share:.2f}"
 
 
+def raw_per_step(sk: SteadyKernels, saving_ns: npt.NDArray[np.float64]
+                 ) -> npt.NDArray[np.float64]:
+    """Per-launch savings summed per steady step (slot order)."""
+    return np.asarray(np.bincount(sk.slot, weights=saving_ns, minlength=sk.n_steps),
+                      dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class ScalingBase:
+    """What ``Scaling`` needs of one rank alone (a per-rank fact, ``advisor.rank_facts``):
+    per steady step (slot order) the backlog before the profiler's cost is added back and the
+    GPU's waits for the host (None when launches cannot be paired), and the busy share. The
+    run-wide profiler inflation is added in ``with_inflation``."""
+
+    backlog_ns: npt.NDArray[np.float64] | None
+    host_waits_ns: npt.NDArray[np.float64] | None
+    busy_share: float
+
+    def with_inflation(self, inflation_ms: float) -> Scaling:
+        """The rank's ``Scaling`` given the run's profiler inflation (``scaling_for``)."""
+        if self.backlog_ns is None or self.host_waits_ns is None:
+            return Scaling(None, self.busy_share)
+        backlog = self.backlog_ns.copy()
+        inflation = inflation_ms * 1e6
+        if inflation > 0:
+            backlog += np.maximum(inflation - self.host_waits_ns, 0.0)
+        return Scaling(backlog, self.busy_share)
+
+
 def scaling_for(g: StepGraph, ra: RankAnalysis, sk: SteadyKernels, inflation_ms: float = 0.0
                 ) -> Scaling:
     """The backlog of every steady step, or the busy share when launches cannot be paired.
@@ -92,27 +124,33 @@ def scaling_for(g: StepGraph, ra: RankAnalysis, sk: SteadyKernels, inflation_ms:
     ``max(0, X - GPU time waiting on the host)``: nothing for a host-bound step whose GPU waits
     longer than the overhead, about ``X`` for a GPU-bound one.
     """
+    return scaling_base(g, ra, sk).with_inflation(inflation_ms)
+
+
+def scaling_base(g: StepGraph, ra: RankAnalysis, sk: SteadyKernels) -> ScalingBase:
+    """Rank ``ra``'s ``ScalingBase``, once per rank graph (the kernel rules' per-rank parts
+    hold it: ``model.small_grid.grid_parts`` ...)."""
+    return g.memo(("scaling_base",), lambda: _scaling_base(g, ra, sk))
+
+
+def _scaling_base(g: StepGraph, ra: RankAnalysis, sk: SteadyKernels) -> ScalingBase:
     share = gpu_bound_share(ra)
-    done = step_done(g, sk)
+    done = _step_done(g, sk)
     if done is None:
-        return Scaling(None, share)
+        return ScalingBase(None, None, share)
     host_done, gpu_done = done
     backlog = np.maximum(gpu_done - host_done, 0).astype(np.float64)
-    inflation = inflation_ms * 1e6
-    if inflation > 0:
-        by_slot = sorted(ra.steps.steady, key=lambda st: st.start_ns)
-        waits = np.array([sum(ra.breakdown.per_step[st.index].get(c, 0) for c in HOST_WAITS)
-                          for st in by_slot], dtype=np.float64)
-        backlog += np.maximum(inflation - waits, 0.0)
-    return Scaling(backlog, share)
+    by_slot = sorted(ra.steps.steady, key=lambda st: st.start_ns)
+    waits = np.array([sum(ra.breakdown.per_step[st.index].get(c, 0) for c in HOST_WAITS)
+                      for st in by_slot], dtype=np.float64)
+    return ScalingBase(backlog, waits, share)
 
 
 def step_done(g: StepGraph, sk: SteadyKernels) -> tuple[I64, I64] | None:
     """Per steady step (``sk``'s), when the host ended its last launch call and when the GPU
     ended the work those launches issued; ``None`` when launches cannot be paired with their
-    kernels. Once per rank graph (a per-rank fact, ``advisor.rank_facts``: of the rank alone,
-    unlike the profiler overhead ``scaling_for`` adds)."""
-    return g.memo((FACT, "step_done"), lambda: _step_done(g, sk))
+    kernels."""
+    return _step_done(g, sk)
 
 
 def _step_done(g: StepGraph, sk: SteadyKernels) -> tuple[I64, I64] | None:

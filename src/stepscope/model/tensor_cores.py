@@ -10,25 +10,45 @@ import numpy as np
 import numpy.typing as npt
 
 from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import MATMUL
+from stepscope.analysis.results import FACT
 from stepscope.model.kernels import (
     KernelSaving,
     SteadyKernels,
+    TopKernels,
     by_name,
     device_rows,
     per_name,
     per_step_ms,
     steady_kernels,
     steady_op_names,
+    top_kernels,
 )
 from stepscope.model.overhead import host_trust
-from stepscope.model.scaling import Scaling, scaling_for
+from stepscope.model.scaling import Scaling, ScalingBase, raw_per_step, scaling_base
 from stepscope.model.speedups import Ratio, Speedups, shorter, speedups_for
 
 TC_HINT = re.compile(r"tf32|tensorop|warpgroup|wgmma|hmma|tensor\d+x\d+x\d+|_mma_|tcgen05",
                      re.IGNORECASE)
 HELPER = re.compile(r"splitk|reduce_?split|epilogue|init_device_workspace|computeoffsets",
                     re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class TensorCorePart:
+    """One rank's saving before the run-wide profiler inflation is known: what
+    ``tensor_core_part`` keeps (a per-rank fact)."""
+
+    tf32_steps: npt.NDArray[np.float64] | None  # per steady step, ns; None: no TF32
+    amp_steps: npt.NDArray[np.float64]
+    amp_dtype: str
+    time_ms: float
+    by_kind_ms: dict[str, float]
+    top: TopKernels
+    base: ScalingBase
+    ratios: dict[str, Ratio]
+    ops: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -41,8 +61,9 @@ class TensorCoreSaving:
     time_ms: float
     by_kind_ms: dict[str, float]
     scaling: Scaling
-    items: list[KernelSaving]
-    sk: SteadyKernels
+    items: tuple[KernelSaving, ...]  # the first kernel names by saving (``sk.items``)
+    n_items: int  # kernel names flagged
+    sk: TopKernels
     ra: RankAnalysis
     ratios: dict[str, Ratio]  # used ratios by name
     ops: dict[str, int]  # launching framework op -> flagged launches
@@ -67,7 +88,27 @@ def _kinds(sk: SteadyKernels, ops: dict[int, str], cand: npt.NDArray[np.bool_]
 
 
 def tensor_core_saving(analysis: Analysis, ra: RankAnalysis) -> TensorCoreSaving | None:
-    sk = steady_kernels(analysis.graph.rank(ra.rank), ra)
+    p = tensor_core_part(analysis.graph.rank(ra.rank), ra)
+    if p is None:
+        return None
+    scaling = p.base.with_inflation(host_trust(analysis).est_inflation_ms)
+    amp_raw, amp_ms = scaling.counted_steps(p.amp_steps)
+    tf32_raw, tf32_ms = (scaling.counted_steps(p.tf32_steps) if p.tf32_steps is not None
+                         else (amp_raw, None))
+    return TensorCoreSaving(
+        rank=ra.rank, tf32_ms=tf32_ms, amp_ms=amp_ms, amp_dtype=p.amp_dtype, raw_ms=tf32_raw,
+        time_ms=p.time_ms, by_kind_ms=p.by_kind_ms, scaling=scaling, items=p.top.items,
+        n_items=p.top.n_items, sk=p.top, ra=ra, ratios=p.ratios, ops=p.ops)
+
+
+def tensor_core_part(g: StepGraph, ra: RankAnalysis) -> TensorCorePart | None:
+    """The rank's part of ``tensor_core_saving``, once per rank graph (a per-rank fact,
+    ``advisor.rank_facts``)."""
+    return g.memo((FACT, "tensor_core_part"), lambda: _tensor_core_part(g, ra))
+
+
+def _tensor_core_part(g: StepGraph, ra: RankAnalysis) -> TensorCorePart | None:
+    sk = steady_kernels(g, ra)
     if sk is None:
         return None
     cat, tcs, prec = sk.col("category"), sk.col("tensor_cores"), sk.col("precision")
@@ -81,7 +122,7 @@ def tensor_core_saving(analysis: Analysis, ra: RankAnalysis) -> TensorCoreSaving
     cand &= np.array([speed.get(int(d)) is not None for d in dev], dtype=bool)
     if not cand.any():
         return None
-    ops = steady_op_names(analysis.graph.rank(ra.rank), sk)
+    ops = steady_op_names(g, sk)
     kind = _kinds(sk, ops, cand)
     dur = sk.col("dur_ns")
     tf32_div = np.ones(dur.size)
@@ -110,21 +151,16 @@ def tensor_core_saving(analysis: Analysis, ra: RankAnalysis) -> TensorCoreSaving
     has_tf32 = bool((tf32_div > 1.0).any())  # some flagged kernel would run TF32
     tf32_save = np.where(cand, shorter(dur, 1.0 / tf32_div), 0.0)
     amp_save = np.where(cand, shorter(dur, 1.0 / amp_div), 0.0)
-    scaling = scaling_for(analysis.graph.rank(ra.rank), ra, sk,
-                          host_trust(analysis).est_inflation_ms)
-    tf32_raw, tf32_ms = scaling.counted(sk, tf32_save)
-    amp_raw, amp_ms = scaling.counted(sk, amp_save)
     items = by_name(sk, cand, tf32_save if has_tf32 else amp_save)
     ext = sk.col("external_id")
     op_count: dict[str, int] = {}
     for e in ext[cand]:
         if not np.isnan(e) and int(e) in ops:
             op_count[ops[int(e)]] = op_count.get(ops[int(e)], 0) + 1
-    return TensorCoreSaving(
-        rank=ra.rank,
-        tf32_ms=tf32_ms if has_tf32 else None, amp_ms=amp_ms, amp_dtype=amp_dtype,
-        raw_ms=tf32_raw if has_tf32 else amp_raw,
+    return TensorCorePart(
+        tf32_steps=raw_per_step(sk, tf32_save) if has_tf32 else None,
+        amp_steps=raw_per_step(sk, amp_save), amp_dtype=amp_dtype,
         time_ms=per_step_ms(float(dur[cand].sum()), sk),
         by_kind_ms={k: per_step_ms(float(dur[cand & (kind == k)].sum()), sk)
                     for k in ("gemm", "conv", "attention") if (cand & (kind == k)).any()},
-        scaling=scaling, items=items, sk=sk, ra=ra, ratios=used, ops=op_count)
+        top=top_kernels(sk, items), base=scaling_base(g, ra, sk), ratios=used, ops=op_count)

@@ -17,7 +17,7 @@ from importlib import resources
 from stepscope._version import __version__
 from stepscope.compare import Change, Diff
 from stepscope.reporters.diff_json import diff_dict
-from stepscope.reporters.diff_terminal import calls_text
+from stepscope.reporters.diff_terminal import CAUSE_LABEL, calls_text
 from stepscope.reporters.html import script_json
 from stepscope.reporters.terminal import LABEL
 
@@ -98,6 +98,14 @@ def _categories(d: Diff) -> str:
     return _table(["category", "base ms", "new ms", "delta ms", ""], body)
 
 
+def _causes(d: Diff) -> str:
+    body = [[f'<td class="text">{_e(CAUSE_LABEL.get(c.name, c.name))}</td>',
+             _num(c.base_ms, ".2f"), _num(c.new_ms, ".2f"), _num(c.delta_ms, ".2f", delta=True)]
+            for c in d.causes if c.base_ms or c.new_ms]
+    return _table(["the GPU's time, by what it waited for", "base ms", "new ms", "delta ms"],
+                  body)
+
+
 def _findings(d: Diff) -> str:
     moved = [f for f in d.findings if f.status != "unchanged"]
     if not moved:
@@ -143,7 +151,11 @@ def diff_html(d: Diff, *, fail_above: float | None = None) -> str:
 Aligned: {_e(d.alignment)}.</p><ul class="note">{runs}</ul></section>
 <section id="categories"><h2>Where the change came from</h2>
 <p class="note">ms per steady step; mean step {b:.2f} → {n:.2f} ms (the categories sum to these)</p>
-{_categories(d)}</section>
+{_categories(d)}
+<p class="note">The same time with the GPU's idle time split by what it waited for, as the
+advisor splits it (a sync's cost includes the queue refilling after it; host work includes
+idle time no recorded event explains)</p>
+{_causes(d)}</section>
 <section id="kernels"><h2>Kernels and ops</h2>
 {_changes("Kernels that changed most (per steady step)", d.kernels)}
 {_changes("Ops that changed most (per steady step, inclusive time)", d.ops)}</section>

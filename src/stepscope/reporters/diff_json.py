@@ -12,6 +12,8 @@ Contract (version 1; later versions only add keys):
   alignment     one line: the ranks compared, how steps were matched
   base, new     [{path, ranks, steady_steps, step_detail}] one per run
   categories    {name: {base_ms, new_ms, delta_ms}} per steady step, largest |delta| first
+  causes        the same, over the GPU categories and the idle split by what the GPU waited
+                for (compute, communication, copies, input_wait, sync, step_gaps, launch, host)
   kernels, ops  {matched: [...], new: [...], gone: [...], counts{matched, new, gone}}; rows:
                 {name, base_name, new_name, matched_by, base{calls, ms, grid, block},
                 new{...}, delta_ms}, per steady step, largest |delta| first, at most
@@ -97,6 +99,7 @@ def diff_dict(d: Diff, *, fail_above: float | None = None) -> dict[str, Any]:
         "base": [_ref(r) for r in d.base],
         "new": [_ref(r) for r in d.new],
         "categories": _categories(d.categories),
+        "causes": _categories(d.causes),
         "kernels": changes(d.kernels),
         "ops": changes(d.ops),
         "findings": findings,

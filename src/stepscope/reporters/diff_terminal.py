@@ -83,8 +83,24 @@ def _categories(d: Diff) -> list[RenderableType]:
         tab.add_row(Text("■ ", style=STYLE[c.name]) + Text(LABEL[c.name]), f"{c.base_ms:.2f}",
                     f"{c.new_ms:.2f}", Text(f"{c.delta_ms:+.2f}", style=_sign(c.delta_ms)))
     b, n = d.mean_ms
-    return [Text(f"Where the change came from (ms per steady step; mean step {ms(b)} -> "
-                 f"{ms(n)} ms)", style="bold"), tab]
+    out: list[RenderableType] = [Text(f"Where the change came from (ms per steady step; mean "
+                                      f"step {ms(b)} -> {ms(n)} ms)", style="bold"), tab]
+    moved = [c for c in d.causes if abs(c.delta_ms) >= 0.005][:ROWS]
+    if moved:
+        cause = _table("the GPU's time, by what it waited for", "base", "new", "delta")
+        for c in moved:
+            cause.add_row(CAUSE_LABEL.get(c.name, c.name), f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
+                          Text(f"{c.delta_ms:+.2f}", style=_sign(c.delta_ms)))
+        out += [Text(), cause]
+    return out
+
+
+# the idle split's causes (compare.sides.CAUSES): what the GPU waited for while idle
+CAUSE_LABEL = {"compute": "GPU compute", "communication": "exposed communication",
+               "copies": "exposed copies", "input_wait": "idle: waiting for input",
+               "sync": "idle: syncs (blocked, and the queue refilling after)",
+               "step_gaps": "idle: gaps at step boundaries",
+               "launch": "idle: launch overhead", "host": "idle: host work (incl. unrecorded)"}
 
 
 def _sign(delta: float) -> str:

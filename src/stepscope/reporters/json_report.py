@@ -39,6 +39,15 @@ Contract (version 1; later versions only add keys):
   findings          ranked advisor findings: id, category, severity, title, est_saving_ms,
                     est_saving_pct, method, evidence, fix{pytorch,tensorflow,jax,cuda}, where,
                     confidence, note, est_kernel_saving_pct (kernel findings), docs
+  step_model        the step model's replay of one representative steady step (advisor.remedies):
+                    {rank, step_index, measured_ms, replayed_ms, error_pct, host_busy_ms,
+                    gpu_busy_ms, ranks [the same per fitted rank]}; null without steady steps
+  remedies          fixes replayed alone on the slowest rank's step model, by saving: id, title,
+                    rank, finding_ids, predicted_step_ms, est_saving_ms, est_saving_pct, option,
+                    options [{name, title, predicted_step_ms, est_saving_ms, assumptions}],
+                    evidence, assumptions
+  plan              every remedy that helps, replayed together: {rank, measured_ms,
+                    predicted_step_ms, est_saving_ms, est_saving_pct, remedy_ids, options}; null
   skipped_rules     rules that could not run, with the reason
   host_trust        how far host-side timings can be trusted (profiler overhead estimate)
 """
@@ -58,6 +67,7 @@ from stepscope.advisor import Finding
 from stepscope.analysis.summary import StepTimeStats, summarize
 from stepscope.reporters.kernel_view import kernel_view
 from stepscope.reporters.ranks_view import ranks_view
+from stepscope.reporters.remedies_view import remedies_json
 from stepscope.reporters.report import REPORT_SCHEMA, Report
 
 
@@ -174,6 +184,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "collectives": _collectives(report) if len(a.ranks) > 1 else None,
         "kernel_profiles": kernel_view(report),
         "findings": [finding_dict(f) for f in report.advice.findings],
+        **remedies_json(report.advice.remedies),
         "skipped_rules": [dataclasses.asdict(x) for x in report.advice.skipped],
         "host_trust": report.advice.host_trust,
     }

@@ -15,6 +15,7 @@ from stepscope.analysis.summary import RunSummary, summarize
 from stepscope.errors import printable
 from stepscope.reporters.kernel_view import KernelView, kernel_view
 from stepscope.reporters.ranks_view import RanksView, ranks_view
+from stepscope.reporters.remedies_view import fit_line, remedy_lines
 from stepscope.reporters.report import Report, fix_for
 
 WIDTH = 100
@@ -375,6 +376,12 @@ def render(report: Report, *, top_kernels: int = 8) -> Group:
     if view is not None and view.kernels:
         parts += [_profiled(view), Text()]
     parts += _findings(report)
+    fit = fit_line(report.advice.remedies)
+    rem = remedy_lines(report.advice.remedies)
+    if rem:
+        parts += [Text(), *rem]
+    if fit is not None:
+        parts.append(fit)
     diags = report.manifest.diagnostics
     if diags:
         parts.append(Text("\nDiagnostics", style="bold"))

@@ -84,16 +84,30 @@ class Run:
 
     @cached_property
     def _db(self) -> Any:
-        import duckdb
-
+        """A DuckDB connection where each table is a view over the run's Parquet files, read
+        as a query needs them (``count(*)`` reads the files' footers; a filter on ``rank``
+        or a few columns reads only those): nothing is loaded up front. Each view is the
+        table's full schema (an empty Arrow table of it, registered) united by name with the
+        files, so a table the run lacks is empty, and columns added to the schema after a
+        file was written read as nulls, as ``table()`` gives them."""
+        duckdb = _duckdb()
         con = duckdb.connect(":memory:")
         for name in TABLE_NAMES:
-            con.register(name, self.table(name))
+            empty = f"__empty_{name}"
+            con.register(empty, empty_table(name))
+            files = self.files(name)
+            if not files:
+                con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM "{empty}"')
+                continue
+            listed = ", ".join("'" + str(p.resolve()).replace("'", "''") + "'" for p in files)
+            con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM "{empty}" UNION ALL BY NAME '
+                        f"SELECT * FROM read_parquet([{listed}], union_by_name = true)")
         return con
 
     def query(self, sql: str) -> pa.Table:
-        """Run SQL over the run's tables (each table is a view of that name)."""
-        import duckdb
+        """Run SQL over the run's tables (each table is a view of that name, over its
+        Parquet files: ``_db``). Needs DuckDB (``pip install 'stepscope[query]'``)."""
+        duckdb = _duckdb()
 
         try:
             rel = self._db.sql(sql)
@@ -107,6 +121,16 @@ class Run:
             raise QueryError(f"query failed: {first}") from None
         assert isinstance(result, pa.Table)
         return result
+
+
+def _duckdb() -> Any:
+    """The ``duckdb`` module; a ``QueryError`` saying how to install it when it is missing."""
+    try:
+        import duckdb
+    except ImportError:
+        raise QueryError("SQL over a run needs DuckDB, an optional extra: "
+                         "pip install 'stepscope[query]' (or: pip install duckdb)") from None
+    return duckdb
 
 
 def check_tables(path: Path, manifest: Manifest) -> None:

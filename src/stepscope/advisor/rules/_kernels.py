@@ -5,12 +5,12 @@ Not a rule: the registry only loads the modules named in ``RULE_IDS``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from stepscope.advisor.base import Where
 from stepscope.analysis import RankAnalysis
-from stepscope.model.kernels import KernelSaving, SteadyKernels
+from stepscope.model.kernels import KernelSaving, TopKernels
 
 
 def short(name: str, width: int = 80) -> str:
@@ -18,7 +18,7 @@ def short(name: str, width: int = 80) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def where_for(ra: RankAnalysis, sk: SteadyKernels, top: list[KernelSaving],
+def where_for(ra: RankAnalysis, sk: TopKernels, top: Sequence[KernelSaving],
               n_kernels: int = 5) -> Where:
     """Where to look: the rank, its steady steps, the step holding the top kernel's longest
     flagged launch, and the top kernel names."""

@@ -33,7 +33,7 @@ from stepscope.advisor.rules._idle import worst_rank
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.kernel_names import signature_head
 from stepscope.model.idle import IdleSplit
-from stepscope.model.kernels import kernel_launch_stats
+from stepscope.model.kernels import launch_stats
 
 MIN_LAUNCHES = 10
 NAME_CHARS = 60
@@ -75,7 +75,7 @@ class LaunchBound:
         la = ra.launches
         n = split.n
         per = split.per_step(split.launch).astype(np.float64) * split.host_factor
-        med_k, tiny = kernel_launch_stats(ctx.graph_of(ra.rank), split.win_start, split.win_end)
+        med_k, tiny = launch_stats(ctx.graph_of(ra.rank), split.win_start, split.win_end)
         tiny = [(_short_name(n), c, d) for n, c, d in tiny]
         evidence = [
             (f"{la.mean_launches_per_step:.0f} launches per step; median launch call "

@@ -122,7 +122,7 @@ def _finding(ctx: Context, g: OccupancyGroup, custom: bool, n_ranks: int) -> Fin
                   key=LIMITERS.index)
     occ = float(g.sk.col("occupancy")[top.row])
     who = "" if custom else "framework "
-    title = (f"{len(g.items)} {who}kernel(s) run at low occupancy ({short(top.name, 48)}: "
+    title = (f"{g.n_items} {who}kernel(s) run at low occupancy ({short(top.name, 48)}: "
              f"{occ:.1%}, limited by {', '.join(lim.replace('_', ' ') for lim in lims)}); "
              f"about {g.saving_ms:.2f} ms per step")
     evidence = [
@@ -131,8 +131,8 @@ def _finding(ctx: Context, g: OccupancyGroup, custom: bool, n_ranks: int) -> Fin
         *(_kernel_line(g, k) for k in g.items[:5]),
         g.scaling.evidence(g.raw_ms, g.saving_ms),
     ]
-    if len(g.items) > 5:
-        evidence.append(f"... and {len(g.items) - 5} more kernel name(s)")
+    if g.n_items > 5:
+        evidence.append(f"... and {g.n_items - 5} more kernel name(s)")
     if n_ranks > 1:
         evidence.append(f"rank {g.rank} shown (largest saving of {n_ranks} ranks)")
     return ctx.finding(

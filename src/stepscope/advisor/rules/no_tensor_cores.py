@@ -75,8 +75,8 @@ def _finding(ctx: Context, r: TensorCoreSaving, n_ranks: int) -> Finding:
     if r.ops:
         top_ops = sorted(r.ops.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
         evidence.append("launched by " + ", ".join(f"{o} ({n})" for o, n in top_ops))
-    if len(r.items) > 5:
-        evidence.append(f"... and {len(r.items) - 5} more kernel name(s)")
+    if r.n_items > 5:
+        evidence.append(f"... and {r.n_items - 5} more kernel name(s)")
     if n_ranks > 1:
         evidence.append(f"rank {r.rank} shown (largest saving of {n_ranks} ranks)")
     measured = all(v.measured for v in r.ratios.values())

@@ -74,7 +74,7 @@ def _finding(ctx: Context, g: GridGroup, is_custom: bool, n_ranks: int) -> Findi
     top = g.items[0]
     blocks = int(g.sk.col("blocks")[top.row])
     who = "" if is_custom else "library/framework "
-    title = (f"{len(g.items)} {who}kernel(s) launch fewer blocks than the {g.sms} SMs "
+    title = (f"{g.n_items} {who}kernel(s) launch fewer blocks than the {g.sms} SMs "
              f"({short(top.name, 48)}: {blocks} blocks); up to {g.saving_ms:.2f} ms per step")
     evidence = [
         (f"{g.time_ms:.3f} ms per step ({g.time_ms / ctx.step_ms:.0%} of the {ctx.step_ms:.2f} ms "
@@ -82,8 +82,8 @@ def _finding(ctx: Context, g: GridGroup, is_custom: bool, n_ranks: int) -> Findi
         *(_kernel_line(g, k) for k in g.items[:5]),
         g.scaling.evidence(g.raw_ms, g.saving_ms),
     ]
-    if len(g.items) > 5:
-        evidence.append(f"... and {len(g.items) - 5} more kernel name(s)")
+    if g.n_items > 5:
+        evidence.append(f"... and {g.n_items - 5} more kernel name(s)")
     if n_ranks > 1:
         evidence.append(f"rank {g.rank} shown (largest saving of {n_ranks} ranks)")
     note = "" if is_custom else (

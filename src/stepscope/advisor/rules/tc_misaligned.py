@@ -78,8 +78,8 @@ def _finding(ctx: Context, r: MisalignedSaving, n_ranks: int) -> Finding:
     if top_ops:
         evidence.append("launched by " + ", ".join(f"{o} ({n} launches)" for o, n in top_ops)
                         + "; the trace keeps no shapes: check their input dimensions")
-    if len(r.items) > 5:
-        evidence.append(f"... and {len(r.items) - 5} more kernel name(s)")
+    if r.n_items > 5:
+        evidence.append(f"... and {r.n_items - 5} more kernel name(s)")
     if n_ranks > 1:
         evidence.append(f"rank {r.rank} shown (largest saving of {n_ranks} ranks)")
     conf = (Confidence.HIGH if r.ratio.measured and r.aligned_by_name

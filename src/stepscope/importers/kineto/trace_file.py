@@ -1,15 +1,23 @@
 """Read a Kineto trace file's bytes: gzip is detected by content and decompressed into memory,
-plain files are memory-mapped (``EventReader`` then decodes them chunk by chunk)."""
+plain files are memory-mapped (``EventReader`` then decodes them chunk by chunk).
+
+The decompression uses ISA-L (``isal``) or zlib-ng (``zlib-ng``) when one is installed
+(``pip install 'stepscope[fast]'``), else the standard library's zlib: the same bytes, faster
+(docs/benchmarks.md, "Faster gzip").
+"""
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from stepscope.errors import TraceFormatError
+from stepscope.progress import report as say_progress
 
 GZIP_MAGIC = b"\x1f\x8b"
 _GUNZIP_PIECE = 4 << 20
@@ -39,14 +47,42 @@ def one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def gunzip(raw: bytes) -> bytearray:
+# zlib-compatible modules, fastest first: (module, what to call it)
+INFLATERS = (("isal.isal_zlib", "isal"), ("zlib_ng.zlib_ng", "zlib-ng"))
+
+
+def inflater(names: tuple[tuple[str, str], ...] = INFLATERS) -> tuple[ModuleType, str]:
+    """The fastest zlib-compatible module installed, and its name; the standard library's
+    ``zlib`` when none of ``names`` is."""
+    for module, name in names:
+        try:
+            return importlib.import_module(module), name
+        except ImportError:
+            continue
+    return zlib, "zlib"
+
+
+def gunzip(raw: bytes, inflate: ModuleType | None = None, what: str = "") -> bytearray:
     """Decompress (possibly multi-member) gzip data piece by piece into one
     growing buffer (``gzip.decompress`` peaks at twice the output: its pieces
-    plus their joined copy; large buffers grow in place with mremap)."""
+    plus their joined copy; large buffers grow in place with mremap), with ``inflate``
+    (a zlib-compatible module; default: :func:`inflater`'s). A corrupt stream raises
+    ``zlib.error`` whichever module read it. ``what``: the progress reported, in compressed
+    bytes read (``stepscope.progress``; a 1 GB trace takes seconds)."""
+    mod = inflate if inflate is not None else inflater()[0]
+    try:
+        return _gunzip(raw, mod, what)
+    except mod.error as exc:
+        if mod is zlib:
+            raise
+        raise zlib.error(str(exc)) from None
+
+
+def _gunzip(raw: bytes, mod: ModuleType, what: str) -> bytearray:
     out = bytearray()
     rest: bytes | memoryview = memoryview(raw)
     while len(rest):
-        d = zlib.decompressobj(wbits=31)
+        d = mod.decompressobj(wbits=31)
         buf: bytes | memoryview = rest
         while not d.eof:
             piece = d.decompress(buf, _GUNZIP_PIECE)
@@ -54,6 +90,8 @@ def gunzip(raw: bytes) -> bytearray:
             if not piece and not buf:
                 break
             out += piece
+            if what:
+                say_progress(what, len(raw) - len(buf), len(raw))
         if not d.eof:
             raise EOFError("compressed data ended before the end-of-stream marker")
         rest = d.unused_data.lstrip(b"\0")  # members may be followed by zero padding
@@ -84,7 +122,7 @@ def load_bytes(path: Path) -> Loaded:
                 fh.seek(0)
                 raw = fh.read()
                 try:
-                    data = gunzip(raw)
+                    data = gunzip(raw, what=f"decompressing {path.name}")
                 except EOFError:
                     raise TraceFormatError(
                         name, "truncated gzip file (the download or copy is incomplete)") from None

@@ -658,6 +658,27 @@ const FRAMEWORKS = [['pytorch', 'PyTorch'], ['tensorflow', 'TensorFlow'], ['jax'
 const FW_TAB = {pytorch: 'pytorch', jax: 'jax', tensorflow: 'tensorflow', cupy: 'cuda', triton: 'cuda', numba: 'cuda'};
 let preferredFw = FW_TAB[((R.run || {}).frameworks || [])[0]] || 'pytorch';
 
+// remedies: each fix replayed on the step model; the plan replays them together (advisor/remedies.py)
+function renderRemedies() {
+  const el = clear(body('remedies'));
+  const rs = R.remedies || [], plan = R.plan, sm = R.step_model;
+  if (sm) el.appendChild(h('p', {class: 'note', text: 'Step model' + (MULTI ? ' of rank ' + sm.rank : '') + ': the step replays in ' + fmtMs(sm.replayed_ms) + ' against ' + fmtMs(sm.measured_ms) + ' measured (' + (sm.error_pct >= 0 ? '+' : '') + num(sm.error_pct, 1) + '%). Each remedy below is replayed alone: their savings overlap and do not add up.'}));
+  if (!rs.length) { el.appendChild(h('p', {text: sm ? 'No remedy applies.' : 'No step model: the run has no steady steps with GPU work.'})); return; }
+  if (plan) el.appendChild(h('p', {class: 'plan'}, h('b', {text: 'Plan: '}), plan.remedy_ids.join(' + ') + ' together: ' + fmtMs(plan.measured_ms) + ' → ' + fmtMs(plan.predicted_step_ms) + ' per step (−' + num(plan.est_saving_pct, 1) + '%)'));
+  rs.forEach((r, i) => {
+    const box = h('div', {class: 'finding remedy', 'data-id': r.id});
+    box.appendChild(h('div', {class: 'head'},
+      h('span', {class: 'title', text: (i + 1) + '. ' + r.title}),
+      h('span', {class: 'saving', text: '→ ' + fmtMs(r.predicted_step_ms) + ' / step (−' + num(r.est_saving_pct, 1) + '%)'})));
+    const lines = [...(r.evidence || [])];
+    if (r.options && r.options.length > 1) lines.push('options: ' + r.options.map(o => o.title + ' → ' + fmtMs(o.predicted_step_ms)).join('; '));
+    if (r.finding_ids && r.finding_ids.length) lines.push('answers: ' + r.finding_ids.join(', '));
+    (r.assumptions || []).forEach(a => lines.push('assumes: ' + a));
+    box.appendChild(h('ul', {}, ...lines.map(x => h('li', {text: x}))));
+    el.appendChild(box);
+  });
+}
+
 function renderFindings() {
   const el = clear(body('findings'));
   const fs = R.findings || [];
@@ -1892,6 +1913,7 @@ async function boot() {
   T.base64 = performance.now() - T.start;
   safe('overview', renderOverview);
   safe('findings', renderFindings);
+  safe('remedies', renderRemedies);
   T.overview = performance.now() - T.start - T.base64;
   try {
     // the overview was drawn while the blob inflated: count decoding from here, plus base64

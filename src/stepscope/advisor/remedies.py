@@ -1,0 +1,214 @@
+"""Advice by remedy: each fix replayed on the step model, and the plan (all of them at once).
+
+Per rank, the step model (``model.stepmodel``) of a representative steady step is built and
+replayed; its replay error against the measured median step is reported for every rank
+(:class:`StepModelFit`). Remedies are judged on one rank: the slowest (largest median steady
+step). Each candidate of the catalogue (``model.stepmodel.catalog``) is replayed alone, every
+option of it; the remedy's prediction is its best option's. The **plan** applies every remedy
+that saves at least ``MIN_SAVING_PCT``, together, in one replay (TF32 and bf16 AMP are
+alternatives: the better one). Each rank's fit, remedies and plan are a per-rank fact
+(:func:`rank_remedies`, computed where the rank is analysed); the findings that fired only
+choose which remedies are listed.
+
+Savings are the replay's relative change applied to the measured step:
+``predicted_step_ms = measured_ms * replay(edited) / replay(model)``: the replay decides what
+overlaps, its error on the unedited step does not enter the saving. On a torch.profiler trace
+the remedies edit the model without the profiler's host cost (``stepmodel.profiler``): the
+``baseline_ms`` is then ``measured_ms * replay(untraced) / replay(model)``, the step predicted
+for the program run without the profiler, and ``est_saving_ms = baseline_ms -
+predicted_step_ms`` (elsewhere ``baseline_ms`` is the measured step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stepscope.advisor.base import Finding
+from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.results import FACT
+from stepscope.model.profiler_cost import costs_for
+from stepscope.model.stepmodel import StepModel, build_step_model, replay
+from stepscope.model.stepmodel.catalog import Candidate, Option, candidates
+from stepscope.model.stepmodel.profiler import untraced
+
+MIN_SAVING_PCT = 1.0  # listed without a finding, and in the plan, from this saving on
+MAX_FIT_RANKS = 8  # beyond this many ranks, the fit is reported for the judged rank only
+ALTERNATIVES = (("tf32", "bf16_amp"),)  # remedies of which the plan takes one
+
+
+@dataclass(frozen=True)
+class StepModelFit:
+    rank: int
+    step_index: int
+    measured_ms: float
+    replayed_ms: float
+    error_pct: float
+    host_busy_ms: float  # the busiest host thread, per step
+    gpu_busy_ms: float  # union over the rank's streams, per step
+
+
+@dataclass(frozen=True)
+class RemedyOption:
+    name: str
+    title: str
+    predicted_step_ms: float
+    est_saving_ms: float
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Remedy:
+    id: str
+    title: str
+    rank: int
+    finding_ids: tuple[str, ...]
+    baseline_ms: float  # the step the saving is taken from (module docstring)
+    predicted_step_ms: float
+    est_saving_ms: float
+    est_saving_pct: float
+    option: str  # the best option's name
+    options: tuple[RemedyOption, ...]
+    evidence: tuple[str, ...]
+    assumptions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    rank: int
+    measured_ms: float
+    baseline_ms: float
+    predicted_step_ms: float
+    est_saving_ms: float
+    est_saving_pct: float
+    remedy_ids: tuple[str, ...]
+    options: tuple[str, ...]  # the option taken for each remedy, in order
+
+
+@dataclass(frozen=True)
+class RemedyAdvice:
+    fits: tuple[StepModelFit, ...]
+    remedies: tuple[Remedy, ...]  # by saving, largest first
+    plan: Plan | None
+
+
+def _fit(m: StepModel) -> tuple[StepModelFit, float]:
+    r = replay(m)
+    meas = m.measured_ns / 1e6
+    err = 100.0 * (r.step_ms - meas) / meas if meas > 0 else 0.0
+    return StepModelFit(m.rank, m.step_index, round(meas, 4), round(r.step_ms, 4), round(err, 2),
+                        round(max(r.host_busy_ns, default=0) / 1e6, 4),
+                        round(r.gpu_busy_ns / 1e6, 4)), r.step_ns
+
+
+@dataclass(frozen=True)
+class RankRemedies:
+    """One rank's step-model fit, every candidate remedy judged (``finding_ids``: every
+    finding it answers, fired or not) and the plan: a per-rank fact, small to send back."""
+
+    fit: StepModelFit
+    remedies: tuple[Remedy, ...]
+    plan: Plan | None
+
+
+def rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
+    """Rank ``ra``'s fit, remedies and plan, memoised on its graph (a per-rank fact:
+    ``advisor.rank_facts``; the step model itself is not kept)."""
+    g = analysis.graph.rank(ra.rank)
+    return g.memo((FACT, "remedies"), lambda: _rank_remedies(analysis, ra))
+
+
+def _rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
+    if not ra.steps.steady:
+        return None
+    model = build_step_model(analysis.graph.rank(ra.rank), ra, costs_for(analysis.graph))
+    if model is None:
+        return None
+    fit, base_ns = _fit(model)
+    if base_ns <= 0:
+        return RankRemedies(fit, (), None)
+    meas = model.measured_ns / 1e6
+    bare = untraced(model)
+    baseline = _predict(bare, base_ns, meas)
+    out = [_judge(c, bare, base_ns, meas, baseline, ra.rank)
+           for c in candidates(analysis, ra, bare)]
+    out.sort(key=lambda x: (-x[0].est_saving_ms, x[0].id))
+    return RankRemedies(fit, tuple(r for r, _ in out),
+                        _plan(out, bare, base_ns, meas, baseline, ra.rank))
+
+
+def remedy_advice(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> RemedyAdvice:
+    """Step-model fits per rank, the remedies of the slowest rank and their plan: a remedy
+    is listed when it answers a finding that fired or saves ``MIN_SAVING_PCT`` by itself."""
+    ranks = [ra for ra in analysis.ranks if ra.steps.steady]
+    if not ranks:
+        return RemedyAdvice((), (), None)
+    judged = max(ranks, key=_median_span)
+    fit_ranks = ranks if len(ranks) <= MAX_FIT_RANKS else [judged]
+    per = {ra.rank: rank_remedies(analysis, ra) for ra in fit_ranks}
+    fits = tuple(r.fit for r in per.values() if r is not None)
+    mine = per.get(judged.rank)
+    if mine is None:
+        return RemedyAdvice(fits, (), None)
+    fired = {f.id for f in findings}
+    listed = []
+    for r in mine.remedies:
+        ids = tuple(f for f in r.finding_ids if f in fired)
+        if ids or r.est_saving_pct >= MIN_SAVING_PCT:
+            listed.append(replace(r, finding_ids=ids))
+    return RemedyAdvice(fits, tuple(listed), mine.plan)
+
+
+def _median_span(ra: RankAnalysis) -> float:
+    spans = sorted(s.span_ns for s in ra.steps.steady)
+    return float(spans[len(spans) // 2]) if spans else 0.0
+
+
+def _predict(m: StepModel, base_ns: float, meas: float) -> float:
+    return meas * replay(m).step_ns / base_ns
+
+
+def _judge(c: Candidate, m: StepModel, base_ns: float, meas: float, baseline: float,
+           rank: int) -> tuple[Remedy, Option]:
+    opts = [(o, _predict(o.apply(m), base_ns, meas)) for o in c.options]
+    best, pred = min(opts, key=lambda x: x[1])
+    saving = baseline - pred
+    return Remedy(
+        id=c.id, title=c.title, rank=rank,
+        finding_ids=c.finding_ids, baseline_ms=round(baseline, 4),
+        predicted_step_ms=round(pred, 4), est_saving_ms=round(saving, 4),
+        est_saving_pct=round(100.0 * saving / baseline, 2) if baseline > 0 else 0.0,
+        option=best.name,
+        options=tuple(RemedyOption(o.name, o.title, round(p, 4), round(baseline - p, 4),
+                                   o.assumptions) for o, p in opts),
+        evidence=c.evidence, assumptions=c.assumptions + best.assumptions), best
+
+
+def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: float,
+          baseline: float, rank: int) -> Plan | None:
+    helping = [(r, o) for r, o in out if r.est_saving_pct >= MIN_SAVING_PCT]
+    for group in ALTERNATIVES:  # keep the best of alternatives (``out`` is by saving)
+        seen = False
+        kept = []
+        for r, o in helping:
+            if r.id in group:
+                if seen:
+                    continue
+                seen = True
+            kept.append((r, o))
+        helping = kept
+    if not helping:
+        return None
+    x = m
+    for _, o in helping:
+        x = o.apply(x)
+    pred = _predict(x, base_ns, meas)
+    return Plan(rank=rank, measured_ms=round(meas, 4), baseline_ms=round(baseline, 4),
+                predicted_step_ms=round(pred, 4), est_saving_ms=round(baseline - pred, 4),
+                est_saving_pct=round(100.0 * (baseline - pred) / baseline, 2)
+                if baseline > 0 else 0.0,
+                remedy_ids=tuple(r.id for r, _ in helping),
+                options=tuple(o.name for _, o in helping))
+
+
+__all__ = ["Plan", "RankRemedies", "Remedy", "RemedyAdvice", "RemedyOption", "StepModelFit",
+           "rank_remedies", "remedy_advice"]

@@ -1,0 +1,393 @@
+"""Build a rank's :class:`StepModel` from its step graph (``steps`` module docstring).
+
+The modelled step is the steady step whose GPU-anchored length is closest to the median of the
+steady steps. Its host events are the rank's launches, copies, memsets, syncs (``api_calls``)
+and input waits (``input_waits``) that start inside the step's markers; its GPU ops are the GPU
+records the step issued (``StepGraph.issued_ns`` inside the markers), each triggered by the
+call that launched it (else by the last host event before it, else the step's start mark).
+
+Measured inputs, per op: the latency from its launch to its start when its stream was idle at
+the launch; for an op launched while its stream was busy (queued), the rank's median latency
+and the gap after its stream predecessor; and a dependency on an op of another stream of the
+same step that ended within ``DEP_TOL_NS`` before it started (the latest such), when it started more than
+``DEP_SLACK_NS`` later than its launch and stream allow (an event wait). Per blocking call: the
+time it spent after the GPU work it waited for had finished (``own``), so that a replay of the
+measured model waits as long as the measurement did.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stepscope.analysis import RankAnalysis
+from stepscope.analysis.graph import StepGraph
+from stepscope.analysis.launches import bounds, column_i64, column_str, str_in
+from stepscope.analysis.syncs import blocking_calls
+from stepscope.call_kinds import COMM_KERNEL
+from stepscope.model.profiler_cost import EventCosts
+from stepscope.model.stepmodel.profiler import profiler_cost
+from stepscope.model.stepmodel.steps import (
+    I64,
+    WAIT_ALL,
+    WAIT_NONE,
+    CopyDir,
+    GpuOps,
+    HostEvents,
+    HostKind,
+    StepModel,
+    SyncRole,
+    i64,
+)
+from stepscope.schema_enums import ApiKind, CopyKind, MemoryKind, SyncKind
+
+STREAM_TOL_NS = 2_000
+DEP_SLACK_NS = 20_000
+DEP_TOL_NS = 50_000
+MIN_WAIT_NS = 20_000
+HANDOFF_RUN = 4  # a thread that ran this many events alone hands over to the next one  # a blocking call shorter than this did not wait for the GPU  # an event wait starts its op this soon after the awaited op ends
+MAX_LATENCY_NS = 1_000_000  # launch-to-start delays above this are not latencies
+DEFAULT_LATENCY_NS = 5_000
+EVENT_SYNC = "EventSynchronize"
+UNSEEN_EVENT_BACK = 2
+_ISSUING = (ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value, ApiKind.MEMCPY.value,
+            ApiKind.MEMSET.value, ApiKind.SYNC.value)
+
+
+def representative_step(ra: RankAnalysis) -> int | None:
+    """The StepInfo index of the steady step closest to the median steady length, not the
+    trace's first or last step where others are steady (their neighbours, which launched the
+    GPU work they wait for or ran ahead into them, are outside the trace)."""
+    steady = ra.steps.steady
+    if not steady:
+        return None
+    n = len(ra.steps.steps)
+    inner = tuple(s for s in steady if 0 < s.index < n - 1)
+    steady = inner or steady
+    spans = np.array([s.span_ns for s in steady], dtype=np.float64)
+    med = float(np.median(spans))
+    return steady[int(np.argmin(np.abs(spans - med)))].index
+
+
+def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = None
+                     ) -> StepModel | None:
+    """The rank's step model, or None without steady steps or GPU work in the chosen step.
+    With ``costs`` (a torch.profiler trace: ``model.profiler_cost.costs_for``), the model
+    carries what the profiler added to each host event (``profiler.untraced`` removes it)."""
+    idx = representative_step(ra)
+    if idx is None:
+        return None
+    step = ra.steps.steps[idx]
+    t0, t1 = step.start_ns, step.end_ns
+    if t1 <= t0:
+        return None
+    spans = np.array([s.span_ns for s in ra.steps.steady], dtype=np.float64)
+    gp = g.gpu
+    if gp.size == 0:
+        return None
+    issued = g.issued_ns
+    in_step = np.flatnonzero((issued >= t0) & (issued < t1))
+    paired = g.gpu_api_row[in_step] >= 0
+    if paired.any():  # unpaired records were launched before the trace began: not this step's
+        in_step = in_step[paired]
+    if in_step.size == 0:
+        return None
+    names: dict[str, int] = {}
+
+    def name_id(n: str) -> int:
+        return names.setdefault(n, len(names))
+
+    # -- GPU records: streams, kinds, bytes, measured predecessor end ----------------------
+    parts = [g.table(n) for n in ("kernels", "memcpy", "memset")]
+    stream = np.concatenate([column_i64(t, "stream", -1) for t in parts])
+    kindcol = np.concatenate([np.full(t.num_rows, k, dtype=np.int8) for k, t in enumerate(parts)])
+    rows = np.concatenate([np.arange(t.num_rows, dtype=np.int64) for t in parts])
+    nbytes = np.concatenate([np.zeros(parts[0].num_rows, dtype=np.int64),
+                             column_i64(parts[1], "bytes", 0), column_i64(parts[2], "bytes", 0)])
+    skey = gp.device * np.int64(1 << 40) + stream
+    order = np.lexsort((gp.start, skey))
+    prev_end = np.full(gp.size, np.iinfo(np.int64).min // 4, dtype=np.int64)
+    for a, b in _runs(skey[order]):  # the latest end before each record on its stream
+        seg = order[a:b]
+        if seg.size > 1:
+            prev_end[seg[1:]] = np.maximum.accumulate(gp.end[seg])[:-1]
+    # -- host events ------------------------------------------------------------------------
+    api = g.table("api_calls")
+    a_s, a_e = bounds(api)
+    a_kind = str_in(api, "kind", _ISSUING)
+    sel_api = np.flatnonzero(a_kind & (a_s >= t0) & (a_s < t1))
+    blk = blocking_calls(g)
+    waits = g.table("input_waits")
+    w_s, w_e = bounds(waits)
+    sel_w = np.flatnonzero((w_s >= t0) & (w_s < t1))
+    pid = np.concatenate([column_i64(api, "pid")[sel_api], column_i64(waits, "pid")[sel_w]])
+    tid = np.concatenate([column_i64(api, "tid")[sel_api], column_i64(waits, "tid")[sel_w]])
+    ev_s = np.concatenate([a_s[sel_api], w_s[sel_w]])
+    ev_e = np.concatenate([a_e[sel_api], w_e[sel_w]])
+    ev_api = np.concatenate([sel_api, np.full(sel_w.size, -1, dtype=np.int64)])
+    api_names = column_str(api, "name").to_pylist() if sel_api.size else []
+    api_kinds = column_str(api, "kind").to_pylist() if sel_api.size else []
+    threads_l = sorted(set(zip(pid.tolist(), tid.tolist())))
+    if not threads_l:
+        threads_l = [(-1, -1)]
+    th_index = {t: i for i, t in enumerate(threads_l)}
+    ev_t = np.array([th_index[(p, t)] for p, t in zip(pid.tolist(), tid.tolist())],
+                    dtype=np.int64)
+    # the main thread starts the step (the training loop's; autograd's backward thread may
+    # have more events)
+    main = int(ev_t[np.argmin(ev_s)]) if ev_t.size else 0
+    o = np.lexsort((ev_e, ev_s))
+    ev_s, ev_e, ev_api, ev_t = ev_s[o], ev_e[o], ev_api[o], ev_t[o]
+    # drop events inside an earlier event of their thread (nested calls)
+    keep = np.ones(ev_s.size, dtype=bool)
+    last_end: dict[int, int] = {}
+    for i, (t, e_) in enumerate(zip(ev_t.tolist(), ev_e.tolist())):
+        if t in last_end and e_ <= last_end[t]:
+            keep[i] = False
+            continue
+        last_end[t] = e_
+    ev_s, ev_e, ev_api, ev_t = ev_s[keep], ev_e[keep], ev_api[keep], ev_t[keep]
+    n_ev = ev_s.size + 1  # event 0: the step's start mark on the main thread
+    e_start = np.concatenate(([t0], ev_s))
+    e_end = np.concatenate(([t0], ev_e))
+    e_api = np.concatenate(([-1], ev_api))
+    e_thread = np.concatenate(([main], ev_t))
+    api_to_ev = {int(r): i for i, r in enumerate(e_api.tolist()) if r >= 0}
+    # -- the step's GPU ops and their triggers ---------------------------------------------
+    op_api = g.gpu_api_row[in_step]
+    trig = np.array([api_to_ev.get(int(r), -1) for r in op_api.tolist()], dtype=np.int64)
+    orphan = trig < 0
+    if orphan.any():  # the last host event that started before the op, else the mark
+        pos = np.searchsorted(e_start, gp.start[in_step][orphan], side="right") - 1
+        trig[orphan] = np.maximum(pos, 0)
+    oo = np.lexsort((gp.start[in_step], trig))
+    in_step, trig = in_step[oo], trig[oo]
+    o_start, o_end = gp.start[in_step], gp.end[in_step]
+    keys = sorted(set(zip(gp.device[in_step].tolist(), stream[in_step].tolist())))
+    st_index = {k: i for i, k in enumerate(keys)}
+    o_stream = np.array([st_index[(d, s)] for d, s in zip(gp.device[in_step].tolist(),
+                                                          stream[in_step].tolist())],
+                        dtype=np.int64)
+    launch = e_start[trig]
+    since = np.maximum(o_start - launch, 0)
+    pe = prev_end[in_step]
+    queued = pe > launch  # the stream was still busy when the op was launched
+    idle = ~queued & (since < MAX_LATENCY_NS)
+    med_lat = int(np.median(since[idle])) if idle.any() else DEFAULT_LATENCY_NS
+    lat = np.where(queued, np.minimum(since, med_lat), since).astype(np.int64)
+    gap = np.where(queued, np.maximum(o_start - pe, 0), 0).astype(np.int64)
+    dep = np.full(in_step.size, -1, dtype=np.int64)
+    late = np.where(queued, o_start - np.maximum(pe, launch + med_lat), since - med_lat)
+    for j in np.flatnonzero(late > DEP_SLACK_NS).tolist():
+        cand = np.flatnonzero((o_stream != o_stream[j]) & (trig <= trig[j])
+                              & (o_end <= o_start[j]) & (o_end >= o_start[j] - DEP_TOL_NS))
+        cand = cand[cand < j] if cand.size else cand
+        if cand.size:
+            dep[j] = int(cand[np.argmax(o_end[cand])])
+            lat[j] = min(int(since[j]), med_lat)
+            gap[j] = 0
+    o_kind = kindcol[in_step]
+    o_rows = rows[in_step]
+    comm = np.zeros(in_step.size, dtype=bool)
+    kj = np.flatnonzero(o_kind == 0)
+    if kj.size:  # communication kernels, by name (the names themselves are not kept)
+        kn = column_str(parts[0], "name").take(pa.array(o_rows[kj]))
+        words = pc.unique(kn).to_pylist()
+        comm_names = [w for w in words if w is not None and COMM_KERNEL.search(str(w))]
+        if comm_names:
+            comm[kj] = np.asarray(pc.fill_null(pc.is_in(kn, value_set=pa.array(
+                comm_names, type=pa.string())), False).to_numpy(zero_copy_only=False), dtype=bool)
+    # -- host event columns -----------------------------------------------------------------
+    mc = g.table("memcpy")
+    m_kind = column_str(mc, "kind").to_pylist() if mc.num_rows else []
+    m_src = column_str(mc, "src_kind").to_pylist() if mc.num_rows else []
+    m_dst = column_str(mc, "dst_kind").to_pylist() if mc.num_rows else []
+    m_row = g.memcpy_row(g.keys("api_calls")) if api.num_rows else np.zeros(0, np.int64)
+    sync_stream = _sync_streams(g)
+    kind = np.zeros(n_ev, dtype=np.int8)
+    role = np.zeros(n_ev, dtype=np.int8)
+    copy = np.zeros(n_ev, dtype=np.int8)
+    pageable = np.zeros(n_ev, dtype=bool)
+    wait = np.full(n_ev, WAIT_NONE, dtype=np.int64)
+    back = np.zeros(n_ev, dtype=np.int64)
+    ev_name = np.zeros(n_ev, dtype=np.int64)
+    ev_name[0] = name_id("step start")
+    first_op = np.searchsorted(trig, np.arange(n_ev), side="left")
+    last_op = np.searchsorted(trig, np.arange(n_ev), side="right")
+    a_key = g.keys("api_calls") if api.num_rows else np.zeros(0, np.int64)
+    for e in range(1, n_ev):
+        r = int(e_api[e])
+        if r < 0:
+            kind[e] = HostKind.INPUT
+            ev_name[e] = name_id("input wait")
+            continue
+        ev_name[e] = name_id(str(api_names[r]))
+        k = api_kinds[r]
+        kind[e] = HostKind.LAUNCH
+        if k == ApiKind.MEMCPY.value and m_row.size and m_row[r] >= 0:
+            mr = int(m_row[r])
+            copy[e] = (CopyDir.HTOD if m_kind[mr] == CopyKind.HTOD.value else
+                       CopyDir.DTOH if m_kind[mr] == CopyKind.DTOH.value else CopyDir.OTHER)
+            pageable[e] = MemoryKind.PAGEABLE.value in (m_src[mr], m_dst[mr])
+        if blk.blocking_copy[r]:
+            kind[e], role[e] = HostKind.BLOCK, SyncRole.BLOCKING_COPY
+            mine = np.arange(first_op[e], last_op[e])
+            wait[e] = int(o_stream[mine[-1]]) if mine.size else WAIT_ALL
+        elif blk.is_sync[r]:
+            kind[e] = HostKind.BLOCK
+            s_ = sync_stream.get(int(a_key[r]))
+            wait[e] = st_index.get(s_, WAIT_ALL) if s_ is not None else WAIT_ALL
+            prev = _previous(e_thread, kind, e)
+            pc_ = copy[prev] if prev > 0 else CopyDir.NONE
+            role[e] = (SyncRole.READBACK if pc_ == CopyDir.DTOH else
+                       SyncRole.COPY_SYNC if pc_ == CopyDir.HTOD else SyncRole.EXPLICIT)
+            copy[e] = pc_
+    # pre / own per thread; the wait each BLOCK event saw, in measured terms
+    pre = np.zeros(n_ev, dtype=np.int64)
+    own = np.maximum(e_end - e_start, 0).astype(np.int64)
+    free_at = np.full(len(threads_l), t0, dtype=np.int64)
+    awaited = _Awaited(gp.end, skey, issued, keys)
+    m_names = list(names)
+    typical_back = _event_sync_back(g, issued, ra, api_names, a_s, a_e)
+    after = np.full(n_ev, -1, dtype=np.int64)
+    ready_at = np.zeros(n_ev, dtype=np.int64)
+    run = 0  # consecutive events of the thread of the event before
+    for e in range(n_ev):
+        t = int(e_thread[e])
+        ready = int(free_at[t])
+        if e > 0 and e_thread[e - 1] != t and run >= HANDOFF_RUN:
+            # a hand-over: the other thread ran alone for a while before this one went on
+            # (autograd's backward thread after loss.backward(), and back); threads whose
+            # calls interleave (TensorFlow's executors) run side by side
+            after[e] = e - 1
+            ready = max(ready, int(e_end[e - 1]))
+        run = run + 1 if e > 0 and e_thread[e - 1] == t else 1
+        ready_at[e] = ready
+        pre[e] = max(0, int(e_start[e]) - ready)
+        if kind[e] == HostKind.BLOCK:
+            sb = _steps_back(g, issued, ra, idx, int(e_start[e]), int(e_end[e]))
+            if EVENT_SYNC in m_names[int(ev_name[e])] and (sb is None or sb < 0):
+                # an event sync that did not wait, or waited for work launched before the
+                # trace, says nothing of its event here: it waits as the event syncs of the
+                # other steady steps did (a loop keeping N steps in flight)
+                back[e] = typical_back
+                w = 0 if sb is None else int(own[e])  # not waiting: its duration is its own
+            else:
+                back[e] = max(sb or 0, 0)
+                w_end = awaited(int(wait[e]), int(e_start[e])) if back[e] == 0 \
+                    else int(e_end[e])
+                w = min(max(0, w_end - int(e_start[e])), int(own[e]))
+            own[e] -= w
+        free_at[t] = max(int(free_at[t]), int(e_end[e]))
+    # the step ends with the main thread (the one that starts it); another thread's
+    # time after its last event is idle (autograd's backward thread waits for the next step)
+    tail = np.where(np.arange(free_at.size) == main, np.maximum(t1 - free_at, 0), 0
+                    ).astype(np.int64)
+    prof = None if costs is None else profiler_cost(
+        g, costs, tuple(threads_l), i64(e_thread), kind, i64(e_start), i64(e_end), ready_at,
+        t1, free_at)
+    host = HostEvents(thread=i64(e_thread), kind=kind, pre=pre, own=own, wait=wait, back=back, after=after,
+                      role=role,
+                      copy=copy, pageable=pageable, name=ev_name)
+    ops = GpuOps(trigger=i64(trig), stream=o_stream, kind=o_kind.astype(np.int8),
+                 dur=i64(o_end - o_start), lat=lat, gap=gap, dep=dep, row=i64(o_rows),
+                 nbytes=i64(nbytes[in_step]), comm=comm)
+    return StepModel(rank=ra.rank, step_index=idx, measured_ns=int(np.median(spans)),
+                     step_ns=int(step.span_ns), steady_steps=len(ra.steps.steady),
+                     threads=tuple(threads_l), streams=tuple(keys), names=tuple(names),
+                     host=host, ops=ops, tail=tail, launch_latency_ns=med_lat, profiler=prof)
+
+
+def _event_sync_back(g: StepGraph, issued: I64, ra: RankAnalysis,
+                     api_names: list[str], a_s: I64, a_e: I64) -> int:
+    """How many steps back the event syncs of the steady steps waited for (the most common
+    non-zero count). When none waited, ``UNSEEN_EVENT_BACK``: an event sync that never held
+    the host is taken to let it run one step ahead (a loop keeping two steps in flight), not
+    to serialise the steps; the replay of the measured step is the same either way, only what
+    other remedies leave to it changes."""
+    found: dict[int, int] = {}
+    starts = ra.steps.starts
+    for st in ra.steps.steady:
+        rows = np.flatnonzero((a_s >= st.start_ns) & (a_s < st.end_ns))
+        for r in rows.tolist():
+            if EVENT_SYNC not in str(api_names[r]) if api_names else True:
+                continue
+            k = int(np.searchsorted(starts, a_s[r], side="right")) - 1
+            b = _steps_back(g, issued, ra, k, int(a_s[r]), int(a_e[r]))
+            if b is not None and b > 0:
+                found[b] = found.get(b, 0) + 1
+    return max(found, key=lambda b: (found[b], -b)) if found else UNSEEN_EVENT_BACK
+
+
+def _steps_back(g: StepGraph, issued: I64, ra: RankAnalysis, idx: int, s: int, e: int
+                ) -> int | None:
+    """How many steps back the GPU work a blocking call waited for was issued: the record
+    issued before the call that ended last before the call returned (0: this step's; None:
+    no GPU work ended during the call, it did not wait; -1: that record's launch is not in
+    the trace, so its step is not known)."""
+    gp = g.gpu
+    if e - s < MIN_WAIT_NS:
+        return None  # as long as a call costs: whatever ended meanwhile, it did not wait
+    m = (issued < s) & (gp.end <= e + STREAM_TOL_NS) & (gp.end >= s)
+    if not m.any():
+        return None
+    j = np.flatnonzero(m)[int(np.argmax(gp.end[m]))]
+    if g.gpu_api_row[j] < 0:
+        return -1
+    starts = ra.steps.starts
+    k = int(np.searchsorted(starts, issued[j], side="right")) - 1
+    return max(0, idx - k) if k >= 0 else -1
+
+
+def _runs(k: I64) -> list[tuple[int, int]]:
+    if k.size == 0:
+        return []
+    cut = np.flatnonzero(k[1:] != k[:-1]) + 1
+    b = np.concatenate(([0], cut, [k.size]))
+    return list(zip(b[:-1].tolist(), b[1:].tolist()))
+
+
+def _previous(thread: I64, kind: np.ndarray, e: int) -> int:
+    """The event before ``e`` on its thread (0 when none)."""
+    for p in range(e - 1, 0, -1):
+        if thread[p] == thread[e]:
+            return p
+    return 0
+
+
+def _sync_streams(g: StepGraph) -> dict[int, tuple[int, int]]:
+    """Correlation key of a stream-sync record -> its (device, stream)."""
+    t = g.table("sync")
+    if t.num_rows == 0:
+        return {}
+    ks = g.keys("sync")
+    is_stream = str_in(t, "kind", (SyncKind.STREAM.value,))
+    dev, st = column_i64(t, "device", 0), column_i64(t, "stream", -1)
+    return {int(k): (int(d), int(s)) for k, d, s, m in zip(ks.tolist(), dev.tolist(),
+                                                           st.tolist(), is_stream.tolist())
+            if m and k >= 0 and s >= 0}
+
+
+class _Awaited:
+    """The measured end of the GPU work issued before ``t`` on one stream (or all)."""
+
+    def __init__(self, end: I64, skey: I64, issued: I64, keys: list[tuple[int, int]]) -> None:
+        o = np.argsort(issued, kind="stable")
+        self._iss = issued[o]
+        self._all = np.maximum.accumulate(end[o]) if o.size else end[o]
+        self._per: dict[int, tuple[I64, I64]] = {}
+        sk_sorted = skey[o]
+        for i, (d, s) in enumerate(keys):
+            m = sk_sorted == d * np.int64(1 << 40) + s
+            self._per[i] = (self._iss[m], np.maximum.accumulate(end[o][m]) if m.any()
+                            else end[o][m])
+
+    def __call__(self, stream: int, t: int) -> int:
+        iss, mx = self._per.get(stream, (self._iss, self._all)) if stream >= 0 \
+            else (self._iss, self._all)
+        p = int(np.searchsorted(iss, t, side="right")) - 1
+        return int(mx[p]) if p >= 0 else -(1 << 62)
+
+
+__all__ = ["build_step_model", "representative_step"]

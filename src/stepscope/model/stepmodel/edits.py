@@ -1,0 +1,109 @@
+"""Edits: data transformations of a :class:`StepModel`, each returning a changed copy.
+
+What a remedy changes is one or more of these; ``replay`` then decides what the change buys
+(an edit never states a saving itself):
+
+* :func:`scale_ops`        GPU ops take ``dur * factor`` (kernels never shorter than
+  ``speedups.MIN_KERNEL_NS``): TF32, bf16 AMP, channels_last, communication compression;
+* :func:`unblock`          host events stop waiting for the GPU (a sync or a blocking copy
+  removed, a copy made non-blocking), with a new own cost;
+* :func:`copies_at`        copy ops take ``bytes / bandwidth`` (pinned memory);
+* :func:`graph_regions`    each run of at least ``min_launches`` launches between two host
+  waits on a thread becomes one CUDA graph launch: the launches' and the host's dispatch
+  cost in between go (host work longer than ``keep_host_ns`` between two launches stays: it
+  is not dispatch), the graph's launch costs ``launch_ns``, its kernels follow each other
+  ``node_gap_ns`` apart;
+* :func:`shorten_input`    input waits take ``wait * factor``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from stepscope.model.speedups import MIN_KERNEL_NS
+from stepscope.model.stepmodel.steps import I64, WAIT_NONE, B, HostKind, OpKind, StepModel
+
+F64 = npt.NDArray[np.float64]
+GRAPH_LAUNCH_NS = 10_000  # host cost of one cudaGraphLaunch
+GRAPH_NODE_GAP_NS = 200  # GPU gap between two kernels of a replayed graph (measured: docs/remedies.md)
+KEEP_HOST_NS = 1_000_000  # host work between two launches that is not dispatch
+MIN_GRAPH_LAUNCHES = 20
+
+
+def scale_ops(m: StepModel, factor: F64) -> StepModel:
+    """Ops take ``dur * factor`` (``factor`` per op; 1 leaves an op alone)."""
+    d = m.ops.dur.astype(np.float64)
+    new = np.where(factor < 1.0, np.maximum(d * factor, np.minimum(d, MIN_KERNEL_NS)), d * factor)
+    return m.with_ops(dur=np.round(new).astype(np.int64))
+
+
+def unblock(m: StepModel, mask: B, own_ns: I64 | int | None = None) -> StepModel:
+    """Events of ``mask`` wait for nothing; their own cost becomes ``own_ns`` (None: kept)."""
+    kind = m.host.kind.copy()
+    kind[mask & (kind == HostKind.BLOCK)] = HostKind.LAUNCH
+    wait = m.host.wait.copy()
+    wait[mask] = WAIT_NONE
+    own = m.host.own.copy()
+    if own_ns is not None:
+        own[mask] = np.broadcast_to(np.asarray(own_ns, dtype=np.int64), own.shape)[mask]
+    return m.with_host(kind=kind, wait=wait, own=own)
+
+
+def copies_at(m: StepModel, mask: B, gbs: float) -> StepModel:
+    """Copy ops of ``mask`` move their bytes at ``gbs`` GB/s (never slower than measured)."""
+    o = m.ops
+    sel = mask & (o.kind == OpKind.MEMCPY) & (o.nbytes > 0)
+    new = np.minimum(o.dur, np.ceil(o.nbytes / gbs).astype(np.int64))
+    return m.with_ops(dur=np.where(sel, new, o.dur).astype(np.int64))
+
+
+def launch_regions(m: StepModel, min_launches: int = MIN_GRAPH_LAUNCHES) -> list[list[int]]:
+    """Runs of consecutive ``LAUNCH`` events of one thread, no wait inside, of at least
+    ``min_launches`` events: what a CUDA graph could capture."""
+    h = m.host
+    out: list[list[int]] = []
+    cur: dict[int, list[int]] = {}
+    for e in range(h.size):
+        t = int(h.thread[e])
+        if h.kind[e] == HostKind.LAUNCH:
+            cur.setdefault(t, []).append(e)
+        elif h.kind[e] in (HostKind.BLOCK, HostKind.INPUT):
+            run = cur.pop(t, [])
+            if len(run) >= min_launches:
+                out.append(run)
+    out += [r for r in cur.values() if len(r) >= min_launches]
+    return sorted(out)
+
+
+def graph_regions(m: StepModel, regions: list[list[int]], launch_ns: int = GRAPH_LAUNCH_NS,
+                  node_gap_ns: int = GRAPH_NODE_GAP_NS,
+                  keep_host_ns: int = KEEP_HOST_NS) -> StepModel:
+    """Each region (event indexes, :func:`launch_regions`) replayed as one CUDA graph."""
+    h, o = m.host, m.ops
+    pre, own = h.pre.copy(), h.own.copy()
+    lat, gap = o.lat.copy(), o.gap.copy()
+    for region in regions:
+        r = np.asarray(region, dtype=np.int64)
+        inner = r[1:]
+        pre[inner] = np.where(pre[inner] > keep_host_ns, pre[inner], 0)
+        own[r] = 0
+        own[r[0]] = launch_ns
+        ops = np.flatnonzero(np.isin(o.trigger, r))
+        if ops.size:
+            lat[ops] = m.launch_latency_ns
+            gap[ops[1:]] = node_gap_ns
+    return m.with_host(pre=pre, own=own).with_ops(lat=lat, gap=gap)
+
+
+def shorten_input(m: StepModel, factor: float) -> StepModel:
+    """Input waits take ``wait * factor``."""
+    own = m.host.own.copy()
+    inp = m.host.kind == HostKind.INPUT
+    own[inp] = np.round(own[inp] * factor).astype(np.int64)
+    return m.with_host(own=own)
+
+
+__all__ = ["GRAPH_LAUNCH_NS", "GRAPH_NODE_GAP_NS", "KEEP_HOST_NS", "MIN_GRAPH_LAUNCHES",
+           "copies_at", "graph_regions", "launch_regions", "scale_ops", "shorten_input",
+           "unblock"]

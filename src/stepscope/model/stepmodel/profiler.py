@@ -1,0 +1,73 @@
+"""What torch.profiler added to each host event of a step model (``model.profiler_cost``'s
+per-event costs), and the edit that takes it out (:func:`untraced`).
+
+Per host event of the model, on its thread: the cost of the recorded host events (framework
+ops, Python functions, API calls, memory events) that started in its ``pre`` interval (the
+thread's host work before it), and of the call itself and the events nested in it (its
+``own``); per thread, the cost in its ``tail``. A step replayed without them predicts the step
+of the program run without the profiler.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stepscope.analysis.graph import StepGraph
+from stepscope.analysis.launches import bounds, column_i64, str_in
+from stepscope.model.profiler_cost import EventCosts
+from stepscope.model.stepmodel.steps import I64, HostKind, ProfilerCost, StepModel
+from stepscope.schema_enums import CpuOpKind
+
+
+def _thread_events(g: StepGraph, costs: EventCosts) -> tuple[I64, I64, I64, I64]:
+    """pid, tid, start and profiler cost of every recorded host event of the rank."""
+    ops, api, mem = g.table("cpu_ops"), g.table("api_calls"), g.table("memory_events")
+    py = str_in(ops, "kind", (CpuOpKind.PYTHON.value,))
+    pid = np.concatenate([column_i64(ops, "pid"), column_i64(api, "pid"),
+                          column_i64(mem, "pid")])
+    tid = np.concatenate([column_i64(ops, "tid"), column_i64(api, "tid"),
+                          column_i64(mem, "tid")])
+    ts = np.concatenate([bounds(ops)[0], bounds(api)[0], column_i64(mem, "ts_ns", 0)])
+    cost = np.concatenate([np.where(py, costs.python_ns, costs.op_ns),
+                           np.full(api.num_rows, costs.api_ns),
+                           np.full(mem.num_rows, costs.memory_ns)]).astype(np.int64)
+    return pid, tid, ts, cost
+
+
+def profiler_cost(g: StepGraph, costs: EventCosts, threads: tuple[tuple[int, int], ...],
+                  thread: I64, kind: np.ndarray, start: I64, end: I64, ready: I64,
+                  t1: int, free_at: I64) -> ProfilerCost:
+    """The cost in each event's ``pre`` (``[ready, start)``) and ``own`` (``[start, end)``)
+    interval and in each thread's tail (``[free_at, t1)``), on the event's thread."""
+    pid, tid, ts, cost = _thread_events(g, costs)
+    pre = np.zeros(start.size, dtype=np.int64)
+    own = np.zeros(start.size, dtype=np.int64)
+    tail = np.zeros(len(threads), dtype=np.int64)
+    for i, (p, t) in enumerate(threads):
+        m = (pid == p) & (tid == t)
+        o = np.argsort(ts[m], kind="stable")
+        s, c = ts[m][o], np.concatenate(([0], np.cumsum(cost[m][o])))
+
+        def within(a: I64, b: I64, s: I64 = s, c: I64 = c) -> I64:
+            return np.asarray(c[np.searchsorted(s, b, side="left")]
+                              - c[np.searchsorted(s, a, side="left")], dtype=np.int64)
+
+        ev = np.flatnonzero(thread == i)
+        pre[ev] = within(ready[ev], start[ev])
+        calls = ev[kind[ev] != HostKind.INPUT]
+        own[calls] = within(start[calls], end[calls])
+        tail[i] = int(within(np.array([free_at[i]]), np.array([t1]))[0])
+    return ProfilerCost(pre, own, tail)
+
+
+def untraced(m: StepModel) -> StepModel:
+    """The model without the profiler's host cost (unchanged when it has none)."""
+    p = m.profiler
+    if p is None:
+        return m
+    h = m.host
+    return m.with_host(pre=np.maximum(h.pre - p.pre, 0), own=np.maximum(h.own - p.own, 0)
+                       ).with_tail(np.maximum(m.tail - p.tail, 0))
+
+
+__all__ = ["ProfilerCost", "profiler_cost", "untraced"]

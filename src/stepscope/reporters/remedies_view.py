@@ -1,0 +1,67 @@
+"""The remedies part of a report (``advisor.remedies``): the step model's fit, the remedies
+ranked by saving, and the plan, for the JSON report and the terminal."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from stepscope.advisor.remedies import RemedyAdvice
+
+
+def remedies_json(ra: RemedyAdvice | None) -> dict[str, Any]:
+    """``step_model`` (the judged rank's fit, and ``ranks``: every fitted rank's),
+    ``remedies`` and ``plan`` (null where there is none)."""
+    if ra is None:
+        return {"step_model": None, "remedies": [], "plan": None}
+    judged = ra.plan.rank if ra.plan else (ra.remedies[0].rank if ra.remedies else None)
+    fit = next((f for f in ra.fits if f.rank == judged), ra.fits[0] if ra.fits else None)
+    step_model = None
+    if fit is not None:
+        step_model = {**dataclasses.asdict(fit),
+                      "ranks": [dataclasses.asdict(f) for f in ra.fits]}
+    remedies = []
+    for r in ra.remedies:
+        d = dataclasses.asdict(r)
+        d["options"] = [dataclasses.asdict(o) for o in r.options]
+        remedies.append(d)
+    plan = dataclasses.asdict(ra.plan) if ra.plan else None
+    return {"step_model": step_model, "remedies": remedies, "plan": plan}
+
+
+def fit_line(ra: RemedyAdvice | None) -> Text | None:
+    """One line: the replay of the step model against the measured step."""
+    if ra is None or not ra.fits:
+        return None
+    f = max(ra.fits, key=lambda x: abs(x.error_pct))
+    where = f"rank {f.rank}" if len(ra.fits) > 1 else "the step"
+    worst = " (worst rank)" if len(ra.fits) > 1 else ""
+    return Text(f"Step model: {where} replays in {f.replayed_ms:.2f} ms against "
+                f"{f.measured_ms:.2f} ms measured ({f.error_pct:+.1f}%){worst}", style="dim")
+
+
+def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType]:
+    """The terminal's "Remedies" section: by saving, then the plan."""
+    if ra is None or not ra.remedies:
+        return []
+    rank = ra.remedies[0].rank
+    out: list[RenderableType] = [Text(f"Remedies (each replayed on the step model of rank {rank}; "
+                                      "savings do not add up)", style="bold")]
+    for i, r in enumerate(ra.remedies[:limit], 1):
+        line = Text(f"{i}. {r.title}")  # Text: no markup parsed
+        opt = f", {r.option}" if len(r.options) > 1 else ""
+        line.append(f"  (-> {r.predicted_step_ms:.2f} ms/step, save {r.est_saving_ms:.2f} ms, "
+                    f"{r.est_saving_pct:.0f}%{opt})", style="bold")
+        out.append(line)
+    if ra.plan is not None:
+        p = ra.plan
+        out.append(Text(f"Plan: {' + '.join(p.remedy_ids)} together -> {p.predicted_step_ms:.2f}"
+                        f" ms/step from {p.measured_ms:.2f} ms (save {p.est_saving_pct:.0f}%)",
+                        style="bold green"))
+    return out
+
+
+__all__ = ["fit_line", "remedies_json", "remedy_lines"]

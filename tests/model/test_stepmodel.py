@@ -1,0 +1,323 @@
+"""The step model: hand-built models with hand-computed replays, each edit, the plan's
+non-additivity, the trap (a readback on a host-bound step), and the real fixtures' replay error."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepscope.advisor import advise
+from stepscope.analysis import analyze
+from stepscope.importers import import_traces
+from stepscope.model.stepmodel import build_step_model, edits, replay
+from stepscope.model.stepmodel.steps import (
+    WAIT_ALL,
+    WAIT_NONE,
+    GpuOps,
+    HostEvents,
+    HostKind,
+    OpKind,
+    StepModel,
+    SyncRole,
+)
+from stepscope.store import Run
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+L, K = HostKind.LAUNCH, HostKind.BLOCK
+
+
+def model(events: list[tuple[int, int, int, int]], ops: list[tuple[int, int, int, int]],
+          *, threads: int = 1, streams: int = 1, tail: int = 0,
+          wait: dict[int, int] | None = None, dep: dict[int, int] | None = None,
+          role: dict[int, int] | None = None) -> StepModel:
+    """events: (thread, kind, pre, own) after the step's start mark (event 0);
+    ops: (trigger event, stream, dur, lat)."""
+    n = len(events) + 1
+    ev = [(0, int(HostKind.MARK), 0, 0), *events]
+    w = np.full(n, WAIT_NONE, dtype=np.int64)
+    for e, s in (wait or {}).items():
+        w[e] = s
+    r = np.zeros(n, dtype=np.int8)
+    for e, x in (role or {}).items():
+        r[e] = x
+    d = np.full(len(ops), -1, dtype=np.int64)
+    for j, x in (dep or {}).items():
+        d[j] = x
+    z = np.zeros(len(ops), dtype=np.int64)
+    host = HostEvents(
+        thread=np.array([e[0] for e in ev], dtype=np.int64),
+        kind=np.array([e[1] for e in ev], dtype=np.int8),
+        pre=np.array([e[2] for e in ev], dtype=np.int64),
+        own=np.array([e[3] for e in ev], dtype=np.int64), wait=w,
+        back=np.zeros(n, dtype=np.int64), after=np.full(n, -1, dtype=np.int64), role=r,
+        copy=np.zeros(n, dtype=np.int8), pageable=np.zeros(n, dtype=bool),
+        name=np.zeros(n, dtype=np.int64))
+    g = GpuOps(trigger=np.array([o[0] for o in ops], dtype=np.int64),
+               stream=np.array([o[1] for o in ops], dtype=np.int64),
+               kind=np.full(len(ops), int(OpKind.KERNEL), dtype=np.int8),
+               dur=np.array([o[2] for o in ops], dtype=np.int64),
+               lat=np.array([o[3] for o in ops], dtype=np.int64), gap=z.copy(), dep=d,
+               row=np.arange(len(ops), dtype=np.int64), nbytes=z.copy(),
+               comm=np.zeros(len(ops), dtype=bool))
+    return StepModel(rank=0, step_index=0, measured_ns=1, step_ns=1, steady_steps=1,
+                     threads=tuple((1, t) for t in range(threads)),
+                     streams=tuple((0, s) for s in range(streams)), names=("x",), host=host,
+                     ops=g, tail=np.full(threads, tail, dtype=np.int64), launch_latency_ns=5)
+
+
+def test_host_bound_step_is_the_host_time() -> None:
+    # three launches of 100 + 10 ns host each; their kernels take 20 ns: the host sets the pace
+    m = model([(0, L, 100, 10)] * 3, [(1, 0, 20, 5), (2, 0, 20, 5), (3, 0, 20, 5)], tail=40)
+    r = replay(m)
+    assert r.step_ns == pytest.approx(3 * 110 + 40)
+    assert r.host_busy_ns == (370,)
+    assert r.gpu_busy_ns == 60
+
+
+def test_gpu_bound_step_is_the_gpu_time() -> None:
+    m = model([(0, L, 10, 10)] * 2, [(1, 0, 1000, 5), (2, 0, 1000, 5)])
+    assert replay(m).step_ns == pytest.approx(2000)
+
+
+def test_sync_bound_step_waits_for_its_kernel() -> None:
+    # launch at 10 (ends 20); kernel 10+0 .. 1010; the sync waits until 1010, then 5 ns more
+    m = model([(0, L, 10, 10), (0, K, 0, 5)], [(1, 0, 1000, 0)], wait={2: WAIT_ALL},
+              role={2: SyncRole.EXPLICIT})
+    assert replay(m).step_ns == pytest.approx(1015)
+    # without the sync the host runs ahead: the GPU sets the pace
+    free = edits.unblock(m, np.array([False, False, True]), 0)
+    assert replay(free).step_ns == pytest.approx(1000)
+
+
+def test_two_streams_overlap_unless_one_waits_for_the_other() -> None:
+    # kernels start at 10+5 and 20+5; a device sync ends the step
+    ev = [(0, L, 10, 10), (0, L, 0, 10), (0, K, 0, 0)]
+    both = model(ev, [(1, 0, 1000, 5), (2, 1, 1000, 5)], streams=2, wait={3: WAIT_ALL})
+    assert replay(both).step_ns == pytest.approx(1025)
+    chained = model(ev, [(1, 0, 1000, 5), (2, 1, 1000, 5)], streams=2, dep={1: 0},
+                    wait={3: WAIT_ALL})
+    assert replay(chained).step_ns == pytest.approx(2015)
+
+
+def test_scale_ops_and_the_minimum_kernel() -> None:
+    m = model([(0, L, 10, 10)] * 2, [(1, 0, 100_000, 5), (2, 0, 2_500, 5)])
+    x = edits.scale_ops(m, np.array([0.25, 0.25]))
+    assert x.ops.dur.tolist() == [25_000, 2_000]  # never below MIN_KERNEL_NS (2 us)
+    assert replay(x).step_ns == pytest.approx(27_000)
+
+
+def test_graph_regions_replace_the_dispatch_cost() -> None:
+    # 30 launches with 50 us of dispatch each, 2 us kernels: host-bound at 30 x 60 us
+    m = model([(0, L, 50_000, 10_000)] * 30, [(e, 0, 2_000, 5_000) for e in range(1, 31)])
+    assert replay(m).step_ns == pytest.approx(30 * 60_000)
+    regions = edits.launch_regions(m)
+    assert regions == [list(range(1, 31))]
+    g = edits.graph_regions(m, regions)
+    # one graph launch (first pre kept + 10 us), then 30 kernels 1 us apart on the GPU
+    per = replay(g).step_ns
+    assert per == pytest.approx(30 * 2_000 + 29 * edits.GRAPH_NODE_GAP_NS, rel=0.05)
+    assert per < 0.1 * replay(m).step_ns
+
+
+def test_launch_regions_split_at_waits_and_keep_long_host_work() -> None:
+    ev = [(0, L, 10, 10)] * 25 + [(0, K, 0, 5)] + [(0, L, 10, 10)] * 5
+    m = model(ev, [(1, 0, 100, 5)], wait={26: WAIT_ALL})
+    assert edits.launch_regions(m) == [list(range(1, 26))]
+    long = model([(0, L, 2_000_000, 10)] * 25, [(1, 0, 100, 5)])
+    g = edits.graph_regions(long, edits.launch_regions(long))
+    assert g.host.pre[1:].tolist() == [2_000_000] * 25  # CPU work, not dispatch: stays
+
+
+def test_copies_at_and_shorten_input() -> None:
+    m = model([(0, L, 0, 10), (0, HostKind.INPUT, 0, 4_000)], [(1, 0, 8_000, 0)])
+    m = m.with_ops(kind=np.array([OpKind.MEMCPY], dtype=np.int8),
+                   nbytes=np.array([200_000], dtype=np.int64))
+    fast = edits.copies_at(m, np.array([True]), 50.0)  # 200 kB at 50 GB/s = 4 us
+    assert fast.ops.dur.tolist() == [4_000]
+    half = edits.shorten_input(m, 0.5)
+    assert half.host.own.tolist() == [0, 10, 2_000]
+
+
+def test_the_plan_is_not_the_sum_of_the_remedies() -> None:
+    # host-bound by dispatch: 30 x (50 us host + 10 us launch) = 1.8 ms; kernels 40 us each
+    m = model([(0, L, 50_000, 10_000)] * 30, [(e, 0, 40_000, 5_000) for e in range(1, 31)])
+    base = replay(m).step_ns
+
+    def graphs(x: StepModel) -> StepModel:
+        return edits.graph_regions(x, edits.launch_regions(x))
+
+    def faster(x: StepModel) -> StepModel:
+        return edits.scale_ops(x, np.full(30, 0.25))
+
+    alone_g = base - replay(graphs(m)).step_ns
+    alone_f = base - replay(faster(m)).step_ns
+    both = base - replay(faster(graphs(m))).step_ns
+    assert alone_f == pytest.approx(0.0, abs=1.0)  # faster kernels do nothing host-bound
+    assert both > alone_g + alone_f + 100_000  # together they save more than the sum
+    assert both == pytest.approx(base - (30 * 10_000 + 29 * edits.GRAPH_NODE_GAP_NS + 10_000 + 50_000), rel=0.1)
+
+
+def test_the_trap_removing_a_readback_on_a_host_bound_step_saves_nothing() -> None:
+    # micro-steps: launch (500 us host), 100 us of host work, then .item() (DtoH + sync); the
+    # kernel (50 us) is done long before the host reads it: the host launch rate is the limit
+    ev: list[tuple[int, int, int, int]] = []
+    ops = []
+    for i in range(4):
+        ev += [(0, L, 500_000, 10_000), (0, K, 100_000, 5_000)]
+        ops.append((2 * i + 1, 0, 50_000, 5_000))
+    m = model(ev, ops, wait={2 * i + 2: WAIT_ALL for i in range(4)},
+              role={2 * i + 2: SyncRole.READBACK for i in range(4)})
+    base = replay(m).step_ns
+    mask = m.host.role == SyncRole.READBACK
+    saved = base - replay(edits.unblock(m, mask)).step_ns
+    assert saved == pytest.approx(0.0, abs=1.0)
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    out = {}
+    for name in ("cnn_fp32_sync", "gpt_bf16_adamw", "h200_numpy_roundtrip",
+                 "h200_pageable_batch", "h200_tiny_h2d"):
+        path = import_traces([DATA / f"{name}.pt.trace.json.gz"],
+                             tmp_path_factory.mktemp(name) / "run")
+        out[name] = Run(path)
+    return out
+
+
+@pytest.mark.parametrize("name", ["cnn_fp32_sync", "gpt_bf16_adamw", "h200_numpy_roundtrip",
+                                  "h200_pageable_batch", "h200_tiny_h2d"])
+def test_real_fixtures_replay_within_5_percent(fixtures: dict[str, Run], name: str) -> None:
+    a = analyze(fixtures[name], workers=1)
+    for ra in a.ranks:
+        m = build_step_model(a.graph.rank(ra.rank), ra)
+        assert m is not None
+        err = (replay(m).step_ns - m.measured_ns) / m.measured_ns
+        assert abs(err) <= 0.05, (name, err)
+
+
+def test_report_advice_carries_fit_remedies_and_plan(fixtures: dict[str, Run]) -> None:
+    a = analyze(fixtures["cnn_fp32_sync"], workers=1)
+    adv = advise(a)
+    ra = adv.remedies
+    assert ra is not None and ra.fits and abs(ra.fits[0].error_pct) <= 5
+    ids = [r.id for r in ra.remedies]
+    assert "tf32" in ids and "bf16_amp" in ids  # an fp32 conv net
+    tf32 = next(r for r in ra.remedies if r.id == "tf32")
+    assert tf32.finding_ids == ("no_tensor_cores",)
+    assert tf32.predicted_step_ms + tf32.est_saving_ms == pytest.approx(tf32.baseline_ms, abs=1e-3)
+    # a torch.profiler trace: the baseline is the step without the profiler's host cost
+    assert tf32.baseline_ms <= ra.fits[0].measured_ms
+    assert ra.plan is not None
+    assert not {"tf32", "bf16_amp"} <= set(ra.plan.remedy_ids)  # alternatives: one of them
+    assert ra.plan.est_saving_ms >= max(r.est_saving_ms for r in ra.remedies) - 1e-6
+
+
+def test_an_event_sync_on_a_step_in_flight_lets_the_host_run_ahead() -> None:
+    # host 300 ns per step, GPU 1000: waiting for everything at the step's start serialises
+    # (the host's 290 before the launch, then the kernel's 1000), as does waiting for the step
+    # before (back 1: all of it); waiting for the one before that (two steps in flight) lets
+    # the host run a step ahead, and the GPU sets the pace
+    ev = [(0, K, 0, 0), (0, L, 290, 10)]
+    serial = model(ev, [(2, 0, 1000, 0)], wait={1: WAIT_ALL})
+    assert replay(serial).step_ns == pytest.approx(1290)
+    one = serial.with_host(back=np.array([0, 1, 0], dtype=np.int64))
+    assert replay(one).step_ns == pytest.approx(1290)
+    ahead = serial.with_host(back=np.array([0, 2, 0], dtype=np.int64))
+    assert replay(ahead).step_ns == pytest.approx(1000)
+
+
+def test_untraced_takes_the_profilers_host_cost_out() -> None:
+    from stepscope.model.stepmodel.profiler import untraced
+    from stepscope.model.stepmodel.steps import ProfilerCost
+
+    m = model([(0, L, 100, 10)] * 3, [(1, 0, 20, 5)], tail=40)
+    p = ProfilerCost(pre=np.array([0, 30, 30, 200]), own=np.array([0, 4, 4, 4]),
+                     tail=np.array([10]))
+    bare = untraced(replace(m, profiler=p))
+    assert bare.host.pre.tolist() == [0, 70, 70, 0]  # never below zero
+    assert bare.host.own.tolist() == [0, 6, 6, 6]
+    assert bare.tail.tolist() == [30]
+    assert replay(bare).step_ns == pytest.approx(70 + 6 + 70 + 6 + 0 + 6 + 30)
+    assert untraced(m) is m  # no profiler cost: unchanged
+
+
+@pytest.mark.parametrize(("name", "remedy", "finding"), [
+    ("h200_pageable_batch", "pinned_copies", "pageable_memcpy"),
+    ("h200_numpy_roundtrip", "remove_round_trip", "sync_calls"),
+])
+def test_real_fixtures_get_the_remedy_of_their_planted_problem(
+        fixtures: dict[str, Run], name: str, remedy: str, finding: str) -> None:
+    ra = advise(analyze(fixtures[name], workers=1)).remedies
+    assert ra is not None
+    got = {r.id: r for r in ra.remedies}
+    assert remedy in got and finding in got[remedy].finding_ids
+    assert got[remedy].est_saving_pct > 5
+    assert ra.plan is not None and remedy in ra.plan.remedy_ids
+
+
+def test_the_replay_decides_communication_overlap_saves_nothing_host_bound(
+        tmp_path: Path) -> None:
+    # an eager B200 step: host-bound (launch_bound), its all-reduce exposed: overlapping the
+    # collective is offered for the finding but saves nothing while the host sets the pace
+    run = Run(import_traces([DATA / "collectives" / "tracelens_b200_eager_trace.json.gz"],
+                            tmp_path / "run"))
+    adv = advise(analyze(run, workers=1))
+    assert "exposed_communication" in {f.id for f in adv.findings}
+    got = {r.id: r for r in adv.remedies.remedies} if adv.remedies else {}
+    assert "comm_overlap" in got and got["comm_overlap"].est_saving_pct < 1
+    assert "cuda_graphs" in got and got["cuda_graphs"].est_saving_pct > 20
+    assert adv.remedies is not None and adv.remedies.plan is not None
+    assert adv.remedies.plan.remedy_ids == ("cuda_graphs",)
+
+
+def test_json_and_terminal_reports_carry_the_remedies(fixtures: dict[str, Run]) -> None:
+    from stepscope.reporters.json_report import report_dict
+    from stepscope.reporters.report import build_report
+    from stepscope.reporters.terminal import render_text
+
+    rep = build_report(fixtures["h200_pageable_batch"], workers=1)
+    d = report_dict(rep)
+    sm = d["step_model"]
+    assert set(sm) >= {"rank", "measured_ms", "replayed_ms", "error_pct", "ranks"}
+    assert abs(sm["error_pct"]) <= 5
+    r = next(x for x in d["remedies"] if x["id"] == "pinned_copies")
+    assert set(r) >= {"id", "title", "finding_ids", "predicted_step_ms", "est_saving_ms",
+                      "est_saving_pct", "options", "assumptions"}
+    assert r["predicted_step_ms"] + r["est_saving_ms"] == pytest.approx(r["baseline_ms"], abs=1e-3)
+    assert d["plan"]["remedy_ids"] and d["plan"]["predicted_step_ms"] < d["plan"]["baseline_ms"]
+    text = render_text(rep)
+    assert "Remedies (each replayed on the step model" in text
+    assert "Plan: " in text and "Step model: the step replays in" in text
+
+
+def test_a_synthetic_trace_builds_the_model_by_hand(tmp_path: Path) -> None:
+    from builder import TraceBuilder
+
+    # per 1000 us step: a launch at +10 (10 us) of a 600 us kernel that starts at +25; a
+    # stream sync from +30 that returns 5 us after the kernel ends; then host work to the end
+    b = TraceBuilder()
+    for i in range(6):
+        t = 1000.0 * i
+        b.step(t, 1000, step=i)
+        b.kernel("gemm", t + 25, 600, launch=(t + 10, 10))
+        b.sync("cudaStreamSynchronize", t + 30, 600)
+    run = b.build(tmp_path / "run")
+    a = analyze(run, workers=1)
+    ra = a.ranks[0]
+    m = build_step_model(a.graph.rank(0), ra)
+    assert m is not None and 0 < m.step_index < 5  # not the trace's first or last step
+    h = m.host
+    assert h.kind.tolist() == [HostKind.MARK, L, K]
+    assert h.pre.tolist() == [0, 10_000, 10_000]
+    assert h.own.tolist() == [0, 10_000, 5_000]  # the sync's own cost after its wait
+    assert h.role.tolist() == [0, 0, SyncRole.EXPLICIT]
+    assert m.tail.tolist() == [370_000]
+    assert m.ops.lat.tolist() == [15_000] and m.ops.dur.tolist() == [600_000]
+    assert replay(m).step_ns == pytest.approx(1_000_000)
+    assert m.measured_ns == 1_000_000
+    # without the sync the GPU sets the pace: 600 us
+    free = edits.unblock(m, h.role == SyncRole.EXPLICIT, 0)
+    assert replay(free).step_ns == pytest.approx(600_000)
