@@ -22,14 +22,16 @@ DATA = Path(__file__).parent / "data"
 def test_load_opens_a_run_or_imports_a_trace(tmp_path: Path) -> None:
     trace = tmp_path / "cnn.pt.trace.json.gz"
     shutil.copy(DATA / "cnn_fp32_sync.pt.trace.json.gz", trace)
-    run = stepscope.load(trace)
-    assert run.path == tmp_path / "cnn.stepscope" and run.table("kernels").num_rows > 0
+    run = stepscope.load(trace)  # a Profile (tests/nbapi): the run is its .run
+    assert run.path == tmp_path / "cnn.stepscope" and run.run.table("kernels").num_rows > 0
     again = stepscope.load(run.path)  # a run folder opens as it is
     assert again.path == run.path and again.ranks == run.ranks
     other = stepscope.load(trace, out=tmp_path / "x")
     assert other.path == tmp_path / "x"
+    assert stepscope.load(trace, out=tmp_path / "x").opened.how == "reused"  # the same import
     with pytest.raises(StepscopeError):
-        stepscope.load(trace)  # the default folder is taken: never replaced unasked
+        stepscope.load(DATA / "gpt_bf16_adamw.pt.trace.json.gz", out=tmp_path / "x")  # not it
+    assert stepscope.load(trace).opened.how == "reused"
     assert stepscope.load(trace, overwrite=True).path == run.path
     with pytest.raises(StepscopeError):
         stepscope.load(tmp_path / "missing.json")

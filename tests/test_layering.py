@@ -35,6 +35,12 @@ ALLOWED = {
             "capture", "recording"},
     # stepscope.record() / step(): the twin of `record` (importers: the torch trace's reader)
     "recording": {"capture", "store", "importers"},
+    # stepscope.load(): a run or traces as a Profile answering with Arrow tables; its card
+    # and reports are rendered by reporters (the Python twin of import + report + diff)
+    "notebook": {"reporters", "compare", "analysis", "store", "importers"},
+    # stepscope.torch: the torch.profiler hand-off (a run per cycle, findings printed by a
+    # reporter)
+    "torch": {"notebook", "reporters"},
 }
 SHARED = {"schema", "schema_enums", "schema_ncu", "pools", "errors", "settings", "_version", "call_kinds", "progress",
           "__init__", "__main__"}

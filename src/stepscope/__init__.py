@@ -4,8 +4,11 @@ The face, for Python:
 
 * ``record(out, ...)`` / ``step()``: capture this process (``with stepscope.record("run"):``),
   marking steps where no optimizer hook does (:class:`Recording`);
-* ``load(path)``: a run folder, opened; or a trace (a Kineto ``.json``/``.json.gz`` file or a
-  folder of them), imported into a run folder first;
+* ``load(path)``: a run folder, opened; or traces (a Kineto ``.json``/``.json.gz`` file, an
+  XSpace, nsys or ncu export, a folder of rank files, a TensorBoard log folder), imported into
+  a run folder first: a :class:`stepscope.notebook.Profile`, whose methods answer with Arrow
+  tables (``steps()``, ``breakdown()``, ``kernels()``, ``findings()``, ``diff(other)``...);
+* ``stepscope.torch``: ``on_trace_ready(dir)`` and ``profile(...)`` for ``torch.profiler``;
 * ``analyze(run)``: the run's analysis and the advice on it, as one ``Report``;
 * ``report(run, format)``: that report rendered as text, JSON or HTML;
 * ``diff(base, new)``: NEW against BASE (runs, traces or reports; one or several per side):
@@ -35,60 +38,64 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from stepscope.compare import Diff, Side
+    from stepscope.notebook import Profile
     from stepscope.recording import Recording, record, step
     from stepscope.reporters.report import Report
     from stepscope.store.run import Run
 
-__all__ = ["CaptureError", "QueryError", "Recording", "RunError", "StepscopeError",
+__all__ = ["CaptureError", "Profile", "QueryError", "Recording", "RunError", "StepscopeError",
            "TraceFormatError", "__version__", "analyze", "diff", "load", "record", "report",
            "step"]
 
 _LAZY = {"Recording": "stepscope.recording", "record": "stepscope.recording",
-         "step": "stepscope.recording"}
+         "step": "stepscope.recording", "Profile": "stepscope.notebook"}
+_SUBMODULES = ("torch", "notebook")
 FORMATS = ("text", "json", "html")
 
 
 def __getattr__(name: str) -> Any:
-    """``Recording``, ``record`` and ``step``, imported on first use (module docstring)."""
-    if name in _LAZY:
+    """``Recording``, ``record``, ``step`` and ``Profile``, and the ``torch`` and ``notebook``
+    modules, imported on first use (module docstring)."""
+    if name in _LAZY or name in _SUBMODULES:
         import importlib
 
+        if name in _SUBMODULES:  # stepscope.torch / stepscope.notebook without importing them
+            return importlib.import_module(f"stepscope.{name}")
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'stepscope' has no attribute {name!r}")
 
 
 def load(path: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
-         overwrite: bool = False) -> Run:
-    """A run: ``path`` itself when it is a run folder, else the trace(s) at ``path`` imported
-    into ``out`` (default: ``<trace name>.stepscope`` beside it, as ``stepscope import`` does;
-    ``overwrite`` replaces a run already there)."""
-    from stepscope.store.run import Run
+         overwrite: bool = False) -> Profile:
+    """A :class:`stepscope.notebook.Profile` of ``path``: a run folder opened as it is, or
+    traces (a Kineto ``.json[.gz]``, ``.xplane.pb``, an nsys ``.sqlite``, an ncu CSV, a folder
+    of rank files, a TensorBoard log folder) imported into ``out`` (default: the sibling
+    ``<name>.stepscope``, as ``stepscope import`` does; reused when it is an import of the
+    same traces; ``overwrite`` replaces a run already there). Its methods answer with Arrow
+    tables: ``steps()``, ``breakdown()``, ``kernels()``, ``findings()``, ``diff(other)``..."""
+    from stepscope.notebook import load as load_profile
 
-    p = Path(path)
-    if (p / "manifest.json").is_file():
-        return Run(p)
-    from stepscope.importers import import_traces
-
-    target = Path(out) if out is not None else _default_run_folder(p)
-    return Run(import_traces([p], target, overwrite=overwrite))
+    return load_profile(path, out=out, overwrite=overwrite)
 
 
-def _default_run_folder(trace: Path) -> Path:
-    name = trace.name
-    for suffix in (".gz", ".json", ".trace", ".pt"):
-        name = name.removesuffix(suffix)
-    return trace.with_name(name + ".stepscope")
-
-
-def analyze(run: Run | str | os.PathLike[str], *, page: bool = False) -> Report:
+def analyze(run: Run | Profile | str | os.PathLike[str], *, page: bool = False) -> Report:
     """The analysis of ``run`` (a ``Run`` or anything :func:`load` takes) and the advice on it;
     with ``page``, also what the HTML report shows beyond them."""
     from stepscope.reporters.report import build_report
 
-    return build_report(run if not isinstance(run, (str, os.PathLike)) else load(run), page=page)
+    return build_report(_as_run(run), page=page)
 
 
-def report(run: Report | Run | str | os.PathLike[str], format: str = "text") -> str:
+def _as_run(run: Run | Profile | str | os.PathLike[str]) -> Run:
+    """The ``Run`` of a run, a profile or a path (a path is opened or imported by load)."""
+    if isinstance(run, (str, os.PathLike)):
+        return load(run).run
+    from stepscope.notebook import Profile
+
+    return run.run if isinstance(run, Profile) else run
+
+
+def report(run: Report | Run | Profile | str | os.PathLike[str], format: str = "text") -> str:
     """``run``'s report (or a ``Report`` of :func:`analyze`) rendered as ``text``, ``json`` or
     ``html`` (a self-contained page)."""
     if format not in FORMATS:
@@ -144,11 +151,15 @@ def _runs(given: RunLike | Sequence[RunLike]) -> list[RunLike]:
 
 def _side(x: RunLike, scratch: Path) -> Side:
     from stepscope.compare import Side
+    from stepscope.notebook import Profile
     from stepscope.reporters.report import Report, build_report
     from stepscope.store.run import Run
 
     if isinstance(x, Report):
         return Side(str(x.run_path), x.analysis, x.advice)
+    if isinstance(x, Profile):
+        rep = x.analyze()
+        return Side(str(x.path), rep.analysis, rep.advice)
     if isinstance(x, Run):
         run = x
     elif isinstance(x, (str, os.PathLike)):

@@ -173,6 +173,7 @@ def print_diff(d: Diff, console: Console | None = None) -> None:
 
 def diff_text(d: Diff, width: int = WIDTH) -> str:
     """The diff as plain text (no colour)."""
-    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO(),
+                      force_jupyter=False)  # text only: never a display in a notebook
     console.print(printable_renderable(render_diff(d)))
     return console.export_text()

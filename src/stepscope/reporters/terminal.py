@@ -424,6 +424,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
 
 def render_text(report: Report, width: int = WIDTH) -> str:
     """The summary as plain text (no colour), e.g. for tests and report.txt."""
-    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO(),
+                      force_jupyter=False)  # text only: never a display in a notebook
     console.print(printable_renderable(render(report)))
     return console.export_text()
