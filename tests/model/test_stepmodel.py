@@ -16,6 +16,7 @@ from stepscope.model.stepmodel import build_step_model, edits, replay
 from stepscope.model.stepmodel.steps import (
     WAIT_ALL,
     WAIT_NONE,
+    CopyDir,
     GpuOps,
     HostEvents,
     HostKind,
@@ -321,3 +322,52 @@ def test_a_synthetic_trace_builds_the_model_by_hand(tmp_path: Path) -> None:
     # without the sync the GPU sets the pace: 600 us
     free = edits.unblock(m, h.role == SyncRole.EXPLICIT, 0)
     assert replay(free).step_ns == pytest.approx(600_000)
+
+
+def _round_trip_model(between: int = 1_000) -> StepModel:
+    """launch (kernel 100) | DtoH copy (blocking, 50 on the GPU) | sync | ``between`` ns of
+    host work, HtoD copy (blocking, 60) | launch (kernel 100); lat 0, own 5..10."""
+    ev = [(0, L, 10, 10), (0, K, 0, 5), (0, K, 0, 5), (0, K, between, 5), (0, L, 10, 10)]
+    m = model(ev, [(1, 0, 100, 0), (2, 0, 50, 0), (4, 0, 60, 0), (5, 0, 100, 0)],
+              wait={2: WAIT_ALL, 3: WAIT_ALL, 4: WAIT_ALL},
+              role={2: SyncRole.BLOCKING_COPY, 3: SyncRole.READBACK,
+                    4: SyncRole.BLOCKING_COPY})
+    copy = np.array([0, 0, CopyDir.DTOH, CopyDir.DTOH, CopyDir.HTOD, 0], dtype=np.int8)
+    kind = np.array([OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMCPY, OpKind.KERNEL],
+                    dtype=np.int8)
+    return m.with_host(copy=copy).with_ops(kind=kind, nbytes=np.array([0, 800, 800, 0]))
+
+
+def test_round_trips_are_found_and_done_on_the_gpu() -> None:
+    m = _round_trip_model()
+    # by hand: the host waits for the kernel and the DtoH copy (110 + 50, +5), the sync (+5),
+    # 1000 of host work, the HtoD copy (60 + 5), then launches the last kernel; in the steady
+    # state each step's first kernel queues behind the last: 100 + 50 + 5 + 5 + 1000 + 65
+    # + 10 + 100 = 1335 per step
+    assert replay(m).step_ns == pytest.approx(1335)
+    trips = edits.round_trips(m)
+    assert trips == [[2, 3, 4]]
+    x = edits.ops_to_gpu(m, trips, [30], launch_ns=10)
+    assert x.host.pre.tolist() == [0, 10, 0, 0, 0, 10]
+    assert x.host.own.tolist() == [0, 10, 10, 0, 0, 10]
+    assert x.ops.dur.tolist() == [100, 30, 0, 100]
+    # nothing waits any more: the GPU sets the pace, kernel + the GPU op + kernel
+    assert replay(x).step_ns == pytest.approx(230)
+
+
+def test_a_round_trip_needs_the_copy_back_without_a_launch_between() -> None:
+    m = _round_trip_model()
+    # a kernel launched between the copies: the data was not just computed on and sent back
+    launch_between = m.with_host(kind=np.array([0, L, K, L, K, L], dtype=np.int8))
+    assert edits.round_trips(launch_between) == []
+    # the sync after a blocking .to(device) belongs to the trip
+    ev = [(0, L, 10, 10), (0, K, 0, 5), (0, K, 500, 5), (0, K, 0, 5), (0, L, 10, 10)]
+    m2 = model(ev, [(1, 0, 100, 0), (2, 0, 50, 0), (3, 0, 60, 0), (5, 0, 100, 0)],
+               wait={2: WAIT_ALL, 3: WAIT_ALL, 4: WAIT_ALL},
+               role={2: SyncRole.BLOCKING_COPY, 3: SyncRole.BLOCKING_COPY,
+                     4: SyncRole.COPY_SYNC})
+    m2 = m2.with_host(copy=np.array([0, 0, CopyDir.DTOH, CopyDir.HTOD, CopyDir.HTOD, 0],
+                                    dtype=np.int8)).with_ops(
+        kind=np.array([OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMCPY, OpKind.KERNEL],
+                      dtype=np.int8))
+    assert edits.round_trips(m2) == [[2, 3, 4]]

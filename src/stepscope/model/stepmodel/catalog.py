@@ -6,7 +6,7 @@ evidence (facts from the model, with numbers), its options where the user choose
 bf16 AMP; each replayed; the plan takes the best), its assumptions, and an ``apply`` that
 edits a model. The catalogue (:func:`candidates`), in order: ``cuda_graphs``, ``tf32``,
 ``bf16_amp`` (option ``channels_last``), ``pinned_copies``, ``remove_syncs``,
-``remove_round_trip``, ``dataloader_workers``, ``larger_batch``, ``comm_overlap``.
+``remove_round_trip``, ``ops_to_gpu``, ``dataloader_workers``, ``larger_batch``, ``comm_overlap``.
 """
 
 from __future__ import annotations
@@ -225,6 +225,39 @@ def remove_round_trip(m: StepModel) -> Candidate | None:
         ("the host work around the reads (CPU compute on the values) stays",))
 
 
+def ops_to_gpu(ra: RankAnalysis, m: StepModel) -> Candidate | None:
+    """The host computation of each round trip done on the GPU: the copies, their syncs and
+    the host work between them go; a GPU op that reads and writes the trip's bytes once at
+    the device's memory bandwidth (at least ``MIN_KERNEL_NS``) takes their place."""
+    trips = edits.round_trips(m)
+    if not trips:
+        return None
+    h, o = m.host, m.ops
+    bws = [float(d.get("memory_bandwidth_gbs") or 0.0) for d in device_rows(ra).values()]
+    bw = max(bws, default=0.0)
+    costs, host, nbytes = [], 0, 0
+    for trip in trips:
+        ops = np.isin(o.trigger, trip) & (o.kind == OpKind.MEMCPY)
+        b = int(o.nbytes[ops & (h.copy[o.trigger] == CopyDir.DTOH)].sum())
+        nbytes += b
+        host += int(h.pre[trip[1:]].sum())
+        costs.append(max(MIN_KERNEL_NS, int(2 * b / bw)) if bw > 0 else MIN_KERNEL_NS)
+    launches = h.own[h.kind == HostKind.LAUNCH]
+    launch_ns = int(np.median(launches)) if launches.size else 0
+    return Candidate(
+        "ops_to_gpu", "Do the host computation between the copies on the GPU (torch ops on "
+        "the device tensor)", ("excess_transfers", "sync_calls", "host_bound"),
+        (f"{len(trips)} round trip(s) per step: {nbytes / 2**20:.1f} MiB to the host, "
+         f"{_ms(host)} of host work before the copy back",),
+        (Option("ops_to_gpu", "on the GPU",
+                lambda x: edits.ops_to_gpu(x, trips, costs, launch_ns)),),
+        ("the GPU op reads and writes the data once at "
+         + (f"{bw:.0f} GB/s (the device's peak memory bandwidth)" if bw > 0 else
+            "an unknown bandwidth (the shortest kernel assumed)")
+         + ": a lower bound for a sort or a search",
+         "one kernel launch replaces the copies and their syncs"))
+
+
 def dataloader(m: StepModel) -> Candidate | None:
     inp = m.host.kind == HostKind.INPUT
     wait = int(m.host.own[inp].sum())
@@ -323,7 +356,7 @@ def comm_overlap_remedy(analysis: Analysis, ra: RankAnalysis, m: StepModel
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
     out: list[Candidate | None] = [cuda_graphs(m), *precision(analysis, ra, m),
                                    pinned(analysis, ra, m), remove_syncs(m),
-                                   remove_round_trip(m), dataloader(m),
+                                   remove_round_trip(m), ops_to_gpu(ra, m), dataloader(m),
                                    larger_batch(analysis, ra, m),
                                    comm_overlap_remedy(analysis, ra, m)]
     return [c for c in out if c is not None]
