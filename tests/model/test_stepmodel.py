@@ -371,3 +371,25 @@ def test_a_round_trip_needs_the_copy_back_without_a_launch_between() -> None:
         kind=np.array([OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMCPY, OpKind.KERNEL],
                       dtype=np.int8))
     assert edits.round_trips(m2) == [[2, 3, 4]]
+
+
+def test_a_call_still_running_at_the_step_start_is_not_host_work(tmp_path: Path) -> None:
+    from builder import TraceBuilder
+
+    # per 1000 us step: the previous step's stream sync returns at +60 (5 us after its
+    # kernel); a launch at +70 (10 us) of a 975 us kernel starting at +80; a sync from +80
+    # that returns at +60 of the next step. The 60 us at the start are the sync's, not host
+    # work: the launch's host work is the 10 us after the sync returned
+    b = TraceBuilder()
+    for i in range(6):
+        t = 1000.0 * i
+        b.step(t, 1000, step=i)
+        b.kernel("gemm", t + 80, 975, launch=(t + 70, 10))
+        b.sync("cudaStreamSynchronize", t + 80, 980)
+    run = b.build(tmp_path / "run")
+    a = analyze(run, workers=1)
+    m = build_step_model(a.graph.rank(0), a.ranks[0])
+    assert m is not None
+    assert m.host.pre.tolist() == [0, 10_000, 0]
+    # by hand: sync end + 10 (host) + 10 (launch latency) + 975 + 5 (the sync's own) = 1000
+    assert replay(m).step_ns == pytest.approx(1_000_000, rel=0.01)

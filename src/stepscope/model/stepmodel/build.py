@@ -246,7 +246,8 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     # pre / own per thread; the wait each BLOCK event saw, in measured terms
     pre = np.zeros(n_ev, dtype=np.int64)
     own = np.maximum(e_end - e_start, 0).astype(np.int64)
-    free_at = np.full(len(threads_l), t0, dtype=np.int64)
+    free_at = _busy_at_start(threads_l, t0, t1, [(api, a_s, a_e, a_kind),
+                                                 (waits, w_s, w_e, np.ones(w_s.size, bool))])
     awaited = _Awaited(gp.end, skey, issued, keys)
     m_names = list(names)
     typical_back = _event_sync_back(g, issued, ra, api_names, a_s, a_e)
@@ -297,6 +298,27 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
                      step_ns=int(step.span_ns), steady_steps=len(ra.steps.steady),
                      threads=tuple(threads_l), streams=tuple(keys), names=tuple(names),
                      host=host, ops=ops, tail=tail, launch_latency_ns=med_lat, profiler=prof)
+
+
+def _busy_at_start(threads: list[tuple[int, int]], t0: int, t1: int,
+                   tables: list[tuple[pa.Table, I64, I64, np.ndarray]]) -> I64:
+    """Per thread, when it is first free in the step: the end of a call (or input wait) of
+    its own that began before the step and was still running at its start (a blocking copy
+    of the step before), else the step's start. That time is the earlier call's, not host
+    work before the step's first event: the replay gives it to that call's copy in the step
+    before."""
+    free_at = np.full(len(threads), t0, dtype=np.int64)
+    index = {t: i for i, t in enumerate(threads)}
+    for t, s, e, sel in tables:
+        if t.num_rows == 0:
+            continue
+        m = sel & (s < t0) & (e > t0)
+        pid, tid = column_i64(t, "pid"), column_i64(t, "tid")
+        for r in np.flatnonzero(m).tolist():
+            i = index.get((int(pid[r]), int(tid[r])))
+            if i is not None:
+                free_at[i] = max(int(free_at[i]), min(int(e[r]), t1))
+    return free_at
 
 
 def _event_sync_back(g: StepGraph, issued: I64, ra: RankAnalysis,
