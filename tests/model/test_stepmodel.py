@@ -393,3 +393,18 @@ def test_a_call_still_running_at_the_step_start_is_not_host_work(tmp_path: Path)
     assert m.host.pre.tolist() == [0, 10_000, 0]
     # by hand: sync end + 10 (host) + 10 (launch latency) + 975 + 5 (the sync's own) = 1000
     assert replay(m).step_ns == pytest.approx(1_000_000, rel=0.01)
+
+
+def test_a_hand_over_to_another_thread_ends_a_graph_region() -> None:
+    # two backward passes on thread 1, each handed over from thread 0 (loss.backward()):
+    # two graphs, two graph launches, and each pass keeps the hand-over's 200 us
+    ev = ([(0, L, 10, 10)] + [(1, L, 200_000, 10_000)] + [(1, L, 50_000, 10_000)] * 24
+          + [(0, L, 10, 10)] + [(1, L, 200_000, 10_000)] + [(1, L, 50_000, 10_000)] * 24)
+    m = model(ev, [(e, 0, 2_000, 5_000) for e in range(1, len(ev) + 1)], threads=2)
+    after = m.host.after.copy()
+    after[2], after[28] = 1, 27
+    m = m.with_host(after=after)
+    assert edits.launch_regions(m) == [list(range(2, 27)), list(range(28, 53))]
+    g = edits.graph_regions(m, edits.launch_regions(m))
+    assert g.host.pre[[2, 28]].tolist() == [200_000, 200_000]
+    assert g.host.own[[2, 28]].tolist() == [edits.GRAPH_LAUNCH_NS] * 2

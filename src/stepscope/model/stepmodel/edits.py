@@ -72,12 +72,18 @@ def copies_at(m: StepModel, mask: B, gbs: float) -> StepModel:
 
 def launch_regions(m: StepModel, min_launches: int = MIN_GRAPH_LAUNCHES) -> list[list[int]]:
     """Runs of consecutive ``LAUNCH`` events of one thread, no wait inside, of at least
-    ``min_launches`` events: what a CUDA graph could capture."""
+    ``min_launches`` events: what a CUDA graph could capture. A hand-over from another
+    thread (``after``: the thread waited for it, as autograd's backward thread waits for
+    ``loss.backward()``) ends a run: each backward pass of a step is a graph of its own."""
     h = m.host
     out: list[list[int]] = []
     cur: dict[int, list[int]] = {}
     for e in range(h.size):
         t = int(h.thread[e])
+        if h.after[e] >= 0:
+            run = cur.pop(t, [])
+            if len(run) >= min_launches:
+                out.append(run)
         if h.kind[e] == HostKind.LAUNCH:
             cur.setdefault(t, []).append(e)
         elif h.kind[e] in (HostKind.BLOCK, HostKind.INPUT):
