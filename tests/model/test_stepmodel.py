@@ -248,6 +248,7 @@ def test_untraced_takes_the_profilers_host_cost_out() -> None:
 @pytest.mark.parametrize(("name", "remedy", "finding"), [
     ("h200_pageable_batch", "pinned_copies", "pageable_memcpy"),
     ("h200_numpy_roundtrip", "remove_round_trip", "sync_calls"),
+    ("h200_numpy_roundtrip", "ops_to_gpu", "excess_transfers"),
 ])
 def test_real_fixtures_get_the_remedy_of_their_planted_problem(
         fixtures: dict[str, Run], name: str, remedy: str, finding: str) -> None:
@@ -408,3 +409,16 @@ def test_a_hand_over_to_another_thread_ends_a_graph_region() -> None:
     g = edits.graph_regions(m, edits.launch_regions(m))
     assert g.host.pre[[2, 28]].tolist() == [200_000, 200_000]
     assert g.host.own[[2, 28]].tolist() == [edits.GRAPH_LAUNCH_NS] * 2
+
+
+def test_ops_to_gpu_agrees_with_the_round_trip_finding(fixtures: dict[str, Run]) -> None:
+    # the same fix estimated two ways: the excess_transfers rule (no-kernel time of the round
+    # trip's span) and the replay without the trip; keeping the host compute (the readback
+    # removed only) saves far less
+    adv = advise(analyze(fixtures["h200_numpy_roundtrip"], workers=1))
+    assert adv.remedies is not None
+    found = {f.id: f for f in adv.findings}
+    got = {r.id: r for r in adv.remedies.remedies}
+    ex = found["excess_transfers"].est_saving_pct
+    assert got["ops_to_gpu"].est_saving_pct == pytest.approx(ex, rel=0.2)
+    assert got["ops_to_gpu"].est_saving_pct > 2 * got["remove_round_trip"].est_saving_pct
