@@ -422,3 +422,33 @@ def test_ops_to_gpu_agrees_with_the_round_trip_finding(fixtures: dict[str, Run])
     ex = found["excess_transfers"].est_saving_pct
     assert got["ops_to_gpu"].est_saving_pct == pytest.approx(ex, rel=0.2)
     assert got["ops_to_gpu"].est_saving_pct > 2 * got["remove_round_trip"].est_saving_pct
+
+
+def test_a_graph_replays_the_shortest_repetition_of_a_region() -> None:
+    from stepscope.model.stepmodel.catalog import fixed_sequences
+
+    # a micro-step of 20 launches, a sync, the next micro-step: the same 20 launches with 5
+    # adds of its own between them (gradient accumulation), a sync, 22 launches of another
+    # kind (another region: left whole)
+    first = [f"k{i}" for i in range(20)]
+    second = first[:3] + ["add"] * 2 + first[3:10] + ["add"] * 3 + first[10:]
+    other = ["opt"] * 22
+    keys = ["mark", *first, "sync", *second, "sync", *other]
+    ev = ([(0, L, 50_000, 10_000)] * 20 + [(0, K, 0, 5_000)] + [(0, L, 50_000, 10_000)] * 25
+          + [(0, K, 0, 5_000)] + [(0, L, 50_000, 10_000)] * 22)
+    m = model(ev, [(e, 0, 2_000, 5_000) for e in range(1, len(ev) + 1) if keys[e] != "sync"],
+              wait={21: WAIT_ALL, 47: WAIT_ALL})
+    regions = edits.launch_regions(m)
+    assert [len(r) for r in regions] == [20, 25, 22]
+    graphed = fixed_sequences(regions, m.host.thread, keys)
+    assert graphed[0] == regions[0] and graphed[2] == regions[2]
+    adds = [e for e in regions[1] if keys[e] == "add"]
+    assert len(adds) == 5 and graphed[1] == [e for e in regions[1] if keys[e] != "add"]
+    # by hand, from the second graph's launch T to the sync's return: whole, the graph's 25
+    # kernels run from T + 10 us (2 us each, 0.2 us apart): T + 62.605 + 5 = T + 67.605 us;
+    # with the adds eager (50 + 10 us of host each, their kernels 5 us after their launch),
+    # the graph's kernels follow the host through the adds: the last 10 start at T + 310.005
+    # and end at T + 331.805, + 5 = T + 336.805 us: 269.2 us more per step
+    whole = replay(edits.graph_regions(m, regions)).step_ns
+    fixed = replay(edits.graph_regions(m, graphed)).step_ns
+    assert fixed - whole == pytest.approx(269_200, abs=1)

@@ -58,24 +58,70 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.2f} ms"
 
 
-def cuda_graphs(m: StepModel) -> Candidate | None:
+def _launch_keys(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[str]:
+    """Per host event, what it launches: the name of its first kernel, else its call's name."""
+    o = m.ops
+    keys = [m.names[int(n)] for n in m.host.name.tolist()]
+    kj = np.flatnonzero(o.kind == OpKind.KERNEL)
+    frame = kernel_frame(analysis.graph.rank(ra.rank))
+    if kj.size and frame.num_rows:
+        names = frame.column("name").take(pa.array(o.row[kj])).to_pylist()
+        for j, n in zip(kj[::-1].tolist(), names[::-1]):  # the first op of an event wins
+            keys[int(o.trigger[j])] = str(n)
+    return keys
+
+
+def fixed_sequences(regions: list[list[int]], thread: np.ndarray, keys: list[str]
+                    ) -> list[list[int]]:
+    """The part of each region that a graph captured once replays. A region of a thread that
+    starts as a shorter region of that thread does and holds, in order, every launch of it
+    (by what they launch) repeats it (a micro-step) with launches of its own: a graph replays one fixed launch
+    sequence, the shortest repetition's, so those extra launches stay eager (gradient
+    accumulation's adds after the first micro-step, which ``make_graphed_callables`` leaves
+    to autograd)."""
+    out = [list(r) for r in regions]
+    seqs = [[keys[e] for e in r] for r in regions]
+    for i, r in enumerate(regions):
+        shorter = sorted((k for k in range(len(regions)) if len(regions[k]) < len(r)
+                          and thread[regions[k][0]] == thread[r[0]]
+                          and seqs[k][0] == seqs[i][0]),
+                         key=lambda k: len(regions[k]))
+        for k in shorter:
+            ref, kept, j = seqs[k], [], 0
+            for e, key in zip(r, seqs[i]):
+                if j < len(ref) and key == ref[j]:
+                    kept.append(e)
+                    j += 1
+            if j == len(ref):
+                out[i] = kept
+                break
+    return out
+
+
+def cuda_graphs(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
     regions = edits.launch_regions(m)
     if not regions:
         return None
+    graphed = fixed_sequences(regions, m.host.thread, _launch_keys(analysis, ra, m))
     n = sum(len(r) for r in regions)
+    eager = n - sum(len(r) for r in graphed)
     h = m.host
     idx = np.concatenate([np.asarray(r) for r in regions])
     cost = int(h.pre[idx[1:]].sum() + h.own[idx].sum())
     return Candidate(
         "cuda_graphs", "CUDA graphs for the launch-bound regions (torch.compile "
         "mode='reduce-overhead')", ("launch_bound", "host_bound"),
-        (f"{n} launches in {len(regions)} region(s) without a host wait per step",
+        (f"{n} launches in {len(regions)} region(s) without a host wait per step"
+         + (f"; {eager} of them differ between repetitions of a region and stay eager"
+            if eager else ""),
          f"host dispatch and launch cost in them: {_ms(cost)} per step"),
-        (Option("cuda_graphs", "CUDA graphs", lambda x: edits.graph_regions(x, regions)),),
+        (Option("cuda_graphs", "CUDA graphs", lambda x: edits.graph_regions(x, graphed)),),
         (f"one graph launch costs {edits.GRAPH_LAUNCH_NS / 1e3:.0f} us of host time; its "
          f"kernels follow each other {edits.GRAPH_NODE_GAP_NS / 1e3:.0f} us apart",
          f"host work over {edits.KEEP_HOST_NS / 1e6:.0f} ms between two launches is not "
-         "dispatch and stays; so does the host work outside the captured regions"))
+         "dispatch and stays; so does the host work outside the captured regions",
+         "a graph is captured once: a region repeated in the step (micro-steps) replays the "
+         "launches of its shortest repetition; the others' extra launches stay eager"))
 
 
 def _tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel
@@ -354,7 +400,7 @@ def comm_overlap_remedy(analysis: Analysis, ra: RankAnalysis, m: StepModel
 
 
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
-    out: list[Candidate | None] = [cuda_graphs(m), *precision(analysis, ra, m),
+    out: list[Candidate | None] = [cuda_graphs(analysis, ra, m), *precision(analysis, ra, m),
                                    pinned(analysis, ra, m), remove_syncs(m),
                                    remove_round_trip(m), ops_to_gpu(ra, m), dataloader(m),
                                    larger_batch(analysis, ra, m),
