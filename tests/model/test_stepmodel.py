@@ -452,3 +452,33 @@ def test_a_graph_replays_the_shortest_repetition_of_a_region() -> None:
     whole = replay(edits.graph_regions(m, regions)).step_ns
     fixed = replay(edits.graph_regions(m, graphed)).step_ns
     assert fixed - whole == pytest.approx(269_200, abs=1)
+
+
+def test_a_launch_without_a_gpu_record_keeps_its_stream_busy(tmp_path: Path) -> None:
+    from builder import TraceBuilder
+
+    # per 3000 us step: kernel a (launched at +10, runs +15..+35); a cuLaunchKernel at +40
+    # whose kernel the trace lacks (it ran +50..+1550); kernel b launched at +60 starts at
+    # +1550 (1490 us after its launch on an idle stream: no latency is that long) and runs
+    # 100 us; a stream sync from +70 returns at +1655
+    b = TraceBuilder()
+    for i in range(6):
+        t = 3000.0 * i
+        b.step(t, 3000, step=i)
+        b.kernel("a", t + 15, 20, launch=(t + 10, 10))
+        b.api("cuLaunchKernel", t + 40, 10)
+        b.kernel("b", t + 1550, 100, launch=(t + 60, 10))
+        b.sync("cudaStreamSynchronize", t + 70, 1585)
+    run = b.build(tmp_path / "run")
+    a = analyze(run, workers=1)
+    m = build_step_model(a.graph.rank(0), a.ranks[0])
+    assert m is not None
+    o = m.ops
+    assert o.kind.tolist() == [OpKind.KERNEL, OpKind.UNSEEN, OpKind.KERNEL]
+    # the missing kernel: from its launch + the median latency (5 us, kernel a's) to b's start
+    assert o.dur.tolist() == [20_000, 1_505_000, 100_000] and o.row[1] == -1
+    assert o.lat[2] == 5_000 and o.gap[2] == 0
+    assert replay(m).step_ns == pytest.approx(3_000_000, rel=0.01)
+    # without the sync the GPU sets the pace: a + the missing kernel + b, back to back
+    free = edits.unblock(m, m.host.kind == K, 0)
+    assert replay(free).step_ns == pytest.approx(1_625_000, rel=0.01)
