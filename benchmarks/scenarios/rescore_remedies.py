@@ -12,7 +12,8 @@ bundled torch.profiler trace is imported and advised again (``trace_advice.advis
 bundled recorded run reported again (``record_suite.advise``, in a child process running this
 tree's ``src``); a scenario whose trace or run did not come back keeps the call's advice (said
 in ``rescored``). Then both scores (``timing.score_first_serious`` and
-``remedy_score.score_result``) are computed again and NEW/results.json and NEW/accuracy.md
+``remedy_score.score_result``) are computed again, each measured variant scored against the
+remedy ids its scenario declares now, and NEW/results.json and NEW/accuracy.md
 written, merged over the calls (the later wins per scenario, registry order).
 """
 
@@ -109,6 +110,24 @@ def legacy_variants(res: dict[str, Any]) -> dict[str, Any] | None:
                      "from": "timing (a run before variants: the default fix only)"}}
 
 
+def redeclare(res: dict[str, Any]) -> None:
+    """The measured variants named as the scenario declares them now: each variant's remedy
+    ids, trap flag and plan cover from ``variants.variants_of`` (its measurement unchanged;
+    a variant the module no longer declares, or a module not importable here, is kept)."""
+    import importlib
+
+    import variants
+
+    got = res.get("variants") or {}
+    try:
+        declared = variants.variants_of(importlib.import_module(res["scenario"]))
+    except Exception:  # noqa: BLE001 - e.g. the scenario's framework is not here
+        return
+    for v in declared:
+        if isinstance(got.get(v.name), dict):
+            got[v.name].update(v.to_dict())
+
+
 def load_call(src: Path, tree: Path) -> tuple[dict[str, Any], list[Path]]:
     """One call's results (its results.json, or for a bundle tarball alone the scenario
     results it holds) and its bundle parts unpacked into ``tree``."""
@@ -136,6 +155,8 @@ def rescore_suite(dirs: list[Path], out: Path, timeout: float = 180.0
                 continue
             if res.get("variants") is None:
                 res["variants"] = legacy_variants(res)
+            else:
+                redeclare(res)
             notes = [readvise_profiler(res, tree)] if (res.get("profiler") or {}).get(
                 "status") != "n/a" else []
             notes.append(readvise_record(res, tree, timeout))

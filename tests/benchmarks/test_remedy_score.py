@@ -74,8 +74,11 @@ def test_scenario_modules_declare_known_remedies() -> None:
     assert seen["conv_fp32"][2].remedies == ("bf16_amp", "channels_last")
     assert [(v.name, v.trap) for v in seen["item_trap"]] == [("cuda_graphs", False),
                                                              ("remove_syncs", True)]
-    assert seen["cpu_ops_midstep"][0].covers == ("remove_round_trip", "pinned_copies",
-                                                 "remove_syncs")
+    assert seen["item_trap"][1].remedies == ("remove_round_trip",)  # the .item() reads
+    assert seen["item_every_step"][0].remedies == ("remove_round_trip",)
+    assert seen["cpu_ops_midstep"][0].remedies == ("ops_to_gpu",)
+    assert seen["cpu_ops_midstep"][0].covers == ("ops_to_gpu", "remove_round_trip",
+                                                 "pinned_copies", "remove_syncs")
     assert seen["launch_bound"][0].remedies == ("cuda_graphs",)
     assert seen["healthy"][0].remedies == ()
 

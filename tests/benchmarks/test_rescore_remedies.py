@@ -151,3 +151,28 @@ def test_rescore_reads_an_earlier_suites_bundle_alone(tmp_path: Path) -> None:
     assert [r["variant"] for r in got["remedy_score"]["profiler"]] == ["tf32"]
     md = (new / "accuracy.md").read_text()
     assert "| fp32_no_tf32 | tf32 | tf32 | 5.50 → 4.50 (18%) | run not bundled |" in md
+
+
+def test_rescore_names_measured_variants_as_the_scenario_declares_them_now(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    mod = types.ModuleType("fake_scenario")
+    mod.VARIANTS = {"fixed": ("remove_round_trip",), "trap": ("remove_round_trip",)}  # type: ignore[attr-defined]
+    mod.TRAPS = ("trap",)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_scenario", mod)
+    res = {"scenario": "fake_scenario", "variants": {
+        "fixed": {"name": "fixed", "remedies": ["remove_syncs"], "trap": False,
+                  "covers": ["remove_syncs"], "status": "measured", "fixed_ms": 4.5},
+        "trap": {"name": "trap", "remedies": ["remove_syncs"], "trap": False,
+                 "status": "measured", "fixed_ms": 6.0},
+        "gone": {"name": "gone", "remedies": ["tf32"], "status": "measured"}}}
+    rescore_remedies.redeclare(res)
+    v = res["variants"]
+    assert v["fixed"]["remedies"] == ["remove_round_trip"] and v["fixed"]["fixed_ms"] == 4.5
+    assert v["fixed"]["covers"] == ["remove_round_trip"]
+    assert v["trap"]["trap"] is True and v["trap"]["remedies"] == ["remove_round_trip"]
+    assert v["gone"]["remedies"] == ["tf32"]  # no longer declared: kept as measured
+    res_unknown = {"scenario": "no_such_scenario_module", "variants": {"x": {"remedies": ["a"]}}}
+    rescore_remedies.redeclare(res_unknown)
+    assert res_unknown["variants"]["x"]["remedies"] == ["a"]

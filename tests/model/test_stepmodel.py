@@ -16,6 +16,7 @@ from stepscope.model.stepmodel import build_step_model, edits, replay
 from stepscope.model.stepmodel.steps import (
     WAIT_ALL,
     WAIT_NONE,
+    CopyDir,
     GpuOps,
     HostEvents,
     HostKind,
@@ -247,6 +248,7 @@ def test_untraced_takes_the_profilers_host_cost_out() -> None:
 @pytest.mark.parametrize(("name", "remedy", "finding"), [
     ("h200_pageable_batch", "pinned_copies", "pageable_memcpy"),
     ("h200_numpy_roundtrip", "remove_round_trip", "sync_calls"),
+    ("h200_numpy_roundtrip", "ops_to_gpu", "excess_transfers"),
 ])
 def test_real_fixtures_get_the_remedy_of_their_planted_problem(
         fixtures: dict[str, Run], name: str, remedy: str, finding: str) -> None:
@@ -321,3 +323,162 @@ def test_a_synthetic_trace_builds_the_model_by_hand(tmp_path: Path) -> None:
     # without the sync the GPU sets the pace: 600 us
     free = edits.unblock(m, h.role == SyncRole.EXPLICIT, 0)
     assert replay(free).step_ns == pytest.approx(600_000)
+
+
+def _round_trip_model(between: int = 1_000) -> StepModel:
+    """launch (kernel 100) | DtoH copy (blocking, 50 on the GPU) | sync | ``between`` ns of
+    host work, HtoD copy (blocking, 60) | launch (kernel 100); lat 0, own 5..10."""
+    ev = [(0, L, 10, 10), (0, K, 0, 5), (0, K, 0, 5), (0, K, between, 5), (0, L, 10, 10)]
+    m = model(ev, [(1, 0, 100, 0), (2, 0, 50, 0), (4, 0, 60, 0), (5, 0, 100, 0)],
+              wait={2: WAIT_ALL, 3: WAIT_ALL, 4: WAIT_ALL},
+              role={2: SyncRole.BLOCKING_COPY, 3: SyncRole.READBACK,
+                    4: SyncRole.BLOCKING_COPY})
+    copy = np.array([0, 0, CopyDir.DTOH, CopyDir.DTOH, CopyDir.HTOD, 0], dtype=np.int8)
+    kind = np.array([OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMCPY, OpKind.KERNEL],
+                    dtype=np.int8)
+    return m.with_host(copy=copy).with_ops(kind=kind, nbytes=np.array([0, 800, 800, 0]))
+
+
+def test_round_trips_are_found_and_done_on_the_gpu() -> None:
+    m = _round_trip_model()
+    # by hand: the host waits for the kernel and the DtoH copy (110 + 50, +5), the sync (+5),
+    # 1000 of host work, the HtoD copy (60 + 5), then launches the last kernel; in the steady
+    # state each step's first kernel queues behind the last: 100 + 50 + 5 + 5 + 1000 + 65
+    # + 10 + 100 = 1335 per step
+    assert replay(m).step_ns == pytest.approx(1335)
+    trips = edits.round_trips(m)
+    assert trips == [[2, 3, 4]]
+    x = edits.ops_to_gpu(m, trips, [30], launch_ns=10)
+    assert x.host.pre.tolist() == [0, 10, 0, 0, 0, 10]
+    assert x.host.own.tolist() == [0, 10, 10, 0, 0, 10]
+    assert x.ops.dur.tolist() == [100, 30, 0, 100]
+    # nothing waits any more: the GPU sets the pace, kernel + the GPU op + kernel
+    assert replay(x).step_ns == pytest.approx(230)
+
+
+def test_a_round_trip_needs_the_copy_back_without_a_launch_between() -> None:
+    m = _round_trip_model()
+    # a kernel launched between the copies: the data was not just computed on and sent back
+    launch_between = m.with_host(kind=np.array([0, L, K, L, K, L], dtype=np.int8))
+    assert edits.round_trips(launch_between) == []
+    # the sync after a blocking .to(device) belongs to the trip
+    ev = [(0, L, 10, 10), (0, K, 0, 5), (0, K, 500, 5), (0, K, 0, 5), (0, L, 10, 10)]
+    m2 = model(ev, [(1, 0, 100, 0), (2, 0, 50, 0), (3, 0, 60, 0), (5, 0, 100, 0)],
+               wait={2: WAIT_ALL, 3: WAIT_ALL, 4: WAIT_ALL},
+               role={2: SyncRole.BLOCKING_COPY, 3: SyncRole.BLOCKING_COPY,
+                     4: SyncRole.COPY_SYNC})
+    m2 = m2.with_host(copy=np.array([0, 0, CopyDir.DTOH, CopyDir.HTOD, CopyDir.HTOD, 0],
+                                    dtype=np.int8)).with_ops(
+        kind=np.array([OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMCPY, OpKind.KERNEL],
+                      dtype=np.int8))
+    assert edits.round_trips(m2) == [[2, 3, 4]]
+
+
+def test_a_call_still_running_at_the_step_start_is_not_host_work(tmp_path: Path) -> None:
+    from builder import TraceBuilder
+
+    # per 1000 us step: the previous step's stream sync returns at +60 (5 us after its
+    # kernel); a launch at +70 (10 us) of a 975 us kernel starting at +80; a sync from +80
+    # that returns at +60 of the next step. The 60 us at the start are the sync's, not host
+    # work: the launch's host work is the 10 us after the sync returned
+    b = TraceBuilder()
+    for i in range(6):
+        t = 1000.0 * i
+        b.step(t, 1000, step=i)
+        b.kernel("gemm", t + 80, 975, launch=(t + 70, 10))
+        b.sync("cudaStreamSynchronize", t + 80, 980)
+    run = b.build(tmp_path / "run")
+    a = analyze(run, workers=1)
+    m = build_step_model(a.graph.rank(0), a.ranks[0])
+    assert m is not None
+    assert m.host.pre.tolist() == [0, 10_000, 0]
+    # by hand: sync end + 10 (host) + 10 (launch latency) + 975 + 5 (the sync's own) = 1000
+    assert replay(m).step_ns == pytest.approx(1_000_000, rel=0.01)
+
+
+def test_a_hand_over_to_another_thread_ends_a_graph_region() -> None:
+    # two backward passes on thread 1, each handed over from thread 0 (loss.backward()):
+    # two graphs, two graph launches, and each pass keeps the hand-over's 200 us
+    ev = ([(0, L, 10, 10)] + [(1, L, 200_000, 10_000)] + [(1, L, 50_000, 10_000)] * 24
+          + [(0, L, 10, 10)] + [(1, L, 200_000, 10_000)] + [(1, L, 50_000, 10_000)] * 24)
+    m = model(ev, [(e, 0, 2_000, 5_000) for e in range(1, len(ev) + 1)], threads=2)
+    after = m.host.after.copy()
+    after[2], after[28] = 1, 27
+    m = m.with_host(after=after)
+    assert edits.launch_regions(m) == [list(range(2, 27)), list(range(28, 53))]
+    g = edits.graph_regions(m, edits.launch_regions(m))
+    assert g.host.pre[[2, 28]].tolist() == [200_000, 200_000]
+    assert g.host.own[[2, 28]].tolist() == [edits.GRAPH_LAUNCH_NS] * 2
+
+
+def test_ops_to_gpu_agrees_with_the_round_trip_finding(fixtures: dict[str, Run]) -> None:
+    # the same fix estimated two ways: the excess_transfers rule (no-kernel time of the round
+    # trip's span) and the replay without the trip; keeping the host compute (the readback
+    # removed only) saves far less
+    adv = advise(analyze(fixtures["h200_numpy_roundtrip"], workers=1))
+    assert adv.remedies is not None
+    found = {f.id: f for f in adv.findings}
+    got = {r.id: r for r in adv.remedies.remedies}
+    ex = found["excess_transfers"].est_saving_pct
+    assert got["ops_to_gpu"].est_saving_pct == pytest.approx(ex, rel=0.2)
+    assert got["ops_to_gpu"].est_saving_pct > 2 * got["remove_round_trip"].est_saving_pct
+
+
+def test_a_graph_replays_the_shortest_repetition_of_a_region() -> None:
+    from stepscope.model.stepmodel.catalog import fixed_sequences
+
+    # a micro-step of 20 launches, a sync, the next micro-step: the same 20 launches with 5
+    # adds of its own between them (gradient accumulation), a sync, 22 launches of another
+    # kind (another region: left whole)
+    first = [f"k{i}" for i in range(20)]
+    second = first[:3] + ["add"] * 2 + first[3:10] + ["add"] * 3 + first[10:]
+    other = ["opt"] * 22
+    keys = ["mark", *first, "sync", *second, "sync", *other]
+    ev = ([(0, L, 50_000, 10_000)] * 20 + [(0, K, 0, 5_000)] + [(0, L, 50_000, 10_000)] * 25
+          + [(0, K, 0, 5_000)] + [(0, L, 50_000, 10_000)] * 22)
+    m = model(ev, [(e, 0, 2_000, 5_000) for e in range(1, len(ev) + 1) if keys[e] != "sync"],
+              wait={21: WAIT_ALL, 47: WAIT_ALL})
+    regions = edits.launch_regions(m)
+    assert [len(r) for r in regions] == [20, 25, 22]
+    graphed = fixed_sequences(regions, m.host.thread, keys)
+    assert graphed[0] == regions[0] and graphed[2] == regions[2]
+    adds = [e for e in regions[1] if keys[e] == "add"]
+    assert len(adds) == 5 and graphed[1] == [e for e in regions[1] if keys[e] != "add"]
+    # by hand, from the second graph's launch T to the sync's return: whole, the graph's 25
+    # kernels run from T + 10 us (2 us each, 0.2 us apart): T + 62.605 + 5 = T + 67.605 us;
+    # with the adds eager (50 + 10 us of host each, their kernels 5 us after their launch),
+    # the graph's kernels follow the host through the adds: the last 10 start at T + 310.005
+    # and end at T + 331.805, + 5 = T + 336.805 us: 269.2 us more per step
+    whole = replay(edits.graph_regions(m, regions)).step_ns
+    fixed = replay(edits.graph_regions(m, graphed)).step_ns
+    assert fixed - whole == pytest.approx(269_200, abs=1)
+
+
+def test_a_launch_without_a_gpu_record_keeps_its_stream_busy(tmp_path: Path) -> None:
+    from builder import TraceBuilder
+
+    # per 3000 us step: kernel a (launched at +10, runs +15..+35); a cuLaunchKernel at +40
+    # whose kernel the trace lacks (it ran +50..+1550); kernel b launched at +60 starts at
+    # +1550 (1490 us after its launch on an idle stream: no latency is that long) and runs
+    # 100 us; a stream sync from +70 returns at +1655
+    b = TraceBuilder()
+    for i in range(6):
+        t = 3000.0 * i
+        b.step(t, 3000, step=i)
+        b.kernel("a", t + 15, 20, launch=(t + 10, 10))
+        b.api("cuLaunchKernel", t + 40, 10)
+        b.kernel("b", t + 1550, 100, launch=(t + 60, 10))
+        b.sync("cudaStreamSynchronize", t + 70, 1585)
+    run = b.build(tmp_path / "run")
+    a = analyze(run, workers=1)
+    m = build_step_model(a.graph.rank(0), a.ranks[0])
+    assert m is not None
+    o = m.ops
+    assert o.kind.tolist() == [OpKind.KERNEL, OpKind.UNSEEN, OpKind.KERNEL]
+    # the missing kernel: from its launch + the median latency (5 us, kernel a's) to b's start
+    assert o.dur.tolist() == [20_000, 1_505_000, 100_000] and o.row[1] == -1
+    assert o.lat[2] == 5_000 and o.gap[2] == 0
+    assert replay(m).step_ns == pytest.approx(3_000_000, rel=0.01)
+    # without the sync the GPU sets the pace: a + the missing kernel + b, back to back
+    free = edits.unblock(m, m.host.kind == K, 0)
+    assert replay(free).step_ns == pytest.approx(1_625_000, rel=0.01)

@@ -36,6 +36,7 @@ from stepscope.model.stepmodel.steps import (
     GpuOps,
     HostEvents,
     HostKind,
+    OpKind,
     StepModel,
     SyncRole,
     i64,
@@ -246,7 +247,8 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     # pre / own per thread; the wait each BLOCK event saw, in measured terms
     pre = np.zeros(n_ev, dtype=np.int64)
     own = np.maximum(e_end - e_start, 0).astype(np.int64)
-    free_at = np.full(len(threads_l), t0, dtype=np.int64)
+    free_at = _busy_at_start(threads_l, t0, t1, [(api, a_s, a_e, a_kind),
+                                                 (waits, w_s, w_e, np.ones(w_s.size, bool))])
     awaited = _Awaited(gp.end, skey, issued, keys)
     m_names = list(names)
     typical_back = _event_sync_back(g, issued, ra, api_names, a_s, a_e)
@@ -290,13 +292,86 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     host = HostEvents(thread=i64(e_thread), kind=kind, pre=pre, own=own, wait=wait, back=back, after=after,
                       role=role,
                       copy=copy, pageable=pageable, name=ev_name)
-    ops = GpuOps(trigger=i64(trig), stream=o_stream, kind=o_kind.astype(np.int8),
-                 dur=i64(o_end - o_start), lat=lat, gap=gap, dep=dep, row=i64(o_rows),
-                 nbytes=i64(nbytes[in_step]), comm=comm)
+    ops = _with_unseen(GpuOps(
+        trigger=i64(trig), stream=o_stream, kind=o_kind.astype(np.int8),
+        dur=i64(o_end - o_start), lat=lat, gap=gap, dep=dep, row=i64(o_rows),
+        nbytes=i64(nbytes[in_step]), comm=comm), i64(o_start), since, pe, med_lat, e_start,
+        np.array([r >= 0 and api_kinds[r] == ApiKind.LAUNCH.value for r in e_api.tolist()],
+                 dtype=bool), e_thread)
     return StepModel(rank=ra.rank, step_index=idx, measured_ns=int(np.median(spans)),
                      step_ns=int(step.span_ns), steady_steps=len(ra.steps.steady),
                      threads=tuple(threads_l), streams=tuple(keys), names=tuple(names),
                      host=host, ops=ops, tail=tail, launch_latency_ns=med_lat, profiler=prof)
+
+
+def _with_unseen(o: GpuOps, start: I64, since: I64, prev_end: I64, med_lat: int,
+                 ev_start: I64, is_launch: np.ndarray, thread: I64) -> GpuOps:
+    """Kernel launches of the step that have no GPU record (the trace lacks it) get an
+    ``UNSEEN`` op: where an op started ``MAX_LATENCY_NS`` or more after its launch on a stream
+    that was idle (no latency is that long), and the thread issued such a launch before it
+    (after its stream predecessor ended), the stream ran the missing kernel from that launch
+    (+ the median latency) until the op started; the op then follows it."""
+    has_op = np.zeros(ev_start.size, dtype=bool)
+    has_op[o.trigger] = True
+    blind = np.flatnonzero(is_launch & ~has_op)
+    if blind.size == 0:
+        return o
+    lat, gap = o.lat.copy(), o.gap.copy()
+    new: list[tuple[int, int, int, int]] = []  # trigger, stream, dur, lat
+    for j in np.flatnonzero(since >= MAX_LATENCY_NS).tolist():
+        t = int(o.trigger[j])
+        u = blind[(blind < t) & (thread[blind] == thread[t])
+                  & (ev_start[blind] + med_lat >= prev_end[j])]
+        if u.size == 0 or prev_end[j] > ev_start[t]:
+            continue
+        u0 = int(u[-1])
+        began = max(int(prev_end[j]), int(ev_start[u0]) + med_lat)
+        if start[j] <= began:
+            continue
+        new.append((u0, int(o.stream[j]), int(start[j]) - began, med_lat))
+        lat[j], gap[j] = min(int(lat[j]), med_lat), 0
+    if not new:
+        return o
+    k = len(new)
+    z = np.zeros(k, dtype=np.int64)
+    trig = np.concatenate([o.trigger, [n[0] for n in new]]).astype(np.int64)
+    order = np.argsort(trig, kind="stable")
+    back = np.empty(order.size, dtype=np.int64)
+    back[order] = np.arange(order.size)
+    dep = np.concatenate([o.dep, z - 1])
+    dep = np.where(dep >= 0, back[np.maximum(dep, 0)], -1)
+
+    def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.concatenate([a, b])[order]
+
+    return GpuOps(
+        trigger=trig[order], stream=cat(o.stream, np.array([n[1] for n in new], np.int64)),
+        kind=cat(o.kind, np.full(k, OpKind.UNSEEN, dtype=np.int8)),
+        dur=cat(o.dur, np.array([n[2] for n in new], np.int64)),
+        lat=cat(lat, np.array([n[3] for n in new], np.int64)), gap=cat(gap, z),
+        dep=dep[order], row=cat(o.row, z - 1), nbytes=cat(o.nbytes, z),
+        comm=cat(o.comm, np.zeros(k, dtype=bool)))
+
+
+def _busy_at_start(threads: list[tuple[int, int]], t0: int, t1: int,
+                   tables: list[tuple[pa.Table, I64, I64, np.ndarray]]) -> I64:
+    """Per thread, when it is first free in the step: the end of a call (or input wait) of
+    its own that began before the step and was still running at its start (a blocking copy
+    of the step before), else the step's start. That time is the earlier call's, not host
+    work before the step's first event: the replay gives it to that call's copy in the step
+    before."""
+    free_at = np.full(len(threads), t0, dtype=np.int64)
+    index = {t: i for i, t in enumerate(threads)}
+    for t, s, e, sel in tables:
+        if t.num_rows == 0:
+            continue
+        m = sel & (s < t0) & (e > t0)
+        pid, tid = column_i64(t, "pid"), column_i64(t, "tid")
+        for r in np.flatnonzero(m).tolist():
+            i = index.get((int(pid[r]), int(tid[r])))
+            if i is not None:
+                free_at[i] = max(int(free_at[i]), min(int(e[r]), t1))
+    return free_at
 
 
 def _event_sync_back(g: StepGraph, issued: I64, ra: RankAnalysis,

@@ -6,7 +6,7 @@ evidence (facts from the model, with numbers), its options where the user choose
 bf16 AMP; each replayed; the plan takes the best), its assumptions, and an ``apply`` that
 edits a model. The catalogue (:func:`candidates`), in order: ``cuda_graphs``, ``tf32``,
 ``bf16_amp`` (option ``channels_last``), ``pinned_copies``, ``remove_syncs``,
-``remove_round_trip``, ``dataloader_workers``, ``larger_batch``, ``comm_overlap``.
+``remove_round_trip``, ``ops_to_gpu``, ``dataloader_workers``, ``larger_batch``, ``comm_overlap``.
 """
 
 from __future__ import annotations
@@ -58,24 +58,70 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.2f} ms"
 
 
-def cuda_graphs(m: StepModel) -> Candidate | None:
+def _launch_keys(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[str]:
+    """Per host event, what it launches: the name of its first kernel, else its call's name."""
+    o = m.ops
+    keys = [m.names[int(n)] for n in m.host.name.tolist()]
+    kj = np.flatnonzero(o.kind == OpKind.KERNEL)
+    frame = kernel_frame(analysis.graph.rank(ra.rank))
+    if kj.size and frame.num_rows:
+        names = frame.column("name").take(pa.array(o.row[kj])).to_pylist()
+        for j, n in zip(kj[::-1].tolist(), names[::-1]):  # the first op of an event wins
+            keys[int(o.trigger[j])] = str(n)
+    return keys
+
+
+def fixed_sequences(regions: list[list[int]], thread: np.ndarray, keys: list[str]
+                    ) -> list[list[int]]:
+    """The part of each region that a graph captured once replays. A region of a thread that
+    starts as a shorter region of that thread does and holds, in order, every launch of it
+    (by what they launch) repeats it (a micro-step) with launches of its own: a graph replays one fixed launch
+    sequence, the shortest repetition's, so those extra launches stay eager (gradient
+    accumulation's adds after the first micro-step, which ``make_graphed_callables`` leaves
+    to autograd)."""
+    out = [list(r) for r in regions]
+    seqs = [[keys[e] for e in r] for r in regions]
+    for i, r in enumerate(regions):
+        shorter = sorted((k for k in range(len(regions)) if len(regions[k]) < len(r)
+                          and thread[regions[k][0]] == thread[r[0]]
+                          and seqs[k][0] == seqs[i][0]),
+                         key=lambda k: len(regions[k]))
+        for k in shorter:
+            ref, kept, j = seqs[k], [], 0
+            for e, key in zip(r, seqs[i]):
+                if j < len(ref) and key == ref[j]:
+                    kept.append(e)
+                    j += 1
+            if j == len(ref):
+                out[i] = kept
+                break
+    return out
+
+
+def cuda_graphs(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
     regions = edits.launch_regions(m)
     if not regions:
         return None
+    graphed = fixed_sequences(regions, m.host.thread, _launch_keys(analysis, ra, m))
     n = sum(len(r) for r in regions)
+    eager = n - sum(len(r) for r in graphed)
     h = m.host
     idx = np.concatenate([np.asarray(r) for r in regions])
     cost = int(h.pre[idx[1:]].sum() + h.own[idx].sum())
     return Candidate(
         "cuda_graphs", "CUDA graphs for the launch-bound regions (torch.compile "
         "mode='reduce-overhead')", ("launch_bound", "host_bound"),
-        (f"{n} launches in {len(regions)} region(s) without a host wait per step",
+        (f"{n} launches in {len(regions)} region(s) without a host wait per step"
+         + (f"; {eager} of them differ between repetitions of a region and stay eager"
+            if eager else ""),
          f"host dispatch and launch cost in them: {_ms(cost)} per step"),
-        (Option("cuda_graphs", "CUDA graphs", lambda x: edits.graph_regions(x, regions)),),
+        (Option("cuda_graphs", "CUDA graphs", lambda x: edits.graph_regions(x, graphed)),),
         (f"one graph launch costs {edits.GRAPH_LAUNCH_NS / 1e3:.0f} us of host time; its "
          f"kernels follow each other {edits.GRAPH_NODE_GAP_NS / 1e3:.0f} us apart",
          f"host work over {edits.KEEP_HOST_NS / 1e6:.0f} ms between two launches is not "
-         "dispatch and stays; so does the host work outside the captured regions"))
+         "dispatch and stays; so does the host work outside the captured regions",
+         "a graph is captured once: a region repeated in the step (micro-steps) replays the "
+         "launches of its shortest repetition; the others' extra launches stay eager"))
 
 
 def _tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel
@@ -225,6 +271,39 @@ def remove_round_trip(m: StepModel) -> Candidate | None:
         ("the host work around the reads (CPU compute on the values) stays",))
 
 
+def ops_to_gpu(ra: RankAnalysis, m: StepModel) -> Candidate | None:
+    """The host computation of each round trip done on the GPU: the copies, their syncs and
+    the host work between them go; a GPU op that reads and writes the trip's bytes once at
+    the device's memory bandwidth (at least ``MIN_KERNEL_NS``) takes their place."""
+    trips = edits.round_trips(m)
+    if not trips:
+        return None
+    h, o = m.host, m.ops
+    bws = [float(d.get("memory_bandwidth_gbs") or 0.0) for d in device_rows(ra).values()]
+    bw = max(bws, default=0.0)
+    costs, host, nbytes = [], 0, 0
+    for trip in trips:
+        ops = np.isin(o.trigger, trip) & (o.kind == OpKind.MEMCPY)
+        b = int(o.nbytes[ops & (h.copy[o.trigger] == CopyDir.DTOH)].sum())
+        nbytes += b
+        host += int(h.pre[trip[1:]].sum())
+        costs.append(max(MIN_KERNEL_NS, int(2 * b / bw)) if bw > 0 else MIN_KERNEL_NS)
+    launches = h.own[h.kind == HostKind.LAUNCH]
+    launch_ns = int(np.median(launches)) if launches.size else 0
+    return Candidate(
+        "ops_to_gpu", "Do the host computation between the copies on the GPU (torch ops on "
+        "the device tensor)", ("excess_transfers", "sync_calls", "host_bound"),
+        (f"{len(trips)} round trip(s) per step: {nbytes / 2**20:.1f} MiB to the host, "
+         f"{_ms(host)} of host work before the copy back",),
+        (Option("ops_to_gpu", "on the GPU",
+                lambda x: edits.ops_to_gpu(x, trips, costs, launch_ns)),),
+        ("the GPU op reads and writes the data once at "
+         + (f"{bw:.0f} GB/s (the device's peak memory bandwidth)" if bw > 0 else
+            "an unknown bandwidth (the shortest kernel assumed)")
+         + ": a lower bound for a sort or a search",
+         "one kernel launch replaces the copies and their syncs"))
+
+
 def dataloader(m: StepModel) -> Candidate | None:
     inp = m.host.kind == HostKind.INPUT
     wait = int(m.host.own[inp].sum())
@@ -321,9 +400,9 @@ def comm_overlap_remedy(analysis: Analysis, ra: RankAnalysis, m: StepModel
 
 
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
-    out: list[Candidate | None] = [cuda_graphs(m), *precision(analysis, ra, m),
+    out: list[Candidate | None] = [cuda_graphs(analysis, ra, m), *precision(analysis, ra, m),
                                    pinned(analysis, ra, m), remove_syncs(m),
-                                   remove_round_trip(m), dataloader(m),
+                                   remove_round_trip(m), ops_to_gpu(ra, m), dataloader(m),
                                    larger_batch(analysis, ra, m),
                                    comm_overlap_remedy(analysis, ra, m)]
     return [c for c in out if c is not None]

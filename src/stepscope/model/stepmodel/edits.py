@@ -13,7 +13,10 @@ What a remedy changes is one or more of these; ``replay`` then decides what the 
   cost in between go (host work longer than ``keep_host_ns`` between two launches stays: it
   is not dispatch), the graph's launch costs ``launch_ns``, its kernels follow each other
   ``node_gap_ns`` apart;
-* :func:`shorten_input`    input waits take ``wait * factor``.
+* :func:`shorten_input`    input waits take ``wait * factor``;
+* :func:`ops_to_gpu`       each round trip (:func:`round_trips`: a device-to-host copy, host
+  work, the copy back) becomes one kernel launch: the copies, their syncs and the host work
+  between them go, one GPU op of a given cost takes their place.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ import numpy as np
 import numpy.typing as npt
 
 from stepscope.model.speedups import MIN_KERNEL_NS
-from stepscope.model.stepmodel.steps import I64, WAIT_NONE, B, HostKind, OpKind, StepModel
+from stepscope.model.stepmodel.steps import (
+    I64,
+    WAIT_NONE,
+    B,
+    CopyDir,
+    HostKind,
+    OpKind,
+    StepModel,
+    SyncRole,
+)
 
 F64 = npt.NDArray[np.float64]
 GRAPH_LAUNCH_NS = 10_000  # host cost of one cudaGraphLaunch
@@ -60,12 +72,18 @@ def copies_at(m: StepModel, mask: B, gbs: float) -> StepModel:
 
 def launch_regions(m: StepModel, min_launches: int = MIN_GRAPH_LAUNCHES) -> list[list[int]]:
     """Runs of consecutive ``LAUNCH`` events of one thread, no wait inside, of at least
-    ``min_launches`` events: what a CUDA graph could capture."""
+    ``min_launches`` events: what a CUDA graph could capture. A hand-over from another
+    thread (``after``: the thread waited for it, as autograd's backward thread waits for
+    ``loss.backward()``) ends a run: each backward pass of a step is a graph of its own."""
     h = m.host
     out: list[list[int]] = []
     cur: dict[int, list[int]] = {}
     for e in range(h.size):
         t = int(h.thread[e])
+        if h.after[e] >= 0:
+            run = cur.pop(t, [])
+            if len(run) >= min_launches:
+                out.append(run)
         if h.kind[e] == HostKind.LAUNCH:
             cur.setdefault(t, []).append(e)
         elif h.kind[e] in (HostKind.BLOCK, HostKind.INPUT):
@@ -104,6 +122,68 @@ def shorten_input(m: StepModel, factor: float) -> StepModel:
     return m.with_host(own=own)
 
 
+def round_trips(m: StepModel) -> list[list[int]]:
+    """Host events of each round trip: a device-to-host copy, then on the same thread only
+    syncs and more device-to-host copies (no kernel launch, no input wait), then the
+    host-to-device copy that brings the result back, and the sync right after it if any (a
+    blocking ``.to(device)``). The host work between the copies is the ``pre`` of the events
+    after the first."""
+    h, o = m.host, m.ops
+    copy_ev = np.zeros(h.size, dtype=np.int8)  # the direction of the copy an event issues
+    mc = o.kind == OpKind.MEMCPY
+    copy_ev[o.trigger[mc]] = h.copy[o.trigger[mc]]
+    issues = np.zeros(h.size, dtype=bool)
+    issues[o.trigger] = True
+    out: list[list[int]] = []
+    used = np.zeros(h.size, dtype=bool)
+    for d in np.flatnonzero(copy_ev == CopyDir.DTOH).tolist():
+        if used[d]:
+            continue
+        t = int(h.thread[d])
+        trip = [d]
+        for e in range(d + 1, h.size):
+            if h.thread[e] != t:
+                continue
+            if copy_ev[e] == CopyDir.HTOD:
+                trip.append(e)
+                nxt = [k for k in range(e + 1, h.size) if h.thread[k] == t]
+                if nxt and h.role[nxt[0]] == SyncRole.COPY_SYNC and not issues[nxt[0]]:
+                    trip.append(nxt[0])
+                out.append(trip)
+                used[trip] = True
+                break
+            if copy_ev[e] == CopyDir.DTOH or (h.kind[e] == HostKind.BLOCK and not issues[e]):
+                trip.append(e)
+                continue
+            break  # a kernel launch, another copy or an input wait: not a round trip
+    return out
+
+
+def ops_to_gpu(m: StepModel, trips: list[list[int]], op_ns: I64 | list[int],
+               launch_ns: int) -> StepModel:
+    """Each round trip (:func:`round_trips`) done on the GPU: its events stop waiting and
+    cost nothing but one launch (``launch_ns``, on the first), the host work between them
+    goes, its copies take no GPU time and its first copy becomes the GPU op that replaces
+    the host computation (``op_ns[i]`` for trip ``i``)."""
+    h, o = m.host, m.ops
+    kind, wait, pre, own = h.kind.copy(), h.wait.copy(), h.pre.copy(), h.own.copy()
+    dur, lat, gap = o.dur.copy(), o.lat.copy(), o.gap.copy()
+    for trip, cost in zip(trips, np.asarray(op_ns, dtype=np.int64).tolist()):
+        r = np.asarray(trip, dtype=np.int64)
+        kind[r[kind[r] == HostKind.BLOCK]] = HostKind.LAUNCH
+        wait[r] = WAIT_NONE
+        own[r] = 0
+        own[r[0]] = launch_ns
+        pre[r[1:]] = 0
+        ops = np.flatnonzero(np.isin(o.trigger, r))
+        dur[ops], gap[ops] = 0, 0
+        lat[ops[1:]] = 0
+        if ops.size:
+            dur[ops[0]] = cost
+    return m.with_host(kind=kind, wait=wait, pre=pre, own=own).with_ops(dur=dur, lat=lat,
+                                                                        gap=gap)
+
+
 __all__ = ["GRAPH_LAUNCH_NS", "GRAPH_NODE_GAP_NS", "KEEP_HOST_NS", "MIN_GRAPH_LAUNCHES",
-           "copies_at", "graph_regions", "launch_regions", "scale_ops", "shorten_input",
-           "unblock"]
+           "copies_at", "graph_regions", "launch_regions", "ops_to_gpu", "round_trips",
+           "scale_ops", "shorten_input", "unblock"]

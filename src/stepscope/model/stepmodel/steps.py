@@ -66,6 +66,7 @@ class OpKind(IntEnum):
     KERNEL = 0
     MEMCPY = 1
     MEMSET = 2
+    UNSEEN = 3  # GPU work a launch issued whose record the trace lacks (``row`` -1)
 
 
 @dataclass(frozen=True)
