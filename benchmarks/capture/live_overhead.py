@@ -25,7 +25,7 @@ share the machine's drift), median, min and max.
 
     python benchmarks/capture/live_overhead.py --out live_overhead.json [--rounds 3]
         [--seconds 12] [--block 20] [--gpt-batch 8] [--with-pty] [--with-lines]
-        [--workload sleep]
+        [--configs C...] [--workload sleep]
 
 About 60-70 s a round on an H100 (torch import, the merge of each recorded run); the default
 3 rounds fit in 300 s.
@@ -177,6 +177,8 @@ def main() -> None:
     ap.add_argument("--gpt-batch", type=int, default=8)
     ap.add_argument("--with-lines", action="store_true")
     ap.add_argument("--with-pty", action="store_true")
+    ap.add_argument("--configs", nargs="+", choices=(*CONFIGS, "record-pty", "record-lines"),
+                    help="these configurations instead (in this order, rotated each round)")
     ap.add_argument("--workload", choices=("gpt", "sleep"), default="gpt",
                     help="sleep: 20 ms sleeps marked with stepscope.step(), to check this script "
                          "without a GPU")
@@ -184,8 +186,8 @@ def main() -> None:
     if args.program:
         program(args)
         return
-    configs = [*CONFIGS, *(["record-pty"] if args.with_pty else []),
-               *(["record-lines"] if args.with_lines else [])]
+    configs = args.configs or [*CONFIGS, *(["record-pty"] if args.with_pty else []),
+                               *(["record-lines"] if args.with_lines else [])]
     rows = []
     with tempfile.TemporaryDirectory(prefix="live_overhead-") as d:
         for n in range(args.rounds):
