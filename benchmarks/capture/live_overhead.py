@@ -11,6 +11,8 @@ configurations, each a fresh ``python`` process, in rotating order round by roun
   record-live   the same with ``--live``, run on a pseudo-terminal made here, so that the panel
                 (redrawn every second) and the relay of the program's output run as on a
                 user's terminal; what it draws is read and thrown away
+  record-pty    (``--with-pty``) ``record`` without ``--live`` on such a pseudo-terminal: the
+                program's output to a terminal, no live view (separates the two)
   record-lines  (``--with-lines``) ``--live`` with stderr not a terminal: a line every 30 s
 
 The program (this file with ``--program``): the GPT-style step of ``benchmarks/overhead.py``
@@ -22,7 +24,8 @@ of those medians, and the per-round ratio ``record-live / record`` (the headline
 share the machine's drift), median, min and max.
 
     python benchmarks/capture/live_overhead.py --out live_overhead.json [--rounds 3]
-        [--seconds 12] [--block 20] [--gpt-batch 8] [--with-lines] [--workload sleep]
+        [--seconds 12] [--block 20] [--gpt-batch 8] [--with-pty] [--with-lines]
+        [--configs C...] [--workload sleep]
 
 About 60-70 s a round on an H100 (torch import, the merge of each recorded run); the default
 3 rounds fit in 300 s.
@@ -93,10 +96,11 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, n: int) -> dict
         cmd = prog
     else:
         cmd = [sys.executable, "-m", "stepscope", "record", "-o", str(tmp / f"run-{config}-{n}"),
-               "--steps", "20-1000000", *(["--live"] if config != "record" else []), "--", *prog]
+               "--steps", "20-1000000", *(["--live"] if config == "record-live" else []), "--",
+               *prog]
     t0 = time.perf_counter()
-    if config == "record-live":
-        code = _on_pty(cmd)
+    if config in ("record-live", "record-pty"):
+        code = _on_pty(cmd, panel=config == "record-live")
     else:
         p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True, timeout=600)
@@ -111,7 +115,7 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, n: int) -> dict
             "median_block_ms": statistics.median(blocks), "wall_s": round(wall, 2)}
 
 
-def _on_pty(cmd: list[str]) -> int:
+def _on_pty(cmd: list[str], panel: bool) -> int:
     """Run ``cmd`` with stdout and stderr on a new pseudo-terminal (a panel is drawn); read and
     drop what it draws."""
     master, slave = pty.openpty()
@@ -134,7 +138,7 @@ def _on_pty(cmd: list[str]) -> int:
     code = p.wait(timeout=600)
     t.join(timeout=5)
     os.close(master)
-    if b"stepscope record --live" not in got:
+    if panel and b"stepscope record --live" not in got:
         print("record-live: no panel seen on the pty", file=sys.stderr)
     return code
 
@@ -144,18 +148,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
            for c in {r["config"] for r in rows}}
     out: dict[str, Any] = {"median_ms": med}
     for a, b in (("record", "plain"), ("record-live", "plain"), ("record-live", "record"),
-                 ("record-lines", "record")):
+                 ("record-lines", "record"), ("record-pty", "record"),
+                 ("record-live", "record-pty")):
         if a in med and b in med:
             out[f"{a}/{b}"] = round(med[a] / med[b], 4)
-    paired = []
-    for n in sorted({r["round"] for r in rows}):
-        by = {r["config"]: r["median_block_ms"] for r in rows if r["round"] == n}
-        if "record" in by and "record-live" in by:
-            paired.append(by["record-live"] / by["record"])
-    if paired:
-        out["paired record-live/record"] = {"median": round(statistics.median(paired), 4),
-                                            "min": round(min(paired), 4),
-                                            "max": round(max(paired), 4), "n": len(paired)}
+    for a, b in (("record-live", "record"), ("record-live", "record-pty"),
+                 ("record-pty", "record")):
+        paired = []
+        for n in sorted({r["round"] for r in rows}):
+            by = {r["config"]: r["median_block_ms"] for r in rows if r["round"] == n}
+            if a in by and b in by:
+                paired.append(by[a] / by[b])
+        if paired:
+            out[f"paired {a}/{b}"] = {"median": round(statistics.median(paired), 4),
+                                      "min": round(min(paired), 4),
+                                      "max": round(max(paired), 4), "n": len(paired)}
     return out
 
 
@@ -169,6 +176,9 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=20)
     ap.add_argument("--gpt-batch", type=int, default=8)
     ap.add_argument("--with-lines", action="store_true")
+    ap.add_argument("--with-pty", action="store_true")
+    ap.add_argument("--configs", nargs="+", choices=(*CONFIGS, "record-pty", "record-lines"),
+                    help="these configurations instead (in this order, rotated each round)")
     ap.add_argument("--workload", choices=("gpt", "sleep"), default="gpt",
                     help="sleep: 20 ms sleeps marked with stepscope.step(), to check this script "
                          "without a GPU")
@@ -176,7 +186,8 @@ def main() -> None:
     if args.program:
         program(args)
         return
-    configs = [*CONFIGS, *(["record-lines"] if args.with_lines else [])]
+    configs = args.configs or [*CONFIGS, *(["record-pty"] if args.with_pty else []),
+                               *(["record-lines"] if args.with_lines else [])]
     rows = []
     with tempfile.TemporaryDirectory(prefix="live_overhead-") as d:
         for n in range(args.rounds):

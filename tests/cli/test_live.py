@@ -121,3 +121,20 @@ def test_record_live_without_a_terminal(tmp_path: Path, monkeypatch: pytest.Monk
     lines = [ln for ln in got.err.splitlines() if ln.startswith("stepscope: live ")]
     assert lines and "ms/step" in lines[0], got.err
     assert (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_a_program_printing_fast_is_relayed_in_few_prints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every print above the panel redraws it: 60 lines over ~0.3 s come out whole, in a few
+    # prints rather than one per line
+    monkeypatch.setattr(live, "_tty_fd", lambda stream: 0)
+    calls: list[str] = []
+    monkeypatch.setattr(LiveView, "_print_above", lambda self, text: calls.append(text))
+    prog = ("import time\nfor i in range(60):\n    print(f'line {i}', flush=True)\n"
+            "    time.sleep(0.005)\n")
+    with LiveView(tmp_path, terminal=True, stream=io.StringIO()) as view:
+        fds = view.child_stdio()
+        launch([sys.executable, "-c", prog], dict(os.environ), stdout=fds[0], stderr=fds[1],
+               started=view.started)
+    assert "\n".join(calls).splitlines() == [f"line {i}" for i in range(60)]
+    assert len(calls) <= 10

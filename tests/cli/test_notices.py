@@ -38,7 +38,7 @@ def test_missing_notice_only_when_the_scanner_would_have_run(
     assert kineto_native.missing_notice() is None
     monkeypatch.setattr(kineto_native, "EXTENSION", None)
     assert kineto_native.missing_notice() == kineto_native.MISSING
-    assert "~1.6-1.9x slower" in kineto_native.MISSING
+    assert "~1.5-1.6x the CPU time" in kineto_native.MISSING
     monkeypatch.setenv("STEPSCOPE_KINETO_NATIVE", "0")  # turned off by the user: nothing to say
     assert kineto_native.missing_notice() is None
 

@@ -157,7 +157,8 @@ _COLUMNS = {"steps": ("ts_ns", "dur_ns", "step"), "input_waits": ("ts_ns", "dur_
 def _read(path: Path, table: str) -> dict[str, np.ndarray]:
     """The columns the figures need of one chunk (rows without a time or duration dropped)."""
     try:
-        t = pq.read_table(path, columns=list(_COLUMNS[table]))
+        # one thread: a few small files every flush; Arrow's pool would wake a thread per core
+        t = pq.read_table(path, columns=list(_COLUMNS[table]), use_threads=False)
     except (OSError, ValueError, KeyError, ImportError):
         return {}
     if table == "devices":

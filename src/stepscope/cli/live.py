@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import select
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from stepscope.capture.live_feed import RECENT_S, RECENT_STEPS, LiveFeed, LiveSn
 
 LINE_EVERY_S = 30.0  # without a terminal: a line this often (when there is something new)
 REFRESH_S = 1.0  # the panel's redraw
+RELAY_EVERY_S = 0.1  # the program's output is printed above the panel this often, at most
 
 
 def render(snap: LiveSnapshot, elapsed_s: float, flush_every_s: float = 5.0) -> Any:
@@ -118,6 +120,7 @@ class LiveView:
         self._relays: list[tuple[int, TextIO]] = []  # (pty master, where its lines go)
         self._slaves: list[int] = []
         self._last_chunks = -1
+        self._drawn: tuple[float, Any] | None = None  # (when, the panel) last rendered
 
     def __enter__(self) -> LiveView:
         return self
@@ -166,11 +169,18 @@ class LiveView:
         self._threads.append(t)
 
     def _panel(self) -> Any:
+        """The panel, polled and rendered at most once a second: ``rich`` also asks for it at
+        every line printed above it (the program's output), which must not read the feed."""
+        now = self._clock()
+        if self._drawn is not None and now - self._drawn[0] < REFRESH_S:
+            return self._drawn[1]
         try:
             snap = self.feed.poll()
         except Exception:  # the panel must never end the recording
             snap = LiveSnapshot()
-        return render(snap, self._clock() - self._t0, self._flush_every)
+        panel = render(snap, now - self._t0, self._flush_every)
+        self._drawn = (now, panel)
+        return panel
 
     def _lines(self) -> None:
         while not self._stop.wait(self._every):
@@ -187,23 +197,30 @@ class LiveView:
         return text
 
     def _relay(self, master: int) -> None:
-        """Copy the program's output from a pty to above the panel, a line at a time."""
+        """Copy the program's output from a pty to above the panel, whole lines, at most
+        every :data:`RELAY_EVERY_S` (each print above the panel redraws it: a program printing
+        a line per step must not make this process redraw per line)."""
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         pending = ""
+        printed = 0.0
         while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: every writer closed it (the program and its children ended)
-                data = b""
-            if not data:
-                break
-            pending += decoder.decode(data)
-            if "\n" in pending:
+            ready, _, _ = select.select([master], [], [], RELAY_EVERY_S)
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every writer closed it (the program and its children ended)
+                    data = b""
+                if not data:
+                    break
+                pending += decoder.decode(data)
+            now = time.monotonic()
+            if "\n" in pending and (now - printed >= RELAY_EVERY_S or len(pending) > 1 << 16):
                 done, _, pending = pending.rpartition("\n")
                 self._print_above(done)
+                printed = now
         pending += decoder.decode(b"", final=True)
         if pending:
-            self._print_above(pending)
+            self._print_above(pending.removesuffix("\n"))
 
     def _print_above(self, text: str) -> None:
         from rich.text import Text

@@ -8,7 +8,6 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TextIO
 
 from stepscope._version import __version__
 from stepscope.cli.verbs import BY_NAME, epilog, examples_text
@@ -112,7 +111,7 @@ def _notices(show: Callable[..., None]) -> Callable[..., None]:
     filter) as one ``stepscope: note:`` line on stderr; any other warning goes to ``show``."""
 
     def notice(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-               file: TextIO | None = None, line: str | None = None) -> None:
+               file: object = None, line: str | None = None) -> None:
         if issubclass(category, MissingExtensionWarning):
             print(f"stepscope: note: {printable(str(message), newlines=False)}", file=sys.stderr)
             return

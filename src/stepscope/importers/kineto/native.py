@@ -78,12 +78,12 @@ _NEED_CORRELATION = np.isin(np.arange(len(CATEGORIES)),
                             [CODES[c] for c in ("kernel", "gpu_memcpy", "gpu_memset")])
 
 
-# measured end to end, `stepscope import` with and without the scanner (docs/benchmarks.md,
-# "`stepscope import` alone, with the compiled scanner", 2026-11-22): 1.64-1.65x on a 225 MB
-# trace, 1.81-1.85x on a 904 MB one
+# measured end to end, `stepscope import` with and without the scanner, CPU time of the process
+# (benchmarks/scanner_gain.py; docs/benchmarks.md, "What the missing scanner costs",
+# 2026-11-26): 1.47x on a 225 MB trace, 1.60-1.64x on a 904 MB one
 MISSING = ("the compiled Kineto scanner (stepscope.importers._ss_kineto) is not installed: "
-           "imports of PyTorch traces run ~1.6-1.9x slower; install a stepscope wheel, or "
-           "reinstall from source with a C compiler and the Python headers")
+           "imports of PyTorch traces take ~1.5-1.6x the CPU time; install a stepscope wheel, "
+           "or reinstall from source with a C compiler and the Python headers")
 
 
 def missing_notice() -> str | None:
