@@ -2,7 +2,8 @@
 # CI: build the wheel as a release would, make it manylinux, install it into a clean venv and check
 # that it works there without a C compiler, with its compiled parts (README.md, "Install").
 #
-# 1. `pip wheel` builds stepscope from a copy of the tracked sources (not the checkout, whose
+# 1. `pip wheel` builds stepscope (in an isolated build environment with pyproject's build requirements,
+#    setuptools>=77: a fresh venv's own setuptools is too old) from a copy of the tracked sources (not the checkout, whose
 #    editable install left built .so files in src/) with this machine's compiler.
 # 2. `auditwheel repair --plat manylinux_2_17_x86_64` checks the extensions' symbol versions against
 #    that policy (glibc <= 2.17 and the libraries every manylinux system has) and retags the wheel;
@@ -20,7 +21,7 @@ trap 'rm -rf "$WORK"' EXIT
 
 mkdir -p "$WORK/src"
 git ls-files -z --cached --others --exclude-standard | tar --null -cf - -T - | tar -xf - -C "$WORK/src"
-"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/src" \
+"$PY" -m pip wheel -q --no-deps -w "$WORK/dist" "$WORK/src" \
     >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
 PATH="$(dirname "$PY"):$PATH" "$PY" -m auditwheel repair -w "$WORK/wheelhouse" \
     --plat manylinux_2_17_x86_64 "$WORK"/dist/stepscope-*.whl 2>&1 | grep -v '^INFO:' || true
