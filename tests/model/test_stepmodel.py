@@ -293,6 +293,10 @@ def test_json_and_terminal_reports_carry_the_remedies(fixtures: dict[str, Run]) 
     text = render_text(rep)
     assert "Remedies (each replayed on the step model" in text
     assert "Plan: " in text and "Step model: the step replays in" in text
+    # the plan's saving is from the same baseline as the remedies' (a profiler trace: the
+    # step without the profiler's cost), and the line says which step that is
+    plan = d["plan"]
+    assert f"from {plan['baseline_ms']:.2f} ms" in " ".join(text.split())
 
 
 def test_a_synthetic_trace_builds_the_model_by_hand(tmp_path: Path) -> None:
