@@ -99,7 +99,7 @@ def test_remedies_and_the_plan_when_the_advice_has_them(tmp_path: Path) -> None:
         NS(rank=0, title="remove syncs", option="every 10 steps", options=("all", "every 10 steps"),
            predicted_step_ms=0.9, est_saving_ms=0.1, est_saving_pct=10.0)],
         plan=NS(remedy_ids=("pin_memory", "remove_syncs"), predicted_step_ms=0.7,
-                measured_ms=1.0, est_saving_pct=30.0))
+                measured_ms=1.1, baseline_ms=1.0, est_saving_pct=30.0))
     advice = NS(findings=rep.advice.findings, host_trust=rep.advice.host_trust,
                 remedies=remedies)
     md = to_markdown(dataclasses.replace(rep, advice=advice))

@@ -137,7 +137,7 @@ def _remedies(report: Report) -> list[str]:
     plan = getattr(ra, "plan", None)
     if plan is not None:
         out += ["", f"**Plan:** {escape(' + '.join(plan.remedy_ids))} together: "
-                    f"{plan.predicted_step_ms:.2f} ms per step from {plan.measured_ms:.2f} ms "
+                    f"{plan.predicted_step_ms:.2f} ms per step from {plan.baseline_ms:.2f} ms "
                     f"(save {plan.est_saving_pct:.0f}%)"]
     return out
 

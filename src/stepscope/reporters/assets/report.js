@@ -664,7 +664,7 @@ function renderRemedies() {
   const rs = R.remedies || [], plan = R.plan, sm = R.step_model;
   if (sm) el.appendChild(h('p', {class: 'note', text: 'Step model' + (MULTI ? ' of rank ' + sm.rank : '') + ': the step replays in ' + fmtMs(sm.replayed_ms) + ' against ' + fmtMs(sm.measured_ms) + ' measured (' + (sm.error_pct >= 0 ? '+' : '') + num(sm.error_pct, 1) + '%). Each remedy below is replayed alone: their savings overlap and do not add up.'}));
   if (!rs.length) { el.appendChild(h('p', {text: sm ? 'No remedy applies.' : 'No step model: the run has no steady steps with GPU work.'})); return; }
-  if (plan) el.appendChild(h('p', {class: 'plan'}, h('b', {text: 'Plan: '}), plan.remedy_ids.join(' + ') + ' together: ' + fmtMs(plan.measured_ms) + ' → ' + fmtMs(plan.predicted_step_ms) + ' per step (−' + num(plan.est_saving_pct, 1) + '%)'));
+  if (plan) el.appendChild(h('p', {class: 'plan'}, h('b', {text: 'Plan: '}), plan.remedy_ids.join(' + ') + ' together: ' + fmtMs(plan.baseline_ms) + ' → ' + fmtMs(plan.predicted_step_ms) + ' per step (−' + num(plan.est_saving_pct, 1) + '%)'));
   rs.forEach((r, i) => {
     const box = h('div', {class: 'finding remedy', 'data-id': r.id});
     box.appendChild(h('div', {class: 'head'},
