@@ -26,6 +26,15 @@ def _source_name(s: str, i: int) -> tuple[str, int] | None:
     return s[j:j + n], j + n
 
 
+def _skip_reference(s: str, i: int) -> int | None:
+    """``s[i]`` is ``S`` (a substitution: ``St``/``Sa``... or ``S<seq>_``) or ``T`` (a template
+    parameter, ``T<n>_``): the index after it."""
+    if s[i] == "S" and i + 1 < len(s) and s[i + 1] in _STD_ABBREVIATIONS:
+        return i + 2
+    end = s.find("_", i + 1)
+    return end + 1 if end >= 0 else None
+
+
 def _skip_template_args(s: str, i: int) -> int | None:
     """``s[i] == 'I'``: the index after its matching ``E``."""
     depth, i = 0, i
@@ -46,13 +55,10 @@ def _skip_template_args(s: str, i: int) -> int | None:
             i = end + 1
             continue
         if c in "ST":  # S_, S<seq>_, St...; T_, T<n>_
-            if c == "S" and i + 1 < len(s) and s[i + 1] in _STD_ABBREVIATIONS:
-                i += 2
-                continue
-            end = s.find("_", i + 1)
-            if end < 0:
+            nxt = _skip_reference(s, i)
+            if nxt is None:
                 return None
-            i = end + 1
+            i = nxt
             continue
         if c in "INX":
             depth += 1
@@ -86,13 +92,10 @@ def mangled_function(name: str) -> str | None:
         elif c in _QUALIFIERS and last is None:
             i += 1
         elif c == "S":  # a substitution as the scope (St = std::, S_, S0_ ...)
-            if i + 1 < len(s) and s[i + 1] in _STD_ABBREVIATIONS:
-                i += 2
-            else:
-                end = s.find("_", i + 1)
-                if end < 0:
-                    return None
-                i = end + 1
+            nxt = _skip_reference(s, i)
+            if nxt is None:
+                return None
+            i = nxt
         elif c == "I":
             nxt = _skip_template_args(s, i)
             if nxt is None:
