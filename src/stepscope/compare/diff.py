@@ -156,13 +156,17 @@ def _headline(samples: list[RankSample]) -> list[float]:
     return [max(p[k] for p in per) for k in common]
 
 
-def _mean_categories(samples: Sequence[RankSample]) -> dict[str, float]:
-    return {c: float(np.mean([s.categories_ms.get(c, 0.0) for s in samples])) if samples
-            else 0.0 for c in CATEGORIES}
+def _mean_over(samples: Sequence[RankSample], field: str, names: tuple[str, ...]
+               ) -> dict[str, float]:
+    """The samples' mean ms per steady step of each of ``names`` in their ``field``
+    (``categories_ms`` or ``causes_ms``)."""
+    return {c: float(np.mean([getattr(s, field).get(c, 0.0) for s in samples])) if samples
+            else 0.0 for c in names}
 
 
-def _categories(b: dict[str, float], n: dict[str, float]) -> tuple[CategoryChange, ...]:
-    rows = [CategoryChange(c, b.get(c, 0.0), n.get(c, 0.0)) for c in CATEGORIES]
+def _categories(b: dict[str, float], n: dict[str, float],
+                names: tuple[str, ...] = CATEGORIES) -> tuple[CategoryChange, ...]:
+    rows = [CategoryChange(c, b.get(c, 0.0), n.get(c, 0.0)) for c in names]
     return tuple(sorted(rows, key=lambda r: -abs(r.delta_ms)))
 
 
@@ -195,8 +199,10 @@ def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.
     if not comparable:
         step = replace(step, verdict=Verdict.INCONCLUSIVE,
                        reason="the two sides' steps are not the same work (see alignment)")
-    cat_b = _mean_runs([_mean_categories(r) for r in sb])
-    cat_n = _mean_runs([_mean_categories(r) for r in sn])
+    cat_b = _mean_runs([_mean_over(r, "categories_ms", CATEGORIES) for r in sb])
+    cat_n = _mean_runs([_mean_over(r, "categories_ms", CATEGORIES) for r in sn])
+    cause_b = _mean_runs([_mean_over(r, "causes_ms", CAUSES) for r in sb], CAUSES)
+    cause_n = _mean_runs([_mean_over(r, "causes_ms", CAUSES) for r in sn], CAUSES)
     ranks: list[RankDiff] = []
     if len(plan) > 1:
         for i, (rb, rn) in enumerate(plan):
@@ -212,8 +218,7 @@ def compare(base: Sequence[Side], new: Sequence[Side], *, confidence: float = 0.
         alignment=alignment, test=TEST_NAME, step=step,
         mean_ms=(_mean_of(sb), _mean_of(sn)),
         categories=_categories(cat_b, cat_n),
-        causes=_changes(_mean_runs([_mean_causes(r) for r in sb], CAUSES),
-                        _mean_runs([_mean_causes(r) for r in sn], CAUSES), CAUSES),
+        causes=_categories(cause_b, cause_n, CAUSES),
         kernels=tuple(match(_uses(sb, "kernels"), _uses(sn, "kernels"))),
         ops=tuple(match(_uses(sb, "ops"), _uses(sn, "ops"))),
         findings=tuple(compare_findings([s.advice for s in base], [s.advice for s in new])),
@@ -254,17 +259,6 @@ def _per_work(sb: list[list[RankSample]], sn: list[list[RankSample]]) -> tuple[
 def _mean_runs(dicts: list[dict[str, float]],
                names: tuple[str, ...] = CATEGORIES) -> dict[str, float]:
     return {c: float(np.mean([d.get(c, 0.0) for d in dicts])) for c in names}
-
-
-def _mean_causes(samples: Sequence[RankSample]) -> dict[str, float]:
-    return {c: float(np.mean([s.causes_ms.get(c, 0.0) for s in samples])) if samples
-            else 0.0 for c in CAUSES}
-
-
-def _changes(b: dict[str, float], n: dict[str, float],
-             names: tuple[str, ...]) -> tuple[CategoryChange, ...]:
-    rows = [CategoryChange(c, b.get(c, 0.0), n.get(c, 0.0)) for c in names]
-    return tuple(sorted(rows, key=lambda r: -abs(r.delta_ms)))
 
 
 def _mean_of(samples: list[list[RankSample]]) -> float:
