@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 from timing import (
+    CALIBRATIONS_ENV,
     PlainRunner,
     SkipScenario,
     Step,
@@ -144,7 +145,6 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
 _CALIBRATIONS: dict[str, int] = {}
 
 
-CALIBRATIONS_ENV = "SCENARIO_CALIBRATIONS"  # JSON {key: n}: use these instead of measuring
 
 
 def calibrations() -> dict[str, int]:

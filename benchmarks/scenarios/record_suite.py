@@ -51,15 +51,13 @@ import record_report as rr  # after the sys.path setup
 import timing
 from bundle import pack_bundle
 from remedy_score import score_result
+from timing import CALIBRATIONS_ENV
 
 KILL_GRACE_S = 15.0
 
 
 def log(msg: str) -> None:
     print(msg, flush=True)
-
-
-CALIBRATIONS_ENV = "SCENARIO_CALIBRATIONS"  # as common.CALIBRATIONS_ENV (common imports torch)
 
 
 def child_env() -> dict[str, str]:

@@ -20,6 +20,10 @@ from types import ModuleType
 from typing import Any, Protocol
 
 # The registry: every scenario module, in report order.
+# JSON {calibration key: n} in a scenario program's environment: ``common.calibrate`` uses these
+# instead of measuring (record_suite hands the timing child's to the recorded program)
+CALIBRATIONS_ENV = "SCENARIO_CALIBRATIONS"
+
 SCENARIOS: tuple[str, ...] = (
     "healthy", "dataloader_bound", "host_python", "item_every_step", "explicit_sync",
     "launch_bound", "pageable_copies", "cpu_ops_midstep", "small_grid", "low_occupancy",
