@@ -38,6 +38,8 @@ claim wins:
                      waits (CPU work before a launch), and idle time with no host event at
                      all (``other``, a subset of ``host``: Python work the trace did not
                      record, sleeps, I/O).
+   4. and 5. are ``analysis.breakdown.host_idle``, the rule the step-time breakdown also
+   applies to the GPU idle time of a rank without host ops (a live capture's run).
 
 Profiler cost on the critical path
 ----------------------------------
@@ -73,12 +75,12 @@ import numpy as np
 
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.breakdown import host_work_intervals
+from stepscope.analysis.breakdown import host_idle
 from stepscope.analysis.busy import IntervalSet, gpu_activity, rank_union
 from stepscope.analysis.callbacks import callback_intervals
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import LONG_GAP_NS, launch_bound_gaps, launch_intervals
+from stepscope.analysis.launches import LONG_GAP_NS
 from stepscope.analysis.steady import Step
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.model.profiler_cost import costs_for, gpu_slack, host_events
@@ -228,13 +230,10 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     edges = np.unique(np.concatenate((ws, we)))
     gaps = rest & _touching(idle, edges)
     rest = rest - gaps
-    g_s, g_e = launch_bound_gaps(g)
-    short = (g_e - g_s) <= LONG_GAP_NS
-    launch_path = IntervalSet.of(*launch_intervals(g))
-    known = host_work_intervals(g) | launch_path
-    launch = (rest & IntervalSet.of(g_s[short], g_e[short])) - (known - launch_path)
-    host = (rest - launch) | callback
-    other = host - known
+    split = host_idle(g, rest)  # the breakdown's rule too (analysis.breakdown)
+    launch = split.launch
+    host = split.host | callback
+    other = host - split.known
     # neither the busy nor the idle set is kept: the rules read the claims, and the busy set
     # (the whole trace's GPU activity again) and the idle set (its complement in the windows)
     # would be most of what a worker of a rank-parallel analysis sends back for the split

@@ -6,7 +6,7 @@ syncs, step-boundary gaps and short launch waits are claimed by their own rules
 user annotations (the ``host`` category of the step-time breakdown), launch-path time in
 waits longer than 100 µs (a framework op computing on the CPU before it launches), and
 idle time with no host event at all (Python the trace did not record: the breakdown's
-``idle``), scaled by the profiler correction. If that host work left the step (or ran
+``idle``, or its ``host`` on a rank without host ops), scaled by the profiler correction. If that host work left the step (or ran
 ahead of the GPU), the GPU would be fed instead of waiting. When more than half of it has
 no host event, confidence is at most medium.
 
