@@ -12,8 +12,9 @@ step then ran 6.5 ms in some processes and 11.8-16.5 ms in others. The XSpace tr
 where: ``jax.debug.callback`` first ``device_put``\\s its operands onto JAX's CPU device, and
 that copy of 8 MiB (``Transpose::Execute``) took 5.5 ms in the slow steps and 1.1 ms in the
 fast ones, the NumPy reduction 4.1 ms against 1.9 ms: the same work at 1.5 GB/s against 7 GB/s,
-i.e. fresh pages faulted in each step or reused memory, which depends on the C allocator's
-state (its mmap threshold and which arena a thread got), not on the program. Here every buffer
+as fresh pages faulted in each step against reused memory would be (inferred: no page-fault
+counter was recorded), which depends on the C allocator's state (its mmap threshold and which
+arena a thread got), not on the program. Here every buffer
 of the callback's work is allocated once (``HOST_ELEMS`` float64, 256 KiB, stays in cache) and
 the operand is 2 KiB: the callback costs ``HOST_PASSES`` sin/cos passes, nothing that depends
 on the allocator.
