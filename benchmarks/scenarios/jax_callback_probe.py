@@ -8,10 +8,10 @@ the first plant's operand (``8mib``: 512 x 4096 fp32, reduced with fresh NumPy t
 committed before 2026-11-26 night) or the current one (``2kib``: the scenario's own host
 function), in the scenario's loop (loss and metric read ``LAG`` steps behind), and prints one
 line per second: ms/step and the process's minor page faults per step (``getrusage``), then a
-closing line. The first plant ran 6.5 or 11.8 ms/step from process to process; the XSpace
-trace showed its callback's copy onto JAX's CPU device at 1.1 or 5.5 ms, which is what fresh
-pages faulted in each step would cost: a slow process should show thousands of faults per step
-(8 MiB = 2048 pages of 4 KiB per buffer), a fast one few. Needs JAX with a GPU.
+closing line. The first plant ran 6.5 or 11.8 ms/step from process to process; its callback
+touches fresh memory every step (2531 faults/step on the H100 VM, 2026-11-26), the current
+one none, and both run as fast as the host thread does (docs/accuracy.md, run 11).
+Needs JAX with a GPU.
 """
 
 from __future__ import annotations

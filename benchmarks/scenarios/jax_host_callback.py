@@ -6,18 +6,17 @@ with a fixed amount of NumPy work; the GPU waits for the copy to the host and th
 Fixed: the callback removed; the same metric computed on the device inside the step (both
 variants compute it there) and returned with the loss. One change, nothing else differs.
 
-Why the callback is small and its work fixed (2026-11-26 night): the earlier plant passed an
-8 MiB activation (512 x 4096 fp32) and reduced it with fresh NumPy temporaries. The program's
-step then ran 6.5 ms in some processes and 11.8-16.5 ms in others. The XSpace trace shows
-where: ``jax.debug.callback`` first ``device_put``\\s its operands onto JAX's CPU device, and
-that copy of 8 MiB (``Transpose::Execute``) took 5.5 ms in the slow steps and 1.1 ms in the
-fast ones, the NumPy reduction 4.1 ms against 1.9 ms: the same work at 1.5 GB/s against 7 GB/s,
-as fresh pages faulted in each step against reused memory would be (inferred: no page-fault
-counter was recorded), which depends on the C allocator's state (its mmap threshold and which
-arena a thread got), not on the program. Here every buffer
-of the callback's work is allocated once (``HOST_ELEMS`` float64, 256 KiB, stays in cache) and
-the operand is 2 KiB: the callback costs ``HOST_PASSES`` sin/cos passes, nothing that depends
-on the allocator.
+Why the callback is small and its work fixed (2026-11-26 night, docs/accuracy.md run 11): the
+first plant passed an 8 MiB activation (512 x 4096 fp32) and reduced it with fresh NumPy
+temporaries; its step ran 6.5 ms in some processes and 11.8-16.5 ms in others. That callback
+touched fresh memory every step (``jax.debug.callback`` copies its operand onto JAX's CPU
+device, then the temporaries: 2531 page faults per step on the H100 machine) and its host
+phase was about as long as the GPU's, so the saving's share moved with the host's speed
+(60-78%). Here the operand is 2 KiB and every buffer of the host work is allocated once
+(``HOST_ELEMS`` float64, 256 KiB, stays in cache): no allocation, no page fault, a fixed
+amount of work (``HOST_PASSES`` sin/cos passes). The host thread's own speed still varies on
+the GPU machine (the same work measured 6.2 and 12.6 ms seconds apart), but the host phase is
+now ~80% of the step, so the saving's share moves little with it (77-83%).
 
 The loop, the same in both variants and in both the timing harness and ``program.py`` (the
 step function owns it): each step reads the loss and metric of the step ``LAG`` steps back
@@ -54,7 +53,7 @@ LR = 1e-4
 LAG = 2  # the logging loop reads the loss of the step LAG steps back
 SAMPLE = 512  # rows of the first activation whose mean square goes to the metric
 HOST_ELEMS = 1 << 15  # the metric's working buffer: SAMPLE values tiled, float64 (256 KiB)
-HOST_PASSES = 16  # sin/cos passes over it: ~3-4 ms of single-threaded NumPy on a Xeon
+HOST_PASSES = 16  # sin/cos passes over it: 4 ms on the dev box, 6-13 ms on the H100 VM
 
 
 def host_metric_fn(seen: list[float]) -> Any:

@@ -104,6 +104,7 @@ def test_a_callbacks_own_copy_goes_with_the_callback(tmp_path: Path) -> None:
     # saving: the idle inside the thunk plus its copy (what removing the callback removes)
     assert found[0].est_saving_ms == pytest.approx(0.700 + 0.500, abs=0.005)
     assert found[0].fix == host_bound.CALLBACK_FIX
+    assert "idles or copies for host callbacks" in found[0].title  # the copies: 42% of it
     assert "host callbacks inside the compiled step" in " ".join(found[0].evidence)
 
     # the same timeline without the thunk: a plain pageable copy, the general host fix
@@ -114,4 +115,5 @@ def test_a_callbacks_own_copy_goes_with_the_callback(tmp_path: Path) -> None:
     assert pc is not None and pc.count == len(split.steps)
     found = advise(analysis, [host_bound.RULE]).findings
     assert len(found) == 1 and found[0].fix == host_bound.FIX
+    assert "GPU idles 0." in found[0].title
     assert found[0].est_saving_ms < 0.700  # the copy's sync and drain are sync_calls' claims

@@ -95,6 +95,7 @@ CALLBACK_FIX = Fix(
     cuda=FIX.cuda,
 )
 CALLBACK_LEAD = 0.5  # callbacks' share of the saving from which their fix leads
+COPY_TITLE_SHARE = 0.05  # the callbacks' copies' share from which the title names them
 
 
 def _saving_ms(split: IdleSplit) -> float:
@@ -242,7 +243,8 @@ class HostBound:
             method += (f"; scaled by {split.host_factor:.2f} for the profiler's own host cost "
                        f"(model/idle.py)")
         top = (py or fw or ann)
-        idles = "idles" if cb_copy <= 0 else "idles or copies for host callbacks"
+        copies = cb_copy * split.share_keep >= COPY_TITLE_SHARE * saving
+        idles = "idles or copies for host callbacks" if copies else "idles"
         title = (f"Host-bound: the GPU {idles} {ms(saving * 1e6)} per step "
                  f"({pct(ctx.share(saving))}) while the host runs Python/CPU work"
                  + (f" ({top[0].name})" if top else ""))
