@@ -12,6 +12,10 @@ claim wins:
    ``callback``      inside an XLA host-callback thunk (``analysis.callbacks``: the step's
                      program calls back into Python, inline on the executing thread, copy
                      and wait included): claimed by ``host`` (5.), not by the copy's sync;
+                     the thunk's own copies (GPU busy copying, no kernel running, inside
+                     the thunk) are not idle time but are the callback's too:
+                     ``callback_copy``, kept apart (``host_bound`` adds it; the
+                     ``pageable_memcpy`` rule leaves these copies out);
 2. ``sync_blocked``  a host thread is blocked in a sync or a blocking copy
                      (``analysis.syncs.sync_intervals``);
    ``sync_drain``    after each sync point, the idle time it causes once it returns: the
@@ -77,7 +81,7 @@ from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.breakdown import host_idle
 from stepscope.analysis.busy import IntervalSet, gpu_activity, rank_union
-from stepscope.analysis.callbacks import callback_intervals
+from stepscope.analysis.callbacks import callback_set
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import LONG_GAP_NS
@@ -103,6 +107,8 @@ class IdleSplit:
     launch: IntervalSet
     host: IntervalSet
     other: IntervalSet  # part of ``host`` with no host event
+    callback: IntervalSet  # part of ``host`` inside host-callback thunks
+    callback_copy: IntervalSet  # copy-only GPU time inside the thunks (not idle: not in host)
     host_factor: float  # f x T / (T - P), module docstring
     share_keep: float  # T / (T - P): untraced time in traced-step units
     profiler_ns_per_step: float  # P per step
@@ -203,11 +209,15 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     ws = np.array([s.window[0] for s in steps], dtype=np.int64)
     we = np.array([s.window[1] for s in steps], dtype=np.int64)
     window = IntervalSet.of(ws, we)
-    busy = rank_union(gpu_activity(g)).busy
+    act = rank_union(gpu_activity(g))
+    busy = act.busy
     idle = window - busy
     inp = idle & IntervalSet.of(*input_wait_intervals(g))
     rest = idle - inp
-    callback = rest & IntervalSet.of(*callback_intervals(g))  # host work, copy included
+    thunks = callback_set(g)
+    callback = rest & thunks  # host work, the wait for its copy included
+    callback_copy = ((window & thunks) & busy) - act.kernels if thunks.starts.size else \
+        IntervalSet.empty()
     rest = rest - callback
     blocked = rest & IntervalSet.of(*sync_intervals(g))
     rest = rest - blocked
@@ -239,5 +249,6 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     # would be most of what a worker of a rank-parallel analysis sends back for the split
     return IdleSplit(rank=ra.rank, steps=steps, win_start=ws, win_end=we,
                      input=inp, sync_blocked=blocked, sync_drain=drain, gaps=gaps, launch=launch,
-                     host=host, other=other, host_factor=factor * share_keep,
+                     host=host, other=other, callback=callback, callback_copy=callback_copy,
+                     host_factor=factor * share_keep,
                      share_keep=share_keep, profiler_ns_per_step=prof)
