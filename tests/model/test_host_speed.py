@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.model.test_stepmodel import model
 
 from stepscope.analysis import analyze
 from stepscope.analysis.graph import run_graph
@@ -29,7 +30,6 @@ from stepscope.model.stepmodel.host_speed import launch_reference, thread_speed
 from stepscope.model.stepmodel.profiler import untraced
 from stepscope.model.stepmodel.steps import HostKind, ProfilerCost
 from stepscope.store.manifest import SourceInfo
-from tests.model.test_stepmodel import model
 
 L, K = HostKind.LAUNCH, HostKind.BLOCK
 

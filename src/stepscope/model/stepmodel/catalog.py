@@ -22,7 +22,7 @@ from stepscope.model.kernels import device_rows
 from stepscope.model.pageable import PINNED_CALL_NS, pageable_copies
 from stepscope.model.speedups import MIN_KERNEL_NS
 from stepscope.model.stepmodel import edits
-from stepscope.model.stepmodel.candidate import Candidate, Option, ms
+from stepscope.model.stepmodel.candidate import Candidate, Edit, Option, ms
 from stepscope.model.stepmodel.kernel_remedies import comm_overlap_remedy, larger_batch, precision
 from stepscope.model.stepmodel.steps import CopyDir, HostKind, OpKind, StepModel, SyncRole
 
@@ -97,18 +97,31 @@ def cuda_graphs(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate
          "launches of its shortest repetition; the others' extra launches stay eager"))
 
 
-def pinned(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
+def _pinned_bandwidth(analysis: Analysis, ra: RankAnalysis) -> tuple[float, str]:
+    """The pinned copy bandwidth (GB/s) and where it comes from."""
+    pc = pageable_copies(analysis.graph.rank(ra.rank), ra)
+    if pc is not None and pc.bandwidth_gbs > 0:
+        return pc.bandwidth_gbs, f" ({pc.basis})" if pc.basis else " (assumed)"
+    return DEFAULT_PINNED_GBS, " (assumed)"
+
+
+def _big_pageable(m: StepModel) -> tuple[np.ndarray, np.ndarray]:
+    """Per host event: it issues a pageable copy of at least ``MIN_COPY_BYTES`` (either
+    direction); per op: it is such a copy."""
     h, o = m.host, m.ops
     copies = h.pageable & np.isin(h.copy, (CopyDir.HTOD, CopyDir.DTOH))
     big_ops = (o.kind == OpKind.MEMCPY) & (o.nbytes >= MIN_COPY_BYTES)
-    evs = np.flatnonzero(copies & np.isin(np.arange(h.size), o.trigger[big_ops]))
-    if evs.size == 0:
-        return None
-    pc = pageable_copies(analysis.graph.rank(ra.rank), ra)
-    gbs = pc.bandwidth_gbs if pc is not None and pc.bandwidth_gbs > 0 else DEFAULT_PINNED_GBS
-    ops = np.isin(o.trigger, evs) & big_ops
+    return np.asarray(copies & np.isin(np.arange(h.size), o.trigger[big_ops]), dtype=bool), \
+        np.asarray(big_ops, dtype=bool)
+
+
+def _pin(m: StepModel, evs: np.ndarray, gbs: float) -> Edit:
+    """The edit that makes the pageable copies of events ``evs`` pinned and non-blocking:
+    their ops move at ``gbs``; host-to-device ones, and the sync a blocking ``.to()`` added
+    right after one, stop blocking the host."""
+    h, o = m.host, m.ops
+    ops = np.isin(o.trigger, evs) & _big_pageable(m)[1]
     htod = evs[h.copy[evs] == CopyDir.HTOD]
-    # the sync a blocking .to() added right after its host-to-device copy
     follow = np.zeros(h.size, dtype=bool)
     for e in htod.tolist():
         nxt = [k for k in range(e + 1, h.size) if h.thread[k] == h.thread[e]]
@@ -122,14 +135,23 @@ def pinned(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | No
         x = edits.unblock(x, free, PINNED_CALL_NS)
         return edits.unblock(x, follow, 0)
 
+    return apply
+
+
+def pinned(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
+    o = m.ops
+    evs = np.flatnonzero(_big_pageable(m)[0])
+    if evs.size == 0:
+        return None
+    gbs, basis = _pinned_bandwidth(analysis, ra)
+    ops = np.isin(o.trigger, evs) & _big_pageable(m)[1]
     return Candidate(
         "pinned_copies", "Pinned, non-blocking copies (pin_memory=True, "
         "non_blocking=True)", ("pageable_memcpy", "sync_calls", "excess_transfers"),
         (f"{evs.size} pageable copies of {int(o.nbytes[ops].sum()) / 2**20:.1f} MiB per step, "
          f"{ms(float(o.dur[ops].sum()))} on the GPU",),
-        (Option("pinned_copies", "pinned + non_blocking", apply),),
-        (f"pinned copies run at {gbs:.1f} GB/s"
-         + (f" ({pc.basis})" if pc is not None and pc.basis else " (assumed)"),
+        (Option("pinned_copies", "pinned + non_blocking", _pin(m, evs, gbs)),),
+        (f"pinned copies run at {gbs:.1f} GB/s{basis}",
          "host-to-device copies stop blocking the host; a device-to-host copy's data is read "
          "by the host, which still waits for it"))
 
@@ -202,39 +224,70 @@ def ops_to_gpu(ra: RankAnalysis, m: StepModel) -> Candidate | None:
          "one kernel launch replaces the copies and their syncs"))
 
 
-def dataloader(m: StepModel) -> Candidate | None:
+def batch_copies(m: StepModel) -> np.ndarray:
+    """Host events that copy a batch to the GPU: on an input wait's thread, after the wait and
+    before that thread's next kernel launch, the pageable host-to-device copies of at least
+    ``MIN_COPY_BYTES`` (a ``.to(device)`` of what the loader returned)."""
+    h, o = m.host, m.ops
+    big = _big_pageable(m)[0] & (h.copy == CopyDir.HTOD)
+    launches = np.zeros(h.size, dtype=bool)
+    launches[o.trigger[o.kind == OpKind.KERNEL]] = True
+    out = np.zeros(h.size, dtype=bool)
+    for i in np.flatnonzero(h.kind == HostKind.INPUT).tolist():
+        for e in range(i + 1, h.size):
+            if h.thread[e] != h.thread[i]:
+                continue
+            if launches[e] or h.kind[e] == HostKind.INPUT:
+                break
+            out[e] = big[e]
+    return out
+
+
+def dataloader(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
+    """More workers hide the input wait up to the loader's throughput times a factor; with
+    ``pin_memory=True`` the batch's pageable copies (:func:`batch_copies`) become pinned and
+    non-blocking, as ``pinned_copies`` makes them."""
     inp = m.host.kind == HostKind.INPUT
     wait = int(m.host.own[inp].sum())
     if wait <= 0:
         return None
     period = float(m.step_ns)
     compute = max(period - wait, 1.0)
+    batch = np.flatnonzero(batch_copies(m))
+    gbs, basis = _pinned_bandwidth(analysis, ra)
+    pin = _pin(m, batch, gbs) if batch.size else None
 
     def option(f: float) -> Option:
         left = max(0.0, period / f - compute) / wait  # the wait left, f times faster
 
         def apply(x: StepModel) -> StepModel:
-            return edits.shorten_input(x, left)
+            x = edits.shorten_input(x, left)
+            return pin(x) if pin is not None else x
 
         return Option(f"x{f:g}", f"{f:g}x the loader's throughput (num_workers x{f:g}, "
-                      "prefetch)", apply)
+                      "prefetch" + (", pin_memory" if pin is not None else "") + ")", apply)
 
     opts = tuple(option(f) for f in LOADER_FACTORS)
+    pinned_note = (f"pin_memory=True: the batch's {batch.size} pageable host-to-device "
+                   f"copies become pinned and non-blocking, at {gbs:.1f} GB/s{basis}",) \
+        if pin is not None else ()
     return Candidate(
-        "dataloader_workers", "More DataLoader workers and prefetching", ("input_bound",),
+        "dataloader_workers", "More DataLoader workers and prefetching"
+        + (", pinned batches" if pin is not None else ""), ("input_bound",),
         (f"the step waits {ms(wait)} for input; the loader delivers a batch every "
          f"{ms(period)}",),
         opts, ("the loader scales with its workers; the wait is hidden up to the loader's "
-               "throughput times the option's factor",))
+               "throughput times the option's factor", *pinned_note))
 
 
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
     out: list[Candidate | None] = [cuda_graphs(analysis, ra, m), *precision(analysis, ra, m),
                                    pinned(analysis, ra, m), remove_syncs(m),
-                                   remove_round_trip(m), ops_to_gpu(ra, m), dataloader(m),
+                                   remove_round_trip(m), ops_to_gpu(ra, m),
+                                   dataloader(analysis, ra, m),
                                    larger_batch(analysis, ra, m),
                                    comm_overlap_remedy(analysis, ra, m)]
     return [c for c in out if c is not None]
 
 
-__all__ = ["Candidate", "Option", "candidates"]
+__all__ = ["Candidate", "Option", "batch_copies", "candidates"]
