@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.model.test_stepmodel import model
 
 from stepscope.model.stepmodel import catalog, replay
 from stepscope.model.stepmodel.steps import CopyDir, HostKind, OpKind, StepModel, SyncRole
-from tests.model.test_stepmodel import model
 
 L, K, INPUT = HostKind.LAUNCH, HostKind.BLOCK, HostKind.INPUT
 MIB = 1 << 20

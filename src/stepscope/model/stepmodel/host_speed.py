@@ -44,9 +44,11 @@ def launch_reference(g: StepGraph, ra: RankAnalysis) -> dict[str, float]:
     if api.num_rows == 0 or not ra.steps.steady:
         return {}
     s, e = bounds(api)
-    inside = np.zeros(s.size, dtype=bool)
-    for st in ra.steps.steady:
-        inside |= (s >= st.start_ns) & (s < st.end_ns)
+    steady = sorted(ra.steps.steady, key=lambda st: st.start_ns)
+    starts = np.array([st.start_ns for st in steady], dtype=np.int64)
+    ends = np.array([st.end_ns for st in steady], dtype=np.int64)
+    k = np.searchsorted(starts, s, side="right") - 1  # the last steady step starting by then
+    inside = (k >= 0) & (s < ends[np.maximum(k, 0)])
     sel = np.flatnonzero(inside & str_in(api, "kind", (ApiKind.LAUNCH.value,)))
     if sel.size == 0:
         return {}
