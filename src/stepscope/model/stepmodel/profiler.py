@@ -66,7 +66,8 @@ def profiler_cost(g: StepGraph, costs: EventCosts, threads: tuple[tuple[int, int
 
 
 def untraced(m: StepModel) -> StepModel:
-    """The model without the profiler's host cost (unchanged when it has none)."""
+    """The model without the profiler's or the capture's host cost, its dispatch at each
+    thread's typical speed (unchanged when it has none)."""
     p = m.profiler
     if p is None:
         return m
