@@ -39,12 +39,16 @@ the split between host-side findings and the size of their estimates.
 Runs that do not come from torch.profiler cost nothing here (``costs_for`` returns None).
 
 The step model (``model.stepmodel``, remedies) also takes out what ``stepscope record``'s CUPTI
-capture added (:func:`step_costs`): :data:`CAPTURE_API_NS` per recorded CUDA call, CUPTI's
-callback and activity record, as for torch.profiler's calls (``API_NS``: the same library doing
-the same work). docs/benchmarks.md's capture overhead figures (H100, 2026-11-26) bracket it:
-x1.19-1.28 on the RNN cell (62 ms steps of ~3,600 launches: 3.3-4.8 us per launch) and x1.20 on
-the launch loop (2,000 back-to-back 7 us launches: 1.5 us). A recorded run with ``--backend
-torch`` is a torch.profiler trace (shapes and stacks on, no memory events).
+capture added (:func:`step_costs`): :data:`CAPTURE_API_NS` per recorded CUDA call, the lower end
+of what docs/benchmarks.md's capture overhead figures give (H100, 2026-11-26): the kernel
+activity records alone cost x1.17-1.21 on the launch loop (2,000 back-to-back 7 us launches:
+~1.5 us per launch), the whole capture 3.3-4.8 us per launch on the RNN cell (62 ms steps of
+~3,600 launches). The lower end because the cost varies with the host and the program: on an
+H200 launch loop (2026-11-26 s6, ``launch_bound``, 196 launches per recorded step) the recorded
+launches took 10.3 us each against 10.5 us untraced, nothing measurable, and taking 3.5 us per
+call out left the CUDA-graph prediction at 1.46x the measured fixed step (1.13x with 1.5 us).
+A recorded run with ``--backend torch`` is a torch.profiler trace
+(shapes and stacks on, no memory events).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ STACK_NS = 0
 API_NS = 3_500
 PYTHON_NS = 1_000
 MEMORY_NS = 300
-CAPTURE_API_NS = 3_500  # stepscope record's CUPTI capture, per recorded CUDA call
+CAPTURE_API_NS = 1_500  # stepscope record's CUPTI capture, per recorded CUDA call
 
 
 @dataclass(frozen=True)
