@@ -13,10 +13,12 @@ choose which remedies are listed.
 Savings are the replay's relative change applied to the measured step:
 ``predicted_step_ms = measured_ms * replay(edited) / replay(model)``: the replay decides what
 overlaps, its error on the unedited step does not enter the saving. On a torch.profiler trace
-the remedies edit the model without the profiler's host cost (``stepmodel.profiler``): the
-``baseline_ms`` is then ``measured_ms * replay(untraced) / replay(model)``, the step predicted
-for the program run without the profiler, and ``est_saving_ms = baseline_ms -
-predicted_step_ms`` (elsewhere ``baseline_ms`` is the measured step).
+or a recorded run the remedies edit the model without the profiler's or the capture's host
+cost and with the dispatch at the thread's typical speed (``stepmodel.profiler``,
+``stepmodel.host_speed``): the ``baseline_ms`` is then ``measured_ms * replay(untraced) /
+replay(model)``, the step predicted for the program run without the profiler, and
+``est_saving_ms = baseline_ms - predicted_step_ms`` (elsewhere ``baseline_ms`` is the
+measured step).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 from stepscope.advisor.base import Finding
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.results import FACT
-from stepscope.model.profiler_cost import costs_for
+from stepscope.model.profiler_cost import step_costs
 from stepscope.model.stepmodel import StepModel, build_step_model, replay
 from stepscope.model.stepmodel.catalog import Candidate, Option, candidates
 from stepscope.model.stepmodel.profiler import untraced
@@ -120,7 +122,7 @@ def rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
 def _rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
     if not ra.steps.steady:
         return None
-    model = build_step_model(analysis.graph.rank(ra.rank), ra, costs_for(analysis.graph))
+    model = build_step_model(analysis.graph.rank(ra.rank), ra, step_costs(analysis.graph))
     if model is None:
         return None
     fit, base_ns = _fit(model)

@@ -37,6 +37,18 @@ in them matters little when the host is the bottleneck; when the GPU is partly b
 the split between host-side findings and the size of their estimates.
 
 Runs that do not come from torch.profiler cost nothing here (``costs_for`` returns None).
+
+The step model (``model.stepmodel``, remedies) also takes out what ``stepscope record``'s CUPTI
+capture added (:func:`step_costs`): :data:`CAPTURE_API_NS` per recorded CUDA call, the lower end
+of what docs/benchmarks.md's capture overhead figures give (H100, 2026-11-26): the kernel
+activity records alone cost x1.17-1.21 on the launch loop (2,000 back-to-back 7 us launches:
+~1.5 us per launch), the whole capture 3.3-4.8 us per launch on the RNN cell (62 ms steps of
+~3,600 launches). The lower end because the cost varies with the host and the program: on an
+H200 launch loop (2026-11-26 s6, ``launch_bound``, 196 launches per recorded step) the recorded
+launches took 10.3 us each against 10.5 us untraced, nothing measurable, and taking 3.5 us per
+call out left the CUDA-graph prediction at 1.46x the measured fixed step (1.13x with 1.5 us).
+A recorded run with ``--backend torch`` is a torch.profiler trace
+(shapes and stacks on, no memory events).
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ STACK_NS = 0
 API_NS = 3_500
 PYTHON_NS = 1_000
 MEMORY_NS = 300
+CAPTURE_API_NS = 1_500  # stepscope record's CUPTI capture, per recorded CUDA call
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,32 @@ def costs_for(graph: RunGraph) -> EventCosts | None:
     op = OP_NS + (SHAPES_NS if f["record_shapes"] else 0) + (STACK_NS if f["with_stack"] else 0)
     return EventCosts(op_ns=op, python_ns=PYTHON_NS, api_ns=API_NS,
                       memory_ns=MEMORY_NS if f["profile_memory"] else 0)
+
+
+def step_costs(graph: RunGraph) -> EventCosts | None:
+    """What the capture added per host event, for the step model: torch.profiler's costs
+    (:func:`costs_for`) on a Kineto trace; on a recorded run, CUPTI's per call
+    (:data:`CAPTURE_API_NS`), or torch.profiler's where a rank used ``--backend torch``;
+    None elsewhere (JAX, nsys)."""
+    kind = graph.manifest.source.kind
+    if kind == "kineto":
+        return costs_for(graph)
+    if kind != "capture":
+        return None
+    if "torch" in _gpu_backends(graph):
+        return EventCosts(op_ns=OP_NS + SHAPES_NS + STACK_NS, python_ns=PYTHON_NS,
+                          api_ns=API_NS, memory_ns=0)
+    return EventCosts(op_ns=0, python_ns=0, api_ns=CAPTURE_API_NS, memory_ns=0)
+
+
+def _gpu_backends(graph: RunGraph) -> set[str]:
+    ranks = graph.manifest.settings.get("ranks")
+    out: set[str] = set()
+    for r in ranks.values() if isinstance(ranks, dict) else ():
+        gpu = r.get("gpu") if isinstance(r, dict) else None
+        if isinstance(gpu, dict) and isinstance(gpu.get("backend"), str):
+            out.add(gpu["backend"])
+    return out
 
 
 def host_events(g: StepGraph, costs: EventCosts) -> tuple[I64, I64]:

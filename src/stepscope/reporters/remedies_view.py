@@ -58,9 +58,10 @@ def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType
         out.append(line)
     if ra.plan is not None:
         p = ra.plan
-        # savings are from the baseline (on a profiler trace: the step without the profiler's
-        # cost), as each remedy's; the traced step is said when it differs
-        traced = (f" without the profiler's cost, {p.measured_ms:.2f} ms as traced"
+        # savings are from the baseline (on a profiler trace or a recorded run: the step without
+        # the profiler's or the capture's cost), as each remedy's; the traced step is said
+        # when it differs
+        traced = (f" without the tracing cost, {p.measured_ms:.2f} ms as traced"
                   if abs(p.baseline_ms - p.measured_ms) > 0.005 * p.measured_ms else "")
         out.append(Text(f"Plan: {' + '.join(p.remedy_ids)} together -> {p.predicted_step_ms:.2f}"
                         f" ms/step from {p.baseline_ms:.2f} ms{traced} (save "

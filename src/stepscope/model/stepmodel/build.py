@@ -27,6 +27,7 @@ from stepscope.analysis.launches import bounds, column_i64, column_str, str_in
 from stepscope.analysis.syncs import blocking_calls
 from stepscope.call_kinds import COMM_KERNEL
 from stepscope.model.profiler_cost import EventCosts
+from stepscope.model.stepmodel.host_speed import launch_reference, thread_speed
 from stepscope.model.stepmodel.profiler import profiler_cost
 from stepscope.model.stepmodel.steps import (
     I64,
@@ -41,17 +42,21 @@ from stepscope.model.stepmodel.steps import (
     SyncRole,
     i64,
 )
-from stepscope.schema_enums import ApiKind, CopyKind, MemoryKind, SyncKind
+from stepscope.model.stepmodel.waits import (
+    EVENT_SYNC,
+    Awaited,
+    busy_at_start,
+    event_sync_back,
+    steps_back,
+    sync_streams,
+)
+from stepscope.schema_enums import ApiKind, CopyKind, MemoryKind
 
-STREAM_TOL_NS = 2_000
 DEP_SLACK_NS = 20_000
-DEP_TOL_NS = 50_000
-MIN_WAIT_NS = 20_000
-HANDOFF_RUN = 4  # a thread that ran this many events alone hands over to the next one  # a blocking call shorter than this did not wait for the GPU  # an event wait starts its op this soon after the awaited op ends
+DEP_TOL_NS = 50_000  # an event wait starts its op this soon after the awaited op ends
+HANDOFF_RUN = 4  # a thread that ran this many events alone hands over to the next one
 MAX_LATENCY_NS = 1_000_000  # launch-to-start delays above this are not latencies
 DEFAULT_LATENCY_NS = 5_000
-EVENT_SYNC = "EventSynchronize"
-UNSEEN_EVENT_BACK = 2
 _ISSUING = (ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value, ApiKind.MEMCPY.value,
             ApiKind.MEMSET.value, ApiKind.SYNC.value)
 
@@ -74,8 +79,9 @@ def representative_step(ra: RankAnalysis) -> int | None:
 def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = None
                      ) -> StepModel | None:
     """The rank's step model, or None without steady steps or GPU work in the chosen step.
-    With ``costs`` (a torch.profiler trace: ``model.profiler_cost.costs_for``), the model
-    carries what the profiler added to each host event (``profiler.untraced`` removes it)."""
+    With ``costs`` (a torch.profiler trace or a recorded run: ``model.profiler_cost.step_costs``),
+    the model carries what the profiler or capture added to each host event and each thread's
+    speed factor (``host_speed``); ``profiler.untraced`` takes them out."""
     idx = representative_step(ra)
     if idx is None:
         return None
@@ -205,7 +211,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     m_src = column_str(mc, "src_kind").to_pylist() if mc.num_rows else []
     m_dst = column_str(mc, "dst_kind").to_pylist() if mc.num_rows else []
     m_row = g.memcpy_row(g.keys("api_calls")) if api.num_rows else np.zeros(0, np.int64)
-    sync_stream = _sync_streams(g)
+    sync_stream = sync_streams(g)
     kind = np.zeros(n_ev, dtype=np.int8)
     role = np.zeros(n_ev, dtype=np.int8)
     copy = np.zeros(n_ev, dtype=np.int8)
@@ -247,11 +253,11 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     # pre / own per thread; the wait each BLOCK event saw, in measured terms
     pre = np.zeros(n_ev, dtype=np.int64)
     own = np.maximum(e_end - e_start, 0).astype(np.int64)
-    free_at = _busy_at_start(threads_l, t0, t1, [(api, a_s, a_e, a_kind),
+    free_at = busy_at_start(threads_l, t0, t1, [(api, a_s, a_e, a_kind),
                                                  (waits, w_s, w_e, np.ones(w_s.size, bool))])
-    awaited = _Awaited(gp.end, skey, issued, keys)
+    awaited = Awaited(gp.end, skey, issued, keys)
     m_names = list(names)
-    typical_back = _event_sync_back(g, issued, ra, api_names, a_s, a_e)
+    typical_back = event_sync_back(g, issued, ra, api_names, a_s, a_e)
     after = np.full(n_ev, -1, dtype=np.int64)
     ready_at = np.zeros(n_ev, dtype=np.int64)
     run = 0  # consecutive events of the thread of the event before
@@ -268,7 +274,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
         ready_at[e] = ready
         pre[e] = max(0, int(e_start[e]) - ready)
         if kind[e] == HostKind.BLOCK:
-            sb = _steps_back(g, issued, ra, idx, int(e_start[e]), int(e_end[e]))
+            sb = steps_back(g, issued, ra, idx, int(e_start[e]), int(e_end[e]))
             if EVENT_SYNC in m_names[int(ev_name[e])] and (sb is None or sb < 0):
                 # an event sync that did not wait, or waited for work launched before the
                 # trace, says nothing of its event here: it waits as the event syncs of the
@@ -288,7 +294,10 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
                     ).astype(np.int64)
     prof = None if costs is None else profiler_cost(
         g, costs, tuple(threads_l), i64(e_thread), kind, i64(e_start), i64(e_end), ready_at,
-        t1, free_at)
+        t1, free_at, thread_speed(len(threads_l), i64(e_thread), kind,
+                                  [m_names[int(n)] for n in ev_name.tolist()],
+                                  np.maximum(e_end - e_start, 0).astype(np.int64),
+                                  launch_reference(g, ra)))
     host = HostEvents(thread=i64(e_thread), kind=kind, pre=pre, own=own, wait=wait, back=back, after=after,
                       role=role,
                       copy=copy, pageable=pageable, name=ev_name)
@@ -353,68 +362,6 @@ def _with_unseen(o: GpuOps, start: I64, since: I64, prev_end: I64, med_lat: int,
         comm=cat(o.comm, np.zeros(k, dtype=bool)))
 
 
-def _busy_at_start(threads: list[tuple[int, int]], t0: int, t1: int,
-                   tables: list[tuple[pa.Table, I64, I64, np.ndarray]]) -> I64:
-    """Per thread, when it is first free in the step: the end of a call (or input wait) of
-    its own that began before the step and was still running at its start (a blocking copy
-    of the step before), else the step's start. That time is the earlier call's, not host
-    work before the step's first event: the replay gives it to that call's copy in the step
-    before."""
-    free_at = np.full(len(threads), t0, dtype=np.int64)
-    index = {t: i for i, t in enumerate(threads)}
-    for t, s, e, sel in tables:
-        if t.num_rows == 0:
-            continue
-        m = sel & (s < t0) & (e > t0)
-        pid, tid = column_i64(t, "pid"), column_i64(t, "tid")
-        for r in np.flatnonzero(m).tolist():
-            i = index.get((int(pid[r]), int(tid[r])))
-            if i is not None:
-                free_at[i] = max(int(free_at[i]), min(int(e[r]), t1))
-    return free_at
-
-
-def _event_sync_back(g: StepGraph, issued: I64, ra: RankAnalysis,
-                     api_names: list[str], a_s: I64, a_e: I64) -> int:
-    """How many steps back the event syncs of the steady steps waited for (the most common
-    non-zero count). When none waited, ``UNSEEN_EVENT_BACK``: an event sync that never held
-    the host is taken to let it run one step ahead (a loop keeping two steps in flight), not
-    to serialise the steps; the replay of the measured step is the same either way, only what
-    other remedies leave to it changes."""
-    found: dict[int, int] = {}
-    starts = ra.steps.starts
-    for st in ra.steps.steady:
-        rows = np.flatnonzero((a_s >= st.start_ns) & (a_s < st.end_ns))
-        for r in rows.tolist():
-            if EVENT_SYNC not in str(api_names[r]) if api_names else True:
-                continue
-            k = int(np.searchsorted(starts, a_s[r], side="right")) - 1
-            b = _steps_back(g, issued, ra, k, int(a_s[r]), int(a_e[r]))
-            if b is not None and b > 0:
-                found[b] = found.get(b, 0) + 1
-    return max(found, key=lambda b: (found[b], -b)) if found else UNSEEN_EVENT_BACK
-
-
-def _steps_back(g: StepGraph, issued: I64, ra: RankAnalysis, idx: int, s: int, e: int
-                ) -> int | None:
-    """How many steps back the GPU work a blocking call waited for was issued: the record
-    issued before the call that ended last before the call returned (0: this step's; None:
-    no GPU work ended during the call, it did not wait; -1: that record's launch is not in
-    the trace, so its step is not known)."""
-    gp = g.gpu
-    if e - s < MIN_WAIT_NS:
-        return None  # as long as a call costs: whatever ended meanwhile, it did not wait
-    m = (issued < s) & (gp.end <= e + STREAM_TOL_NS) & (gp.end >= s)
-    if not m.any():
-        return None
-    j = np.flatnonzero(m)[int(np.argmax(gp.end[m]))]
-    if g.gpu_api_row[j] < 0:
-        return -1
-    starts = ra.steps.starts
-    k = int(np.searchsorted(starts, issued[j], side="right")) - 1
-    return max(0, idx - k) if k >= 0 else -1
-
-
 def _runs(k: I64) -> list[tuple[int, int]]:
     if k.size == 0:
         return []
@@ -429,40 +376,6 @@ def _previous(thread: I64, kind: np.ndarray, e: int) -> int:
         if thread[p] == thread[e]:
             return p
     return 0
-
-
-def _sync_streams(g: StepGraph) -> dict[int, tuple[int, int]]:
-    """Correlation key of a stream-sync record -> its (device, stream)."""
-    t = g.table("sync")
-    if t.num_rows == 0:
-        return {}
-    ks = g.keys("sync")
-    is_stream = str_in(t, "kind", (SyncKind.STREAM.value,))
-    dev, st = column_i64(t, "device", 0), column_i64(t, "stream", -1)
-    return {int(k): (int(d), int(s)) for k, d, s, m in zip(ks.tolist(), dev.tolist(),
-                                                           st.tolist(), is_stream.tolist())
-            if m and k >= 0 and s >= 0}
-
-
-class _Awaited:
-    """The measured end of the GPU work issued before ``t`` on one stream (or all)."""
-
-    def __init__(self, end: I64, skey: I64, issued: I64, keys: list[tuple[int, int]]) -> None:
-        o = np.argsort(issued, kind="stable")
-        self._iss = issued[o]
-        self._all = np.maximum.accumulate(end[o]) if o.size else end[o]
-        self._per: dict[int, tuple[I64, I64]] = {}
-        sk_sorted = skey[o]
-        for i, (d, s) in enumerate(keys):
-            m = sk_sorted == d * np.int64(1 << 40) + s
-            self._per[i] = (self._iss[m], np.maximum.accumulate(end[o][m]) if m.any()
-                            else end[o][m])
-
-    def __call__(self, stream: int, t: int) -> int:
-        iss, mx = self._per.get(stream, (self._iss, self._all)) if stream >= 0 \
-            else (self._iss, self._all)
-        p = int(np.searchsorted(iss, t, side="right")) - 1
-        return int(mx[p]) if p >= 0 else -(1 << 62)
 
 
 __all__ = ["build_step_model", "representative_step"]

@@ -7,55 +7,28 @@ bf16 AMP; each replayed; the plan takes the best), its assumptions, and an ``app
 edits a model. The catalogue (:func:`candidates`), in order: ``cuda_graphs``, ``tf32``,
 ``bf16_amp`` (option ``channels_last``), ``pinned_copies``, ``remove_syncs``,
 ``remove_round_trip``, ``ops_to_gpu``, ``dataloader_workers``, ``larger_batch``, ``comm_overlap``.
+The kernel remedies (``tf32``, ``bf16_amp``, ``larger_batch``, ``comm_overlap``) are in
+``kernel_remedies``; the candidate and option types in ``candidate``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from stepscope.analysis import Analysis, RankAnalysis
-from stepscope.analysis.kernel_names import MATMUL
 from stepscope.analysis.kernels import kernel_frame
-from stepscope.model.communication import comm_overlap
 from stepscope.model.kernels import device_rows
 from stepscope.model.pageable import PINNED_CALL_NS, pageable_copies
-from stepscope.model.speedups import MIN_KERNEL_NS, speedups_for
+from stepscope.model.speedups import MIN_KERNEL_NS
 from stepscope.model.stepmodel import edits
+from stepscope.model.stepmodel.candidate import Candidate, Edit, Option, ms
+from stepscope.model.stepmodel.kernel_remedies import comm_overlap_remedy, larger_batch, precision
 from stepscope.model.stepmodel.steps import CopyDir, HostKind, OpKind, StepModel, SyncRole
-from stepscope.model.tensor_cores import HELPER, TC_HINT
 
-Edit = Callable[[StepModel], StepModel]
 MIN_COPY_BYTES = 64 * 1024
 DEFAULT_PINNED_GBS = 20.0  # PCIe gen4 x16 pinned, when the run measured none
 LOADER_FACTORS = (2.0, 4.0, 8.0)  # more DataLoader workers: the loader's throughput times these
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str
-    title: str
-    apply: Edit = field(compare=False, repr=False)
-    assumptions: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A remedy that applies to a rank's model, before its replay."""
-
-    id: str
-    title: str
-    finding_ids: tuple[str, ...]  # the findings it answers (those that fired are kept)
-    evidence: tuple[str, ...]
-    options: tuple[Option, ...]  # one at least; the plan takes the best
-    assumptions: tuple[str, ...] = ()
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms"
 
 
 def _launch_keys(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[str]:
@@ -114,7 +87,7 @@ def cuda_graphs(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate
         (f"{n} launches in {len(regions)} region(s) without a host wait per step"
          + (f"; {eager} of them differ between repetitions of a region and stay eager"
             if eager else ""),
-         f"host dispatch and launch cost in them: {_ms(cost)} per step"),
+         f"host dispatch and launch cost in them: {ms(cost)} per step"),
         (Option("cuda_graphs", "CUDA graphs", lambda x: edits.graph_regions(x, graphed)),),
         (f"one graph launch costs {edits.GRAPH_LAUNCH_NS / 1e3:.0f} us of host time; its "
          f"kernels follow each other {edits.GRAPH_NODE_GAP_NS / 1e3:.0f} us apart",
@@ -124,93 +97,31 @@ def cuda_graphs(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate
          "launches of its shortest repetition; the others' extra launches stay eager"))
 
 
-def _tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, str]] | None:
-    """Per op: the TF32 and the bf16 speed-up divisors (1: not a candidate), conv mask, and
-    the ratios used (name -> description)."""
-    frame = kernel_frame(analysis.graph.rank(ra.rank))
-    o = m.ops
-    kj = np.flatnonzero(o.kind == OpKind.KERNEL)
-    if frame.num_rows == 0 or kj.size == 0:
-        return None
-    rows = pa.array(o.row[kj])
-    cat, tcs, prec, names, devs = (frame.column(c).take(rows).to_pylist() for c in
-                                   ("category", "tensor_cores", "precision", "name", "device"))
-    speed = {d: speedups_for(r) for d, r in device_rows(ra).items()}
-    by_op: dict[int, tuple[float, float, bool]] = {}
-    used: dict[str, str] = {}
-    for i, j in enumerate(kj.tolist()):
-        n = str(names[i])
-        if not (cat[i] in MATMUL and tcs[i] is False and prec[i] == "fp32"
-                and not TC_HINT.search(n) and not HELPER.search(n)):
-            continue
-        sp = speed.get(int(devs[i] or 0))
-        if sp is None:
-            continue
-        base = "conv" if cat[i] == "conv" else "gemm"
-        tf = sp.get(f"{base}_tf32") if cat[i] != "attention" else None
-        half = sp.get(f"{base}_bf16") or sp.get(f"{base}_fp16")
-        by_op[j] = (tf.value if tf else 1.0, half.value if half else 1.0, base == "conv")
-        if tf:
-            used[f"{base}_tf32"] = tf.describe()
-        if half:
-            used[f"{base}_bf16"] = half.describe()
-    if not by_op:
-        return None
-    tf32 = np.ones(o.size)
-    amp = np.ones(o.size)
-    conv = np.zeros(o.size, dtype=bool)
-    for j, (t, a, c) in by_op.items():
-        tf32[j], amp[j], conv[j] = t, a, c
-    if not ((tf32 > 1).any() or (amp > 1).any()):
-        return None
-    return tf32, amp, conv, used
+def _pinned_bandwidth(analysis: Analysis, ra: RankAnalysis) -> tuple[float, str]:
+    """The pinned copy bandwidth (GB/s) and where it comes from."""
+    pc = pageable_copies(analysis.graph.rank(ra.rank), ra)
+    if pc is not None and pc.bandwidth_gbs > 0:
+        return pc.bandwidth_gbs, f" ({pc.basis})" if pc.basis else " (assumed)"
+    return DEFAULT_PINNED_GBS, " (assumed)"
 
 
-def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
-    f = _tc_factors(analysis, ra, m)
-    if f is None:
-        return []
-    tf32, amp, conv, used = f
-    o = m.ops
-    ev = (f"{int((amp > 1).sum())} fp32 matmul/conv kernels without tensor cores per step, "
-          f"{_ms(float(o.dur[amp > 1].sum()))}",
-          "speed-ups: " + "; ".join(f"{k} {v}" for k, v in sorted(used.items())))
-    out = []
-    if (tf32 > 1).any():
-        out.append(Candidate(
-            "tf32", "TF32 for the fp32 matmuls and convolutions",
-            ("no_tensor_cores",), ev,
-            (Option("tf32", "TF32", lambda x: edits.scale_ops(x, 1.0 / tf32)),),
-            ("the speed-ups of benchmarks/gemm_speedups.py on this GPU model apply to these "
-             "kernels' shapes",)))
-    opts = [Option("bf16_amp", "bf16 autocast", lambda x: edits.scale_ops(x, 1.0 / amp))]
-    if conv.any():
-        # channels_last: cuDNN's NHWC tensor-core kernels; no measured ratio of its own here,
-        # so the option is the bf16 ratio for the convolutions (said as an assumption)
-        opts.append(Option("channels_last", "bf16 autocast + channels_last",
-                           lambda x: edits.scale_ops(x, 1.0 / amp),
-                           ("channels_last: no separate speed-up measured; the bf16 conv "
-                            "ratio (NCHW) is used, a lower bound",)))
-    out.append(Candidate(
-        "bf16_amp", "bf16 autocast for the matmuls and convolutions",
-        ("no_tensor_cores",), ev, tuple(opts),
-        ("bf16 autocast: the measured bf16/fp32 ratios apply; elementwise kernels unchanged",)))
-    return out
-
-
-def pinned(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
+def _big_pageable(m: StepModel) -> tuple[np.ndarray, np.ndarray]:
+    """Per host event: it issues a pageable copy of at least ``MIN_COPY_BYTES`` (either
+    direction); per op: it is such a copy."""
     h, o = m.host, m.ops
     copies = h.pageable & np.isin(h.copy, (CopyDir.HTOD, CopyDir.DTOH))
     big_ops = (o.kind == OpKind.MEMCPY) & (o.nbytes >= MIN_COPY_BYTES)
-    evs = np.flatnonzero(copies & np.isin(np.arange(h.size), o.trigger[big_ops]))
-    if evs.size == 0:
-        return None
-    pc = pageable_copies(analysis.graph.rank(ra.rank), ra)
-    gbs = pc.bandwidth_gbs if pc is not None and pc.bandwidth_gbs > 0 else DEFAULT_PINNED_GBS
-    ops = np.isin(o.trigger, evs) & big_ops
+    return np.asarray(copies & np.isin(np.arange(h.size), o.trigger[big_ops]), dtype=bool), \
+        np.asarray(big_ops, dtype=bool)
+
+
+def _pin(m: StepModel, evs: np.ndarray, gbs: float) -> Edit:
+    """The edit that makes the pageable copies of events ``evs`` pinned and non-blocking:
+    their ops move at ``gbs``; host-to-device ones, and the sync a blocking ``.to()`` added
+    right after one, stop blocking the host."""
+    h, o = m.host, m.ops
+    ops = np.isin(o.trigger, evs) & _big_pageable(m)[1]
     htod = evs[h.copy[evs] == CopyDir.HTOD]
-    # the sync a blocking .to() added right after its host-to-device copy
     follow = np.zeros(h.size, dtype=bool)
     for e in htod.tolist():
         nxt = [k for k in range(e + 1, h.size) if h.thread[k] == h.thread[e]]
@@ -224,14 +135,23 @@ def pinned(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | No
         x = edits.unblock(x, free, PINNED_CALL_NS)
         return edits.unblock(x, follow, 0)
 
+    return apply
+
+
+def pinned(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
+    o = m.ops
+    evs = np.flatnonzero(_big_pageable(m)[0])
+    if evs.size == 0:
+        return None
+    gbs, basis = _pinned_bandwidth(analysis, ra)
+    ops = np.isin(o.trigger, evs) & _big_pageable(m)[1]
     return Candidate(
         "pinned_copies", "Pinned, non-blocking copies (pin_memory=True, "
         "non_blocking=True)", ("pageable_memcpy", "sync_calls", "excess_transfers"),
         (f"{evs.size} pageable copies of {int(o.nbytes[ops].sum()) / 2**20:.1f} MiB per step, "
-         f"{_ms(float(o.dur[ops].sum()))} on the GPU",),
-        (Option("pinned_copies", "pinned + non_blocking", apply),),
-        (f"pinned copies run at {gbs:.1f} GB/s"
-         + (f" ({pc.basis})" if pc is not None and pc.basis else " (assumed)"),
+         f"{ms(float(o.dur[ops].sum()))} on the GPU",),
+        (Option("pinned_copies", "pinned + non_blocking", _pin(m, evs, gbs)),),
+        (f"pinned copies run at {gbs:.1f} GB/s{basis}",
          "host-to-device copies stop blocking the host; a device-to-host copy's data is read "
          "by the host, which still waits for it"))
 
@@ -294,7 +214,7 @@ def ops_to_gpu(ra: RankAnalysis, m: StepModel) -> Candidate | None:
         "ops_to_gpu", "Do the host computation between the copies on the GPU (torch ops on "
         "the device tensor)", ("excess_transfers", "sync_calls", "host_bound"),
         (f"{len(trips)} round trip(s) per step: {nbytes / 2**20:.1f} MiB to the host, "
-         f"{_ms(host)} of host work before the copy back",),
+         f"{ms(host)} of host work before the copy back",),
         (Option("ops_to_gpu", "on the GPU",
                 lambda x: edits.ops_to_gpu(x, trips, costs, launch_ns)),),
         ("the GPU op reads and writes the data once at "
@@ -304,108 +224,70 @@ def ops_to_gpu(ra: RankAnalysis, m: StepModel) -> Candidate | None:
          "one kernel launch replaces the copies and their syncs"))
 
 
-def dataloader(m: StepModel) -> Candidate | None:
+def batch_copies(m: StepModel) -> np.ndarray:
+    """Host events that copy a batch to the GPU: on an input wait's thread, after the wait and
+    before that thread's next kernel launch, the pageable host-to-device copies of at least
+    ``MIN_COPY_BYTES`` (a ``.to(device)`` of what the loader returned)."""
+    h, o = m.host, m.ops
+    big = _big_pageable(m)[0] & (h.copy == CopyDir.HTOD)
+    launches = np.zeros(h.size, dtype=bool)
+    launches[o.trigger[o.kind == OpKind.KERNEL]] = True
+    out = np.zeros(h.size, dtype=bool)
+    for i in np.flatnonzero(h.kind == HostKind.INPUT).tolist():
+        for e in range(i + 1, h.size):
+            if h.thread[e] != h.thread[i]:
+                continue
+            if launches[e] or h.kind[e] == HostKind.INPUT:
+                break
+            out[e] = big[e]
+    return out
+
+
+def dataloader(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
+    """More workers hide the input wait up to the loader's throughput times a factor; with
+    ``pin_memory=True`` the batch's pageable copies (:func:`batch_copies`) become pinned and
+    non-blocking, as ``pinned_copies`` makes them."""
     inp = m.host.kind == HostKind.INPUT
     wait = int(m.host.own[inp].sum())
     if wait <= 0:
         return None
     period = float(m.step_ns)
     compute = max(period - wait, 1.0)
+    batch = np.flatnonzero(batch_copies(m))
+    gbs, basis = _pinned_bandwidth(analysis, ra)
+    pin = _pin(m, batch, gbs) if batch.size else None
 
     def option(f: float) -> Option:
         left = max(0.0, period / f - compute) / wait  # the wait left, f times faster
 
         def apply(x: StepModel) -> StepModel:
-            return edits.shorten_input(x, left)
+            x = edits.shorten_input(x, left)
+            return pin(x) if pin is not None else x
 
         return Option(f"x{f:g}", f"{f:g}x the loader's throughput (num_workers x{f:g}, "
-                      "prefetch)", apply)
+                      "prefetch" + (", pin_memory" if pin is not None else "") + ")", apply)
 
     opts = tuple(option(f) for f in LOADER_FACTORS)
+    pinned_note = (f"pin_memory=True: the batch's {batch.size} pageable host-to-device "
+                   f"copies become pinned and non-blocking, at {gbs:.1f} GB/s{basis}",) \
+        if pin is not None else ()
     return Candidate(
-        "dataloader_workers", "More DataLoader workers and prefetching", ("input_bound",),
-        (f"the step waits {_ms(wait)} for input; the loader delivers a batch every "
-         f"{_ms(period)}",),
+        "dataloader_workers", "More DataLoader workers and prefetching"
+        + (", pinned batches" if pin is not None else ""), ("input_bound",),
+        (f"the step waits {ms(wait)} for input; the loader delivers a batch every "
+         f"{ms(period)}",),
         opts, ("the loader scales with its workers; the wait is hidden up to the loader's "
-               "throughput times the option's factor",))
-
-
-def larger_batch(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
-    """Kernels whose grid leaves SMs idle (``sm_coverage`` < 1): with a grid (or a batch)
-    that fills the GPU, the same work takes ``dur * coverage``."""
-    frame = kernel_frame(analysis.graph.rank(ra.rank))
-    o = m.ops
-    kj = np.flatnonzero((o.kind == OpKind.KERNEL) & ~o.comm & (o.dur > MIN_KERNEL_NS))
-    if frame.num_rows == 0 or kj.size == 0:
-        return None
-    rows = pa.array(o.row[kj])
-    cov = np.array([np.nan if v is None else float(v)
-                    for v in frame.column("sm_coverage").take(rows).to_pylist()])
-    cat = frame.column("category").take(rows).to_pylist()
-    small = (cov < 1.0) & ~np.isnan(cov) & np.array([c != "communication" for c in cat])
-    if not small.any():
-        return None
-    factor = np.ones(o.size)
-    factor[kj[small]] = cov[small]
-    sel = kj[small]
-    return Candidate(
-        "larger_batch", "Fill the GPU: a larger batch, or wider grids, for the small-grid kernels",
-        ("small_grid",),
-        (f"{sel.size} kernel launches per step leave SMs idle (median coverage "
-         f"{float(np.median(cov[small])) * 100:.0f}% of the SMs), {_ms(float(o.dur[sel].sum()))}",),
-        (Option("larger_batch", "fill the SMs", lambda x: edits.scale_ops(x, factor)),),
-        ("a grid that covers every SM runs the same work in the kernel's time x its SM "
-         "coverage (per sample, for a larger batch)",))
-
-
-COMM_OPTION = {"overlap": "overlap with the backward (gradient buckets)",
-               "overlap_bf16": "overlap + bf16 compression of the reductions",
-               "remove": "remove the collective the host waits for"}
-
-
-def comm_overlap_remedy(analysis: Analysis, ra: RankAnalysis, m: StepModel
-                        ) -> Candidate | None:
-    """The exposed-communication remedies of ``model.comm_remedies`` (overlap in buckets,
-    bf16 compression, removing a waited-for collective) as edits: the communication
-    kernels of the step lose the exposed time each remedy saves per step (shared out by
-    their duration); the replay decides what the rest of the step then overlaps."""
-    o = m.ops
-    comm = o.comm & (o.kind == OpKind.KERNEL)
-    total = float(o.dur[comm].sum())
-    if total <= 0:
-        return None
-    co = comm_overlap(analysis.graph.rank(ra.rank), ra)
-    if co is None or not co.remedies or co.n_steps <= 0:
-        return None
-
-    def option(kind: str, saving_ns: float) -> Option:
-        per_step = saving_ns / co.n_steps
-        factor = np.where(comm, max(0.0, 1.0 - per_step / total), 1.0)
-
-        def apply(x: StepModel) -> StepModel:
-            return edits.scale_ops(x, factor)
-
-        return Option(kind, COMM_OPTION.get(kind, kind), apply)
-
-    opts = tuple(option(r.kind, r.saving_ns) for r in co.remedies if r.saving_ns > 0)
-    if not opts:
-        return None
-    return Candidate(
-        "comm_overlap", "Overlap (or compress) the exposed communication",
-        ("exposed_communication",),
-        (f"{int(comm.sum())} communication kernels per step, {_ms(total)}; exposed "
-         f"{_ms(co.exposed_ns / co.n_steps)} per step",),
-        opts, ("each option's saving is model.comm_remedies' (Hockney model, SM contention: "
-               "docs/rules/exposed_communication.md), taken off the communication kernels",))
+               "throughput times the option's factor", *pinned_note))
 
 
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
     out: list[Candidate | None] = [cuda_graphs(analysis, ra, m), *precision(analysis, ra, m),
                                    pinned(analysis, ra, m), remove_syncs(m),
-                                   remove_round_trip(m), ops_to_gpu(ra, m), dataloader(m),
+                                   remove_round_trip(m), ops_to_gpu(ra, m),
+                                   dataloader(analysis, ra, m),
                                    larger_batch(analysis, ra, m),
                                    comm_overlap_remedy(analysis, ra, m)]
     return [c for c in out if c is not None]
 
 
-__all__ = ["Candidate", "Option", "candidates"]
+__all__ = ["Candidate", "Option", "batch_copies", "candidates"]

@@ -1,11 +1,15 @@
-"""What torch.profiler added to each host event of a step model (``model.profiler_cost``'s
-per-event costs), and the edit that takes it out (:func:`untraced`).
+"""What torch.profiler (or ``stepscope record``'s capture) added to each host event of a step
+model (``model.profiler_cost``'s per-event costs, ``step_costs``), and the edit that takes it
+out (:func:`untraced`), with the dispatch work taken at the thread's typical speed
+(``host_speed``).
 
 Per host event of the model, on its thread: the cost of the recorded host events (framework
 ops, Python functions, API calls, memory events) that started in its ``pre`` interval (the
 thread's host work before it), and of the call itself and the events nested in it (its
 ``own``); per thread, the cost in its ``tail``. A step replayed without them predicts the step
-of the program run without the profiler.
+of the program run without the profiler: each ``LAUNCH`` event's ``pre`` and ``own`` become
+``max(0, x * speed - cost)`` (the thread's speed factor, then the events' cost at that speed);
+every other interval ``max(0, x - cost)``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import numpy as np
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.launches import bounds, column_i64, str_in
 from stepscope.model.profiler_cost import EventCosts
-from stepscope.model.stepmodel.steps import I64, HostKind, ProfilerCost, StepModel
+from stepscope.model.stepmodel.steps import F64, I64, HostKind, ProfilerCost, StepModel
 from stepscope.schema_enums import CpuOpKind
 
 
@@ -36,9 +40,10 @@ def _thread_events(g: StepGraph, costs: EventCosts) -> tuple[I64, I64, I64, I64]
 
 def profiler_cost(g: StepGraph, costs: EventCosts, threads: tuple[tuple[int, int], ...],
                   thread: I64, kind: np.ndarray, start: I64, end: I64, ready: I64,
-                  t1: int, free_at: I64) -> ProfilerCost:
+                  t1: int, free_at: I64, speed: F64 | None = None) -> ProfilerCost:
     """The cost in each event's ``pre`` (``[ready, start)``) and ``own`` (``[start, end)``)
-    interval and in each thread's tail (``[free_at, t1)``), on the event's thread."""
+    interval and in each thread's tail (``[free_at, t1)``), on the event's thread; ``speed``:
+    each thread's speed factor (``host_speed.thread_speed``), kept for ``untraced``."""
     pid, tid, ts, cost = _thread_events(g, costs)
     pre = np.zeros(start.size, dtype=np.int64)
     own = np.zeros(start.size, dtype=np.int64)
@@ -57,16 +62,22 @@ def profiler_cost(g: StepGraph, costs: EventCosts, threads: tuple[tuple[int, int
         calls = ev[kind[ev] != HostKind.INPUT]
         own[calls] = within(start[calls], end[calls])
         tail[i] = int(within(np.array([free_at[i]]), np.array([t1]))[0])
-    return ProfilerCost(pre, own, tail)
+    return ProfilerCost(pre, own, tail, speed)
 
 
 def untraced(m: StepModel) -> StepModel:
-    """The model without the profiler's host cost (unchanged when it has none)."""
+    """The model without the profiler's or the capture's host cost, its dispatch at each
+    thread's typical speed (unchanged when it has none)."""
     p = m.profiler
     if p is None:
         return m
     h = m.host
-    return m.with_host(pre=np.maximum(h.pre - p.pre, 0), own=np.maximum(h.own - p.own, 0)
+    pre, own = h.pre, h.own
+    if p.speed is not None:
+        r = np.where(h.kind == HostKind.LAUNCH, p.speed[h.thread], 1.0)
+        pre = np.round(pre * r).astype(np.int64)
+        own = np.round(own * r).astype(np.int64)
+    return m.with_host(pre=np.maximum(pre - p.pre, 0), own=np.maximum(own - p.own, 0)
                        ).with_tail(np.maximum(m.tail - p.tail, 0))
 
 

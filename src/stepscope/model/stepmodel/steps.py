@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
+F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 
 WAIT_ALL = -1  # a BLOCK event waiting for every stream of the rank
@@ -110,12 +111,15 @@ class GpuOps:
 
 @dataclass(frozen=True)
 class ProfilerCost:
-    """What torch.profiler added to each host event's ``pre`` and ``own``, and to each
-    thread's ``tail`` (``model.stepmodel.profiler``)."""
+    """What the profiler or the capture added to each host event's ``pre`` and ``own``, and
+    to each thread's ``tail``, and how fast each traced thread's dispatch ran against its
+    typical speed (``speed``, per thread, at most 1; None: as measured)
+    (``model.stepmodel.profiler``, ``model.stepmodel.host_speed``)."""
 
     pre: I64
     own: I64
     tail: I64
+    speed: F64 | None = None
 
 
 @dataclass(frozen=True)
@@ -151,5 +155,5 @@ def i64(values: Any) -> I64:
     return np.asarray(values, dtype=np.int64)
 
 
-__all__ = ["B", "CopyDir", "GpuOps", "HostEvents", "HostKind", "I64", "I8", "OpKind",
+__all__ = ["B", "CopyDir", "F64", "GpuOps", "HostEvents", "HostKind", "I64", "I8", "OpKind",
            "ProfilerCost", "StepModel", "SyncRole", "WAIT_ALL", "WAIT_NONE", "i64"]

@@ -1,0 +1,166 @@
+"""The remedies that change GPU kernels (part of the catalogue, ``catalog``): ``tf32`` and
+``bf16_amp`` (option ``channels_last``) for fp32 matmuls and convolutions without tensor cores,
+``larger_batch`` for small-grid kernels, ``comm_overlap`` for exposed communication."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.kernel_names import MATMUL
+from stepscope.analysis.kernels import kernel_frame
+from stepscope.model.communication import comm_overlap
+from stepscope.model.kernels import device_rows
+from stepscope.model.speedups import MIN_KERNEL_NS, speedups_for
+from stepscope.model.stepmodel import edits
+from stepscope.model.stepmodel.candidate import Candidate, Option, ms
+from stepscope.model.stepmodel.steps import OpKind, StepModel
+from stepscope.model.tensor_cores import HELPER, TC_HINT
+
+
+def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, str]] | None:
+    """Per op: the TF32 and the bf16 speed-up divisors (1: not a candidate), conv mask, and
+    the ratios used (name -> description)."""
+    frame = kernel_frame(analysis.graph.rank(ra.rank))
+    o = m.ops
+    kj = np.flatnonzero(o.kind == OpKind.KERNEL)
+    if frame.num_rows == 0 or kj.size == 0:
+        return None
+    rows = pa.array(o.row[kj])
+    cat, tcs, prec, names, devs = (frame.column(c).take(rows).to_pylist() for c in
+                                   ("category", "tensor_cores", "precision", "name", "device"))
+    speed = {d: speedups_for(r) for d, r in device_rows(ra).items()}
+    by_op: dict[int, tuple[float, float, bool]] = {}
+    used: dict[str, str] = {}
+    for i, j in enumerate(kj.tolist()):
+        n = str(names[i])
+        if not (cat[i] in MATMUL and tcs[i] is False and prec[i] == "fp32"
+                and not TC_HINT.search(n) and not HELPER.search(n)):
+            continue
+        sp = speed.get(int(devs[i] or 0))
+        if sp is None:
+            continue
+        base = "conv" if cat[i] == "conv" else "gemm"
+        tf = sp.get(f"{base}_tf32") if cat[i] != "attention" else None
+        half = sp.get(f"{base}_bf16") or sp.get(f"{base}_fp16")
+        by_op[j] = (tf.value if tf else 1.0, half.value if half else 1.0, base == "conv")
+        if tf:
+            used[f"{base}_tf32"] = tf.describe()
+        if half:
+            used[f"{base}_bf16"] = half.describe()
+    if not by_op:
+        return None
+    tf32 = np.ones(o.size)
+    amp = np.ones(o.size)
+    conv = np.zeros(o.size, dtype=bool)
+    for j, (t, a, c) in by_op.items():
+        tf32[j], amp[j], conv[j] = t, a, c
+    if not ((tf32 > 1).any() or (amp > 1).any()):
+        return None
+    return tf32, amp, conv, used
+
+
+def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
+    f = tc_factors(analysis, ra, m)
+    if f is None:
+        return []
+    tf32, amp, conv, used = f
+    o = m.ops
+    ev = (f"{int((amp > 1).sum())} fp32 matmul/conv kernels without tensor cores per step, "
+          f"{ms(float(o.dur[amp > 1].sum()))}",
+          "speed-ups: " + "; ".join(f"{k} {v}" for k, v in sorted(used.items())))
+    out = []
+    if (tf32 > 1).any():
+        out.append(Candidate(
+            "tf32", "TF32 for the fp32 matmuls and convolutions",
+            ("no_tensor_cores",), ev,
+            (Option("tf32", "TF32", lambda x: edits.scale_ops(x, 1.0 / tf32)),),
+            ("the speed-ups of benchmarks/gemm_speedups.py on this GPU model apply to these "
+             "kernels' shapes",)))
+    opts = [Option("bf16_amp", "bf16 autocast", lambda x: edits.scale_ops(x, 1.0 / amp))]
+    if conv.any():
+        # channels_last: cuDNN's NHWC tensor-core kernels; no measured ratio of its own here,
+        # so the option is the bf16 ratio for the convolutions (said as an assumption)
+        opts.append(Option("channels_last", "bf16 autocast + channels_last",
+                           lambda x: edits.scale_ops(x, 1.0 / amp),
+                           ("channels_last: no separate speed-up measured; the bf16 conv "
+                            "ratio (NCHW) is used, a lower bound",)))
+    out.append(Candidate(
+        "bf16_amp", "bf16 autocast for the matmuls and convolutions",
+        ("no_tensor_cores",), ev, tuple(opts),
+        ("bf16 autocast: the measured bf16/fp32 ratios apply; elementwise kernels unchanged",)))
+    return out
+
+
+def larger_batch(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
+    """Kernels whose grid leaves SMs idle (``sm_coverage`` < 1): with a grid (or a batch)
+    that fills the GPU, the same work takes ``dur * coverage``."""
+    frame = kernel_frame(analysis.graph.rank(ra.rank))
+    o = m.ops
+    kj = np.flatnonzero((o.kind == OpKind.KERNEL) & ~o.comm & (o.dur > MIN_KERNEL_NS))
+    if frame.num_rows == 0 or kj.size == 0:
+        return None
+    rows = pa.array(o.row[kj])
+    cov = np.array([np.nan if v is None else float(v)
+                    for v in frame.column("sm_coverage").take(rows).to_pylist()])
+    cat = frame.column("category").take(rows).to_pylist()
+    small = (cov < 1.0) & ~np.isnan(cov) & np.array([c != "communication" for c in cat])
+    if not small.any():
+        return None
+    factor = np.ones(o.size)
+    factor[kj[small]] = cov[small]
+    sel = kj[small]
+    return Candidate(
+        "larger_batch", "Fill the GPU: a larger batch, or wider grids, for the small-grid kernels",
+        ("small_grid",),
+        (f"{sel.size} kernel launches per step leave SMs idle (median coverage "
+         f"{float(np.median(cov[small])) * 100:.0f}% of the SMs), {ms(float(o.dur[sel].sum()))}",),
+        (Option("larger_batch", "fill the SMs", lambda x: edits.scale_ops(x, factor)),),
+        ("a grid that covers every SM runs the same work in the kernel's time x its SM "
+         "coverage (per sample, for a larger batch)",))
+
+
+COMM_OPTION = {"overlap": "overlap with the backward (gradient buckets)",
+               "overlap_bf16": "overlap + bf16 compression of the reductions",
+               "remove": "remove the collective the host waits for"}
+
+
+def comm_overlap_remedy(analysis: Analysis, ra: RankAnalysis, m: StepModel
+                        ) -> Candidate | None:
+    """The exposed-communication remedies of ``model.comm_remedies`` (overlap in buckets,
+    bf16 compression, removing a waited-for collective) as edits: the communication
+    kernels of the step lose the exposed time each remedy saves per step (shared out by
+    their duration); the replay decides what the rest of the step then overlaps."""
+    o = m.ops
+    comm = o.comm & (o.kind == OpKind.KERNEL)
+    total = float(o.dur[comm].sum())
+    if total <= 0:
+        return None
+    co = comm_overlap(analysis.graph.rank(ra.rank), ra)
+    if co is None or not co.remedies or co.n_steps <= 0:
+        return None
+
+    def option(kind: str, saving_ns: float) -> Option:
+        per_step = saving_ns / co.n_steps
+        factor = np.where(comm, max(0.0, 1.0 - per_step / total), 1.0)
+
+        def apply(x: StepModel) -> StepModel:
+            return edits.scale_ops(x, factor)
+
+        return Option(kind, COMM_OPTION.get(kind, kind), apply)
+
+    opts = tuple(option(r.kind, r.saving_ns) for r in co.remedies if r.saving_ns > 0)
+    if not opts:
+        return None
+    return Candidate(
+        "comm_overlap", "Overlap (or compress) the exposed communication",
+        ("exposed_communication",),
+        (f"{int(comm.sum())} communication kernels per step, {ms(total)}; exposed "
+         f"{ms(co.exposed_ns / co.n_steps)} per step",),
+        opts, ("each option's saving is model.comm_remedies' (Hockney model, SM contention: "
+               "docs/rules/exposed_communication.md), taken off the communication kernels",))
+
+
+__all__ = ["COMM_OPTION", "comm_overlap_remedy", "larger_batch", "precision", "tc_factors"]

@@ -1,0 +1,123 @@
+"""The capture's cost in the step model: CUPTI's per-call cost on a recorded run
+(``profiler_cost.step_costs``), and each traced thread's dispatch taken at its typical speed
+(``stepmodel.host_speed``, applied by ``profiler.untraced``). Hand-built models and synthetic
+runs with hand-computed answers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from tests.model.test_stepmodel import model
+
+from stepscope.analysis import analyze
+from stepscope.analysis.graph import run_graph
+from stepscope.model.profiler_cost import (
+    API_NS,
+    CAPTURE_API_NS,
+    OP_NS,
+    SHAPES_NS,
+    EventCosts,
+    costs_for,
+    step_costs,
+)
+from stepscope.model.stepmodel import build_step_model, replay
+from stepscope.model.stepmodel.host_speed import launch_reference, thread_speed
+from stepscope.model.stepmodel.profiler import untraced
+from stepscope.model.stepmodel.steps import HostKind, ProfilerCost
+from stepscope.store.manifest import SourceInfo
+
+L, K = HostKind.LAUNCH, HostKind.BLOCK
+
+
+def _graph(kind: str, backends: tuple[str, ...] = ()) -> Any:
+    ranks = {f"rank{i}": {"gpu": {"backend": b}} for i, b in enumerate(backends)}
+    return SimpleNamespace(manifest=SimpleNamespace(
+        source=SimpleNamespace(kind=kind, details={}), settings={"ranks": ranks}))
+
+
+def test_step_costs_per_source() -> None:
+    assert step_costs(_graph("kineto")) == costs_for(_graph("kineto"))
+    assert step_costs(_graph("capture", ("cupti",))) == EventCosts(0, 0, CAPTURE_API_NS, 0)
+    assert step_costs(_graph("capture")) == EventCosts(0, 0, CAPTURE_API_NS, 0)
+    torch_backend = step_costs(_graph("capture", ("cupti", "torch")))
+    assert torch_backend is not None and torch_backend.op_ns == OP_NS + SHAPES_NS
+    assert torch_backend.api_ns == API_NS and torch_backend.memory_ns == 0
+    assert step_costs(_graph("xspace")) is None and step_costs(_graph("nsys")) is None
+    assert costs_for(_graph("capture", ("cupti",))) is None  # the findings' costs unchanged
+
+
+def test_thread_speed_is_the_typical_launch_over_the_measured_one() -> None:
+    # thread 0: five launches of 20 us where the name's median is 10: half speed; thread 1:
+    # five of 8 us (faster than typical): 1, never above; thread 2: four launches, too few to
+    # tell; a sync and a call without a reference do not count
+    thread = np.array([0] * 7 + [1] * 5 + [2] * 4, dtype=np.int64)
+    kind = np.array([L] * 5 + [K, L] + [L] * 9, dtype=np.int8)
+    names = ["cudaLaunchKernel"] * 5 + ["cudaStreamSynchronize", "cudaOther"] + \
+        ["cudaLaunchKernel"] * 9
+    own = np.array([20_000] * 5 + [900_000, 70_000] + [8_000] * 5 + [40_000] * 4,
+                   dtype=np.int64)
+    speed = thread_speed(3, thread, kind, names, own, {"cudaLaunchKernel": 10_000.0})
+    assert speed.tolist() == [0.5, 1.0, 1.0]
+
+
+def test_untraced_scales_dispatch_then_takes_the_cost_out() -> None:
+    # launch pre 100 and own 10 at speed 0.5 -> 50 and 5, less the cost (8 and 1); the sync's
+    # pre (host work before a wait: the user's CPU code) and the tail are only less their cost
+    m = model([(0, L, 100, 10), (0, L, 100, 10), (0, K, 100, 4)],
+              [(1, 0, 20, 5), (2, 0, 20, 5)], tail=40, wait={3: -1})
+    p = ProfilerCost(pre=np.array([0, 8, 8, 8]), own=np.array([0, 1, 1, 1]),
+                     tail=np.array([10]), speed=np.array([0.5]))
+    bare = untraced(replace(m, profiler=p))
+    assert bare.host.pre.tolist() == [0, 42, 42, 92]
+    assert bare.host.own.tolist() == [0, 4, 4, 3]
+    assert bare.tail.tolist() == [30]
+    # the host is the critical path: 42 + 4 + 42 + 4, the sync (its kernels long done) 92 + 3,
+    # the tail 30
+    assert replay(bare).step_ns == pytest.approx(42 + 4 + 42 + 4 + 92 + 3 + 30)
+    same = untraced(replace(m, profiler=replace(p, speed=None)))
+    assert same.host.pre.tolist() == [0, 92, 92, 92]  # without a speed: the cost alone
+
+
+def _recorded(tmp_path: Path, first_us: float) -> Any:
+    """Five 1 ms steps, each six launches of 10 us on the host (the first ``first_us``), 50 us
+    apart, each launching a 100 us kernel; recorded by stepscope (CUPTI backend)."""
+    from builder import TraceBuilder
+
+    b = TraceBuilder()
+    for i in range(5):
+        t = i * 1000.0
+        b.step(t, 1000, step=i)
+        for j in range(6):
+            b.kernel("k", t + 20 + 100 * j + 20, 100,
+                     launch=(t + 20 + 100 * j, first_us if j == 0 else 10))
+    return b.build(tmp_path / "r.stepscope", source=SourceInfo(kind="capture"),
+                   settings={"ranks": {"rank0": {"gpu": {"backend": "cupti"}}}})
+
+
+def test_a_recorded_step_takes_its_cupti_cost_and_typical_speed_out(tmp_path: Path) -> None:
+    run = _recorded(tmp_path, 40)
+    a = analyze(run, workers=1)
+    ra = a.ranks[0]
+    g = a.graph.rank(0)
+    ref = launch_reference(g, ra)
+    assert ref == {"cudaLaunchKernel": pytest.approx(10_000)}  # median of 40, 10 x5 per step
+    m = build_step_model(g, ra, step_costs(run_graph(run)))
+    assert m is not None and m.profiler is not None and m.profiler.speed is not None
+    # six launches: 60 us typical against 40 + 5 x 10 = 90 measured
+    assert m.profiler.speed.tolist() == pytest.approx([60 / 90])
+    launches = np.flatnonzero(m.host.kind == L)
+    assert m.profiler.own[launches].tolist() == [CAPTURE_API_NS] * 6
+    bare = untraced(m)
+    own = np.round(m.host.own[launches] * 60 / 90).astype(np.int64) - CAPTURE_API_NS
+    assert bare.host.own[launches].tolist() == own.tolist()
+    # a step whose launches all took their typical time keeps its speed
+    same = _recorded(tmp_path / "b", 10)
+    a2 = analyze(same, workers=1)
+    m2 = build_step_model(a2.graph.rank(0), a2.ranks[0], step_costs(run_graph(same)))
+    assert m2 is not None and m2.profiler is not None and m2.profiler.speed is not None
+    assert m2.profiler.speed.tolist() == [1.0]
