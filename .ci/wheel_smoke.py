@@ -1,7 +1,8 @@
-"""Run by .ci/wheel-check.sh inside a clean venv holding the repaired wheel, with PATH holding only
-that venv (no C compiler) and an empty cache: the installed stepscope, not the checkout, is the one
-used; its compiled Kineto scanner and CUPTI shim load; an import of a real trace runs through the
-scanner; nothing is compiled at first use.
+"""Run by .ci/wheel-check.sh inside a clean venv holding the repaired wheel (one per CPython it
+checks), with PATH holding only that venv (no C compiler) and an empty cache: the installed
+stepscope, not the checkout, is the one used; its compiled Kineto scanner and CUPTI shim (the
+stable-ABI builds, ``*.abi3.so``) load; an import of a real trace runs through the scanner;
+nothing is compiled at first use.
 
     python .ci/wheel_smoke.py VENV TRACE
 """
@@ -28,9 +29,11 @@ def main() -> None:
     ext = kineto_native.EXTENSION
     assert ext is not None, "the compiled Kineto scanner did not load"
     assert Path(ext.__file__).resolve().is_relative_to(venv), ext.__file__
+    assert str(ext.__file__).endswith(".abi3.so"), ext.__file__  # the stable-ABI build
 
     shim = cupti_native._prebuilt()
     assert shim is not None and shim.resolve().is_relative_to(venv), shim
+    assert shim.name.endswith(".abi3.so"), shim
     cupti_native.load_shim()  # what `record` does at first use: no build, nothing in the cache
     assert not cupti_native.cache_dir().exists(), "the CUPTI shim was built at first use"
 
@@ -61,7 +64,7 @@ def main() -> None:
                        text=True, env=env)
     assert r.returncode == 0 and (Path("run") / "manifest.json").is_file(), r.stderr
     assert "note:" not in r.stderr, r.stderr  # no missing-extension notice
-    print(f"wheel smoke: {version}; scanner read {counting.read} chunks of {trace}; "
+    print(f"wheel smoke, Python {sys.version.split()[0]}: {version}; scanner read {counting.read} chunks of {trace}; "
           f"CUPTI shim {shim.name} loaded without a compiler")
 
 

@@ -19,6 +19,11 @@ def test_extension_is_built(name: str) -> None:
     if name.endswith("_ss_cupti"):  # a plain shared library (no module init), loaded by ctypes
         from stepscope.capture.cupti import native
 
-        assert native._prebuilt() is not None, "the CUPTI shim extension was not built"
+        shim = native._prebuilt()
+        assert shim is not None, "the CUPTI shim extension was not built"
+        path = str(shim)
     else:
-        importlib.import_module(name)
+        path = str(importlib.import_module(name).__file__)
+    # the stable-ABI build (pyproject.toml: py-limited-api), what the wheel ships; an older
+    # version-specific build left in src/ is imported first: delete it (`make clean`) and rebuild
+    assert path.endswith(".abi3.so"), f"{path}: not the stable-ABI (abi3) build"

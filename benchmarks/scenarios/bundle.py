@@ -32,6 +32,7 @@ def bundle_items(out: Path, names: list[str]) -> tuple[list[Path], list[tuple[st
     for n in names:
         first += [out / "rec" / f"{n}{s}" for s in (".report.json", ".log", ".report.advise.log")]
         first.append(out / "torch" / "runs" / f"{n}.report.json")
+        first += sorted((out / "programs").glob(f"{n}.*.log"))  # --program-timing's runs
     later: list[tuple[str, Path]] = [(f"trace {n}", out / "torch" / "traces" /
                                       f"{n}.pt.trace.json.gz") for n in names]
     later += [(f"xplane {n}", out / "xplane" / f"{n}.xplane.pb.gz") for n in names]  # JAX

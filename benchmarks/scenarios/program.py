@@ -21,6 +21,9 @@ per step, as the timing harness does and as a loss read or a full launch queue d
 loop), so the recorded program is the one whose saving was measured; JAX and CuPy steps run
 unbounded (their runtimes bound their own queues).
 
+The closing line gives the steps, the ms/step and the process's minor page faults per step
+(``getrusage``: a step that touches fresh memory every time shows thousands).
+
 Exit status 0; 3 with one line on stderr when the scenario cannot run here (no CUDA, no JAX...);
 2 for a bad name.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import resource
 import sys
 import time
 from pathlib import Path
@@ -93,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if steps is None and seconds is None:
         steps, seconds = meta.program_steps, meta.program_seconds
     n = 0
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t0 = time.perf_counter()
     if steps is not None:
         for n in range(1, steps + 1):
@@ -105,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
             n += 1
     runner.sync()
     wall = time.perf_counter() - t0
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
     step.close()
     label = "baseline" if variant is None else (
         "fixed" if args.fixed or variant == variants.DEFAULT_NAME else f"variant {variant}")
     print(f"program.py: {args.name} ({label}, {device}): {n} steps in {wall:.2f} s, "
-          f"{1e3 * wall / max(n, 1):.3f} ms/step", flush=True)
+          f"{1e3 * wall / max(n, 1):.3f} ms/step, {faults / max(n, 1):.0f} minor page "
+          f"faults/step", flush=True)
     return 0
 
 

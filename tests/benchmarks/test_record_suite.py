@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -195,12 +196,18 @@ def test_jax_xplane_kept_gzipped_copied_and_bundled(tmp_path: Path) -> None:
     assert not (tmp_path / "small" / "jax_jit.xplane.pb.gz").exists()
     from bundle import pack_bundle
 
+    (out / "programs").mkdir()
+    (out / "programs" / "jax_jit.baseline.0.log").write_text("program.py: ...\n")
+    (out / "programs" / "jax_eager.fixed.0.log").write_text("program.py: ...\n")
     bundle = pack_bundle(out, [{"scenario": "jax_jit"}], 14.0)
     assert bundle["included"] == ["xplane jax_jit"]
     import tarfile
 
     with tarfile.open(bundle["path"]) as tar:
-        assert "xplane/jax_jit.xplane.pb.gz" in tar.getnames()
+        names = tar.getnames()
+    assert "xplane/jax_jit.xplane.pb.gz" in names
+    assert "programs/jax_jit.baseline.0.log" in names  # --program-timing's runs, its own only
+    assert "programs/jax_eager.fixed.0.log" not in names
 
 
 # -- programs and the torch-free timing child ---------------------------------------------
@@ -212,7 +219,9 @@ def test_program_runs_the_step_loop_and_says_when_it_cannot(capsys: pytest.Captu
     import program
 
     assert program.main(["healthy", "--device", "cpu", "--steps", "3"]) == 0
-    assert "program.py: healthy (baseline, cpu): 3 steps in" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "program.py: healthy (baseline, cpu): 3 steps in" in out
+    assert re.search(r"ms/step, \d+ minor page faults/step", out)
     assert program.main(["jax_jit", "--device", "cpu"]) == program.EXIT_SKIPPED
     assert "cannot run here: needs CUDA" in capsys.readouterr().err
     assert program.main(["no_such_scenario"]) == 2

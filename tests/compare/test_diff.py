@@ -51,7 +51,10 @@ def test_planted_against_fixed_by_hand(runs: dict[str, Path]) -> None:
     assert cats["input_wait"].delta_ms == pytest.approx(-0.4)
     assert cats["compute"].base_ms == pytest.approx(0.55)
     assert cats["compute"].delta_ms == pytest.approx(-0.03)
-    assert cats["idle"].delta_ms == pytest.approx(0.03)
+    # the idle tail, 30 µs longer: BASE's stays idle (its rank has op rows), NEW's rank has
+    # none, so the breakdown calls its tail host time (analysis.breakdown)
+    assert cats["idle"].new_ms == 0.0 and cats["host"].base_ms == 0.0
+    assert cats["idle"].delta_ms + cats["host"].delta_ms == pytest.approx(0.03)
     assert sum(c.delta_ms for c in d.categories) == pytest.approx(d.mean_ms[1] - d.mean_ms[0])
 
 
@@ -119,12 +122,13 @@ def test_multi_rank_runs_compare_rank_by_rank(tmp_path: Path) -> None:
     assert per[0].step.shift_ms == pytest.approx(-0.4)
     assert per[1].step.shift_ms == pytest.approx(-0.3)
     assert all(r.step.verdict is Verdict.FASTER for r in d.ranks)
-    idle = {r.base_rank: {c.name: c for c in r.categories}["idle"].delta_ms for r in d.ranks}
-    assert idle == pytest.approx({0: -0.4, 1: -0.3})
+    # the idle tails: no op rows, so the breakdown calls them host time
+    host = {r.base_rank: {c.name: c for c in r.categories}["host"].delta_ms for r in d.ranks}
+    assert host == pytest.approx({0: -0.4, 1: -0.3})
     rows = diff_dict(d)["ranks"]
     assert [(r["base_rank"], r["verdict"]) for r in rows] == [(0, "faster"), (1, "faster")]
     assert rows[1]["step_ms"]["change_ms"] == pytest.approx(-0.3)
-    assert rows[1]["categories"]["idle"]["delta_ms"] == pytest.approx(-0.3)
+    assert rows[1]["categories"]["host"]["delta_ms"] == pytest.approx(-0.3)
     text = diff_text(d)
     assert "ranks 0-1; 8 steady steps" in text and "Per rank" in text
 

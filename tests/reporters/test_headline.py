@@ -13,7 +13,8 @@ import pytest
 from builder import TraceBuilder
 from stepscope.reporters.json_report import to_json
 from stepscope.reporters.report import Ending, build_report, run_ending
-from stepscope.reporters.terminal import _capture_line, render_text
+from stepscope.reporters.terminal import render_text
+from stepscope.reporters.terminal_head import capture_line
 from stepscope.store.manifest import Diagnostic, Manifest, RankInfo, SourceInfo
 
 
@@ -188,18 +189,18 @@ def _o(**kw: Any) -> dict[str, Any]:
 
 
 def test_capture_cost_never_compares_with_warm_up_steps() -> None:
-    line = _capture_line({}, _o())
+    line = capture_line({}, _o())
     assert line == ("capture: GPU none; the capture's cost was not measured (fewer than 3 steps "
                     "ran after the window to compare with)")
     assert "0.31" not in line
 
 
 def test_a_ratio_under_one_is_no_capture_cost() -> None:
-    line = _capture_line({}, _o(step_time_ratio_in_window_vs_after=0.98,
+    line = capture_line({}, _o(step_time_ratio_in_window_vs_after=0.98,
                                 step_time_ratio_after_ci90=[0.95, 1.02]))
     assert line.endswith("no capture cost measurable: steps in the window were not slower than "
                          "those right after it (x0.98, 90% CI 0.95-1.02)")
-    line = _capture_line({}, _o(step_time_ratio_in_window_vs_after=1.04,
+    line = capture_line({}, _o(step_time_ratio_in_window_vs_after=1.04,
                                 step_time_ratio_after_ci90=[1.01, 1.07]))
     assert line.endswith("steps in the window took x1.04 (90% CI 1.01-1.07) the steps right "
                          "after it (capture off)")

@@ -18,6 +18,14 @@ GPU idle, attributed to what the host was doing at that instant:
 
 So ``sum(categories) == wall`` for every step, exactly (integer ns).
 
+A rank that recorded no host ops (no ``cpu_ops`` row: a live capture records the CUDA calls,
+not the framework's ops or the Python between them) but recorded GPU work leaves no GPU idle
+time ``idle``: what no layer explains is split as the idle model splits it
+(:func:`host_idle`, the one rule ``model.idle`` and so ``host_bound``, ``launch_bound`` and
+the diff's causes use): a launch-bound wait of at most 100 µs is ``launch`` (the interpreter
+between two launches), the rest ``host`` (Python the capture did not record, sleeps, I/O).
+Where host ops were recorded, GPU idle time outside all of them stays ``idle``.
+
 A rank without GPU records (``Breakdown.gpu_recorded`` False: a CPU-only program, or a
 capture that did not see the GPU, ``analysis.gpu_use``) has no GPU categories: every
 nanosecond of its steps is host time, split by the same host layers, and ``idle`` is host
@@ -27,7 +35,7 @@ which the capture does not record as ops). Reporters say so instead of calling i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +44,7 @@ import pyarrow as pa
 from stepscope.analysis.busy import DeviceActivity, IntervalSet, gpu_activity, rank_union
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
+from stepscope.analysis.launches import LONG_GAP_NS, launch_bound_gaps, launch_intervals
 from stepscope.analysis.steady import StepInfo
 from stepscope.analysis.steps import work_annotations
 
@@ -67,6 +76,13 @@ def attribute(
 
     Returns ns per window for every layer name plus ``"idle"``.
     """
+    return _attribute(win_start, win_end, layers)[0]
+
+
+def _attribute(
+    win_start: I64, win_end: I64, layers: Sequence[tuple[str, IntervalSet]]
+) -> tuple[dict[str, I64], IntervalSet]:
+    """:func:`attribute`, and the time of the windows no layer covers."""
     remaining = IntervalSet.of(win_start, win_end)
     out: dict[str, I64] = {}
     for name, layer in layers:
@@ -74,7 +90,7 @@ def attribute(
         out[name] = covered.within(win_start, win_end)
         remaining = remaining - layer
     out["idle"] = remaining.within(win_start, win_end)
-    return out
+    return out, remaining
 
 
 def _bounds(t: pa.Table) -> tuple[I64, I64]:
@@ -97,10 +113,46 @@ def host_work_intervals(g: StepGraph) -> IntervalSet:
     return IntervalSet.of(s, e)
 
 
+@dataclass(frozen=True)
+class HostIdle:
+    """GPU idle time split by what the host did (:func:`host_idle`)."""
+
+    launch: IntervalSet
+    host: IntervalSet
+    known: IntervalSet  # the host's recorded events: host work and the launch path
+
+
+def host_idle(g: StepGraph, idle: IntervalSet) -> HostIdle:
+    """Split GPU idle time ``idle`` (what input waits, syncs and the like left) between the
+    launch path and host work; the one rule of the idle model (``model.idle``) and of the
+    breakdown on a rank without host ops (module docstring).
+
+    ``launch``: launch-bound waits of at most 100 µs (the GPU finished its work and waits
+    for the next launch, ``analysis.launches.launch_bound_gaps``) while a host thread is in
+    the launch path (``launch_intervals``) or runs nothing recorded (the interpreter between
+    two launching ops). ``host``: the rest: host work (:func:`host_work_intervals`),
+    launch-path time in longer waits (CPU work before a launch), and idle time with no host
+    event at all.
+    """
+    g_s, g_e = launch_bound_gaps(g)
+    short = (g_e - g_s) <= LONG_GAP_NS
+    launch_path = IntervalSet.of(*launch_intervals(g))
+    known = host_work_intervals(g) | launch_path
+    launch = (idle & IntervalSet.of(g_s[short], g_e[short])) - (known - launch_path)
+    return HostIdle(launch=launch, host=idle - launch, known=known)
+
+
+def unrecorded_host(g: StepGraph) -> Callable[[IntervalSet], HostIdle] | None:
+    """:func:`host_idle` on the rank where the breakdown applies it to the GPU idle time no
+    layer explains: a rank without host ops (no ``cpu_ops`` row); ``None`` elsewhere."""
+    if g.table("cpu_ops").num_rows:
+        return None
+    return lambda idle: host_idle(g, idle)
+
+
 def host_layers(g: StepGraph) -> list[tuple[str, IntervalSet]]:
     # imported here: these modules build on the same primitives and are optional inputs
     from stepscope.analysis.input import input_wait_intervals
-    from stepscope.analysis.launches import launch_intervals
     from stepscope.analysis.syncs import sync_intervals
 
     return [
@@ -112,8 +164,12 @@ def host_layers(g: StepGraph) -> list[tuple[str, IntervalSet]]:
 
 
 def breakdown_from_sets(
-    rank: int, steps: StepInfo, gpu: DeviceActivity, host: Sequence[tuple[str, IntervalSet]]
+    rank: int, steps: StepInfo, gpu: DeviceActivity, host: Sequence[tuple[str, IntervalSet]],
+    unexplained: Callable[[IntervalSet], HostIdle] | None = None,
 ) -> Breakdown:
+    """The breakdown of the windows of ``steps`` by the GPU's activity, then the ``host``
+    layers; ``unexplained`` (:func:`unrecorded_host`) splits the GPU idle time no layer
+    explains between ``launch`` and ``host`` (module docstring)."""
     ws, we = steps.window_starts, steps.window_ends
     layers: list[tuple[str, IntervalSet]] = [
         ("compute", gpu.compute),
@@ -121,14 +177,19 @@ def breakdown_from_sets(
         ("copies", gpu.copies),
         *host,
     ]
-    ns = attribute(ws, we, layers)
+    ns, rest = _attribute(ws, we, layers)
+    recorded = bool(gpu.compute.starts.size or gpu.communication.starts.size
+                    or gpu.copies.starts.size)
+    if unexplained is not None and recorded and rest.starts.size:
+        split = unexplained(rest)
+        for name, part in (("launch", split.launch), ("host", split.host)):
+            ns[name] = ns.get(name, np.zeros(ws.size, dtype=np.int64)) + part.within(ws, we)
+        ns["idle"] = (rest - split.launch - split.host).within(ws, we)
     per_step = tuple({c: int(ns[c][i]) if c in ns else 0 for c in CATEGORIES}
                      for i in range(ws.size))
     steady = [i for i, st in enumerate(steps.steps) if st.steady]
     mean_ms = {c: (float(np.mean([per_step[i][c] for i in steady])) / 1e6 if steady else 0.0)
                for c in CATEGORIES}
-    recorded = bool(gpu.compute.starts.size or gpu.communication.starts.size
-                    or gpu.copies.starts.size)
     return Breakdown(rank=rank, per_step=per_step, mean_ms=mean_ms, steady_steps=len(steady),
                      gpu_recorded=recorded)
 
@@ -136,4 +197,4 @@ def breakdown_from_sets(
 def step_breakdown(g: StepGraph, steps: StepInfo) -> Breakdown:
     """The breakdown of every step of ``rank`` (module docstring has the rules)."""
     gpu = rank_union(gpu_activity(g))
-    return breakdown_from_sets(g.rank_id, steps, gpu, host_layers(g))
+    return breakdown_from_sets(g.rank_id, steps, gpu, host_layers(g), unrecorded_host(g))

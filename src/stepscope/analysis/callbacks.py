@@ -7,7 +7,10 @@ thread launch the rest of the step, so the GPU has nothing queued meanwhile. The
 annotated after its HLO op: ``debug_callback.1`` (``jax.profiler``'s TraceMe) or
 ``Thunk:#name=.../debug_callback,hlo_op=debug_callback.1,...#`` (XLA's NVTX ranges in a
 recording). The idle split (``model.idle``) gives the GPU idle time inside these ranges to the
-host work it is, not to the copy's sync and what follows it.
+host work it is, not to the copy's sync and what follows it, and the thunk's own copies (its
+operands to the host, its results back) to the callback too: XLA allocates their host buffers,
+so pinning (``pageable_memcpy``) is no fix the user can make, and removing the callback removes
+them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import numpy.typing as npt
 
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.busy import IntervalSet
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.steps import work_annotations
@@ -43,4 +49,16 @@ def callback_intervals(g: StepGraph) -> tuple[I64, I64]:
     return ts, ts + dur
 
 
-__all__ = ["CALLBACK_OP", "callback_intervals", "is_callback"]
+def callback_set(g: StepGraph) -> IntervalSet:
+    """The host-callback thunk ranges of the rank, merged."""
+    return IntervalSet.of(*callback_intervals(g))
+
+
+def inside_callbacks(g: StepGraph, ts: I64) -> npt.NDArray[np.bool_]:
+    """Per time: whether it falls inside a host-callback thunk range of the rank."""
+    cb = callback_set(g)
+    return iv.assign_to_windows(np.asarray(ts, dtype=np.int64), cb.starts, cb.ends) >= 0
+
+
+__all__ = ["CALLBACK_OP", "callback_intervals", "callback_set", "inside_callbacks",
+           "is_callback"]

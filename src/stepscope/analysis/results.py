@@ -19,7 +19,12 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from stepscope.analysis.breakdown import Breakdown, breakdown_from_sets, host_layers
+from stepscope.analysis.breakdown import (
+    Breakdown,
+    breakdown_from_sets,
+    host_layers,
+    unrecorded_host,
+)
 from stepscope.analysis.busy import gpu_activity, rank_union
 from stepscope.analysis.copies import CopyAnalysis, analyze_copies
 from stepscope.analysis.gpu_use import GpuPresence, gpu_presence
@@ -93,7 +98,7 @@ def analyze_rank(g: StepGraph) -> RankAnalysis:
     for a in acts.values():
         per_step += a.busy.within(ws, we)
         per_marker += a.busy.within(steps.starts, steps.ends)
-    bd = breakdown_from_sets(rank, steps, rank_union(acts), host_layers(g))
+    bd = breakdown_from_sets(rank, steps, rank_union(acts), host_layers(g), unrecorded_host(g))
     steady = steps.steady
     sw = steps.starts[[s.index for s in steady]], steps.ends[[s.index for s in steady]]
     window = (steady[0].start_ns, steady[-1].end_ns) if steady else None

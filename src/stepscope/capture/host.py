@@ -9,25 +9,8 @@ row tuples (``capture.buffers``) that ``drain()`` hands to the writer as column 
 ``schema`` columns of each table). What the DataLoader hooks see is kept by
 ``capture.loader_records``; the samplers are in ``capture.samplers``.
 
-Step boundaries
----------------
-Boundary ``k`` (0-based) is where step ``k`` begins; step ``k`` ends at boundary ``k + 1``, and
-the ``steps`` row of step ``k`` is emitted then (``source`` = how boundary ``k`` was found).
-Boundaries come from:
-
-- the optimizer hook: the post-hook of ``Optimizer.step``. With several optimizers (GANs,
-  per-module optimizers) only the *pacing* optimizer counts: the first one seen stepping (the
-  next one to step becomes pacing when it is garbage collected). Gradient accumulation is
-  therefore one step per optimizer step, which is what a training step is.
-- JAX ``StepTraceAnnotation`` entered, Keras ``CallbackList.on_train_batch_end`` (see
-  ``capture.hooks``). Of the three hooks, the first that fires is the one used for the rest of
-  the run (``settings_for_manifest()["samplers"]["steps"]["hook"]``), so a program that trips two
-  of them (Keras on the JAX backend inside a ``StepTraceAnnotation``) never double-counts.
-- ``mark_step()`` (``stepscope.step()``): once it has been called, hook boundaries are
-  ignored for the rest of the run, so the two never double-count.
-
-Step listeners get ``k`` at every boundary, on the thread that crossed it; an exception in a
-listener becomes a diagnostic, never the user's problem.
+Step boundaries (where each step begins, from the optimizer, JAX, Keras and NVTX hooks or
+``stepscope.step()``) are kept by ``capture.step_boundaries``.
 
 Nothing here prints; nothing needs torch, psutil or NVML: what is missing is a diagnostic.
 """
@@ -50,15 +33,14 @@ from stepscope.capture.buffers import TableBuffers
 from stepscope.capture.gpu_flow import GpuFlow
 from stepscope.capture.hooks.install import WRAPPER_FILES, TorchHooks
 from stepscope.capture.hooks.nvtx_steps import NVTX_STEP
-from stepscope.capture.hooks.optimizer import TORCH_STEP
 from stepscope.capture.loader_records import LoaderRecords
 from stepscope.capture.periodic import run_periodic
 from stepscope.capture.samplers.metrics import open_samplers
 from stepscope.capture.samplers.numa import numa_node_cpus
 from stepscope.capture.samplers.remote import SamplerProcess
 from stepscope.capture.stacks import StackSampler
+from stepscope.capture.step_boundaries import StepBoundaries
 from stepscope.capture.topology import process_cpus
-from stepscope.schema_enums import StepSource
 from stepscope.settings import Settings
 from stepscope.store.manifest import Diagnostic
 
@@ -110,24 +92,19 @@ class HostCapture:
         self._loaders = LoaderRecords(
             push=self._buffers.push, note_thread=lambda: self._note_thread(threading.current_thread()),
             note_process=self._note_process, diag=self._diag)
+        self._steps = StepBoundaries(
+            clock=clock, push=self._buffers.push, diag=self._diag,
+            note_thread=lambda: self._note_thread(threading.current_thread()),
+            hook=NVTX_STEP if settings.nvtx_step else None)
         self._hooks = TorchHooks(clock=clock, on_wait=self._loaders.on_wait,
                                  on_iterator=self._on_iterator,
-                                 on_optimizer_step=self._on_optimizer_step, on_error=self._diag,
-                                 on_step_marker=self._on_step_marker,
-                                 nvtx_step=settings.nvtx_step, on_compile=self._on_compile)
-        self._last_compile_ns: int | None = None  # when JAX last reported a compile ended
+                                 on_optimizer_step=self._steps.on_optimizer_step,
+                                 on_error=self._diag, on_step_marker=self._steps.on_step_marker,
+                                 nvtx_step=settings.nvtx_step, on_compile=self._steps.on_compile)
         # threads whose stacks are sampled: ident -> native id
         self._sampled: dict[int, int] = {}
         self._seen_threads: set[tuple[int, int]] = set()
         self._seen_pids: set[int] = set()
-        # steps
-        self._listeners: list[Callable[[int], None]] = []
-        self._next_boundary = 0
-        self._last_boundary: tuple[int, StepSource] | None = None
-        self._manual = False
-        # the step hook in use: the first one that fired (NVTX ranges when asked for)
-        self._hook: str | None = NVTX_STEP if settings.nvtx_step else None
-        self._pacing: Callable[[], Any] | None = None
         # sampler state, for the manifest
         self._status: dict[str, Any] = {"metrics": {}, "stacks": {}}
         self._nvml_info: dict[str, Any] = {}  # OpenSamplers.nvml_info() of wherever NVML ran
@@ -224,71 +201,18 @@ class HostCapture:
             if not self._running:
                 self._hooks.uninstall()
 
-    # -- steps -------------------------------------------------------------------------------
+    # -- steps (capture.step_boundaries) ---------------------------------------------------
     def mark_step(self, ts_ns: int | None = None) -> None:
-        self._manual = True
-        self._boundary(self._clock() if ts_ns is None else ts_ns, StepSource.MANUAL)
+        self._steps.mark(ts_ns)
 
     def add_step_listener(self, fn: Callable[[int], None]) -> None:
-        with self._lock:
-            self._listeners.append(fn)
-
-    def _on_optimizer_step(self, optimizer: Any) -> None:
-        try:
-            if self._manual or not self._claim(TORCH_STEP):
-                return
-            pacing = self._pacing() if self._pacing is not None else None
-            if pacing is None:
-                try:
-                    self._pacing = weakref.ref(optimizer)
-                except TypeError:
-                    self._pacing = lambda: optimizer
-            elif pacing is not optimizer:
-                return
-            self._note_thread(threading.current_thread())
-            self._boundary(self._clock(), StepSource.HOOK)
-        except Exception as e:
-            self._diag("step_hook_error", f"optimizer step hook failed: {type(e).__name__}: {e}")
-
-    def _on_compile(self) -> None:
-        self._last_compile_ns = self._clock()
+        self._steps.add_listener(fn)
 
     @property
     def last_compile_ns(self) -> int | None:
         """When the program's framework (JAX) last reported a compilation ended (None: never):
         the default window's warm-up waits for it (``capture.auto_window``)."""
-        return self._last_compile_ns
-
-    def _on_step_marker(self, hook: str) -> None:
-        try:
-            if self._manual or not self._claim(hook):
-                return
-            self._note_thread(threading.current_thread())
-            self._boundary(self._clock(), StepSource.HOOK)
-        except Exception as e:
-            self._diag("step_hook_error", f"{hook} step hook failed: {type(e).__name__}: {e}")
-
-    def _claim(self, hook: str) -> bool:
-        with self._lock:
-            if self._hook is None:
-                self._hook = hook
-            return self._hook == hook
-
-    def _boundary(self, ts: int, source: StepSource) -> None:
-        with self._lock:
-            k = self._next_boundary
-            self._next_boundary += 1
-            if self._last_boundary is not None:
-                start, start_source = self._last_boundary
-                self._push("steps", (start, max(0, ts - start), k - 1, start_source.value, None))
-            self._last_boundary = (ts, source)
-            listeners = list(self._listeners)
-        for fn in listeners:
-            try:
-                fn(k)
-            except Exception as e:
-                self._diag("step_listener_error", f"a step listener failed at step {k}: "
-                           f"{type(e).__name__}: {e}")
+        return self._steps.last_compile_ns
 
     def _worker_pids(self) -> frozenset[int] | None:
         if not self.settings.hooks:
@@ -437,9 +361,7 @@ class HostCapture:
             "metrics": metrics,
             "stacks": dict(self._status["stacks"]),
             "hooks": dict(self._hooks.installed) if self.settings.hooks else "off",
-            "steps": {"boundaries": self._next_boundary,
-                      "source": "manual" if self._manual else ("hook" if self._next_boundary else None),
-                      "hook": self._hook},
+            "steps": self._steps.manifest(),
         }
         return out
 
@@ -451,6 +373,7 @@ def _reset_in_child(ref: Callable[[], HostCapture | None]) -> None:
         cap._lock = threading.RLock()
         cap._buffers.after_fork()
         cap._loaders.after_fork()
+        cap._steps.after_fork()
         cap._threads = []
 
 

@@ -45,17 +45,8 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def default_output(first: str) -> Path:
-    p = Path(first.rstrip("/"))
-    name = p.name
-    for suffix in (".gz", ".json", ".trace", ".pt", ".sqlite", ".csv", ".ncu-rep"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return p.with_name(name + ".stepscope")
-
-
 def run(args: argparse.Namespace) -> int:
-    from stepscope.importers import import_traces
+    from stepscope.importers import import_traces, run_folder_for
     from stepscope.importers.ncu import attach_profiles, import_profiles, is_ncu_file
     from stepscope.store.writer import check_replaceable
 
@@ -69,14 +60,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"added {len(profiles)} Nsight Compute profile(s) to run {path}", file=sys.stdout)
         return 0
     if profiles and not traces:
-        out = Path(args.output) if args.output else default_output(profiles[0])
+        out = Path(args.output) if args.output else run_folder_for(profiles[0])
         if args.force:
             check_replaceable(out, profiles)
         path = import_profiles(profiles, out, overwrite=args.force)
         print(f"wrote run {path}", file=sys.stdout)
         return 0
     args.traces = traces
-    out = Path(args.output) if args.output else default_output(args.traces[0])
+    out = Path(args.output) if args.output else run_folder_for(args.traces[0])
     if args.force:
         check_replaceable(out, args.traces)  # never delete a folder that is not a run
     with TerminalProgress(not args.quiet, delay_s=PROGRESS_AFTER_S) as sink, reporting(sink):

@@ -18,8 +18,9 @@ Alignment, by step, never by wall-clock window:
   steps are not the same work (one side has markers, or the periods differ), the step times
   do not measure the same thing: the verdict is inconclusive and ``alignment`` says why.
 * **Causes.** The breakdown leaves GPU idle time that no recorded host event explains as
-  ``idle`` (a recorded run holds no framework ops, so a host-bound step's Python shows there),
-  and counts the idle time after a sync returns (the queue refilling) as ``launch``. The
+  ``idle`` where the rank recorded host ops (a recorded run holds none: there it splits that
+  time as the idle model does, ``analysis.breakdown.host_idle``), and counts the idle time
+  after a sync returns (the queue refilling) as ``launch``. The
   ``causes`` split the same time as the advisor does (``model.idle``): the GPU categories,
   then GPU idle time claimed by input waits, syncs (blocked, and the drain after them),
   step-boundary gaps, launch overhead and host work (with the unexplained rest). They sum to

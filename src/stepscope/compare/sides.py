@@ -89,7 +89,8 @@ def rank_sample(analysis: Analysis, ra: RankAnalysis) -> RankSample:
 # What the step's time went to, GPU idle time split by what the GPU waited for: the GPU
 # categories of the breakdown, then the idle split the advisor uses (``model.idle``: first
 # claim wins; ``host`` includes the GPU idle time no recorded event explains, which the
-# breakdown leaves ``idle``). Sums to the mean steady step, as the categories do.
+# breakdown leaves ``idle`` on a rank with host ops). Sums to the mean steady step, as the
+# categories do.
 CAUSES: tuple[str, ...] = ("compute", "communication", "copies", "input_wait", "sync",
                            "step_gaps", "launch", "host")
 

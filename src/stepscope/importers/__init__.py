@@ -4,7 +4,7 @@ each (``kineto/``, ``xspace/``), each reading a file as one rank's bundle; ``det
 from stepscope.importers.detect import detect
 from stepscope.importers.kineto import parse_kineto
 from stepscope.importers.registry import FORMATS, Format, format_of
-from stepscope.importers.traces import import_traces, trace_files
+from stepscope.importers.traces import import_traces, run_folder_for, trace_files
 
 __all__ = ["FORMATS", "Format", "detect", "format_of", "import_traces", "parse_kineto",
-           "trace_files"]
+           "run_folder_for", "trace_files"]

@@ -4,6 +4,13 @@
 #ifndef SS_KINETO_JSON_H
 #define SS_KINETO_JSON_H
 #define PY_SSIZE_T_CLEAN
+/* The stable ABI of CPython 3.11 (Py_buffer joined it in 3.11): one build, `*.abi3.so`, loads in
+ * every CPython >= 3.11 (pyproject.toml: py-limited-api). Only the stable ABI's functions are
+ * declared then, so a call outside it does not compile. SS_FULL_API builds against the full C
+ * API instead (benchmarks/scanner_abi3.py compares the two). */
+#if !defined(Py_LIMITED_API) && !defined(SS_FULL_API)
+#define Py_LIMITED_API 0x030B0000
+#endif
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>

@@ -218,13 +218,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     const uchar *base = view.buf;
     const char *catp[MAX_CATS];
     Py_ssize_t catl[MAX_CATS];
-    if (ncats > MAX_CATS || PyTuple_GET_SIZE(cats) != ncats || start < 0 || stop > view.len ||
+    if (ncats > MAX_CATS || PyTuple_Size(cats) != ncats || start < 0 || stop > view.len ||
         start > stop) {
         PyErr_SetString(PyExc_ValueError, "scan: bad arguments");
         goto done;
     }
     for (Py_ssize_t i = 0; i < ncats; i++) {
-        catp[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(cats, i), &catl[i]);
+        catp[i] = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(cats, i), &catl[i]);
         if (!catp[i]) goto done;
     }
     if (stop - start > INT32_MAX) goto fallback; /* string offsets and positions are int32 */
@@ -279,24 +279,25 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     if (!o.str.n && intern(&o.str, "", 0) < 0) goto nomem; /* an empty table still has off[0] */
     {
-        PyObject *items[N_BUF + 5];
+        PyObject *items[N_BUF + 6];
         items[0] = PyLong_FromSsize_t(pos);
         items[1] = PyBytes_FromStringAndSize((const char *)o.counts, (Py_ssize_t)(8 * ncats));
         items[2] = PyLong_FromSsize_t(o.rows);
         for (int i = 0; i < N_BUF; i++) items[3 + i] = bytes_of(&o.b[i]);
         items[3 + N_BUF] = bytes_of(&o.str.off);
         items[4 + N_BUF] = bytes_of(&o.str.data);
+        items[5 + N_BUF] = PyLong_FromSsize_t(s.p - base);
         result = PyTuple_New(N_BUF + 6);
         int bad = !result;
-        for (int i = 0; i < N_BUF + 5; i++) {
-            if (!items[i]) bad = 1;
-            if (result) PyTuple_SET_ITEM(result, i, items[i] ? items[i] : (Py_INCREF(Py_None), Py_None));
-            else Py_XDECREF(items[i]);
-        }
-        if (result) {
-            PyObject *endpos = PyLong_FromSsize_t(s.p - base);
-            if (!endpos) bad = 1;
-            PyTuple_SET_ITEM(result, N_BUF + 5, endpos ? endpos : (Py_INCREF(Py_None), Py_None));
+        for (int i = 0; i < N_BUF + 6; i++) {
+            PyObject *item = items[i];
+            if (!item) {
+                bad = 1;
+            } else if (!result) {
+                Py_DECREF(item);
+            } else if (PyTuple_SetItem(result, i, item)) { /* steals item, even on failure */
+                bad = 1;
+            }
         }
         if (bad) Py_CLEAR(result);
     }

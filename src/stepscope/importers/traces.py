@@ -40,6 +40,20 @@ from stepscope.store.manifest import Diagnostic, Manifest, SourceInfo
 from stepscope.store.produce import RankBundle, assemble
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".xplane.pb", ".xplane.pb.gz")
+# dropped, in this order, from a trace's name to name the run written beside it
+RUN_NAME_DROPS = (".gz", ".json", ".trace", ".pt", ".sqlite", ".csv", ".ncu-rep")
+
+
+def run_folder_for(trace: str | Path) -> Path:
+    """``<name>.stepscope`` beside ``trace``: the run ``stepscope import`` writes without
+    ``-o`` and ``stepscope.load`` imports into (``RUN_NAME_DROPS`` dropped from the name:
+    ``a/rank0.pt.trace.json.gz`` -> ``a/rank0.stepscope``)."""
+    t = Path(trace)
+    t = t if t.name else t.resolve()
+    name = t.name
+    for suffix in RUN_NAME_DROPS:
+        name = name.removesuffix(suffix)
+    return t.with_name(name + ".stepscope")
 
 
 def trace_files(paths: Sequence[str | Path]) -> tuple[list[Path], list[Diagnostic]]:

@@ -12,6 +12,10 @@ claim wins:
    ``callback``      inside an XLA host-callback thunk (``analysis.callbacks``: the step's
                      program calls back into Python, inline on the executing thread, copy
                      and wait included): claimed by ``host`` (5.), not by the copy's sync;
+                     the thunk's own copies (GPU busy copying, no kernel running, inside
+                     the thunk) are not idle time but are the callback's too:
+                     ``callback_copy``, kept apart (``host_bound`` adds it; the
+                     ``pageable_memcpy`` rule leaves these copies out);
 2. ``sync_blocked``  a host thread is blocked in a sync or a blocking copy
                      (``analysis.syncs.sync_intervals``);
    ``sync_drain``    after each sync point, the idle time it causes once it returns: the
@@ -38,6 +42,8 @@ claim wins:
                      waits (CPU work before a launch), and idle time with no host event at
                      all (``other``, a subset of ``host``: Python work the trace did not
                      record, sleeps, I/O).
+   4. and 5. are ``analysis.breakdown.host_idle``, the rule the step-time breakdown also
+   applies to the GPU idle time of a rank without host ops (a live capture's run).
 
 Profiler cost on the critical path
 ----------------------------------
@@ -73,12 +79,12 @@ import numpy as np
 
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.breakdown import host_work_intervals
+from stepscope.analysis.breakdown import host_idle
 from stepscope.analysis.busy import IntervalSet, gpu_activity, rank_union
-from stepscope.analysis.callbacks import callback_intervals
+from stepscope.analysis.callbacks import callback_set
 from stepscope.analysis.input import input_wait_intervals
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import LONG_GAP_NS, launch_bound_gaps, launch_intervals
+from stepscope.analysis.launches import LONG_GAP_NS
 from stepscope.analysis.steady import Step
 from stepscope.analysis.syncs import sync_intervals
 from stepscope.model.profiler_cost import costs_for, gpu_slack, host_events
@@ -101,6 +107,8 @@ class IdleSplit:
     launch: IntervalSet
     host: IntervalSet
     other: IntervalSet  # part of ``host`` with no host event
+    callback: IntervalSet  # part of ``host`` inside host-callback thunks
+    callback_copy: IntervalSet  # copy-only GPU time inside the thunks (not idle: not in host)
     host_factor: float  # f x T / (T - P), module docstring
     share_keep: float  # T / (T - P): untraced time in traced-step units
     profiler_ns_per_step: float  # P per step
@@ -201,11 +209,15 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     ws = np.array([s.window[0] for s in steps], dtype=np.int64)
     we = np.array([s.window[1] for s in steps], dtype=np.int64)
     window = IntervalSet.of(ws, we)
-    busy = rank_union(gpu_activity(g)).busy
+    act = rank_union(gpu_activity(g))
+    busy = act.busy
     idle = window - busy
     inp = idle & IntervalSet.of(*input_wait_intervals(g))
     rest = idle - inp
-    callback = rest & IntervalSet.of(*callback_intervals(g))  # host work, copy included
+    thunks = callback_set(g)
+    callback = rest & thunks  # host work, the wait for its copy included
+    callback_copy = ((window & thunks) & busy) - act.kernels if thunks.starts.size else \
+        IntervalSet.empty()
     rest = rest - callback
     blocked = rest & IntervalSet.of(*sync_intervals(g))
     rest = rest - blocked
@@ -228,17 +240,15 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     edges = np.unique(np.concatenate((ws, we)))
     gaps = rest & _touching(idle, edges)
     rest = rest - gaps
-    g_s, g_e = launch_bound_gaps(g)
-    short = (g_e - g_s) <= LONG_GAP_NS
-    launch_path = IntervalSet.of(*launch_intervals(g))
-    known = host_work_intervals(g) | launch_path
-    launch = (rest & IntervalSet.of(g_s[short], g_e[short])) - (known - launch_path)
-    host = (rest - launch) | callback
-    other = host - known
+    split = host_idle(g, rest)  # the breakdown's rule too (analysis.breakdown)
+    launch = split.launch
+    host = split.host | callback
+    other = host - split.known
     # neither the busy nor the idle set is kept: the rules read the claims, and the busy set
     # (the whole trace's GPU activity again) and the idle set (its complement in the windows)
     # would be most of what a worker of a rank-parallel analysis sends back for the split
     return IdleSplit(rank=ra.rank, steps=steps, win_start=ws, win_end=we,
                      input=inp, sync_blocked=blocked, sync_drain=drain, gaps=gaps, launch=launch,
-                     host=host, other=other, host_factor=factor * share_keep,
+                     host=host, other=other, callback=callback, callback_copy=callback_copy,
+                     host_factor=factor * share_keep,
                      share_keep=share_keep, profiler_ns_per_step=prof)

@@ -1,5 +1,9 @@
 """What pinning the pageable host copies would save per step (the method: the
-``pageable_memcpy`` rule's docs page and module docstring)."""
+``pageable_memcpy`` rule's docs page and module docstring).
+
+Copies made inside an XLA host-callback thunk (``analysis.callbacks``) are left out: XLA
+allocates their host buffers, so the user cannot pin them; they go with the callback
+(``host_bound``)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import numpy as np
 
 from stepscope.analysis import RankAnalysis
 from stepscope.analysis.busy import IntervalSet
+from stepscope.analysis.callbacks import inside_callbacks
 from stepscope.analysis.copies import pageable_at_pinned_ns
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.results import FACT
@@ -56,6 +61,8 @@ def _pageable_copies(g: StepGraph, ra: RankAnalysis) -> PageableCopies | None:
     api = mt.load_api(g)
     c = mt.load_copies(g, win, api)
     sel = (c.step >= 0) & c.pageable & (c.htod | c.dtoh) & ~c.tiny
+    if sel.any():  # not the callbacks' own copies (module docstring)
+        sel &= ~inside_callbacks(g, c.issue)
     if not mt.recurring(c.step[sel], win.n):
         return None
     idx = np.flatnonzero(sel)

@@ -22,13 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepscope.errors import RunError, StepscopeError
-from stepscope.importers import import_traces
+from stepscope.importers import import_traces, run_folder_for
 from stepscope.importers.ncu import import_profiles, is_ncu_file
 from stepscope.store.manifest import MANIFEST_NAME, read_manifest
 from stepscope.store.writer import check_replaceable
-
-# the suffixes ``stepscope import`` drops to name the run beside a trace
-_SUFFIXES = (".gz", ".json", ".trace", ".pt", ".sqlite", ".csv", ".ncu-rep")
 
 
 @dataclass(frozen=True)
@@ -47,15 +44,6 @@ class Opened:
         if self.how == "reused":
             return f"run {self.path} (imported from {self.traces} before; reused)"
         return f"run {self.path} ({self.how} from {self.traces})"
-
-
-def run_folder_for(trace: Path) -> Path:
-    """``<name>.stepscope`` beside ``trace`` (``stepscope import``'s default output)."""
-    t = trace if trace.name else trace.resolve()
-    name = t.name
-    for suffix in _SUFFIXES:
-        name = name.removesuffix(suffix)
-    return t.with_name(name + ".stepscope")
 
 
 def is_run(path: Path) -> bool:

@@ -119,7 +119,7 @@ def test_host_capture_counts_only_the_nvtx_steps(modules: tuple[ModuleType, Modu
     host.add_step_listener(seen.append)
     host.start()
     try:
-        host._on_optimizer_step(object())  # an optimizer steps too: not a boundary here
+        host._steps.on_optimizer_step(object())  # an optimizer steps too: not a boundary here
         for _ in range(3):
             pkg.push_range("step")  # type: ignore[attr-defined]
     finally:

@@ -11,8 +11,8 @@ import pytest
 from tests.importers.nsys.nsys_db import build
 
 import stepscope
-from stepscope.cli.import_ import default_output
 from stepscope.cli.main import main
+from stepscope.importers import run_folder_for
 
 
 def test_steps_come_from_nvtx_ranges_named_like_steps(tmp_path: Path) -> None:
@@ -25,8 +25,22 @@ def test_steps_come_from_nvtx_ranges_named_like_steps(tmp_path: Path) -> None:
 
 
 def test_default_output_drops_the_sqlite_suffix() -> None:
-    assert default_output("a/report1.sqlite.gz") == Path("a/report1.stepscope")
-    assert default_output("report1.sqlite") == Path("report1.stepscope")
+    assert run_folder_for("a/report1.sqlite.gz") == Path("a/report1.stepscope")
+    assert run_folder_for("report1.sqlite") == Path("report1.stepscope")
+
+
+def test_import_and_load_name_the_run_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    # one home for the name (importers.run_folder_for): `stepscope import` without -o and
+    # stepscope.load write the same folder, the trace's suffixes dropped
+    assert run_folder_for("a/rank0.pt.trace.json.gz") == Path("a/rank0.stepscope")
+    assert run_folder_for("logs/") == Path("logs.stepscope")
+    monkeypatch.chdir(tmp_path)
+    assert run_folder_for(".") == tmp_path.with_name(tmp_path.name + ".stepscope")
+    src = build(tmp_path / "report1.sqlite")
+    assert main(["import", str(src), "--quiet"]) == 0
+    assert (tmp_path / "report1.stepscope" / "manifest.json").is_file()
+    assert stepscope.load(src).path == tmp_path / "report1.stepscope"  # reused, not imported
 
 
 def _one_line_exit_2(path: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path,

@@ -6,9 +6,16 @@ syncs, step-boundary gaps and short launch waits are claimed by their own rules
 user annotations (the ``host`` category of the step-time breakdown), launch-path time in
 waits longer than 100 µs (a framework op computing on the CPU before it launches), and
 idle time with no host event at all (Python the trace did not record: the breakdown's
-``idle``), scaled by the profiler correction. If that host work left the step (or ran
+``idle``, or its ``host`` on a rank without host ops), scaled by the profiler correction. If that host work left the step (or ran
 ahead of the GPU), the GPU would be fed instead of waiting. When more than half of it has
 no host event, confidence is at most medium.
+
+Host callbacks (``analysis.callbacks``: an XLA thunk that calls back into Python inside the
+compiled step): the GPU idle inside them is host work (the split claims it here), and their
+own copies (GPU busy copying the operands, no kernel running) are added to the saving
+(``IdleSplit.callback_copy``): removing the callback removes them, and pinning cannot, since
+XLA allocates their host buffers. When the callbacks are at least half of the saving, the fix
+leads with them (``CALLBACK_FIX``).
 
 Evidence: the innermost framework ops, user Python frames and user annotations on the
 training thread during that time (exclusive time, ``model.host_ops``); framework ops
@@ -74,6 +81,28 @@ FIX = Fix(
     cuda="move host computation off the critical path (another thread) or onto the GPU",
 )
 
+# the callbacks' own fix (module docstring); PyTorch and CUDA have no such thunk: the general text
+CALLBACK_FIX = Fix(
+    pytorch=FIX.pytorch,
+    tensorflow=("no tf.py_function / tf.numpy_function inside the tf.function step: compute the "
+                "value with TensorFlow ops in the step and return it (log it every N steps)"),
+    jax=("take the host callback out of the jitted step: compute the value with jax.numpy "
+         "inside the step and return it (read it a few steps later or every N steps) instead "
+         "of jax.debug.callback / jax.debug.print / jax.pure_callback / io_callback, which copy "
+         "their operands to the host and leave the GPU with nothing queued until the Python "
+         "function returns; host code that must run takes the returned values, outside the "
+         "step"),
+    cuda=FIX.cuda,
+)
+CALLBACK_LEAD = 0.5  # callbacks' share of the saving from which their fix leads
+COPY_TITLE_SHARE = 0.05  # the callbacks' copies' share from which the title names them
+
+
+def _saving_ms(split: IdleSplit) -> float:
+    """The rule's saving on one rank: host idle (profiler-scaled) + the callbacks' copies."""
+    return (split.mean_ms(split.host) * split.host_factor
+            + split.mean_ms(split.callback_copy) * split.share_keep)
+
 
 class HostBound:
     id = "host_bound"
@@ -83,7 +112,7 @@ class HostBound:
 
     def check(self, ctx: Context) -> Sequence[Finding]:
         if any(ra.devices_used for ra in ctx.ranks):
-            best = worst_rank(ctx, lambda split: split.mean_ms(split.host) * split.host_factor)
+            best = worst_rank(ctx, _saving_ms)
             return [] if best is None else [self._finding(ctx, *best)]
         return self._on_cpu(ctx)
 
@@ -164,14 +193,21 @@ class HostBound:
     def _finding(self, ctx: Context, saving: float, ra: RankAnalysis, split: IdleSplit
                  ) -> Finding:
         n = split.n
-        per = split.per_step(split.host).astype(np.float64) * split.host_factor
+        per = (split.per_step(split.host).astype(np.float64) * split.host_factor
+               + split.per_step(split.callback_copy).astype(np.float64) * split.share_keep)
         raw = split.mean_ms(split.host)
+        cb_idle, cb_copy = split.mean_ms(split.callback), split.mean_ms(split.callback_copy)
         evidence = [
             (f"GPU idle inside the step while the host does other work than launching: "
             f"{ms(raw * 1e6)} per step (breakdown 'host' {ms(ra.breakdown.mean_ms['host'] * 1e6)}"
             f", 'idle' {ms(ra.breakdown.mean_ms['idle'] * 1e6)}; step-boundary gaps, syncs, "
             f"input waits and launch waits are counted by their own findings)"),
         ]
+        if cb_idle > 0 or cb_copy > 0:
+            evidence.append(
+                f"host callbacks inside the compiled step: {ms(cb_idle * 1e6)} per step of this "
+                f"idle time is inside their thunks, and {ms(cb_copy * 1e6)} per step of the "
+                f"thunks' own copies (operands to the host, no kernel running) adds to the saving")
         fw = idle_ops(ctx.graph_of(ra.rank), "host", split.host, CpuOpKind.FRAMEWORK.value)
         py = idle_ops(ctx.graph_of(ra.rank), "host", split.host, CpuOpKind.PYTHON.value)
         ann = idle_ops(ctx.graph_of(ra.rank), "host", split.host, "annotation")
@@ -200,22 +236,29 @@ class HostBound:
                   f"host ran framework ops, Python or unrecorded work (breakdown 'host' and "
                   f"'idle', plus launch-path time in waits > 100 µs), excluding input waits, "
                   f"syncs, step-boundary gaps and short launch waits")
+        if cb_copy > 0:
+            method += ("; plus the copy-only GPU time inside host-callback thunks (their "
+                       "operands' copies, which go with the callback)")
         if abs(split.host_factor - 1.0) >= 0.01:
             method += (f"; scaled by {split.host_factor:.2f} for the profiler's own host cost "
                        f"(model/idle.py)")
         top = (py or fw or ann)
-        title = (f"Host-bound: the GPU idles {ms(saving * 1e6)} per step "
+        copies = cb_copy * split.share_keep >= COPY_TITLE_SHARE * saving
+        idles = "idles or copies for host callbacks" if copies else "idles"
+        title = (f"Host-bound: the GPU {idles} {ms(saving * 1e6)} per step "
                  f"({pct(ctx.share(saving))}) while the host runs Python/CPU work"
                  + (f" ({top[0].name})" if top else ""))
         sites = [o.name for o in (py[:3] + fw[:3])]
         where = where_worst(split, per.astype(np.int64), call_sites=sites)
+        callbacks_ms = cb_idle * split.host_factor + cb_copy * split.share_keep
+        fix = CALLBACK_FIX if saving > 0 and callbacks_ms >= CALLBACK_LEAD * saving else FIX
         confidence, note = ctx.host_confidence, ctx.host_note
         if raw > 0 and other > UNSEEN_SHARE * raw and confidence == Confidence.HIGH:
             confidence = Confidence.MEDIUM
             note = (f"{pct(other / raw)} of this idle time has no host event: the trace does "
                     f"not say what the host was doing (record with Python stacks to see it)")
         return ctx.finding(id=self.id, category=self.category, title=title, saving_ms=saving,
-                           method=method, evidence=evidence, fix=FIX, where=where,
+                           method=method, evidence=evidence, fix=fix, where=where,
                            confidence=confidence, note=note,
                            max_severity=max_severity(ctx, ra, host_side=True))
 

@@ -1,7 +1,7 @@
 """PyTorch optimizer hook: a global ``register_optimizer_step_post_hook`` (torch >= 2.0).
 
 Every ``Optimizer.step`` of the program calls ``on_step(optimizer)`` after it ran; which
-optimizer paces the steps is the host capture's decision (``capture.host``).
+optimizer paces the steps is the host capture's decision (``capture.step_boundaries``).
 """
 
 from __future__ import annotations

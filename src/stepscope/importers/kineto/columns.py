@@ -77,6 +77,8 @@ def int_array(values: Sequence[Any], typ: pa.DataType = _I64) -> pa.Array:
 
 _ARROW_TYPES = {np.dtype(t): pa.from_numpy_dtype(t)
                 for t in (np.int8, np.int16, np.int32, np.int64, np.float32, np.float64)}
+# and back: ``pa.DataType.to_pandas_dtype`` imports pandas (an optional extra) before pyarrow 26
+_NUMPY_TYPES = {a: d for d, a in _ARROW_TYPES.items()}
 
 
 def arrow(values: npt.NDArray[Any], null: npt.NDArray[np.bool_] | None = None) -> pa.Array:
@@ -97,7 +99,7 @@ def arrow(values: npt.NDArray[Any], null: npt.NDArray[np.bool_] | None = None) -
 
 def with_nulls(values: npt.NDArray[Any], null: npt.NDArray[np.bool_], typ: pa.DataType) -> pa.Array:
     """``values`` (cast to ``typ``) as an Arrow array, null where ``null``."""
-    return arrow(values.astype(typ.to_pandas_dtype(), copy=False), null)
+    return arrow(values.astype(_NUMPY_TYPES[typ], copy=False), null)
 
 
 def float_array(values: Sequence[Any], typ: pa.DataType = _F64) -> pa.Array:

@@ -88,8 +88,10 @@ const CAT_HELP = {
   copies: 'only memcpy/memset run: copies not hidden behind compute',
   input_wait: 'GPU idle while the host waits for the next batch',
   sync: 'GPU idle while a host thread is blocked in a sync or blocking copy',
-  launch: 'GPU idle while the host is launching kernels (launch calls and their ops)',
-  host: 'GPU idle while the host runs other framework ops / Python',
+  launch: 'GPU idle while the host is launching kernels (launch calls and their ops; a run ' +
+    'without recorded ops: also waits of at most 100 µs for the next launch)',
+  host: 'GPU idle while the host runs other framework ops / Python (a run without recorded ' +
+    'ops: the rest of the GPU idle time, Python the capture did not record)',
   idle: 'GPU idle and nothing known on the host',
 };
 function catColor(c) { return cssVar('--c-' + c); }
