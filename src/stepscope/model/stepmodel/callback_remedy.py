@@ -19,6 +19,7 @@ Which events fall inside a thunk is a matter of time, which the model does not k
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,7 @@ from stepscope.model.stepmodel.steps import (
 )
 
 ANY_THREAD = -1
+HLO_OP = re.compile(r"hlo_op=([^,#\s]+)")
 FINDINGS = ("host_bound", "sync_calls")
 
 
@@ -211,6 +213,9 @@ def callback_ranges(g: StepGraph, m: StepModel) -> Ranges:
 
 def short_name(name: str) -> str:
     """``debug_callback.1`` out of an XLA thunk annotation (``Thunk:#...hlo_op=...#``)."""
+    op = HLO_OP.search(name)
+    if op and is_callback(op.group(1)):
+        return op.group(1)
     found = CALLBACK_OP.search(name)
     return found.group(0).lstrip("=/# \t") if found else name
 
