@@ -43,6 +43,8 @@ from timing import Step
 # host_bound (analysis/callbacks.py), whose JAX fix names host callbacks.
 EXPECTED = "host_bound"
 FRAMEWORK = "jax"
+# the fix takes the callback out of the step (variants.py): the report's remove_callback
+FIX_REMEDIES = ("remove_callback",)
 DESCRIPTION = ("JAX jit train step (bf16 MLP 4 x 4096, batch 4096) with jax.debug.callback of a "
                "2 KiB per-sample statistic turned into a log metric with fixed NumPy work on "
                "the host each step -> fixed: the same metric computed on the device and "

@@ -89,8 +89,11 @@ def scenario_rows(r: dict[str, Any]) -> list[str]:
             b = next((x for x in prof or [] if (x["variant"], x["check"]) == key), None)
             row = a or b
             assert row is not None
-            measured = (f"{base:.2f} → {v['fixed_ms']:.2f} ({v['saving_pct']:.0f}%)"
-                        if base is not None else "–")
+            # the row's measurement: the baseline the variant was timed against
+            # (``remedy_score.measured_groups``)
+            measured = (f"{row['measured_baseline_ms']:.2f} → {row['measured_fixed_ms']:.2f} "
+                        f"({row['measured_saving_pct']:.0f}%)"
+                        if row.get("measured_baseline_ms") is not None else "–")
             lines.append(
                 f"| {name} | {vname} | {_esc(_checks(row, v))} | {measured} | "
                 f"{_pred_cell(a, rec is not None, why_rec)} | "

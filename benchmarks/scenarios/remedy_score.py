@@ -237,13 +237,46 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, int]:
 FIELD_KEYS = ("remedies", "plan", "plans", "step_model", "captured_step_ms", "captured_from")
 
 
+def measured_groups(res: dict[str, Any]
+                    ) -> list[tuple[float | None, dict[str, dict[str, Any]] | None]]:
+    """The scenario's measured variants, grouped by the baseline they were timed against:
+    normally all of them against ``timing``'s. Where ``timing`` is the program's own loop
+    (``record_suite --program-timing``: ``source`` "program.py", the harness's timing kept
+    as ``timing_harness``), ``program.py --fixed`` timed the default variant (the first)
+    against that baseline: it takes the program's fixed step and saving; the other variants
+    stay against the harness's baseline (``variants_timing``, else ``timing_harness``)."""
+    t = res.get("timing") or {}
+    vs = res.get("variants")
+    if t.get("source") != "program.py" or not vs:
+        return [(t.get("baseline_ms"), vs)]
+    first, *rest = list(vs)
+    prog = vs[first] if t.get("fixed_ms") is None else {
+        **vs[first], "status": "measured", "fixed_ms": t["fixed_ms"],
+        "saving_ms": t.get("saving_ms"), "saving_pct": t.get("saving_pct"),
+        "harness_fixed_ms": vs[first].get("fixed_ms"),
+        "from": "program.py (its own loop, the baseline's source)"}
+    harness = (res.get("variants_timing") or {}).get("baseline_ms") or \
+        (res.get("timing_harness") or {}).get("baseline_ms")
+    out: list[tuple[float | None, dict[str, dict[str, Any]] | None]] = [
+        (t.get("baseline_ms"), {first: prog})]
+    if rest:
+        out.append((harness, {k: vs[k] for k in rest}))
+    return out
+
+
 def score_result(res: dict[str, Any]) -> dict[str, list[dict[str, Any]] | None]:
     """record_suite's per-scenario result -> its remedy rows per path ("record", "profiler");
-    None for a path that gave no report."""
-    base = (res.get("timing") or {}).get("baseline_ms")
+    None for a path that gave no report. Each variant is scored against the baseline it was
+    timed with (:func:`measured_groups`)."""
+    groups = measured_groups(res)
     out: dict[str, list[dict[str, Any]] | None] = {}
     for path in ("record", "profiler"):
         p = res.get(path) or {}
         fields = {k: p[k] for k in FIELD_KEYS if k in p} if p.get("status") == "ok" else None
-        out[path] = score_variants(res.get("variants"), base, fields)
+        rows: list[dict[str, Any]] | None = None
+        for base, vs in groups:
+            got = score_variants(vs, base, fields)
+            if got is not None:
+                rows = (rows or []) + got
+        out[path] = rows
     return out

@@ -8,7 +8,8 @@ Each DIR is what one device call returned (``--copy-to``): results.json and the 
 (``bundle.tar.gz``, ``bundle-2.tar.gz``...); a bundle tarball alone (an earlier suite's, e.g.
 ``docs/data/accuracy-2026-11-26/profiler-traces/rsA.tar.gz``) is read from the scenario
 results it holds, its one measured fix taken as the scenario's default variant. The bundles are unpacked into NEW/DIRNAME/; every
-bundled torch.profiler trace is imported and advised again (``trace_advice.advise_trace``), every
+bundled profiler trace (torch.profiler's, or a JAX scenario's XSpace) is imported and advised
+again (``trace_advice.advise_trace``), every
 bundled recorded run reported again (``record_suite.advise``, in a child process running this
 tree's ``src``); a scenario whose trace or run did not come back keeps the call's advice (said
 in ``rescored``). Then both scores (``timing.score_first_serious`` and
@@ -42,13 +43,24 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+def bundled_trace(tree: Path, name: str) -> Path | None:
+    """The scenario's bundled profiler trace: torch.profiler's
+    (``torch/traces/NAME.pt.trace.json.gz``), else JAX's XSpace (``xplane/NAME.xplane.pb.gz``,
+    ``record_suite.keep_xplane``); None when the bundle has neither."""
+    for trace in (tree / "torch" / "traces" / f"{name}.pt.trace.json.gz",
+                  tree / "xplane" / f"{name}.xplane.pb.gz"):
+        if trace.is_file():
+            return trace
+    return None
+
+
 def readvise_profiler(res: dict[str, Any], tree: Path) -> str:
     """The torch.profiler leg again from the bundled trace; returns what was done."""
     from trace_advice import advise_trace
 
     name = res["scenario"]
-    trace = tree / "torch" / "traces" / f"{name}.pt.trace.json.gz"
-    if not trace.is_file():
+    trace = bundled_trace(tree, name)
+    if trace is None:
         return "profiler kept (no trace in the bundle)"
     try:
         advice = advise_trace(trace, tree / "torch" / "runs" / name)

@@ -30,7 +30,7 @@ from typing import Any
 # The report's remedy ids (issue 22 part 2; the step-model helper's catalogue).
 REMEDY_IDS: tuple[str, ...] = (
     "cuda_graphs", "tf32", "bf16_amp", "channels_last", "pinned_copies", "remove_syncs",
-    "remove_round_trip", "ops_to_gpu", "dataloader_workers", "larger_batch", "comm_overlap",
+    "remove_round_trip", "ops_to_gpu", "remove_callback", "dataloader_workers", "larger_batch", "comm_overlap",
 )
 DEFAULT_NAME = "fixed"
 

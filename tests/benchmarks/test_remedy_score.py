@@ -292,6 +292,35 @@ def test_score_variants_rows_and_plan_check() -> None:
                  "plan_rows": 1, "plan_ok": 1, "traps": 1, "traps_ok": 1}
 
 
+def test_a_variant_timed_by_the_program_is_scored_against_the_programs_baseline() -> None:
+    """--program-timing: program.py's loop timed the baseline and the default fix; the other
+    variants were timed by the harness against its own baseline."""
+    res = conv_result(None)
+    res["timing"] = {"source": "program.py", "baseline_ms": 10.0, "fixed_ms": 5.0,
+                     "saving_ms": 5.0, "saving_pct": 50.0}
+    res["variants_timing"] = {"baseline_ms": 12.0}
+    groups = rs.measured_groups(res)
+    assert [(b, list(v or {})) for b, v in groups] == [
+        (10.0, ["tf32"]), (12.0, ["bf16_amp_channels_last", "remove_syncs", "not_built",
+                                  "plain"])]
+    first = groups[0][1]
+    assert first is not None
+    assert (first["tf32"]["fixed_ms"], first["tf32"]["harness_fixed_ms"]) == (5.0, 6.5)
+    rows = rs.score_result(res)["record"]
+    assert rows is not None
+    got = {(r["variant"], r["check"]): (r["measured_baseline_ms"], r["measured_fixed_ms"],
+                                        r["predicted_fixed_ms"]) for r in rows}
+    # tf32: the stand-in report predicts 6.0 of its 12.0 ms step: 10.0 x 0.5 against 5.0
+    assert got[("tf32", "remedy")] == (10.0, 5.0, 5.0)
+    assert got[("bf16_amp_channels_last", "remedy")] == (12.0, 3.0, 3.0)
+    # without program timing every variant keeps the harness's measurement
+    plain = conv_result(None)
+    assert rs.measured_groups(plain) == [(12.0, plain["variants"])]
+    md = "\n".join(remedy_report.remedies_md([{**res, "remedy_score": rs.score_result(res)}],
+                                             "PyTorch"))
+    assert "| conv_fp32 | tf32 | tf32 | 10.00 → 5.00 (50%) |" in md
+
+
 def test_remedies_table() -> None:
     res = conv_result(rs.remedy_fields(stand_in_report(remedies=[], plan=None)))
     res["remedy_score"] = rs.score_result(res)

@@ -176,3 +176,48 @@ def test_rescore_names_measured_variants_as_the_scenario_declares_them_now(
     res_unknown = {"scenario": "no_such_scenario_module", "variants": {"x": {"remedies": ["a"]}}}
     rescore_remedies.redeclare(res_unknown)
     assert res_unknown["variants"]["x"]["remedies"] == ["a"]
+
+
+def test_rescore_a_jax_scenario_from_its_xspace_and_recorded_run(tmp_path: Path) -> None:
+    """The JAX leg: the bundled XSpace re-advised as the profiler trace, the recorded run
+    re-advised, and the fix (timed by program.py's own loop, ``--program-timing``) scored
+    against the program's baseline and fixed step on both paths (the H100 runs of the
+    jax_host_callback plant, tests/data/PROVENANCE.md)."""
+    call, work = tmp_path / "h1", tmp_path / "work"
+    name = "jax_host_callback"
+    xplane = work / "xplane" / f"{name}.xplane.pb.gz"
+    xplane.parent.mkdir(parents=True)
+    shutil.copy2(DATA / "xspace" / "jax_host_callback_steady_h100.xplane.pb.gz", xplane)
+    shutil.copytree(DATA / "recorded" / "h100_jax_host_callback", work / "rec" / name)
+    fixed = {"name": "fixed", "remedies": ["remove_callback"], "trap": False,
+             "covers": ["remove_callback"], "status": "measured", "fixed_ms": 2.2608,
+             "saving_pct": 83.51}
+    res = {"scenario": name, "expected": "host_bound", "table": "JAX", "framework": "jax",
+           "status": "ok", "variants": {"fixed": fixed},
+           "variants_timing": {"baseline_ms": 13.7129},
+           "timing_harness": {"baseline_ms": 13.7129, "fixed_ms": 2.2608},
+           "timing": {"source": "program.py", "baseline_ms": 13.609, "fixed_ms": 2.585,
+                      "saving_ms": 11.024, "saving_pct": 81.01},
+           "record": {"status": "ok", "findings": [_bogus("bogus_record")]},
+           "profiler": {"status": "ok", "findings": [_bogus("bogus_profiler")]}}
+    (work / "scenarios").mkdir()
+    (work / "scenarios" / f"{name}.json").write_text(json.dumps(res))
+    packed = bundle.pack_bundle(work, [res], limit_mb=14.0)
+    assert packed["left_out"] == []
+    call.mkdir()
+    shutil.copy2(packed["path"], call / "bundle.tar.gz")
+    (call / "results.json").write_text(json.dumps(
+        {"meta": {"date": "2026-11-26 20:33:18 UTC", "command": "record_suite.py"},
+         "scenarios": [res]}))
+    new = tmp_path / "new"
+    assert rescore_remedies.main(["--suite", str(call), "--out", str(new)]) == 0
+    (got,) = json.loads((new / "results.json").read_text())["scenarios"]
+    assert got["rescored"] == "profiler re-advised; record re-advised"
+    for path in ("record", "profiler"):
+        assert got[path]["findings"][0]["id"] == "host_bound"
+        (row,) = got["remedy_score"][path]
+        assert row["source"] == "remedy remove_callback"
+        assert (row["measured_baseline_ms"], row["measured_fixed_ms"]) == (13.609, 2.585)
+        assert row["ok"], row
+    md = (new / "accuracy.md").read_text()
+    assert "| jax_host_callback | fixed | remove_callback | 13.61 → 2.58 (81%) |" in md

@@ -6,7 +6,8 @@ evidence (facts from the model, with numbers), its options where the user choose
 bf16 AMP; each replayed; the plan takes the best), its assumptions, and an ``apply`` that
 edits a model. The catalogue (:func:`candidates`), in order: ``cuda_graphs``, ``tf32``,
 ``bf16_amp`` (option ``channels_last``), ``pinned_copies``, ``remove_syncs``,
-``remove_round_trip``, ``ops_to_gpu``, ``dataloader_workers``, ``larger_batch``, ``comm_overlap``.
+``remove_round_trip``, ``ops_to_gpu``, ``remove_callback`` (``callback_remedy``),
+``dataloader_workers``, ``larger_batch``, ``comm_overlap``.
 The kernel remedies (``tf32``, ``bf16_amp``, ``larger_batch``, ``comm_overlap``) are in
 ``kernel_remedies``; the candidate and option types in ``candidate``.
 """
@@ -22,6 +23,7 @@ from stepscope.model.kernels import device_rows
 from stepscope.model.pageable import PINNED_CALL_NS, pageable_copies
 from stepscope.model.speedups import MIN_KERNEL_NS
 from stepscope.model.stepmodel import edits
+from stepscope.model.stepmodel.callback_remedy import remove_callback
 from stepscope.model.stepmodel.candidate import Candidate, Edit, Option, ms
 from stepscope.model.stepmodel.kernel_remedies import comm_overlap_remedy, larger_batch, precision
 from stepscope.model.stepmodel.steps import CopyDir, HostKind, OpKind, StepModel, SyncRole
@@ -284,6 +286,7 @@ def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candi
     out: list[Candidate | None] = [cuda_graphs(analysis, ra, m), *precision(analysis, ra, m),
                                    pinned(analysis, ra, m), remove_syncs(m),
                                    remove_round_trip(m), ops_to_gpu(ra, m),
+                                   remove_callback(analysis, ra, m),
                                    dataloader(analysis, ra, m),
                                    larger_batch(analysis, ra, m),
                                    comm_overlap_remedy(analysis, ra, m)]
