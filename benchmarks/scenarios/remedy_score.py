@@ -219,18 +219,27 @@ def score_variants(variants: dict[str, dict[str, Any]] | None, baseline_ms: floa
     return rows
 
 
+def is_plan_row(row: dict[str, Any]) -> bool:
+    """A row that checks a plan (the plan, or the plan restricted to the variant's remedies)
+    rather than one remedy."""
+    return row.get("check") == "plan" or str(row.get("source") or "").startswith("plan")
+
+
 def totals(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Counts over score rows: scored, ok (+-30% or trap passed), on target (+-20%), traps."""
+    """Counts over score rows: scored, ok (+-30% or trap passed), on target (+-20%), traps;
+    ``single_*``: the rows of one remedy, ``plan_*``: the rows of a plan (``is_plan_row``)."""
     traps = [r for r in rows if r.get("trap")]
     rest = [r for r in rows if not r.get("trap")]
+    plans = [r for r in rest if is_plan_row(r)]
+    single = [r for r in rest if not is_plan_row(r)]
     return {"rows": len(rows), "predicted": sum(1 for r in rest if r["ratio"] is not None),
             "ok": sum(1 for r in rest if r["ok"]),
             "on_target": sum(1 for r in rest if r["on_target"]),
             "not_offered": sum(1 for r in rest if r["step_ms"] is None),
-            "plan_rows": sum(1 for r in rest if r["check"] == "plan"
-                             or r["source"].startswith("plan")),
-            "plan_ok": sum(1 for r in rest if (r["check"] == "plan"
-                                                or r["source"].startswith("plan")) and r["ok"]),
+            "single_rows": len(single), "single_ok": sum(1 for r in single if r["ok"]),
+            "single_on_target": sum(1 for r in single if r["on_target"]),
+            "plan_rows": len(plans), "plan_ok": sum(1 for r in plans if r["ok"]),
+            "plan_on_target": sum(1 for r in plans if r["on_target"]),
             "traps": len(traps), "traps_ok": sum(1 for r in traps if r["ok"])}
 
 
