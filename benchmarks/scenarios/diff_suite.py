@@ -64,6 +64,7 @@ EXPECT: dict[str, tuple[str, ...]] = {
     # two planted problems; the default fix applies both remedies
     "graphs_pageable": ("launch", "host", "copies", "sync"),
     "loader_tf32": ("input_wait", "compute"),
+    "sync_tf32": ("compute", "sync", "host"),
     "healthy": (),
 }
 

@@ -369,7 +369,8 @@ def test_the_two_fix_scenarios_declare_both_remedies_and_each_alone() -> None:
     import importlib
 
     for name, pair in (("graphs_pageable", ("cuda_graphs", "pinned_copies")),
-                       ("loader_tf32", ("dataloader_workers", "tf32"))):
+                       ("loader_tf32", ("dataloader_workers", "tf32")),
+                       ("sync_tf32", ("remove_syncs", "tf32"))):
         vs = variants.variants_of(importlib.import_module(name))
         assert vs[0].remedies == pair and vs[0].covers == pair  # the default fix: both
         assert sorted(v.remedies for v in vs[1:]) == sorted((r,) for r in pair)
