@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.model.test_stepmodel import model
 
 from stepscope.advisor import remedies as rem
 from stepscope.advisor.plan_subsets import MAX_SUBSETS, PlanSubset, best_pair, choose
@@ -14,7 +15,6 @@ from stepscope.model.stepmodel import edits, replay
 from stepscope.model.stepmodel.catalog import Candidate, Option
 from stepscope.model.stepmodel.steps import HostKind, StepModel, SyncRole
 from stepscope.reporters.remedies_view import pair_text, remedies_json, remedy_lines
-from tests.model.test_stepmodel import model
 
 L, K, IN = HostKind.LAUNCH, HostKind.BLOCK, HostKind.INPUT
 ALT = (("tf32", "bf16_amp"),)
