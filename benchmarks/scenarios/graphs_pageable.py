@@ -2,7 +2,9 @@
 
 Each step copies a 64 MB fp32 batch from pageable host memory (``.to('cuda')``: staged, the
 host waits for it) and runs 500 x ``x = x * 1.0001 + 0.1`` on a slice of it: 1000 tiny kernels
-launched eagerly, so the host launch rate sets the pace. The two fixes are independent remedies
+launched eagerly, so the host launch rate sets the pace; the result is the gradient of a
+parameter that ``torch.optim.SGD`` steps (so ``stepscope record``'s step hook finds the steps:
+the kernel stream alone repeats every two kernels). The two fixes are independent remedies
 of the report and each saves on its own: pinned, non-blocking copies (``pinned_copies``: the
 host stops waiting for the copy; it still launches the tiny kernels) and a CUDA graph of the
 tiny ops (``cuda_graphs``: one launch; the host still waits for the pageable copy). Together
@@ -18,10 +20,9 @@ import variants
 from common import Step, is_cuda, pick, require_cuda
 
 EXPECTED = "launch_bound"
-STEP_HOOK = False  # no optimizer: `stepscope record` falls back to its time window
 DESCRIPTION = ("64 MB fp32 batch copied each step from pageable memory with .to('cuda'), then "
                "500 x (x = x * 1.0001 + 0.1) on 4096 of its elements = 1000 tiny kernels "
-               "launched eagerly -> fixed (both): pinned source + non_blocking copy into a "
+               "launched eagerly, their result an SGD step's gradient -> fixed (both): pinned source + non_blocking copy into a "
                "static buffer, and the tiny ops captured once in a CUDA graph; variants: only "
                "the pinned copy (pinned), only the CUDA graph (cuda_graphs)")
 # fix variants and the report's remedy ids they apply (variants.py); the first is --fixed
@@ -38,6 +39,14 @@ def build(fixed: bool | str, device: str) -> Step:
     if pinned:
         src = src.pin_memory()
 
+    param = torch.nn.Parameter(torch.zeros(numel, device=device))
+    opt = torch.optim.SGD([param], lr=1e-3)
+
+    def update(grad: torch.Tensor) -> None:
+        param.grad = grad
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
     def body(batch: torch.Tensor) -> torch.Tensor:
         x = batch.view(-1)[:numel]
         for _ in range(iters):
@@ -47,12 +56,10 @@ def build(fixed: bool | str, device: str) -> Step:
     info = {"copy_mb": src.numel() * 4 / 2**20, "pinned": pinned, "cuda_graph": graphed,
             "kernels_per_step": 2 * iters, "numel": numel, "variant": variant}
     if not graphed:
-        out: list[torch.Tensor] = []
-
         def step() -> None:
             # pageable: staged, blocks the host; pinned: queued, the host goes on launching
             batch = src.to(device, non_blocking=pinned)
-            out[:] = [body(batch)]
+            update(body(batch))
 
         return Step(step, info=info)
 
@@ -73,6 +80,7 @@ def build(fixed: bool | str, device: str) -> Step:
         # the user's copy into the graph's input buffer: pageable (blocks) or pinned
         static_in.copy_(src, non_blocking=pinned)
         graph.replay()
+        update(static_out)
 
     def close() -> None:
         nonlocal graph, static_out
