@@ -13,6 +13,8 @@ For each fix variant (``variants.Variant``) and each path (record, profiler trac
   combines them (``bf16_amp`` with option ``channels_last``), else the plan when its remedies
   are all among what the variant covers (``Variant.covers``);
 - a variant that covers more than one remedy id also checks the plan (a "plan" row);
+- a row whose prediction is a plan (restricted or whole: ``is_plan_row``) is counted apart
+  from the single remedies (``totals``: ``single_*`` / ``plan_*``);
 - predicted fixed step = measured untraced baseline x (predicted_step_ms / the report's step
   it is relative to: the remedy's or plan's ``baseline_ms`` (on a torch.profiler trace, the
   step predicted without the profiler), else the captured step ``step_model.measured_ms``,
