@@ -7,9 +7,9 @@ step). Each candidate of the catalogue (``model.stepmodel.catalog``) is replayed
 option of it; the remedy's prediction is its best option's. The **plan** applies every remedy
 that saves at least ``MIN_SAVING_PCT``, together, in one replay (TF32 and bf16 AMP are
 alternatives: the better one); its ``subsets`` replay subsets of those remedies together
-(every pair at least: ``advisor.plan_subsets``). Each rank's fit, remedies and plan are a per-rank fact
-(:func:`rank_remedies`, computed where the rank is analysed); the findings that fired only
-choose which remedies are listed.
+(every pair at least: ``advisor.plan_subsets``). Each rank's fit, remedies and plan are a
+per-rank fact (:func:`rank_remedies`, computed where the rank is analysed); the findings that
+fired only choose which remedies are listed.
 
 Savings are the replay's relative change applied to the measured step:
 ``predicted_step_ms = measured_ms * replay(edited) / replay(model)``: the replay decides what
