@@ -22,9 +22,10 @@ from common import Step, is_cuda, pick, require_cuda
 EXPECTED = "launch_bound"
 DESCRIPTION = ("64 MB fp32 batch copied each step from pageable memory with .to('cuda'), then "
                "500 x (x = x * 1.0001 + 0.1) on 4096 of its elements = 1000 tiny kernels "
-               "launched eagerly, their result an SGD step's gradient -> fixed (both): pinned source + non_blocking copy into a "
-               "static buffer, and the tiny ops captured once in a CUDA graph; variants: only "
-               "the pinned copy (pinned), only the CUDA graph (cuda_graphs)")
+               "launched eagerly, their result an SGD step's gradient -> fixed (both): "
+               "pinned source + non_blocking copy into a static buffer, and the tiny ops "
+               "captured once in a CUDA graph; variants: only the pinned copy (pinned), only "
+               "the CUDA graph (cuda_graphs)")
 # fix variants and the report's remedy ids they apply (variants.py); the first is --fixed
 VARIANTS = {"both": ("cuda_graphs", "pinned_copies"), "cuda_graphs": ("cuda_graphs",),
             "pinned": ("pinned_copies",)}

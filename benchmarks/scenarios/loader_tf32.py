@@ -5,8 +5,9 @@ feeds an fp32 MLP trained with TF32 off, and the loop reads the loss each step
 (``loss.item()``, for its progress line): the host waits for the step's GPU work before it
 loads the next batch, so loading and computing take turns and each fix saves on its own.
 (Without the read, the GPU's compute runs while the next batch loads, and TF32 alone saves
-nothing: the first H100 run, 2026-11-26 20:35 UTC, showed it.) More loader workers (``dataloader_workers``) hide the loading and leave the
-fp32 compute; TF32 (``tf32``) shortens the compute and leaves the loading. Both (variant
+nothing: the first H100 run, 2026-11-26 20:35 UTC, showed it.) More loader workers
+(``dataloader_workers``) hide the loading and leave the fp32 compute; TF32 (``tf32``) shortens
+the compute and leaves the loading. Both (variant
 ``both``, the default fix) leave the TF32 compute: the report's ``plan.subsets`` row for the
 two remedies together is scored against it.
 """
