@@ -377,6 +377,20 @@ def test_the_two_fix_scenarios_declare_both_remedies_and_each_alone() -> None:
         assert name in timing.SCENARIOS
 
 
+def test_the_two_fix_programs_run_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    import program
+
+    for args in (["graphs_pageable"], ["graphs_pageable", "--variant", "pinned"],
+                 ["sync_tf32", "--fixed"], ["sync_tf32", "--variant", "tf32"],
+                 ["loader_tf32", "--variant", "tf32"]):
+        assert program.main([*args, "--device", "cpu", "--steps", "2"]) == 0, args
+    assert program.main(["graphs_pageable", "--fixed", "--device", "cpu"]) == \
+        program.EXIT_SKIPPED  # CUDA graphs need CUDA
+    out = capsys.readouterr().out
+    assert "program.py: sync_tf32 (fixed, cpu): 2 steps" in out
+
+
 def test_build_variants_goes_on_past_a_variant_that_fails_and_measures_the_rest() -> None:
     import argparse
 
