@@ -61,6 +61,10 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "jax_input_host": ("host", "input_wait"),
     "conv_fp32": ("compute",),
     "item_trap": ("launch", "host"),  # its default fix: CUDA graphs (the trap is a variant)
+    # two planted problems; the default fix applies both remedies
+    "graphs_pageable": ("launch", "host", "copies", "sync"),
+    "loader_tf32": ("input_wait", "compute"),
+    "sync_tf32": ("compute", "sync", "host"),
     "healthy": (),
 }
 

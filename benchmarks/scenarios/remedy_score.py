@@ -13,6 +13,8 @@ For each fix variant (``variants.Variant``) and each path (record, profiler trac
   combines them (``bf16_amp`` with option ``channels_last``), else the plan when its remedies
   are all among what the variant covers (``Variant.covers``);
 - a variant that covers more than one remedy id also checks the plan (a "plan" row);
+- a row whose prediction is a plan (restricted or whole: ``is_plan_row``) is counted apart
+  from the single remedies (``totals``: ``single_*`` / ``plan_*``);
 - predicted fixed step = measured untraced baseline x (predicted_step_ms / the report's step
   it is relative to: the remedy's or plan's ``baseline_ms`` (on a torch.profiler trace, the
   step predicted without the profiler), else the captured step ``step_model.measured_ms``,
@@ -219,18 +221,27 @@ def score_variants(variants: dict[str, dict[str, Any]] | None, baseline_ms: floa
     return rows
 
 
+def is_plan_row(row: dict[str, Any]) -> bool:
+    """A row that checks a plan (the plan, or the plan restricted to the variant's remedies)
+    rather than one remedy."""
+    return row.get("check") == "plan" or str(row.get("source") or "").startswith("plan")
+
+
 def totals(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Counts over score rows: scored, ok (+-30% or trap passed), on target (+-20%), traps."""
+    """Counts over score rows: scored, ok (+-30% or trap passed), on target (+-20%), traps;
+    ``single_*``: the rows of one remedy, ``plan_*``: the rows of a plan (``is_plan_row``)."""
     traps = [r for r in rows if r.get("trap")]
     rest = [r for r in rows if not r.get("trap")]
+    plans = [r for r in rest if is_plan_row(r)]
+    single = [r for r in rest if not is_plan_row(r)]
     return {"rows": len(rows), "predicted": sum(1 for r in rest if r["ratio"] is not None),
             "ok": sum(1 for r in rest if r["ok"]),
             "on_target": sum(1 for r in rest if r["on_target"]),
             "not_offered": sum(1 for r in rest if r["step_ms"] is None),
-            "plan_rows": sum(1 for r in rest if r["check"] == "plan"
-                             or r["source"].startswith("plan")),
-            "plan_ok": sum(1 for r in rest if (r["check"] == "plan"
-                                                or r["source"].startswith("plan")) and r["ok"]),
+            "single_rows": len(single), "single_ok": sum(1 for r in single if r["ok"]),
+            "single_on_target": sum(1 for r in single if r["on_target"]),
+            "plan_rows": len(plans), "plan_ok": sum(1 for r in plans if r["ok"]),
+            "plan_on_target": sum(1 for r in plans if r["on_target"]),
             "traps": len(traps), "traps_ok": sum(1 for r in traps if r["ok"])}
 
 

@@ -35,6 +35,8 @@ SCENARIOS: tuple[str, ...] = (
     "jax_host_callback", "jax_input_host",
     # remedy validation (issue 22): an fp32 conv net with three precision fixes, the sync trap
     "conv_fp32", "item_trap",
+    # the plan of two remedies (issue 22): two planted problems, each fix alone and both
+    "graphs_pageable", "loader_tf32", "sync_tf32",
 )
 
 # program.py's default length (see scenario_meta): a step-hook program runs the record window's

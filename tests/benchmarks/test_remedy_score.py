@@ -289,7 +289,8 @@ def test_score_variants_rows_and_plan_check() -> None:
     ]
     t = rs.totals(rows)
     assert t == {"rows": 4, "predicted": 3, "ok": 3, "on_target": 2, "not_offered": 0,
-                 "plan_rows": 1, "plan_ok": 1, "traps": 1, "traps_ok": 1}
+                 "single_rows": 2, "single_ok": 2, "single_on_target": 2,
+                 "plan_rows": 1, "plan_ok": 1, "plan_on_target": 0, "traps": 1, "traps_ok": 1}
 
 
 def test_a_variant_timed_by_the_program_is_scored_against_the_programs_baseline() -> None:
@@ -334,10 +335,89 @@ def test_remedies_table() -> None:
             "11.76 (2%) | not offered | 0.99 / – | ok (trap) / ok (trap) |") in md
     assert "| conv_fp32 | not_built | cuda_graphs | not measured: error |" in md
     assert "plain" not in md  # no remedy id: not scored
-    assert ("Remedies via record: within ±30% 3/3 (±20%: 2), not offered 0, plan checks ok "
-            "1/1, traps ok 1/1. Via profiler trace: within ±30% 0/2 (±20%: 0), not offered 2, "
-            "traps ok 1/1.") in md
+    assert ("Remedies via record: within ±30% 3/3 (±20%: 2), not offered 0; one remedy 2/2, "
+            "plans of several 1/1 (±20%: 0), traps ok 1/1. Via profiler trace: within ±30% "
+            "0/2 (±20%: 0), not offered 2, traps ok 1/1.") in md
+    # the plan rows again, in a table of their own ("plan of A+B")
+    assert "#### Plans of several remedies (PyTorch)" in md
+    assert ("| conv_fp32 | bf16_amp_channels_last | bf16_amp+remove_syncs | 12.00 → 3.00 (75%) "
+            "| – | 2.25 (81%) | – | 0.75 / – | ok (±30%) / – |") in md
     assert remedy_report.remedies_md([dict(res, variants={})], "PyTorch") == []
+
+
+def two_fix_result(fields: dict[str, Any]) -> dict[str, Any]:
+    """A scenario with two planted problems: each fix alone and both, measured (baseline
+    20 ms)."""
+    vs = {"both": _variant("both", ("cuda_graphs", "pinned_copies"), 4.0, 80.0),
+          "cuda_graphs": _variant("cuda_graphs", ("cuda_graphs",), 9.0, 55.0),
+          "pinned": _variant("pinned", ("pinned_copies",), 12.0, 40.0)}
+    return {"scenario": "graphs_pageable", "table": "PyTorch", "timing": {"baseline_ms": 20.0},
+            "variants": vs, "record": {"status": "ok", **fields},
+            "profiler": {"status": "error"}}
+
+
+def test_a_two_fix_variant_is_scored_against_the_plan_subset_of_its_remedies() -> None:
+    # the report: captured 20 ms; graphs alone -> 10, pinned alone -> 12, the plan (graphs,
+    # pinned, remove_syncs) -> 3, its subset of graphs + pinned -> 5 (not 20 - 10 - 8 = 2)
+    rep = stand_in_report(
+        remedies=[{"id": "cuda_graphs", "baseline_ms": 20.0, "predicted_step_ms": 10.0},
+                  {"id": "pinned_copies", "baseline_ms": 20.0, "predicted_step_ms": 12.0},
+                  {"id": "remove_syncs", "baseline_ms": 20.0, "predicted_step_ms": 19.0}],
+        plan={"baseline_ms": 20.0, "predicted_step_ms": 3.0,
+              "remedy_ids": ["cuda_graphs", "pinned_copies", "remove_syncs"],
+              "subsets": [{"remedy_ids": ["cuda_graphs", "remove_syncs"],
+                           "predicted_step_ms": 9.0},
+                          {"remedy_ids": ["cuda_graphs", "pinned_copies"],
+                           "predicted_step_ms": 5.0}]})
+    res = two_fix_result(rs.remedy_fields(rep))
+    rows = rs.score_result(res)["record"]
+    assert rows is not None
+    got = [(r["variant"], r["check"], r["source"], r["predicted_fixed_ms"], r["ratio"])
+           for r in rows]
+    assert got == [
+        # measured baseline 20 x 5 / 20 = 5 against 4 measured; the whole plan (3) is not it
+        ("both", "remedy", "plan restricted to cuda_graphs+pinned_copies", 5.0, 1.25),
+        ("cuda_graphs", "remedy", "remedy cuda_graphs", 10.0, 1.111),
+        ("pinned", "remedy", "remedy pinned_copies", 12.0, 1.0),
+    ]
+    t = rs.totals(rows)
+    assert (t["single_rows"], t["single_ok"], t["plan_rows"], t["plan_ok"]) == (2, 2, 1, 1)
+    res["remedy_score"] = {"record": rows, "profiler": None}
+    md = "\n".join(remedy_report.remedies_md([res], "PyTorch"))
+    assert ("| graphs_pageable | both | cuda_graphs+pinned_copies | 20.00 → 4.00 (80%) | "
+            "cuda_graphs 55%, pinned_copies (pinned) 40%; sum 95% | 5.00 (75%) | no report | "
+            "1.25 / – | ok (±30%) / – |") in md
+    # without the subset, the plan is not the variant's (remove_syncs is not covered)
+    rep["plan"] = dict(rep["plan"], subsets=[])
+    rows = rs.score_result(two_fix_result(rs.remedy_fields(rep)))["record"]
+    assert rows is not None and rows[0]["source"] == "not offered"
+
+
+def test_the_two_fix_scenarios_declare_both_remedies_and_each_alone() -> None:
+    pytest.importorskip("torch")
+    import importlib
+
+    for name, pair in (("graphs_pageable", ("cuda_graphs", "pinned_copies")),
+                       ("loader_tf32", ("dataloader_workers", "tf32")),
+                       ("sync_tf32", ("remove_syncs", "tf32"))):
+        vs = variants.variants_of(importlib.import_module(name))
+        assert vs[0].remedies == pair and vs[0].covers == pair  # the default fix: both
+        assert sorted(v.remedies for v in vs[1:]) == sorted((r,) for r in pair)
+        assert name in timing.SCENARIOS
+
+
+def test_the_two_fix_programs_run_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    import program
+
+    for args in (["graphs_pageable"], ["graphs_pageable", "--variant", "pinned"],
+                 ["sync_tf32", "--fixed"], ["sync_tf32", "--variant", "tf32"],
+                 ["loader_tf32", "--variant", "tf32"]):
+        assert program.main([*args, "--device", "cpu", "--steps", "2"]) == 0, args
+    assert program.main(["graphs_pageable", "--fixed", "--device", "cpu"]) == \
+        program.EXIT_SKIPPED  # CUDA graphs need CUDA
+    out = capsys.readouterr().out
+    assert "program.py: sync_tf32 (fixed, cpu): 2 steps" in out
 
 
 def test_build_variants_goes_on_past_a_variant_that_fails_and_measures_the_rest() -> None:

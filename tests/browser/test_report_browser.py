@@ -129,6 +129,9 @@ def test_remedies_section_shows_the_fit_the_remedies_and_the_plan(
     assert "Step model: the step replays in" in text
     assert r.page.locator("#remedies .remedy[data-id=tf32]").count() == 1
     assert "Plan: " in text
+    # the plan applies more than two remedies: the pair that saves the most (plan.subsets)
+    assert r.page.locator("#remedies .plan.pair").count() == 1
+    assert "Best pair: " in text and " together: → " in text
 
 
 @pytest.mark.parametrize("name", ["gpt", "cnn", "tworank", "jax", "tf"])

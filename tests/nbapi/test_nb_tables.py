@@ -94,14 +94,24 @@ def test_remedies_and_plan_come_from_the_report_when_it_has_them(tmp_path: Path)
     assert tables.remedies({"remedies": []}).num_rows == 0
     assert "no remedy" in note(tables.remedies({"remedies": []}))
     assert "no plan" in note(tables.plan({"plan": None}))
+    # the plan's subsets, a row each (an older report's plan has none: empty, with a note)
+    assert tables.plan_subsets(d).num_rows == 0 and "older" in note(tables.plan_subsets(d))
+    d["plan"]["subsets"] = [{"remedy_ids": ["pin_memory", "tf32"], "options": ["pinned", "tf32"],
+                             "predicted_step_ms": 0.05, "est_saving_ms": 0.05,
+                             "est_saving_pct": 50.0}]
+    (sub,) = tables.plan_subsets(d).to_pylist()
+    assert sub["remedy_ids"] == ["pin_memory", "tf32"] and sub["predicted_step_ms"] == 0.05
+    assert "no plan" in note(tables.plan_subsets({"plan": None}))
     # this run: what its JSON report holds, or an empty table saying the version has none
     p = _synthetic(tmp_path / "run")
     doc = p._json()
     if "remedies" in doc:
         assert p.remedies().column("id").to_pylist() == [x["id"] for x in doc["remedies"]]
+        subs = (doc.get("plan") or {}).get("subsets") or []
+        assert p.plan_subsets().num_rows == len(subs)
     else:
         assert p.remedies().num_rows == 0 and "predicts none" in note(p.remedies())
-        assert p.plan().num_rows == 0
+        assert p.plan().num_rows == 0 and p.plan_subsets().num_rows == 0
 
 
 def test_diff_between_two_profiles(tmp_path: Path) -> None:

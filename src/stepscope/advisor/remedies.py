@@ -6,9 +6,10 @@ replayed; its replay error against the measured median step is reported for ever
 step). Each candidate of the catalogue (``model.stepmodel.catalog``) is replayed alone, every
 option of it; the remedy's prediction is its best option's. The **plan** applies every remedy
 that saves at least ``MIN_SAVING_PCT``, together, in one replay (TF32 and bf16 AMP are
-alternatives: the better one). Each rank's fit, remedies and plan are a per-rank fact
-(:func:`rank_remedies`, computed where the rank is analysed); the findings that fired only
-choose which remedies are listed.
+alternatives: the better one); its ``subsets`` replay subsets of those remedies together
+(every pair at least: ``advisor.plan_subsets``). Each rank's fit, remedies and plan are a
+per-rank fact (:func:`rank_remedies`, computed where the rank is analysed); the findings that
+fired only choose which remedies are listed.
 
 Savings are the replay's relative change applied to the measured step:
 ``predicted_step_ms = measured_ms * replay(edited) / replay(model)``: the replay decides what
@@ -26,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from stepscope.advisor.base import Finding
+from stepscope.advisor.plan_subsets import PlanSubset, plan_subsets
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.results import FACT
 from stepscope.model.profiler_cost import step_costs
@@ -84,6 +86,7 @@ class Plan:
     est_saving_pct: float
     remedy_ids: tuple[str, ...]
     options: tuple[str, ...]  # the option taken for each remedy, in order
+    subsets: tuple[PlanSubset, ...] = ()  # the plan restricted to subsets (plan_subsets)
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,7 @@ def _judge(c: Candidate, m: StepModel, base_ns: float, meas: float, baseline: fl
 def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: float,
           baseline: float, rank: int) -> Plan | None:
     helping = [(r, o) for r, o in out if r.est_saving_pct >= MIN_SAVING_PCT]
+    pool = helping  # alternatives included: a subset may take either
     for group in ALTERNATIVES:  # keep the best of alternatives (``out`` is by saving)
         seen = False
         kept = []
@@ -204,12 +208,21 @@ def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: 
     for _, o in helping:
         x = o.apply(x)
     pred = _predict(x, base_ns, meas)
+
+    def together(sub: tuple[int, ...]) -> float:
+        y = m
+        for i in sub:
+            y = pool[i][1].apply(y)
+        return _predict(y, base_ns, meas)
+
+    ids = tuple(r.id for r, _ in helping)
+    subsets = plan_subsets([r.id for r, _ in pool], [o.name for _, o in pool], ids, together,
+                           baseline, ALTERNATIVES)
     return Plan(rank=rank, measured_ms=round(meas, 4), baseline_ms=round(baseline, 4),
                 predicted_step_ms=round(pred, 4), est_saving_ms=round(baseline - pred, 4),
                 est_saving_pct=round(100.0 * (baseline - pred) / baseline, 2)
                 if baseline > 0 else 0.0,
-                remedy_ids=tuple(r.id for r, _ in helping),
-                options=tuple(o.name for _, o in helping))
+                remedy_ids=ids, options=tuple(o.name for _, o in helping), subsets=subsets)
 
 
 __all__ = ["Plan", "RankRemedies", "Remedy", "RemedyAdvice", "RemedyOption", "StepModelFit",

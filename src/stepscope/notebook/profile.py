@@ -113,6 +113,11 @@ class Profile:
         """Every remedy that helps, replayed together: the predicted step (one row)."""
         return convert(tables.plan(self._json()), to)
 
+    def plan_subsets(self, *, to: str = "arrow") -> Any:
+        """The plan restricted to subsets of its remedies, each replayed together (every
+        pair at least): a row per subset (``remedy_ids``, ``predicted_step_ms``...)."""
+        return convert(tables.plan_subsets(self._json()), to)
+
     def compare(self, other: Profile | Report | str | os.PathLike[str], *,
                 confidence: float = 0.95, margin_pct: float = 2.0) -> Diff:
         """``other`` (NEW) against this profile (BASE), as the frozen ``Diff``."""

@@ -53,6 +53,9 @@ REMEDIES = pa.schema([("rank", _I), ("id", _S), ("title", _S), ("finding_ids", p
 PLAN = pa.schema([("rank", _I), ("measured_ms", _F), ("predicted_step_ms", _F),
                   ("est_saving_ms", _F), ("est_saving_pct", _F), ("remedy_ids", pa.list_(_S)),
                   ("options", pa.list_(_S))])
+PLAN_SUBSETS = pa.schema([("remedy_ids", pa.list_(_S)), ("options", pa.list_(_S)),
+                          ("predicted_step_ms", _F), ("est_saving_ms", _F),
+                          ("est_saving_pct", _F)])
 REMEDIES_NOTE = ("no remedies in this report: this stepscope version predicts none "
                  "(findings() has the diagnosis and each finding's fix)")
 
@@ -162,3 +165,19 @@ def plan(d: Mapping[str, Any]) -> pa.Table:
         why = REMEDIES_NOTE if "plan" not in d else "no plan for this run (no remedy helps)"
         return _table([], PLAN, why)
     return _table([given], PLAN, "the remedies replayed together (savings do not add)")
+
+
+def plan_subsets(d: Mapping[str, Any]) -> pa.Table:
+    """The plan restricted to subsets of its remedies (``plan.subsets``: every pair of the
+    remedies that help, then the plan less one, two...), a row each; empty, with a note,
+    where the report has none."""
+    given = d.get("plan")
+    if given is None:
+        why = REMEDIES_NOTE if "plan" not in d else "no plan for this run (no remedy helps)"
+        return _table([], PLAN_SUBSETS, why)
+    subs = given.get("subsets")
+    if subs is None:
+        return _table([], PLAN_SUBSETS, "this report's plan has no subsets (an older "
+                                        "stepscope version)")
+    return _table(subs, PLAN_SUBSETS, "each subset of remedies replayed together on the step "
+                                      "model (savings do not add)")

@@ -47,7 +47,9 @@ Contract (version 1; later versions only add keys):
                     options [{name, title, predicted_step_ms, est_saving_ms, assumptions}],
                     evidence, assumptions
   plan              every remedy that helps, replayed together: {rank, measured_ms,
-                    predicted_step_ms, est_saving_ms, est_saving_pct, remedy_ids, options}; null
+                    predicted_step_ms, est_saving_ms, est_saving_pct, remedy_ids, options,
+                    subsets [{remedy_ids, options, predicted_step_ms, est_saving_ms,
+                    est_saving_pct}: the plan restricted to subsets, every pair at least]}; null
   skipped_rules     rules that could not run, with the reason
   host_trust        how far host-side timings can be trusted (profiler overhead estimate)
 """

@@ -18,6 +18,7 @@ from stepscope._version import __version__
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.analysis.summary import RunSummary, summarize
 from stepscope.errors import printable
+from stepscope.reporters.remedies_view import pair_text
 from stepscope.reporters.report import Report, fix_for
 from stepscope.reporters.terminal import HOST_LABEL, LABEL
 
@@ -139,6 +140,9 @@ def _remedies(report: Report) -> list[str]:
         out += ["", f"**Plan:** {escape(' + '.join(plan.remedy_ids))} together: "
                     f"{plan.predicted_step_ms:.2f} ms per step from {plan.baseline_ms:.2f} ms "
                     f"(save {plan.est_saving_pct:.0f}%)"]
+        pair = pair_text(plan)
+        if pair is not None:
+            out += ["", f"**Best pair:** {escape(pair)}"]
     return out
 
 
