@@ -26,7 +26,8 @@ toggling cannot switch (the ptys, the recorder's threads existing) shows here.
 
 The program: ``benchmarks/overhead.py``'s GPT step (bf16, AdamW, the loss read every step: a
 device sync per step, so each step's time is its own), ``--gpt-batch`` fixed, 30 warm-up steps,
-then ``--seconds`` of steps; a line to stdout every 20 steps (output for the relay). The
+then ``--seconds`` of steps; a line to stdout every ``--print-every`` steps (20: output for the
+relay). The
 recorders are ended once the program has exited: the merge is skipped (it comes after the
 program, so it changes nothing measured here) to fit more runs into a device call.
 
@@ -59,7 +60,6 @@ HERE = Path(__file__).resolve()
 MODES = ("off", "poll", "render", "full", "burn")
 CONFIGS = ("record", "record-pty", "record-live-off", "record-live")
 GUARD_S = 0.15  # steps starting this soon after a switch are not counted
-PRINT_EVERY = 20  # the program prints a line every this many steps
 
 
 # -- the profiled program ------------------------------------------------------------------------
@@ -91,9 +91,8 @@ def program(args: argparse.Namespace) -> None:
     while ends[-1] < stop:
         step()  # the GPT step reads its loss: a device sync, so the step is done here
         ends.append(time.monotonic())
-        if len(ends) % PRINT_EVERY == 0:
-            print(f"step {len(ends)}: {(ends[-1] - ends[-PRINT_EVERY]) / (PRINT_EVERY - 1) * 1e3:.2f}"
-                  " ms/step", flush=True)
+        if len(ends) % args.print_every == 0:
+            print(f"step {len(ends)}: {(ends[-1] - ends[-2]) * 1e3:.2f} ms", flush=True)
     Path(args.result).write_text(json.dumps({"pid": os.getpid(), "ends": ends, **about}))
 
 
@@ -159,7 +158,8 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, tag: str,
     result = tmp / f"{tag}.json"
     seconds = args.toggle_seconds if toggle else args.seconds
     prog = [sys.executable, str(HERE), "--program", "--result", str(result), "--seconds",
-            str(seconds), "--gpt-batch", str(args.gpt_batch), "--workload", args.workload]
+            str(seconds), "--gpt-batch", str(args.gpt_batch), "--workload", args.workload,
+            "--print-every", str(args.print_every)]
     record = ["record", "-o", str(tmp / f"run-{tag}"), "--steps", "20-1000000"]
     if config == "plain":
         cmd = prog
@@ -173,7 +173,7 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, tag: str,
                *prog]
     t0 = time.perf_counter()
     on_pty = config not in ("plain", "record")
-    code, seen = _run(cmd, result, on_pty)
+    code, seen, cpu = _run(cmd, result, on_pty)
     wall = time.perf_counter() - t0
     if not result.is_file():
         raise SystemExit(f"{config}: no result (exit status {code})\n{seen[-2000:]}")
@@ -183,6 +183,8 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, tag: str,
     row: dict[str, Any] = {"config": config, "steps": len(durs),
                            "median_ms": round(statistics.median(durs), 4),
                            "mean_ms": round(statistics.fmean(durs), 4), "wall_s": round(wall, 2),
+                           "recorder_cpu_s": None if config == "plain" or cpu is None
+                           else round(cpu, 3),
                            **{k: data[k] for k in ("torch", "cuda", "device") if k in data}}
     if config.startswith("record-live") and "stepscope record --live" not in seen:
         row["note"] = "no panel seen"
@@ -193,10 +195,10 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, tag: str,
     return row
 
 
-def _run(cmd: list[str], result: Path, on_pty: bool) -> tuple[int | None, str]:
+def _run(cmd: list[str], result: Path, on_pty: bool) -> tuple[int | None, str, float | None]:
     """Run ``cmd`` (on a new pseudo-terminal, or with its output to /dev/null); once the program
     has written its result and exited, end the recorder (no merge). Returns (status, its last
-    output)."""
+    output, the recorder's CPU seconds until then)."""
     seen = bytearray()
     master = None
     if on_pty:
@@ -226,6 +228,7 @@ def _run(cmd: list[str], result: Path, on_pty: bool) -> tuple[int | None, str]:
         if code is not None or _program_done(result):
             break
         time.sleep(0.2)
+    cpu = _cpu_s(p.pid)  # the recorder's own CPU time, up to the program's end
     if code is None:
         try:
             p.send_signal(signal.SIGKILL)  # the recorder only: the merge is not measured
@@ -235,7 +238,16 @@ def _run(cmd: list[str], result: Path, on_pty: bool) -> tuple[int | None, str]:
     if master is not None:
         time.sleep(0.1)
         os.close(master)
-    return code, seen.decode(errors="replace")
+    return code, seen.decode(errors="replace"), cpu
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` itself (not its children)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _program_done(result: Path) -> bool:
@@ -343,6 +355,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0, help="part B's runs' length")
     ap.add_argument("--rounds", type=int, default=2, help="part B's rounds (0: no part B)")
     ap.add_argument("--gpt-batch", type=int, default=8)
+    ap.add_argument("--print-every", type=int, default=20,
+                    help="the program prints a line every N steps (output for the relay)")
     ap.add_argument("--configs", nargs="+", choices=(*CONFIGS, "plain"), default=list(CONFIGS))
     ap.add_argument("--workload", choices=("gpt", "sleep"), default="gpt")
     args, rest = ap.parse_known_args()
