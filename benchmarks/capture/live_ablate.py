@@ -104,6 +104,8 @@ def recorder(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     log: list[dict[str, Any]] = []
     out = Path(args.phases_out) if args.phases_out else None
+    names: dict[int, str] = {}  # native thread id -> what it runs
+    ended: dict[int, float] = {}  # native thread id -> its CPU seconds, once it has ended
 
     class Toggled(live.LiveView):
         mode = args.mode or "off"
@@ -112,6 +114,27 @@ def recorder(args: argparse.Namespace, argv: Sequence[str]) -> int:
             super().started()
             if not args.mode:
                 self._spawn(self._phases)
+
+        def _spawn(self, target: Any) -> None:
+            def named() -> None:
+                tid = threading.get_native_id()
+                names[tid] = getattr(target, "__name__", "?")
+                try:
+                    target()
+                finally:  # a thread that ends before the program (the relay) says its own
+                    ended[tid] = time.thread_time()
+
+            super()._spawn(named)
+
+        def __exit__(self, *exc: object) -> None:
+            if args.threads_out:  # the program has ended: the recorder's CPU by thread so far
+                names[threading.get_native_id()] = "main"
+                tmp = Path(args.threads_out + ".tmp")  # whole when it appears
+                tmp.write_text(json.dumps(
+                    {name: round(ended[tid], 3) if tid in ended else _cpu_s(os.getpid(), tid)
+                     for tid, name in names.items()}))
+                os.replace(tmp, args.threads_out)
+            super().__exit__(*exc)
 
         def refresh(self) -> None:
             if self.mode == "full":
@@ -125,16 +148,18 @@ def recorder(args: argparse.Namespace, argv: Sequence[str]) -> int:
             rng = random.Random(args.seed)
             cycle = 0
             while not self._stop.is_set():
-                order = list(MODES)
+                order = list(args.modes)
                 rng.shuffle(order)
                 for mode in order:
                     t0 = time.monotonic()
+                    chunks = self.snapshot.chunks
                     self.mode = mode
                     if mode == "burn":
                         _spin_until(t0 + args.phase_s, self._stop)
                     else:
                         self._stop.wait(args.phase_s)
-                    log.append({"cycle": cycle, "mode": mode, "t0": t0, "t1": time.monotonic()})
+                    log.append({"cycle": cycle, "mode": mode, "t0": t0, "t1": time.monotonic(),
+                                "chunks_read": self.snapshot.chunks - chunks})
                     if out is not None:
                         out.write_text(json.dumps(log))
                     if self._stop.is_set():
@@ -167,13 +192,14 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, tag: str,
         cmd = [sys.executable, "-m", "stepscope", *record, "--", *prog]
     else:
         extra = (["--phases-out", str(tmp / f"{tag}-phases.json"), "--phase-s",
-                  str(args.phase_s), "--seed", str(args.seed)] if toggle
+                  str(args.phase_s), "--seed", str(args.seed), "--modes", *args.modes] if toggle
                  else ["--mode", "full" if config == "record-live" else "off"])
-        cmd = [sys.executable, str(HERE), "--recorder", *extra, "--", *record, "--live", "--",
-               *prog]
+        cmd = [sys.executable, str(HERE), "--recorder", *extra, "--threads-out",
+               str(tmp / f"{tag}-threads.json"), "--", *record, "--live", "--", *prog]
     t0 = time.perf_counter()
     on_pty = config not in ("plain", "record")
-    code, seen, cpu = _run(cmd, result, on_pty)
+    threads = tmp / f"{tag}-threads.json"
+    code, seen, cpu = _run(cmd, result, on_pty, threads if "--threads-out" in cmd else None)
     wall = time.perf_counter() - t0
     if not result.is_file():
         raise SystemExit(f"{config}: no result (exit status {code})\n{seen[-2000:]}")
@@ -188,14 +214,18 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, tag: str,
                            **{k: data[k] for k in ("torch", "cuda", "device") if k in data}}
     if config.startswith("record-live") and "stepscope record --live" not in seen:
         row["note"] = "no panel seen"
+    if threads.is_file():
+        row["recorder_threads_cpu_s"] = json.loads(threads.read_text())
     if toggle:
         phases = json.loads((tmp / f"{tag}-phases.json").read_text())
         row["toggle"] = toggled(ends, phases)
         row["phases"] = len(phases)
+        row["per_phase"] = per_phase(ends, phases)
     return row
 
 
-def _run(cmd: list[str], result: Path, on_pty: bool) -> tuple[int | None, str, float | None]:
+def _run(cmd: list[str], result: Path, on_pty: bool, threads: Path | None = None
+         ) -> tuple[int | None, str, float | None]:
     """Run ``cmd`` (on a new pseudo-terminal, or with its output to /dev/null); once the program
     has written its result and exited, end the recorder (no merge). Returns (status, its last
     output, the recorder's CPU seconds until then)."""
@@ -225,7 +255,12 @@ def _run(cmd: list[str], result: Path, on_pty: bool) -> tuple[int | None, str, f
     code = None
     while time.monotonic() < deadline:
         code = p.poll()
-        if code is not None or _program_done(result):
+        if code is not None:
+            break
+        if _program_done(result):  # and the toggled recorder has written its threads' CPU
+            wait = time.monotonic() + 10
+            while threads is not None and not threads.is_file() and time.monotonic() < wait:
+                time.sleep(0.05)
             break
         time.sleep(0.2)
     cpu = _cpu_s(p.pid)  # the recorder's own CPU time, up to the program's end
@@ -241,10 +276,12 @@ def _run(cmd: list[str], result: Path, on_pty: bool) -> tuple[int | None, str, f
     return code, seen.decode(errors="replace"), cpu
 
 
-def _cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid`` itself (not its children)."""
+def _cpu_s(pid: int, tid: int | None = None) -> float | None:
+    """User + system CPU seconds of process ``pid`` itself (not its children), or of its
+    thread ``tid``."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
@@ -285,6 +322,7 @@ def toggled(ends: Sequence[float], phases: Sequence[dict[str, Any]],
         if a >= p["t0"] + guard_s and b <= p["t1"]:
             by.setdefault((p["cycle"], p["mode"]), []).append((b - a) * 1e3)
     med = {k: statistics.median(v) for k, v in by.items()}
+    mean = {k: statistics.fmean(v) for k, v in by.items()}
     cycles = sorted({c for c, _ in med})
     out: dict[str, Any] = {"cycles": len(cycles)}
     for mode in sorted({m for _, m in med}):
@@ -296,7 +334,23 @@ def toggled(ends: Sequence[float], phases: Sequence[dict[str, Any]],
                       if (c, mode) in med and (c, "off") in med]
             if ratios:
                 entry["vs_off"] = _spread(ratios)
+                entry["mean_vs_off"] = _spread([mean[c, mode] / mean[c, "off"] for c in cycles
+                                                if (c, mode) in mean and (c, "off") in mean])
         out[mode] = entry
+    return out
+
+
+def per_phase(ends: Sequence[float], phases: Sequence[dict[str, Any]],
+              guard_s: float = GUARD_S) -> list[dict[str, Any]]:
+    """Every phase: its mode, cycle, chunks read, steps counted and their median and mean (ms)."""
+    out = []
+    for p in sorted(phases, key=lambda p: p["t0"]):
+        d = [(b - a) * 1e3 for a, b in zip(ends, ends[1:])
+             if a >= p["t0"] + guard_s and b <= p["t1"]]
+        out.append({"cycle": p["cycle"], "mode": p["mode"],
+                    "chunks_read": p.get("chunks_read"), "steps": len(d),
+                    "median_ms": round(statistics.median(d), 3) if d else None,
+                    "mean_ms": round(statistics.fmean(d), 3) if d else None})
     return out
 
 
@@ -322,7 +376,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             out[f"paired {c}/record"] = _spread(ratios)
     toggle = [r for r in rows if "toggle" in r]
     if toggle:
-        out["toggled"] = {m: v.get("vs_off") for m, v in toggle[0]["toggle"].items()
+        out["toggled"] = {m: {"median": v["vs_off"], "mean": v.get("mean_vs_off")}
+                          for m, v in toggle[0]["toggle"].items()
                           if isinstance(v, dict) and "vs_off" in v}
     return out
 
@@ -347,6 +402,9 @@ def main() -> None:
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--phases-out", help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--threads-out", help=argparse.SUPPRESS)
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                    help="part A's modes (off is needed: every mode is compared with it)")
     ap.add_argument("--out", default="live_ablate.json")
     ap.add_argument("--toggle-seconds", type=float, default=45.0,
                     help="part A's length (0: no part A)")

@@ -37,6 +37,14 @@ def test_steps_fall_into_their_phase_and_each_mode_is_compared_with_its_cycles_o
     assert got["cycles"] == 2
     assert got["full"]["vs_off"] == {"median": pytest.approx(1.15), "min": pytest.approx(1.1),
                                      "max": pytest.approx(1.2), "n": 2}
+    # means: each full phase's last step runs to the next phase's first stamp (1.979 -> 2.0:
+    # 21 ms; 2.984 -> 3.0: 16 ms): (75 x 11 + 21) / 76 / 10 and (69 x 12 + 16) / 70 / 10
+    assert got["full"]["mean_vs_off"]["median"] == pytest.approx(
+        ((75 * 11 + 21) / 76 / 10 + (69 * 12 + 16) / 70 / 10) / 2, abs=1e-4)
+    detail = live_ablate.per_phase(ends, phases)
+    assert [(d["mode"], d["steps"], d["median_ms"]) for d in detail] == [
+        ("off", 85, pytest.approx(10.0)), ("full", 76, pytest.approx(11.0)),
+        ("full", 70, pytest.approx(12.0)), ("off", 85, pytest.approx(10.0))]
     assert got["off"]["median_ms"] == pytest.approx(10.0)
     # off: 85 steps a phase start at >= 0.15 s (steps 15..99); full: 11 ms steps from 1.155 s
     # to 1.99 s (76) and 12 ms steps from 2.16 s to 2.988 s whose ends are <= 3.0 (70)
@@ -54,7 +62,7 @@ def test_the_summary_pairs_each_configuration_with_record_in_its_round() -> None
     s = live_ablate.summarise(rows)
     assert s["median_ms"] == {"record": 21.0, "record-live": 21.5}
     assert s["paired record-live/record"] == {"median": 1.025, "min": 1.0, "max": 1.05, "n": 2}
-    assert s["toggled"] == {"full": {"median": 1.01}}
+    assert s["toggled"] == {"full": {"median": {"median": 1.01}, "mean": None}}
 
 
 def test_a_short_toggled_run_on_the_cpu(tmp_path: Path) -> None:
@@ -68,6 +76,9 @@ def test_a_short_toggled_run_on_the_cpu(tmp_path: Path) -> None:
                    stdout=subprocess.DEVNULL)
     (row,) = json.loads(out.read_text())["rows"]
     assert row["config"] == "record-live" and "note" not in row  # the panel was drawn
-    assert row["phases"] >= 5
+    assert row["phases"] >= 5 and len(row["per_phase"]) == row["phases"]
+    cpu = row["recorder_threads_cpu_s"]
+    assert {"main", "_refresh_loop", "_phases", "run"} <= set(cpu)  # run: the relay
+    assert all(isinstance(v, float) for v in cpu.values())
     modes = {m for m in row["toggle"] if m != "cycles"}
     assert "off" in modes and len(modes) >= 3
