@@ -200,6 +200,7 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, tag: str,
     on_pty = config not in ("plain", "record")
     threads = tmp / f"{tag}-threads.json"
     code, seen, cpu = _run(cmd, result, on_pty, threads if "--threads-out" in cmd else None)
+    seen, _, total = seen.rpartition("\0")
     wall = time.perf_counter() - t0
     if not result.is_file():
         raise SystemExit(f"{config}: no result (exit status {code})\n{seen[-2000:]}")
@@ -212,6 +213,9 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, tag: str,
                            "recorder_cpu_s": None if config == "plain" or cpu is None
                            else round(cpu, 3),
                            **{k: data[k] for k in ("torch", "cuda", "device") if k in data}}
+    if on_pty:  # what the recorder wrote to its terminal: the panel and the program's lines
+        row["terminal_bytes"] = int(total)
+        row["terminal_tail"] = _plain(seen[-1200:])
     if config.startswith("record-live") and "stepscope record --live" not in seen:
         row["note"] = "no panel seen"
     if threads.is_file():
@@ -230,6 +234,7 @@ def _run(cmd: list[str], result: Path, on_pty: bool, threads: Path | None = None
     has written its result and exited, end the recorder (no merge). Returns (status, its last
     output, the recorder's CPU seconds until then)."""
     seen = bytearray()
+    total = [0]
     master = None
     if on_pty:
         master, slave = pty.openpty()
@@ -244,6 +249,7 @@ def _run(cmd: list[str], result: Path, on_pty: bool, threads: Path | None = None
                     return
                 if not data:
                     return
+                total[0] += len(data)
                 seen.extend(data)
                 del seen[:-8192]
 
@@ -273,7 +279,14 @@ def _run(cmd: list[str], result: Path, on_pty: bool, threads: Path | None = None
     if master is not None:
         time.sleep(0.1)
         os.close(master)
-    return code, seen.decode(errors="replace"), cpu
+    return code, seen.decode(errors="replace") + f"\0{total[0]}", cpu
+
+
+def _plain(text: str) -> str:
+    """``text`` without terminal escape sequences."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", text)
 
 
 def _cpu_s(pid: int, tid: int | None = None) -> float | None:
