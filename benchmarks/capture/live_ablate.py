@@ -131,8 +131,7 @@ def recorder(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 names[threading.get_native_id()] = "main"
                 tmp = Path(args.threads_out + ".tmp")  # whole when it appears
                 tmp.write_text(json.dumps(
-                    {name: round(ended[tid], 3) if tid in ended else _cpu_s(os.getpid(), tid)
-                     for tid, name in names.items()}))
+                    {name: _thread_cpu_s(tid, ended) for tid, name in names.items()}))
                 os.replace(tmp, args.threads_out)
             super().__exit__(*exc)
 
@@ -168,6 +167,13 @@ def recorder(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     live.LiveView = Toggled  # type: ignore[misc]  # record's _launch imports it at call time
     return main(list(argv))
+
+
+def _thread_cpu_s(tid: int, ended: dict[int, float]) -> float | None:
+    """A thread's CPU seconds: from /proc while it runs, else what it said as it ended."""
+    cpu = _cpu_s(os.getpid(), tid)
+    got = ended.get(tid) if cpu is None else cpu  # ended: read after /proc (it may end between)
+    return None if got is None else round(got, 3)
 
 
 def _spin_until(t: float, stop: threading.Event) -> None:
@@ -264,7 +270,7 @@ def _run(cmd: list[str], result: Path, on_pty: bool, threads: Path | None = None
         if code is not None:
             break
         if _program_done(result):  # and the toggled recorder has written its threads' CPU
-            wait = time.monotonic() + 10
+            wait = time.monotonic() + 30
             while threads is not None and not threads.is_file() and time.monotonic() < wait:
                 time.sleep(0.05)
             break
