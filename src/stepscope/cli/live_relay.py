@@ -32,13 +32,18 @@ class Relay:
         self._print = print_above
         self._clock = clock
         self.fds: list[int] = []
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake: tuple[int, int] | None = None  # (read end, write end), with the first pty
         self._closed = False
 
     def add(self, master: int) -> None:
+        if self._wake is None:
+            self._wake = os.pipe()
         self.fds.append(master)
 
     def run(self) -> None:
+        if self._wake is None:
+            return
+        wake = self._wake[0]
         decoders = {fd: codecs.getincrementaldecoder("utf-8")("replace") for fd in self.fds}
         pending = dict.fromkeys(self.fds, "")
         printed = dict.fromkeys(self.fds, 0.0)
@@ -48,12 +53,12 @@ class Relay:
             now = self._clock()
             due = [printed[fd] + RELAY_EVERY_S - now for fd in open_fds if "\n" in pending[fd]]
             timeout = max(min(due), 0.0) if due else None  # nothing pending: sleep until data
-            ready, _, _ = select.select([*open_fds, self._wake_r], [], [], timeout)
-            if self._wake_r in ready:
+            ready, _, _ = select.select([*open_fds, wake], [], [], timeout)
+            if wake in ready:
                 stopping = True
                 ready = _readable(open_fds)  # what is there now, then the end
             for fd in ready:
-                if fd == self._wake_r:
+                if fd == wake:
                     continue
                 data = _read(fd)
                 if not data:
@@ -75,9 +80,9 @@ class Relay:
                 self._print(rest.removesuffix("\n"))
 
     def stop(self) -> None:
-        if not self._closed:
+        if not self._closed and self._wake is not None:
             try:
-                os.write(self._wake_w, b"x")
+                os.write(self._wake[1], b"x")
             except OSError:
                 pass
 
@@ -85,7 +90,7 @@ class Relay:
         if self._closed:
             return
         self._closed = True
-        for fd in (*self.fds, self._wake_r, self._wake_w):
+        for fd in (*self.fds, *(self._wake or ())):
             try:
                 os.close(fd)
             except OSError:
