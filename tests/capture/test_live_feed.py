@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from tests.capture.test_bootstrap import FakeClock, FakeHost, run_steps
 
+from stepscope.capture import live_feed
 from stepscope.capture.bootstrap import CaptureConfig, Session
 from stepscope.capture.live_feed import (
     LiveFeed,
@@ -126,6 +127,27 @@ def test_feed_reads_each_chunk_once_as_the_capture_writes_them(tmp_path: Path) -
     write_part(tmp_path, 7).write_chunk(steps_chunk(0, 2, 5))
     (tmp_path / "p1007-7" / "steps.00000.parquet.tmp").write_bytes(b"half")
     assert [(p.pid, p.rank) for p in feed.poll().processes] == [(42, 1), (7, None)]
+
+
+def test_feed_reads_a_processs_meta_once_it_is_there(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # the rank comes from meta.json: read until it is there, then never again, also for a
+    # process without a rank (the panel polls every second)
+    reads: list[str] = []
+    real = live_feed._rank
+    monkeypatch.setattr(live_feed, "_rank", lambda part: reads.append(part.name) or real(part))
+    feed = LiveFeed(tmp_path)
+    late = write_part(tmp_path, 8)  # its meta.json comes after its first chunk
+    late.write_chunk(steps_chunk(0, 2, 5))
+    none = write_part(tmp_path, 9)
+    (none.path / "meta.json").write_text(json.dumps({"pid": 9, "start_ns": 1009,
+                                                     "env_rank": None}))
+    none.write_chunk(steps_chunk(0, 2, 5))
+    assert [(p.pid, p.rank) for p in feed.poll().processes] == [(8, None), (9, None)]
+    (late.path / "meta.json").write_text(json.dumps({"pid": 8, "start_ns": 1008, "env_rank": 3}))
+    for _ in range(3):
+        assert [(p.pid, p.rank) for p in feed.poll().processes] == [(8, 3), (9, None)]
+    assert sorted(reads) == ["p1008-8", "p1008-8", "p1009-9"]
 
 
 def test_feed_skips_a_chunk_it_cannot_read(tmp_path: Path) -> None:

@@ -5,18 +5,25 @@ end to end without a terminal."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
-from stepscope.capture.launcher import launch
+from stepscope.capture import launcher
+from stepscope.capture.config import ENV_VAR
+from stepscope.capture.launcher import LaunchResult, launch
 from stepscope.capture.live_feed import LiveSnapshot, ProcessLive
 from stepscope.capture.staging import StagingPartition
-from stepscope.cli import live
+from stepscope.cli import live, live_relay
 from stepscope.cli.live import LiveView, line, render
+from stepscope.cli.live_relay import Relay
 from stepscope.cli.main import main
 
 MS = 1_000_000
@@ -138,3 +145,112 @@ def test_a_program_printing_fast_is_relayed_in_few_prints(
                started=view.started)
     assert "\n".join(calls).splitlines() == [f"line {i}" for i in range(60)]
     assert len(calls) <= 10
+
+
+# -- what the recorder does while the program runs (issue 24: --live must not slow the program) --
+def test_the_relay_sleeps_while_the_program_is_quiet_and_ends_at_stop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pipe stands in for a pty whose writer (a leftover child) stays open: the relay prints a
+    # line as it comes, then waits without a timer; stop() ends it with the unfinished line
+    timeouts: list[float | None] = []
+    real = live_relay.select.select
+
+    def counted(r: Any, w: Any, x: Any, timeout: float | None = None) -> Any:
+        timeouts.append(timeout)
+        return real(r, w, x, timeout)
+
+    monkeypatch.setattr(live_relay.select, "select", counted)
+    printed: list[str] = []
+    rd, wr = os.pipe()
+    relay = Relay(printed.append)
+    relay.add(rd)
+    t = threading.Thread(target=relay.run)
+    t.start()
+    os.write(wr, b"first line\nhalf a li")
+    deadline = time.monotonic() + 5
+    while not printed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # quiet: the old relay woke 10 times a second here
+    assert printed == ["first line"]
+    assert len(timeouts) <= 3 and timeouts[-1] is None
+    relay.stop()
+    t.join(timeout=5)
+    assert not t.is_alive()
+    assert printed == ["first line", "half a li"]
+    relay.close()
+    os.close(wr)
+
+
+def test_the_relay_serves_both_streams_on_one_thread() -> None:
+    printed: list[str] = []
+    fds = [os.pipe() for _ in range(2)]
+    relay = Relay(printed.append)
+    for rd, _ in fds:
+        relay.add(rd)
+    os.write(fds[0][1], "out é\n".encode())
+    os.write(fds[1][1], b"err\nerr tail")
+    for _, wr in fds:
+        os.close(wr)  # the program ended: the relay ends by itself
+    relay.run()
+    assert sorted(printed) == ["err", "err tail", "out é"]
+    relay.close()
+
+
+def test_the_panel_is_refreshed_by_one_lowered_thread_not_by_richs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rich's own refresh thread would read the feed under the lock the relay's prints wait
+    # for; the view's thread reads outside it and runs nicer than the recorder
+    monkeypatch.setattr(live, "REFRESH_S", 0.05)
+    polled: list[tuple[bool, int]] = []
+    view = LiveView(tmp_path, terminal=True, stream=io.StringIO())
+
+    def poll() -> LiveSnapshot:
+        lock = view._live._lock
+        free = lock.acquire(blocking=False)
+        if free:
+            lock.release()
+        polled.append((free, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        return LiveSnapshot()
+
+    monkeypatch.setattr(view.feed, "poll", poll)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with view:
+        view.child_stdio()
+        view.started()
+        assert view._live._refresh_thread is None  # rich's auto-refresh is off
+        deadline = time.monotonic() + 5
+        while len(polled) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert len(polled) >= 2
+    assert all(free for free, _ in polled)  # rich's lock not held while the chunks are read
+    assert {nice for _, nice in polled} == {min(mine + live.BACKGROUND_NICE, 19)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # this thread's
+
+
+def test_record_gives_the_program_the_same_capture_with_or_without_live(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # whatever --live does happens in the recorder: the program's environment (its capture
+    # configuration) and, off a terminal, its stdio are those of plain record
+    seen: list[tuple[dict[str, str], int | None, int | None]] = []
+    watched: list[bool] = []
+
+    def fake_launch(cmd: list[str], env: dict[str, str], *, stdout: int | None = None,
+                    stderr: int | None = None, started: Any = None) -> Any:
+        watched.append(started is not None)  # the live view's path
+        if started is not None:
+            started()
+        seen.append((dict(env), stdout, stderr))
+        return LaunchResult(returncode=0, wall_s=0.0, pid=None)
+
+    monkeypatch.setattr(launcher, "launch", fake_launch)
+    script = tmp_path / "prog.py"
+    script.write_text("pass\n")
+    monkeypatch.chdir(tmp_path)
+    for name, flags in (("plain", []), ("live", ["--live"])):
+        main(["record", *flags, "--steps", "1-10", "-o", str(tmp_path / name), "--",
+              str(script)])
+    assert watched == [False, True]
+    (env0, *io0), (env1, *io1) = seen
+    cfg0, cfg1 = (json.loads(e.pop(ENV_VAR)) for e in (env0, env1))
+    assert cfg0.pop("staging") != cfg1.pop("staging")
+    assert cfg0 == cfg1 and env0 == env1 and io0 == io1 == [None, None]

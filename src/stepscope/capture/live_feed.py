@@ -103,8 +103,10 @@ class LiveFeed:
 
     def _read_part(self, part: Path) -> None:
         key = part.name
-        if self._ranks.get(key) is None:
-            self._ranks[key] = _rank(part)
+        if key not in self._ranks:  # read once, when its meta.json is there (a rank or None)
+            found, rank = _rank(part)
+            if found:
+                self._ranks[key] = rank
         try:
             names = sorted(f.name for f in part.iterdir())
         except OSError:
@@ -141,13 +143,14 @@ def _order(p: ProcessLive) -> tuple[int, int]:
     return (p.rank if p.rank is not None else 1 << 30, p.pid)
 
 
-def _rank(part: Path) -> int | None:
+def _rank(part: Path) -> tuple[bool, int | None]:
+    """(whether its ``meta.json`` was read, the process's ``env_rank`` or None)"""
     try:
         meta = json.loads((part / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return False, None
     r = meta.get("env_rank") if isinstance(meta, dict) else None
-    return r if isinstance(r, int) else None
+    return True, r if isinstance(r, int) else None
 
 
 _COLUMNS = {"steps": ("ts_ns", "dur_ns", "step"), "input_waits": ("ts_ns", "dur_ns"),
@@ -157,8 +160,10 @@ _COLUMNS = {"steps": ("ts_ns", "dur_ns", "step"), "input_waits": ("ts_ns", "dur_
 def _read(path: Path, table: str) -> dict[str, np.ndarray]:
     """The columns the figures need of one chunk (rows without a time or duration dropped)."""
     try:
-        # one thread: a few small files every flush; Arrow's pool would wake a thread per core
-        t = pq.read_table(path, columns=list(_COLUMNS[table]), use_threads=False)
+        # one thread, no read-ahead: a few small files every flush; Arrow's CPU and I/O pools
+        # would wake threads in the recorder for them
+        t = pq.read_table(path, columns=list(_COLUMNS[table]), use_threads=False,
+                          pre_buffer=False)
     except (OSError, ValueError, KeyError, ImportError):
         return {}
     if table == "devices":

@@ -4,20 +4,20 @@ On a terminal (stderr a TTY): a ``rich`` Live panel on stderr, redrawn every sec
 GPU busy, input wait per process, the top provisional finding). The program's stdout and stderr
 that were the terminal are handed pseudo-terminals instead (the program still sees a terminal:
 line buffering, colours), whose output the recorder prints above the panel, a line at a time, so
-that the panel never overwrites it. A line the program redraws in place (a ``\\r`` progress bar)
-shows when it ends with a newline.
+that the panel never overwrites it (``cli.live_relay``).
 
 Without a terminal: one line on stderr every :data:`LINE_EVERY_S` seconds, when new figures came
 (a CI log gets a heartbeat, not a redraw); the program's output is left as it is.
 
-The feed is read in this (the recorder's) process: the profiled program does nothing more.
+The feed is read in this (the recorder's) process: the profiled program does nothing more (its
+capture configuration is the same with or without ``--live``). The recorder's share is kept small
+and out of the program's way: the chunks are read once a second on a thread of lowered priority,
+outside ``rich``'s lock, and the relay sleeps while the program is quiet.
 """
 
 from __future__ import annotations
 
-import codecs
 import os
-import select
 import sys
 import threading
 import time
@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stepscope.capture.live_feed import RECENT_S, RECENT_STEPS, LiveFeed, LiveSnapshot, hint
+from stepscope.cli.live_relay import Relay
 
 LINE_EVERY_S = 30.0  # without a terminal: a line this often (when there is something new)
 REFRESH_S = 1.0  # the panel's redraw
-RELAY_EVERY_S = 0.1  # the program's output is printed above the panel this often, at most
+BACKGROUND_NICE = 10  # the live view's threads run this much nicer than the recorder
 
 
 def render(snap: LiveSnapshot, elapsed_s: float, flush_every_s: float = 5.0) -> Any:
@@ -102,7 +103,14 @@ def _pct(v: float | None) -> str:
 class LiveView:
     """``with LiveView(staging, terminal=...) as view``: :meth:`child_stdio` before the program
     starts (the fds to give it), :meth:`started` once it runs; leaving the block stops the panel
-    and prints what the program wrote last. ``clock`` and ``stream`` are for tests."""
+    and prints what the program wrote last. ``clock`` and ``stream`` are for tests.
+
+    Threads (started only in :meth:`started`, after the fork): on a terminal, one that polls the
+    feed and redraws the panel every :data:`REFRESH_S` (:meth:`refresh`; ``rich``'s own refresh
+    thread is not used: it would read the feed under ``rich``'s lock, which the relay's prints
+    wait for) at a lower scheduling priority (:func:`background`), and one relay for the
+    program's stdout and stderr together (``live_relay``), which sleeps until the program writes;
+    without a terminal, one that writes a line every ``line_every_s`` (also lowered)."""
 
     def __init__(self, staging: Path, *, terminal: bool, stream: TextIO | None = None,
                  clock: Callable[[], float] = time.monotonic,
@@ -117,10 +125,10 @@ class LiveView:
         self._live: Any = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._relays: list[tuple[int, TextIO]] = []  # (pty master, where its lines go)
+        self._relay = Relay(self._print_above)
         self._slaves: list[int] = []
         self._last_chunks = -1
-        self._drawn: tuple[float, Any] | None = None  # (when, the panel) last rendered
+        self.snapshot = LiveSnapshot()  # the feed's figures as last polled
 
     def __enter__(self) -> LiveView:
         return self
@@ -137,14 +145,14 @@ class LiveView:
                 out.append(None)
                 continue
             master, slave = _open_pty(fd)
-            self._relays.append((master, stream))
+            self._relay.add(master)
             self._slaves.append(slave)
             out.append(slave)
         return out[0], out[1]
 
     def started(self) -> None:
-        """The program runs: close this side's copies of its pty ends, start the relays and
-        the panel (threads started only now: the launcher forks with no thread running)."""
+        """The program runs: close this side's copies of its pty ends, start the relay and the
+        panel (threads started only now: the launcher forks with no thread running)."""
         for fd in self._slaves:
             os.close(fd)
         self._slaves.clear()
@@ -154,35 +162,47 @@ class LiveView:
             from rich.live import Live
 
             console = Console(file=self._stream, stderr=self._stream is sys.stderr)
-            self._live = Live(get_renderable=self._panel, console=console, transient=False,
-                              refresh_per_second=1 / REFRESH_S, redirect_stdout=False,
-                              redirect_stderr=False)
-            self._live.start()
-            for master, _ in self._relays:
-                self._spawn(self._relay, master)
+            self._live = Live(self.panel(), console=console, auto_refresh=False,
+                              transient=False, redirect_stdout=False, redirect_stderr=False)
+            self._live.start(refresh=True)
+            self._spawn(self._refresh_loop)
+            if self._relay.fds:
+                self._spawn(self._relay.run)
         else:
             self._spawn(self._lines)
 
-    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
-        t = threading.Thread(target=target, args=args, name="stepscope-live", daemon=True)
+    def _spawn(self, target: Callable[[], None]) -> None:
+        t = threading.Thread(target=target, name="stepscope-live", daemon=True)
         t.start()
         self._threads.append(t)
 
-    def _panel(self) -> Any:
-        """The panel, polled and rendered at most once a second: ``rich`` also asks for it at
-        every line printed above it (the program's output), which must not read the feed."""
-        now = self._clock()
-        if self._drawn is not None and now - self._drawn[0] < REFRESH_S:
-            return self._drawn[1]
+    def _refresh_loop(self) -> None:
+        background()
+        while not self._stop.wait(REFRESH_S):
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Once a second: read the chunks that came (outside ``rich``'s lock), then redraw."""
+        self.poll()
+        self.redraw()
+
+    def poll(self) -> LiveSnapshot:
         try:
-            snap = self.feed.poll()
+            self.snapshot = self.feed.poll()
         except Exception:  # the panel must never end the recording
-            snap = LiveSnapshot()
-        panel = render(snap, now - self._t0, self._flush_every)
-        self._drawn = (now, panel)
-        return panel
+            pass
+        return self.snapshot
+
+    def panel(self) -> Any:
+        return render(self.snapshot, self._clock() - self._t0, self._flush_every)
+
+    def redraw(self) -> None:
+        live = self._live
+        if live is not None:
+            live.update(self.panel(), refresh=True)
 
     def _lines(self) -> None:
+        background()
         while not self._stop.wait(self._every):
             self.tick()
 
@@ -196,32 +216,6 @@ class LiveView:
         print(text, file=self._stream, flush=True)
         return text
 
-    def _relay(self, master: int) -> None:
-        """Copy the program's output from a pty to above the panel, whole lines, at most
-        every :data:`RELAY_EVERY_S` (each print above the panel redraws it: a program printing
-        a line per step must not make this process redraw per line)."""
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        pending = ""
-        printed = 0.0
-        while True:
-            ready, _, _ = select.select([master], [], [], RELAY_EVERY_S)
-            if ready:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:  # EIO: every writer closed it (the program and its children ended)
-                    data = b""
-                if not data:
-                    break
-                pending += decoder.decode(data)
-            now = time.monotonic()
-            if "\n" in pending and (now - printed >= RELAY_EVERY_S or len(pending) > 1 << 16):
-                done, _, pending = pending.rpartition("\n")
-                self._print_above(done)
-                printed = now
-        pending += decoder.decode(b"", final=True)
-        if pending:
-            self._print_above(pending.removesuffix("\n"))
-
     def _print_above(self, text: str) -> None:
         from rich.text import Text
 
@@ -232,17 +226,26 @@ class LiveView:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self._relay.stop()  # it prints what is left and ends
         for t in self._threads:
             t.join(timeout=2.0)  # a relay whose pty a leftover child holds is left to end
         for fd in self._slaves:
             os.close(fd)
         if self._live is not None:
             self._live.stop()
-        for master, _ in self._relays:
-            try:
-                os.close(master)
-            except OSError:
-                pass
+        self._relay.close()
+
+
+def background() -> None:
+    """Lower the calling thread's scheduling priority (Linux: a thread's own nice value; the
+    recorder's other threads and the program are not affected): the panel's work then yields
+    to the program whenever they would share a core."""
+    try:
+        tid = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(now + BACKGROUND_NICE, 19))
+    except (OSError, AttributeError):
+        pass
 
 
 def _tty_fd(stream: TextIO) -> int | None:
@@ -271,4 +274,4 @@ def _open_pty(like: int) -> tuple[int, int]:
     return master, slave
 
 
-__all__ = ["LINE_EVERY_S", "LiveView", "line", "render"]
+__all__ = ["LINE_EVERY_S", "LiveView", "background", "line", "render"]
