@@ -83,6 +83,28 @@ def test_untraced_scales_dispatch_then_takes_the_cost_out() -> None:
     assert same.host.pre.tolist() == [0, 92, 92, 92]  # without a speed: the cost alone
 
 
+def test_host_work_over_a_millisecond_before_a_launch_keeps_its_speed() -> None:
+    # a sync, then 3 ms of the user's CPU work before the step's first launch, then a second
+    # launch after 100 ns of dispatch; the thread ran at half its typical speed: the dispatch
+    # (100 -> 50, less 8) and the calls (10 -> 5, less 1) are taken at speed, the 3 ms is not
+    # dispatch (``edits.KEEP_HOST_NS``, what a CUDA graph keeps too): only its cost goes
+    from stepscope.model.stepmodel.edits import KEEP_HOST_NS
+
+    work = 3 * KEEP_HOST_NS
+    m = model([(0, K, 100, 4), (0, L, work, 10), (0, L, 100, 10)],
+              [(2, 0, 20, 5), (3, 0, 20, 5)], wait={1: -1})
+    p = ProfilerCost(pre=np.array([0, 8, 8, 8]), own=np.array([0, 1, 1, 1]),
+                     tail=np.array([0]), speed=np.array([0.5]))
+    bare = untraced(replace(m, profiler=p))
+    assert bare.host.pre.tolist() == [0, 92, work - 8, 42]
+    assert bare.host.own.tolist() == [0, 3, 4, 4]
+    # just at the limit it is still dispatch, taken at speed
+    edge = model([(0, L, KEEP_HOST_NS, 10)], [(1, 0, 20, 5)])
+    p1 = ProfilerCost(pre=np.array([0, 0]), own=np.array([0, 0]), tail=np.array([0]),
+                      speed=np.array([0.5]))
+    assert untraced(replace(edge, profiler=p1)).host.pre.tolist() == [0, KEEP_HOST_NS // 2]
+
+
 def _recorded(tmp_path: Path, first_us: float) -> Any:
     """Five 1 ms steps, each six launches of 10 us on the host (the first ``first_us``), 50 us
     apart, each launching a 100 us kernel; recorded by stepscope (CUPTI backend)."""

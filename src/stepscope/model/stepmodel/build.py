@@ -27,6 +27,7 @@ from stepscope.analysis.launches import bounds, column_i64, column_str, str_in
 from stepscope.analysis.syncs import blocking_calls
 from stepscope.call_kinds import COMM_KERNEL
 from stepscope.model.profiler_cost import EventCosts
+from stepscope.model.stepmodel.handover import drop_nested, steps_handovers, typical_handovers
 from stepscope.model.stepmodel.host_speed import launch_reference, thread_speed
 from stepscope.model.stepmodel.profiler import profiler_cost
 from stepscope.model.stepmodel.steps import (
@@ -147,13 +148,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     o = np.lexsort((ev_e, ev_s))
     ev_s, ev_e, ev_api, ev_t = ev_s[o], ev_e[o], ev_api[o], ev_t[o]
     # drop events inside an earlier event of their thread (nested calls)
-    keep = np.ones(ev_s.size, dtype=bool)
-    last_end: dict[int, int] = {}
-    for i, (t, e_) in enumerate(zip(ev_t.tolist(), ev_e.tolist())):
-        if t in last_end and e_ <= last_end[t]:
-            keep[i] = False
-            continue
-        last_end[t] = e_
+    keep = drop_nested(ev_s, ev_e, ev_t)
     ev_s, ev_e, ev_api, ev_t = ev_s[keep], ev_e[keep], ev_api[keep], ev_t[keep]
     n_ev = ev_s.size + 1  # event 0: the step's start mark on the main thread
     e_start = np.concatenate(([t0], ev_s))
@@ -288,6 +283,15 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
                 w = min(max(0, w_end - int(e_start[e])), int(own[e]))
             own[e] -= w
         free_at[t] = max(int(free_at[t]), int(e_end[e]))
+    hand = np.flatnonzero(after >= 0)
+    if hand.size:  # each hand-over at most its typical length (``handover``)
+        key = np.concatenate([column_i64(api, "pid")[a_kind], column_i64(waits, "pid")]) \
+            * np.int64(1 << 32) + np.concatenate([column_i64(api, "tid")[a_kind],
+                                                  column_i64(waits, "tid")])
+        gaps = steps_handovers([(s.start_ns, s.end_ns) for s in ra.steps.steady],
+                               np.concatenate([a_s[a_kind], w_s]),
+                               np.concatenate([a_e[a_kind], w_e]), key, HANDOFF_RUN)
+        pre[hand] = typical_handovers(pre[hand].tolist(), gaps)
     # the step ends with the main thread (the one that starts it); another thread's
     # time after its last event is idle (autograd's backward thread waits for the next step)
     tail = np.where(np.arange(free_at.size) == main, np.maximum(t1 - free_at, 0), 0
