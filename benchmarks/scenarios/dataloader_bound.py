@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from common import Step, adamw, calibrate, cycle, is_cuda, mlp, pick, train_step
@@ -36,6 +38,15 @@ class Tokens(Dataset):
         return torch.from_numpy(_transform(x, self.rounds))
 
 
+def close_loader(it: Any, loader: DataLoader[Any]) -> None:
+    """Stop a loader's iterator and its workers (persistent workers live on the loader)."""
+    it.close()
+    inner = getattr(loader, "_iterator", None)
+    if inner is not None and hasattr(inner, "_shutdown_workers"):
+        inner._shutdown_workers()
+    loader._iterator = None
+
+
 def build(fixed: bool, device: str) -> Step:
     seq, feat, batch, width, sample_ms = pick(device, (256, 256, 32, 4096, 0.2),
                                               (16, 32, 4, 64, 0.5))
@@ -56,13 +67,6 @@ def build(fixed: bool, device: str) -> Step:
         xb = next(it).to(device, non_blocking=True)
         train_step(model, opt, xb.view(-1, feat), device=device, amp=torch.bfloat16)
 
-    def close() -> None:
-        it.close()
-        inner = getattr(loader, "_iterator", None)  # persistent workers live on the loader
-        if inner is not None and hasattr(inner, "_shutdown_workers"):
-            inner._shutdown_workers()
-        loader._iterator = None
-
-    return Step(step, close=close, info={"batch": batch, "sample": [seq, feat],
+    return Step(step, close=lambda: close_loader(it, loader), info={"batch": batch, "sample": [seq, feat],
                                          "transform_rounds": rounds, "sample_ms": sample_ms,
                                          "num_workers": 8 if fixed else 0})

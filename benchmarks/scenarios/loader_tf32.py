@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import variants
 from common import Step, adamw, calibrate, cycle, is_cuda, mlp, pick, train_step
-from dataloader_bound import Tokens, _transform
+from dataloader_bound import Tokens, _transform, close_loader
 from torch.utils.data import DataLoader
 
 EXPECTED = "input_bound"
@@ -66,14 +66,7 @@ def build(fixed: bool | str, device: str) -> Step:
         losses.append(loss.item())  # the progress line's loss: waits for the step's GPU work
         del losses[:-100]
 
-    def close() -> None:
-        it.close()
-        inner = getattr(loader, "_iterator", None)  # persistent workers live on the loader
-        if inner is not None and hasattr(inner, "_shutdown_workers"):
-            inner._shutdown_workers()
-        loader._iterator = None
-
-    return Step(step, close=close, info={"batch": batch, "sample": [seq, feat],
+    return Step(step, close=lambda: close_loader(it, loader), info={"batch": batch, "sample": [seq, feat],
                                          "transform_rounds": rounds, "sample_ms": sample_ms,
                                          "num_workers": WORKERS if workers else 0,
                                          "tf32": tf32, "variant": variant})
