@@ -181,6 +181,11 @@ def score_row(pred: Prediction, *, baseline_ms: float, fixed_ms: float, saving_p
         out["predicted_fixed_ms"] = round(baseline_ms * scale, 4)
         out["predicted_saving_pct"] = round(100.0 * (1.0 - scale), 2)
         out["ratio"] = round(out["predicted_fixed_ms"] / fixed_ms, 3) if fixed_ms > 0 else None
+        # informative, not scored: the report's own ms against the untraced measurement (the
+        # predicted fixed step directly, and the step its saving is taken from). Comparable only
+        # where the report's steps are the program's steps (not periodicity windows).
+        out["direct_ratio"] = round(pred.step_ms / fixed_ms, 3) if fixed_ms > 0 else None
+        out["base_ratio"] = round(base / baseline_ms, 3) if baseline_ms > 0 else None
     if trap:
         predicted = out["predicted_saving_pct"] if pred.step_ms is not None else 0.0
         no_gain = saving_pct < NO_GAIN_PCT

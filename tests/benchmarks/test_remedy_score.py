@@ -225,6 +225,9 @@ def test_score_row_tolerance_and_trap() -> None:
                       trap=False)
     assert ok["predicted_fixed_ms"] == 6.0 and ok["predicted_saving_pct"] == 50.0
     assert ok["ratio"] == 1.2 and ok["ok"] and ok["on_target"]
+    # informative: the report's 10 ms against the measured 5 ms fixed step, its 20 ms base
+    # against the measured 12 ms baseline (not part of ok)
+    assert ok["direct_ratio"] == 2.0 and ok["base_ratio"] == round(20.0 / 12.0, 3)
     loose = rs.score_row(pred, baseline_ms=12.0, fixed_ms=4.8, saving_pct=60.0,
                          captured_ms=20.0, trap=False)
     assert loose["ratio"] == 1.25 and loose["ok"] and not loose["on_target"]
