@@ -112,3 +112,11 @@ def test_remedies_and_the_plan_when_the_advice_has_them(tmp_path: Path) -> None:
                                      "**0.10 ms** (10%)"]
     assert ("**Plan:** pin\\_memory + remove\\_syncs together: 0.70 ms per step from 1.00 ms "
             "(save 30%)") in lines
+    # a plan of one remedy is that remedy, not "together"
+    one = NS(remedies=remedies.remedies,
+             plan=NS(remedy_ids=("pin_memory",), predicted_step_ms=0.8, measured_ms=1.0,
+                     baseline_ms=1.0, est_saving_pct=20.0))
+    md1 = to_markdown(dataclasses.replace(rep, advice=NS(findings=rep.advice.findings,
+                                                         host_trust=rep.advice.host_trust,
+                                                         remedies=one)))
+    assert "**Plan:** pin\\_memory: 0.80 ms per step from 1.00 ms (save 20%)" in md1.splitlines()

@@ -137,7 +137,8 @@ def _remedies(report: Report) -> list[str]:
                         f"**{r.est_saving_ms:.2f} ms** ({r.est_saving_pct:.0f}%)"))
     plan = getattr(ra, "plan", None)
     if plan is not None:
-        out += ["", f"**Plan:** {escape(' + '.join(plan.remedy_ids))} together: "
+        together = " together" if len(plan.remedy_ids) > 1 else ""
+        out += ["", f"**Plan:** {escape(' + '.join(plan.remedy_ids))}{together}: "
                     f"{plan.predicted_step_ms:.2f} ms per step from {plan.baseline_ms:.2f} ms "
                     f"(save {plan.est_saving_pct:.0f}%)"]
         pair = pair_text(plan)

@@ -77,7 +77,8 @@ def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType
         # when it differs
         traced = (f" without the tracing cost, {p.measured_ms:.2f} ms as traced"
                   if abs(p.baseline_ms - p.measured_ms) > 0.005 * p.measured_ms else "")
-        out.append(Text(f"Plan: {' + '.join(p.remedy_ids)} together -> {p.predicted_step_ms:.2f}"
+        together = " together" if len(p.remedy_ids) > 1 else ""
+        out.append(Text(f"Plan: {' + '.join(p.remedy_ids)}{together} -> {p.predicted_step_ms:.2f}"
                         f" ms/step from {p.baseline_ms:.2f} ms{traced} (save "
                         f"{p.est_saving_pct:.0f}%)", style="bold green"))
         pair = pair_text(p)
