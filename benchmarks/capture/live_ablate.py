@@ -56,6 +56,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from live_overhead import read_pty
+
 HERE = Path(__file__).resolve()
 MODES = ("off", "poll", "render", "full", "burn")
 CONFIGS = ("record", "record-pty", "record-live-off", "record-live")
@@ -247,19 +249,12 @@ def _run(cmd: list[str], result: Path, on_pty: bool, threads: Path | None = None
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
         os.close(slave)
 
-        def drain() -> None:
-            while True:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:
-                    return
-                if not data:
-                    return
-                total[0] += len(data)
-                seen.extend(data)
-                del seen[:-8192]
+        def take(data: bytes) -> None:
+            total[0] += len(data)
+            seen.extend(data)
+            del seen[:-8192]
 
-        threading.Thread(target=drain, daemon=True).start()
+        threading.Thread(target=read_pty, args=(master, take), daemon=True).start()
     else:
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)

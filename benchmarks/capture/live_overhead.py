@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,18 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path, n: int) -> dict
             "median_block_ms": statistics.median(blocks), "wall_s": round(wall, 2)}
 
 
+def read_pty(master: int, take: Callable[[bytes], object]) -> None:
+    """Read a pseudo-terminal's master until the other side closes, each chunk to ``take``."""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            return
+        if not data:
+            return
+        take(data)
+
+
 def _on_pty(cmd: list[str], panel: bool) -> int:
     """Run ``cmd`` with stdout and stderr on a new pseudo-terminal (a panel is drawn); read and
     drop what it draws."""
@@ -122,18 +135,8 @@ def _on_pty(cmd: list[str], panel: bool) -> int:
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
     os.close(slave)
     got = bytearray()
-
-    def drain() -> None:
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            got.extend(data[-4096:])
-
-    t = threading.Thread(target=drain, daemon=True)
+    t = threading.Thread(target=read_pty, args=(master, lambda data: got.extend(data[-4096:])),
+                         daemon=True)
     t.start()
     code = p.wait(timeout=600)
     t.join(timeout=5)
