@@ -55,7 +55,7 @@ def model(events: list[tuple[int, int, int, int]], ops: list[tuple[int, int, int
         own=np.array([e[3] for e in ev], dtype=np.int64), wait=w,
         back=np.zeros(n, dtype=np.int64), after=np.full(n, -1, dtype=np.int64), role=r,
         copy=np.zeros(n, dtype=np.int8), pageable=np.zeros(n, dtype=bool),
-        name=np.zeros(n, dtype=np.int64))
+        name=np.zeros(n, dtype=np.int64), start=np.zeros(n, dtype=np.int64))
     g = GpuOps(trigger=np.array([o[0] for o in ops], dtype=np.int64),
                stream=np.array([o[1] for o in ops], dtype=np.int64),
                kind=np.full(len(ops), int(OpKind.KERNEL), dtype=np.int8),

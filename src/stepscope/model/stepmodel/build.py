@@ -304,7 +304,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
                                   launch_reference(g, ra)))
     host = HostEvents(thread=i64(e_thread), kind=kind, pre=pre, own=own, wait=wait, back=back, after=after,
                       role=role,
-                      copy=copy, pageable=pageable, name=ev_name)
+                      copy=copy, pageable=pageable, name=ev_name, start=i64(e_start))
     ops = _with_unseen(GpuOps(
         trigger=i64(trig), stream=o_stream, kind=o_kind.astype(np.int8),
         dur=i64(o_end - o_start), lat=lat, gap=gap, dep=dep, row=i64(o_rows),

@@ -12,9 +12,8 @@ memsets' GPU time); every other event and op stays, the device work that compute
 callback's operand included. ``replay`` then decides what the removal buys: a callback during
 which the GPU had work queued saves only what the host did not hide.
 
-Which events fall inside a thunk is a matter of time, which the model does not keep:
-:func:`event_spans` takes each event's start again from the rank's tables, the way
-``build.build_step_model`` selected the events, and checks it found the same events.
+Which events fall inside a thunk is a matter of time: each event's measured start
+(``HostEvents.start``) against the thunk ranges.
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ import numpy as np
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.callbacks import CALLBACK_OP, is_callback
 from stepscope.analysis.graph import StepGraph
-from stepscope.analysis.launches import bounds, column_i64, column_str, str_in
+from stepscope.analysis.launches import bounds, column_i64, column_str
 from stepscope.analysis.steps import work_annotations
-from stepscope.model.stepmodel.build import _ISSUING
 from stepscope.model.stepmodel.candidate import Candidate, Option, ms
 from stepscope.model.stepmodel.steps import (
     I64,
@@ -154,42 +152,6 @@ def drop_host_work(m: StepModel, cut: HostCut) -> StepModel:
         dur=dur, lat=lat, gap=gap).with_tail(tail)
 
 
-def event_spans(g: StepGraph, ra: RankAnalysis, m: StepModel) -> I64 | None:
-    """Each host event's start (ns) in ``m``'s step, found as ``build_step_model`` selects
-    the events (its issuing calls and input waits starting in the step, calls nested in an
-    earlier one of their thread dropped, by start); None when that is not the model's events
-    (by count and name)."""
-    step = ra.steps.steps[m.step_index]
-    t0, t1 = step.start_ns, step.end_ns
-    api = g.table("api_calls")
-    a_s, a_e = bounds(api)
-    sel = np.flatnonzero(str_in(api, "kind", _ISSUING) & (a_s >= t0) & (a_s < t1))
-    waits = g.table("input_waits")
-    w_s, w_e = bounds(waits)
-    sel_w = np.flatnonzero((w_s >= t0) & (w_s < t1))
-    names = column_str(api, "name").to_pylist() if sel.size else []
-    key = {t: i for i, t in enumerate(m.threads)}
-    pid = np.concatenate([column_i64(api, "pid")[sel], column_i64(waits, "pid")[sel_w]])
-    tid = np.concatenate([column_i64(api, "tid")[sel], column_i64(waits, "tid")[sel_w]])
-    th = [key.get((p, t), -1) for p, t in zip(pid.tolist(), tid.tolist())]
-    ev_s = np.concatenate([a_s[sel], w_s[sel_w]])
-    ev_e = np.concatenate([a_e[sel], w_e[sel_w]])
-    ev_n = [str(names[r]) for r in sel.tolist()] + ["input wait"] * int(sel_w.size)
-    starts, got = [int(t0)], [m.names[int(m.host.name[0])]]
-    last_end: dict[int, int] = {}
-    for i in np.lexsort((ev_e, ev_s)).tolist():
-        t, en = th[i], int(ev_e[i])
-        if t in last_end and en <= last_end[t]:
-            continue  # nested in an earlier call of its thread
-        last_end[t] = en
-        starts.append(int(ev_s[i]))
-        got.append(ev_n[i])
-    want = [m.names[int(n)] for n in m.host.name.tolist()]
-    if got != want or -1 in th:
-        return None
-    return np.asarray(starts, dtype=np.int64)
-
-
 def callback_ranges(g: StepGraph, m: StepModel) -> Ranges:
     """The rank's host-callback thunk ranges (host annotations, ``analysis.callbacks``), each
     on its model thread; on any thread when none of them ran on a thread of the model."""
@@ -226,11 +188,8 @@ def remove_callback(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candi
     r = callback_ranges(g, m)
     if r.start.size == 0:
         return None
-    start = event_spans(g, ra, m)
-    if start is None:
-        return None
     step = ra.steps.steps[m.step_index]
-    cut = host_cut(m, start, int(step.end_ns), r)
+    cut = host_cut(m, m.host.start, int(step.end_ns), r)
     if cut.empty:
         return None
     in_step = (r.start < step.end_ns) & (r.end > step.start_ns)
@@ -261,4 +220,4 @@ def remove_callback(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candi
 
 
 __all__ = ["ANY_THREAD", "FINDINGS", "HostCut", "Ranges", "callback_ranges",
-           "drop_host_work", "event_spans", "host_cut", "remove_callback", "short_name"]
+           "drop_host_work", "host_cut", "remove_callback", "short_name"]

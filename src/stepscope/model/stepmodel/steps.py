@@ -85,6 +85,8 @@ class HostEvents:
     copy: I8  # CopyDir of the copy the event issues (or, for a sync, the copy just before it)
     pageable: B  # the copy it issues is from/to pageable host memory
     name: I64  # index into StepModel.names
+    start: I64  # ns: when the event began in the captured step (absolute, as measured;
+    # edits keep it): remedies that act on time ranges find their events by it
 
     @property
     def size(self) -> int:
