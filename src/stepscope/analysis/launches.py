@@ -203,7 +203,18 @@ class LaunchAnalysis:
 
 def launch_bound_gaps(g: StepGraph) -> tuple[I64, I64]:
     """Launch-bound idle gaps of every device of the rank (module docstring), concatenated
-    over devices (disjoint within a device, sorted by device then time)."""
+    over devices (disjoint within a device, sorted by device then time). Computed once per
+    graph (the launch statistics, the idle model and the breakdown all read them), read-only."""
+    return g.memo(("launch_bound_gaps",), lambda: _read_only(*_launch_bound_gaps(g)))
+
+
+def _read_only(s: I64, e: I64) -> tuple[I64, I64]:
+    s.setflags(write=False)
+    e.setflags(write=False)
+    return s, e
+
+
+def _launch_bound_gaps(g: StepGraph) -> tuple[I64, I64]:
     s, e, d, _ = gpu_records(g)
     api = g.table("api_calls")
     if not (g.keys("api_calls") >= 0).any():  # no API call carries a correlation:
