@@ -19,10 +19,15 @@ from stepscope.analysis.graph import run_graph
 from stepscope.model.profiler_cost import (
     API_NS,
     CAPTURE_API_NS,
+    LAUNCH_REF_NS,
+    MAX_SCALE,
+    MIN_SCALE,
     OP_NS,
+    PYTHON_NS,
     SHAPES_NS,
     EventCosts,
     costs_for,
+    host_scale,
     step_costs,
 )
 from stepscope.model.stepmodel import build_step_model, replay
@@ -40,15 +45,57 @@ def _graph(kind: str, backends: tuple[str, ...] = ()) -> Any:
         source=SimpleNamespace(kind=kind, details={}), settings={"ranks": ranks}))
 
 
-def test_step_costs_per_source() -> None:
-    assert step_costs(_graph("kineto")) == costs_for(_graph("kineto"))
-    assert step_costs(_graph("capture", ("cupti",))) == EventCosts(0, 0, CAPTURE_API_NS, 0)
-    assert step_costs(_graph("capture")) == EventCosts(0, 0, CAPTURE_API_NS, 0)
-    torch_backend = step_costs(_graph("capture", ("cupti", "torch")))
+def test_step_costs_per_source(tmp_path: Path) -> None:
+    kineto = run_graph(_launches(tmp_path, "kineto", [LAUNCH_REF_NS / 1000] * 3))
+    assert step_costs(kineto, kineto.all) == costs_for(kineto, kineto.all)
+    nothing: Any = None  # a recorded run's costs read no table
+    assert step_costs(_graph("capture", ("cupti",)), nothing) == EventCosts(0, 0, CAPTURE_API_NS, 0)
+    assert step_costs(_graph("capture"), nothing) == EventCosts(0, 0, CAPTURE_API_NS, 0)
+    torch_run = _launches(tmp_path / "t", "capture", [LAUNCH_REF_NS / 1000] * 3,
+                          backends=("cupti", "torch"))
+    tg = run_graph(torch_run)
+    torch_backend = step_costs(tg, tg.all)
     assert torch_backend is not None and torch_backend.op_ns == OP_NS + SHAPES_NS
     assert torch_backend.api_ns == API_NS and torch_backend.memory_ns == 0
-    assert step_costs(_graph("xspace")) is None and step_costs(_graph("nsys")) is None
-    assert costs_for(_graph("capture", ("cupti",))) is None  # the findings' costs unchanged
+    assert step_costs(_graph("xspace"), nothing) is None
+    assert step_costs(_graph("nsys"), nothing) is None
+    assert costs_for(_graph("capture", ("cupti",)), nothing) is None  # findings' costs unchanged
+
+
+def _launches(tmp_path: Path, kind: str, launch_us: list[float],
+              backends: tuple[str, ...] = ()) -> Any:
+    """One 1 ms step of launches taking ``launch_us`` each on the host, of a run whose source
+    is ``kind``."""
+    from builder import TraceBuilder
+
+    b = TraceBuilder()
+    b.step(0.0, 1000, step=0)
+    for j, d in enumerate(launch_us):
+        b.kernel("k", 30 + 40 * j + d, 5, launch=(30 + 40 * j, d))
+    ranks = {f"rank{i}": {"gpu": {"backend": x}} for i, x in enumerate(backends)}
+    return b.build(tmp_path / "r.stepscope", source=SourceInfo(kind=kind),
+                   settings={"ranks": ranks})
+
+
+def test_torch_profiler_costs_scale_with_the_traces_launch_speed(tmp_path: Path) -> None:
+    # launches of 12, 9, 9, 9 and 30 us: median 9 us, against the 5.63 us the constants hold at
+    run = run_graph(_launches(tmp_path, "kineto", [12, 9, 9, 9, 30]))
+    k = 9_000 / LAUNCH_REF_NS
+    assert host_scale(run.all) == pytest.approx(k)
+    c = costs_for(run, run.all)
+    assert c is not None and c.scale == pytest.approx(k)
+    assert (c.op_ns, c.api_ns, c.python_ns) == (round(k * OP_NS), round(k * API_NS),
+                                                round(k * PYTHON_NS))
+    # a slower host than any fitted is bounded, and so is a faster one
+    assert host_scale(run_graph(_launches(tmp_path / "s", "kineto", [40] * 3)).all) == MAX_SCALE
+    assert host_scale(run_graph(_launches(tmp_path / "f", "kineto", [1] * 3)).all) == MIN_SCALE
+    # at the reference speed, the constants themselves
+    rg = run_graph(_launches(tmp_path / "r", "kineto", [LAUNCH_REF_NS / 1000] * 3))
+    ref = costs_for(rg, rg.all)
+    assert ref is not None and (ref.op_ns, ref.api_ns, ref.scale) == (OP_NS, API_NS, 1.0)
+    # a recorded run's CUPTI cost is its own measurement: not scaled
+    rec = run_graph(_launches(tmp_path / "c", "capture", [12, 9, 9], backends=("cupti",)))
+    assert step_costs(rec, rec.all) == EventCosts(0, 0, CAPTURE_API_NS, 0)
 
 
 def test_thread_speed_is_the_typical_launch_over_the_measured_one() -> None:
@@ -128,7 +175,7 @@ def test_a_recorded_step_takes_its_cupti_cost_and_typical_speed_out(tmp_path: Pa
     g = a.graph.rank(0)
     ref = launch_reference(g, ra)
     assert ref == {"cudaLaunchKernel": pytest.approx(10_000)}  # median of 40, 10 x5 per step
-    m = build_step_model(g, ra, step_costs(run_graph(run)))
+    m = build_step_model(g, ra, step_costs(run_graph(run), g))
     assert m is not None and m.profiler is not None and m.profiler.speed is not None
     # six launches: 60 us typical against 40 + 5 x 10 = 90 measured
     assert m.profiler.speed.tolist() == pytest.approx([60 / 90])
@@ -140,6 +187,7 @@ def test_a_recorded_step_takes_its_cupti_cost_and_typical_speed_out(tmp_path: Pa
     # a step whose launches all took their typical time keeps its speed
     same = _recorded(tmp_path / "b", 10)
     a2 = analyze(same, workers=1)
-    m2 = build_step_model(a2.graph.rank(0), a2.ranks[0], step_costs(run_graph(same)))
+    g2 = a2.graph.rank(0)
+    m2 = build_step_model(g2, a2.ranks[0], step_costs(run_graph(same), g2))
     assert m2 is not None and m2.profiler is not None and m2.profiler.speed is not None
     assert m2.profiler.speed.tolist() == [1.0]

@@ -52,7 +52,7 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     its tables (module docstring; memoised
     on its graph)."""
     g = analysis.graph.rank(ra.rank)
-    costs = costs_for(analysis.graph)
+    costs = costs_for(analysis.graph, g)
     if costs is not None:
         host_cost(g, ra, costs)  # the host-timing trust's per-rank part
     split = split_idle(analysis, ra)

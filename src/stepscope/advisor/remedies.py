@@ -125,7 +125,8 @@ def rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
 def _rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
     if not ra.steps.steady:
         return None
-    model = build_step_model(analysis.graph.rank(ra.rank), ra, step_costs(analysis.graph))
+    g = analysis.graph.rank(ra.rank)
+    model = build_step_model(g, ra, step_costs(analysis.graph, g))
     if model is None:
         return None
     fit, base_ns = _fit(model)

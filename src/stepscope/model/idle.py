@@ -221,7 +221,7 @@ def _split_idle(analysis: Analysis, ra: RankAnalysis) -> IdleSplit:
     rest = rest - callback
     blocked = rest & IntervalSet.of(*sync_intervals(g))
     rest = rest - blocked
-    costs = costs_for(analysis.graph)
+    costs = costs_for(analysis.graph, g)
     factor, prof, share_keep = 1.0, 0.0, 1.0
     ev_ts = ev_off = None
     if costs is not None and steps:

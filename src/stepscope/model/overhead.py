@@ -125,8 +125,7 @@ def host_trust(analysis: Analysis) -> HostTrust:
 
 def _host_trust(analysis: Analysis) -> HostTrust:
     graph = analysis.graph
-    costs = costs_for(graph)
-    if costs is None:
+    if graph.manifest.source.kind != "kineto":  # costs_for: a torch.profiler trace
         return capture_trust(graph)
     flags = [k for k in ("with_stack", "record_shapes", "profile_memory")
              if any(isinstance(f, dict) and f.get(k)
@@ -135,7 +134,9 @@ def _host_trust(analysis: Analysis) -> HostTrust:
     per_step_events: list[float] = []
     per_step_wall: list[float] = []
     for ra in analysis.ranks:
-        one = host_cost(graph.rank(ra.rank), ra, costs)
+        g = graph.rank(ra.rank)
+        costs = costs_for(graph, g)  # the rank's scale: a fact its worker sent back
+        one = host_cost(g, ra, costs) if costs is not None else None
         if one is None:
             continue
         per_step_ns.append(one.cost_ns)

@@ -49,6 +49,23 @@ launches took 10.3 us each against 10.5 us untraced, nothing measurable, and tak
 call out left the CUDA-graph prediction at 1.46x the measured fixed step (1.13x with 1.5 us).
 A recorded run with ``--backend torch`` is a torch.profiler trace
 (shapes and stacks on, no memory events).
+
+**The host's speed, read from the trace** (:func:`host_scale`). The profiler's work per event
+runs on the program's own host thread, as fast or as slow as that host runs: the same 2,000-op
+launch loop cost 10.2 ms per step in one process and 22.8 ms in another (H100s, 2026-11-22 to
+26). The trace measures that speed: a kernel-launch call does the same driver and CUPTI work
+every time, so the median duration of a rank's launch calls is a clock of its host. Every
+torch.profiler cost above is multiplied by ``median launch call / LAUNCH_REF_NS``, bounded to
+[:data:`MIN_SCALE`, :data:`MAX_SCALE`]. :data:`LAUNCH_REF_NS` is the log-least-squares fit
+over the host-bound loops of eight earlier GPU calls (seven H100, one H200; the launch loop six
+times, the inference loop four; there traced minus untraced step is the profiler's cost):
+``benchmarks/scenarios/profiler_cost_fit.py --speed --only launch_bound,torch_inference``.
+Against the measured cost, the RMS log error goes from 0.37 (constants alone) to 0.29 on those
+ten traces, and from 0.60 to 0.46 on six traces of three later calls that took no part in the
+fit (docs/accuracy.md, "torch.profiler's cost at the trace's host speed"). What stays is the
+untraced program's own spread: two traces of the launch loop alike (traced steps of 30.38 and
+30.36 ms, launch medians of 5.2 and 4.9 us) came from processes whose untraced steps were 20.0
+and 15.7 ms.
 """
 
 from __future__ import annotations
@@ -60,7 +77,8 @@ import numpy as np
 from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.intervals import I64
 from stepscope.analysis.launches import bounds, column_i64, str_in
-from stepscope.schema_enums import CpuOpKind
+from stepscope.analysis.results import FACT
+from stepscope.schema_enums import ApiKind, CpuOpKind
 
 OP_NS = 2_000
 SHAPES_NS = 300
@@ -68,6 +86,8 @@ STACK_NS = 0
 API_NS = 3_500
 PYTHON_NS = 1_000
 MEMORY_NS = 300
+LAUNCH_REF_NS = 5_630  # median launch call at which the constants above hold (module doc)
+MIN_SCALE, MAX_SCALE = 0.5, 2.0
 CAPTURE_API_NS = 1_500  # stepscope record's CUPTI capture, per recorded CUDA call
 
 
@@ -77,6 +97,7 @@ class EventCosts:
     python_ns: int
     api_ns: int
     memory_ns: int
+    scale: float = 1.0  # the host-speed factor already applied to the costs (``host_scale``)
 
 
 def _flags(graph: RunGraph) -> dict[str, bool]:
@@ -88,29 +109,52 @@ def _flags(graph: RunGraph) -> dict[str, bool]:
     return out
 
 
-def costs_for(graph: RunGraph) -> EventCosts | None:
-    """Per-event profiler cost of this run's trace (None when it is not a torch.profiler one)."""
+def host_scale(g: StepGraph) -> float:
+    """How slow this rank's traced host ran against the one the constants were fitted on: the
+    median duration of its kernel-launch calls over :data:`LAUNCH_REF_NS`, within [MIN_SCALE,
+    MAX_SCALE]; 1 without launch calls. A per-rank fact, computed where the rank's tables are
+    read (the worker of a rank-parallel analysis) and sent back with the others."""
+    def compute() -> float:
+        api = g.table("api_calls")
+        launch = str_in(api, "kind", (ApiKind.LAUNCH.value,))
+        if not launch.any():
+            return 1.0
+        s, e = bounds(api)
+        med = float(np.median((e - s)[launch]))
+        return float(np.clip(med / LAUNCH_REF_NS, MIN_SCALE, MAX_SCALE))
+
+    return g.memo((FACT, "profiler_host_scale"), compute)
+
+
+def _torch_costs(g: StepGraph, shapes: bool, stack: bool, memory: bool) -> EventCosts:
+    k = host_scale(g)
+    op = OP_NS + (SHAPES_NS if shapes else 0) + (STACK_NS if stack else 0)
+    return EventCosts(op_ns=round(k * op), python_ns=round(k * PYTHON_NS),
+                      api_ns=round(k * API_NS), memory_ns=round(k * MEMORY_NS) if memory else 0,
+                      scale=k)
+
+
+def costs_for(graph: RunGraph, g: StepGraph) -> EventCosts | None:
+    """Per-event profiler cost of the events of ``g`` (a rank of ``graph``), at its host's
+    speed (``host_scale``); None when the run is not a torch.profiler trace."""
     if graph.manifest.source.kind != "kineto":
         return None
     f = _flags(graph)
-    op = OP_NS + (SHAPES_NS if f["record_shapes"] else 0) + (STACK_NS if f["with_stack"] else 0)
-    return EventCosts(op_ns=op, python_ns=PYTHON_NS, api_ns=API_NS,
-                      memory_ns=MEMORY_NS if f["profile_memory"] else 0)
+    return _torch_costs(g, f["record_shapes"], f["with_stack"], f["profile_memory"])
 
 
-def step_costs(graph: RunGraph) -> EventCosts | None:
-    """What the capture added per host event, for the step model: torch.profiler's costs
+def step_costs(graph: RunGraph, g: StepGraph) -> EventCosts | None:
+    """What the capture added per host event of ``g`` (a rank of ``graph``), for the step model: torch.profiler's costs
     (:func:`costs_for`) on a Kineto trace; on a recorded run, CUPTI's per call
     (:data:`CAPTURE_API_NS`), or torch.profiler's where a rank used ``--backend torch``;
     None elsewhere (JAX, nsys)."""
     kind = graph.manifest.source.kind
     if kind == "kineto":
-        return costs_for(graph)
+        return costs_for(graph, g)
     if kind != "capture":
         return None
     if "torch" in _gpu_backends(graph):
-        return EventCosts(op_ns=OP_NS + SHAPES_NS + STACK_NS, python_ns=PYTHON_NS,
-                          api_ns=API_NS, memory_ns=0)
+        return _torch_costs(g, shapes=True, stack=True, memory=False)
     return EventCosts(op_ns=0, python_ns=0, api_ns=CAPTURE_API_NS, memory_ns=0)
 
 
