@@ -1,15 +1,6 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 from stepscope import schema
-
-DOC = Path(__file__).parent.parent / "docs" / "schema.md"
-
-
-def test_docs_schema_is_generated_from_schema_py() -> None:
-    assert DOC.read_text() == schema.markdown(), (
-        "docs/schema.md is stale: run `python -m stepscope.schema > docs/schema.md`")
 
 
 def test_every_table_has_rank_first_and_times_in_ns() -> None:

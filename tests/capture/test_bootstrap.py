@@ -321,11 +321,3 @@ def test_exit_status_of_a_process_is_noted(tmp_path: Path, call: str, code: int,
         pytest.skip("capture/host.py (HostCapture) is not in the tree yet")
     (part,) = read_partitions(staging)
     assert part.meta.ended == ended
-
-
-def test_frameworks_are_read_from_the_modules_the_program_imported() -> None:
-    from stepscope.capture.bootstrap import frameworks_loaded
-
-    assert frameworks_loaded({"jax": 1, "numpy": 1}) == ["jax"]
-    assert frameworks_loaded({"torch": 1, "triton": 1, "numba": 1}) == ["pytorch", "triton"]
-    assert frameworks_loaded({}) == []

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from stepscope.capture.auto_window import (
 from stepscope.capture.chunks import Tables, clip, concat, threads_cpu_s
 from stepscope.capture.config import ENV_VAR, CaptureConfig, HostLike, default_host
 from stepscope.capture.flight_recorder import FlightRecorderTap
+from stepscope.capture.frameworks import frameworks_loaded
 from stepscope.capture.gpu import GpuLike, GpuSlot, make_gpu
 from stepscope.capture.gpu_flow import GpuFlow
 from stepscope.capture.host_slot import HostSlot
@@ -369,8 +370,6 @@ class Session(WindowIO):
         self._measure(None, now)
 
     def _write_meta(self) -> None:
-        from dataclasses import replace
-
         used = self.window_used
         settings: dict[str, Any] = {"window": used.text, "window_kind": used.kind,
                                     "schedule": self.schedule.to_dict(),
@@ -397,24 +396,4 @@ class Session(WindowIO):
             pass
 
 
-# the frameworks whose fixes the advice can speak in, by the module that says they are in use
-FRAMEWORK_MODULES = (("pytorch", "torch"), ("jax", "jax"), ("tensorflow", "tensorflow"),
-                     ("cupy", "cupy"), ("triton", "triton"), ("numba", "numba.cuda"))
-
-
-def frameworks_loaded(modules: Mapping[str, object] | None = None) -> list[str]:
-    """The frameworks imported by the program (``sys.modules``; nothing is imported here)."""
-    mods = sys.modules if modules is None else modules
-    return [name for name, module in FRAMEWORK_MODULES if module in mods]
-
-
-__all__ = [
-    "ENV_VAR",
-    "frameworks_loaded",
-    "CaptureConfig",
-    "HostLike",
-    "Session",
-    "clip",
-    "concat",
-    "threads_cpu_s",
-]
+__all__ = ["ENV_VAR", "CaptureConfig", "HostLike", "Session", "clip", "concat", "threads_cpu_s"]
