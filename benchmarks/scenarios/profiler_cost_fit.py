@@ -22,8 +22,9 @@ module for the scoring only; the committed values are the first set printed when
 host-bound traces (GPU busy under a quarter of the traced step, so that traced minus untraced
 step is the profiler's cost), the scale each one needs (measured cost / the constants' cost)
 against the median duration of its launch calls; prints the log-least-squares
-``LAUNCH_REF_NS`` and the RMS log error of the constants alone and scaled (committed reference,
-and the fit).
+``LAUNCH_REF_NS`` and the RMS log error of the constants alone and scaled within the module's
+[MIN_SCALE, MAX_SCALE] (committed model: lowered only), with the committed and the fitted
+reference.
 """
 
 from __future__ import annotations
@@ -151,8 +152,8 @@ def fit_speed(cases: list[Case]) -> None:
     print(f"\n{len(rows)} host-bound traces; log-least-squares LAUNCH_REF_NS = {ref:.0f} "
           f"(committed {pc.LAUNCH_REF_NS})")
     print(f"RMS log error: constants alone {rms([1.0] * len(rows)):.3f}; scaled by the launch "
-          f"median, committed reference {rms(scaled(pc.LAUNCH_REF_NS)):.3f}, fitted "
-          f"{rms(scaled(ref)):.3f}")
+          f"median within [{pc.MIN_SCALE}, {pc.MAX_SCALE}], committed reference "
+          f"{rms(scaled(pc.LAUNCH_REF_NS)):.3f}, fitted reference {rms(scaled(ref)):.3f}")
 
 
 def score(cases: list[Case], costs: tuple[int, int, int, int]) -> list[tuple[Case, float | None, str]]:

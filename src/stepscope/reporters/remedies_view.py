@@ -10,7 +10,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from stepscope.advisor.plan_subsets import best_pair
-from stepscope.advisor.remedies import Plan, RemedyAdvice
+from stepscope.advisor.remedies import Plan, RemedyAdvice, tracing_note
 
 
 def remedies_json(ra: RemedyAdvice | None) -> dict[str, Any]:
@@ -77,6 +77,8 @@ def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType
         # when it differs
         traced = (f" without the tracing cost, {p.measured_ms:.2f} ms as traced"
                   if abs(p.baseline_ms - p.measured_ms) > 0.005 * p.measured_ms else "")
+        if tracing_note(p.baseline_ms, p.measured_ms):
+            traced += " (an estimate: see the remedies' assumptions)"
         together = " together" if len(p.remedy_ids) > 1 else ""
         out.append(Text(f"Plan: {' + '.join(p.remedy_ids)}{together} -> {p.predicted_step_ms:.2f}"
                         f" ms/step from {p.baseline_ms:.2f} ms{traced} (save "
