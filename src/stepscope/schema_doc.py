@@ -13,7 +13,8 @@ from stepscope.schema_enums import ENUMS
 
 
 def markdown() -> str:
-    """``docs/schema.md``, generated from ``schema``'s specs (``python -m stepscope.schema_doc``)."""
+    """``docs/schema.md``, generated from ``schema``'s specs
+    (``python -m stepscope.schema_doc``)."""
     out = [
         "# Run schema",
         "",

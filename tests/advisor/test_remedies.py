@@ -18,7 +18,7 @@ def test_the_baseline_is_flagged_from_a_fifth_of_the_step_taken_out() -> None:
     assert ESTIMATED_BASE == 0.2
     (note,) = tracing_note(16.0, 30.0)  # 14 of 30 ms taken out: 47%
     assert note.startswith("the step without the tracing cost (16.00 ms; 30.00 ms as traced) "
-                           "is estimated")
+                           "is an estimate")
     assert tracing_note(24.5, 30.0) == ()  # 18%
     assert tracing_note(24.0, 30.0) != ()  # 20%: flagged
     assert tracing_note(30.0, 30.0) == () and tracing_note(5.0, 0.0) == ()

@@ -177,8 +177,8 @@ def tracing_note(baseline: float, meas: float) -> tuple[str, ...]:
     if meas <= 0 or (meas - baseline) < ESTIMATED_BASE * meas:
         return ()
     return (f"the step without the tracing cost ({baseline:.2f} ms; {meas:.2f} ms as traced) is "
-            "estimated from the host events' cost at this host's speed, and an untraced "
-            "host-bound step itself moves: 0.8-1.5x within one process on an H100 "
+            "an estimate: the cost of each recorded host event is taken out, and an untraced "
+            "host-bound step itself moves, 0.8-1.5x within one process on an H100 "
             "(docs/accuracy.md); the saving in ms is as uncertain as that step",)
 
 

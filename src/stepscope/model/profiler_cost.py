@@ -148,10 +148,10 @@ def costs_for(graph: RunGraph, g: StepGraph) -> EventCosts | None:
 
 
 def step_costs(graph: RunGraph, g: StepGraph) -> EventCosts | None:
-    """What the capture added per host event of ``g`` (a rank of ``graph``), for the step model: torch.profiler's costs
-    (:func:`costs_for`) on a Kineto trace; on a recorded run, CUPTI's per call
-    (:data:`CAPTURE_API_NS`), or torch.profiler's where a rank used ``--backend torch``;
-    None elsewhere (JAX, nsys)."""
+    """What the capture added per host event of ``g`` (a rank of ``graph``), for the step
+    model: torch.profiler's costs (:func:`costs_for`) on a Kineto trace; on a recorded run,
+    CUPTI's per call (:data:`CAPTURE_API_NS`), or torch.profiler's where a rank used
+    ``--backend torch``; None elsewhere (JAX, nsys)."""
     kind = graph.manifest.source.kind
     if kind == "kineto":
         return costs_for(graph, g)
