@@ -98,6 +98,15 @@ def test_torch_profiler_costs_scale_with_the_traces_launch_speed(tmp_path: Path)
     rg = run_graph(_launches(tmp_path / "r", "kineto", [LAUNCH_REF_NS / 1000] * 3))
     ref = costs_for(rg, rg.all)
     assert ref is not None and (ref.op_ns, ref.api_ns, ref.scale) == (OP_NS, API_NS, 1.0)
+    # HIP's launch calls are not the clock (it was read on CUDA's): the constants stay
+    from builder import TraceBuilder
+
+    b = TraceBuilder()
+    b.step(0.0, 1000, step=0)
+    for j in range(3):
+        b.api("hipLaunchKernel", 30 + 40 * j, 3)
+    hip = run_graph(b.build(tmp_path / "h.stepscope", source=SourceInfo(kind="kineto")))
+    assert host_scale(hip.all) == 1.0
     # a recorded run's CUPTI cost is its own measurement: not scaled
     rec = run_graph(_launches(tmp_path / "c", "capture", [3, 3, 3], backends=("cupti",)))
     assert step_costs(rec, rec.all) == EventCosts(0, 0, CAPTURE_API_NS, 0)

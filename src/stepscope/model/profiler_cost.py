@@ -76,10 +76,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow.compute as pc
 
 from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.intervals import I64
-from stepscope.analysis.launches import bounds, column_i64, str_in
+from stepscope.analysis.launches import bounds, column_i64, column_str, str_in
 from stepscope.analysis.results import FACT
 from stepscope.schema_enums import ApiKind, CpuOpKind
 
@@ -115,12 +116,16 @@ def _flags(graph: RunGraph) -> dict[str, bool]:
 def host_scale(g: StepGraph) -> float:
     """How fast this rank's traced host ran against the one the constants were fitted on: the
     median duration of its kernel-launch calls over :data:`LAUNCH_REF_NS`, within [MIN_SCALE,
-    MAX_SCALE] (module doc: never above 1); 1 without launch calls. A per-rank fact, computed
-    where the rank's tables are read (the worker of a rank-parallel analysis) and sent back
-    with the others."""
+    MAX_SCALE] (module doc: never above 1); 1 without CUDA launch calls (a HIP trace keeps the
+    constants: the clock was read on CUDA's). A per-rank fact, computed where the rank's tables
+    are read (the worker of a rank-parallel analysis) and sent back with the others."""
     def compute() -> float:
         api = g.table("api_calls")
         launch = str_in(api, "kind", (ApiKind.LAUNCH.value,))
+        if launch.any():  # CUDA's launch calls only: the clock was read on them, not on HIP's
+            names = pc.utf8_lower(column_str(api, "name"))
+            cuda = pc.fill_null(pc.starts_with(names, "cu"), False).to_numpy(zero_copy_only=False)
+            launch = launch & np.asarray(cuda, dtype=bool)
         if not launch.any():
             return 1.0
         s, e = bounds(api)
