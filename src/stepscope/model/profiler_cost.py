@@ -54,9 +54,9 @@ A recorded run with ``--backend torch`` is a torch.profiler trace
 runs on the program's own host thread, as fast or as slow as that host runs: the same 2,000-op
 launch loop cost 10.2 ms per step in one process and 22.8 ms in another (H100s, 2026-11-22 to
 26). A kernel-launch call of a tiny kernel does the same driver and CUPTI work every time, so
-the median duration of a rank's launch calls is a clock of its host, one that reads true only
-downwards: a median *below* :data:`LAUNCH_REF_NS` says the host is faster than the one the
-constants were fitted on, and the costs are multiplied by ``median / LAUNCH_REF_NS`` (at least
+the median duration of a rank's CUDA launch calls is a clock of its host (HIP's are not: a
+ROCm trace keeps the constants), one that reads true only downwards: a median *below*
+:data:`LAUNCH_REF_NS` says the host is faster than the one the constants were fitted on, and the costs are multiplied by ``median / LAUNCH_REF_NS`` (at least
 :data:`MIN_SCALE`); a median above it has other causes too (a kernel's own larger launch, a
 host cold after a wait), so the constants stay (:data:`MAX_SCALE` = 1). Scaling up as well was
 tried: it helped the planted loops on slow hosts and moved the GPT fixture (launch median
