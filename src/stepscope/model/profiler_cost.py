@@ -56,11 +56,12 @@ launch loop cost 10.2 ms per step in one process and 22.8 ms in another (H100s, 
 26). A kernel-launch call of a tiny kernel does the same driver and CUPTI work every time, so
 the median duration of a rank's CUDA launch calls is a clock of its host (HIP's are not: a
 ROCm trace keeps the constants), one that reads true only downwards: a median *below*
-:data:`LAUNCH_REF_NS` says the host is faster than the one the constants were fitted on, and the costs are multiplied by ``median / LAUNCH_REF_NS`` (at least
-:data:`MIN_SCALE`); a median above it has other causes too (a kernel's own larger launch, a
-host cold after a wait), so the constants stay (:data:`MAX_SCALE` = 1). Scaling up as well was
-tried: it helped the planted loops on slow hosts and moved the GPT fixture (launch median
-8.5 us; untraced step measured at 25 ms) from a predicted untraced step of 23.8 ms to 17.9 ms.
+:data:`LAUNCH_REF_NS` says the host is faster than the one the constants were fitted on, and
+the costs are multiplied by ``median / LAUNCH_REF_NS`` (at least :data:`MIN_SCALE`); a median
+above it has other causes too (a kernel's own larger launch, a host cold after a wait), so the
+constants stay (:data:`MAX_SCALE` = 1). Scaling up as well was tried: it helped the planted
+loops on slow hosts and moved the GPT fixture (launch median 8.5 us; untraced step measured at
+25 ms) from a predicted untraced step of 23.8 ms to 17.9 ms.
 :data:`LAUNCH_REF_NS` is the log-least-squares fit over the host-bound loops of eight earlier
 GPU calls (seven H100, one H200; the launch loop six times, the inference loop four; there
 traced minus untraced step is the profiler's cost):
