@@ -264,6 +264,11 @@ def round_order(names: list[str], i: int) -> list[str]:
     return list(names) if i % 2 == 0 else list(reversed(names))
 
 
+def steps_per_block(probe_ms: float, block_ms: float = 150.0) -> int:
+    """Steps that make a block last about ``block_ms``, from a probe's step time (3..50)."""
+    return int(min(50, max(3, round(block_ms / max(probe_ms, 1e-3)))))
+
+
 def time_many(runners: dict[str, StepRunner], *, rounds: int = 10, steps: int | None = None,
               warmup: int = 5, block_ms: float = 150.0,
               log: Callable[[str], None] = print) -> MultiTiming:
@@ -275,8 +280,7 @@ def time_many(runners: dict[str, StepRunner], *, rounds: int = 10, steps: int | 
     for r in runners.values():
         block(r, warmup)
     if steps is None:
-        probe = max(block(r, 2) for r in runners.values())
-        steps = int(min(50, max(3, round(block_ms / max(probe, 1e-3)))))
+        steps = steps_per_block(max(block(r, 2) for r in runners.values()), block_ms)
     mt = MultiTiming(rounds=rounds, steps_per_block=steps, warmup_steps=warmup,
                      blocks_ms={n: [] for n in names})
     for i in range(rounds):

@@ -58,7 +58,7 @@ def child(name: str, blocks: int, device: str) -> dict[str, Any]:
     step = timing.as_step(mod.build(False, device))
     runner = common.make_runner(step, device)
     timing.block(runner, 10)
-    steps = int(min(50, max(3, round(150.0 / max(timing.block(runner, 2), 1e-3)))))
+    steps = timing.steps_per_block(timing.block(runner, 2))
     pre = [timing.block(runner, steps) for _ in range(blocks)]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.pt.trace.json.gz"
