@@ -37,6 +37,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent.parent / "src"
@@ -84,16 +85,23 @@ def load_cases(paths: list[str], tmp: Path) -> list[Case]:
     return cases
 
 
+def _window(r: Any) -> tuple[int, int, int, int]:
+    """First start, last end, count and summed length of the run's steps."""
+    lo, hi, n, total = r.query("select min(ts_ns), max(ts_ns + dur_ns), count(*), sum(dur_ns) "
+                               "from steps").to_pylist()[0].values()
+    return int(lo), int(hi), int(n), int(total)
+
+
 def event_counts(run: Path) -> tuple[float, float, float, float]:
     """Per-step ops (not Python), Python events, API calls, memory events inside the steps."""
     from stepscope.store.run import Run
 
     r = Run(run)
-    lo, hi, n = r.query("select min(ts_ns), max(ts_ns + dur_ns), count(*) from steps").to_pylist()[0].values()
+    lo, hi, n, _ = _window(r)
     w = f"ts_ns >= {lo} and ts_ns < {hi}"
 
     def count(sql: str) -> float:
-        return float(r.query(sql).column(0)[0].as_py()) / max(int(n), 1)
+        return float(r.query(sql).column(0)[0].as_py()) / max(n, 1)
 
     return (count(f"select count(*) from cpu_ops where {w} and kind <> 'python'"),
             count(f"select count(*) from cpu_ops where {w} and kind = 'python'"),
@@ -102,20 +110,21 @@ def event_counts(run: Path) -> tuple[float, float, float, float]:
 
 
 def host_facts(run: Path) -> tuple[float, float]:
-    """Median launch-call duration (ns) and the GPU's busy share of the steps' time (kernels,
-    copies and memsets summed: an upper bound where they overlap)."""
+    """The model's host clock (``profiler_cost.launch_median_ns``, ns; 0 without one) and the
+    GPU's busy share of the steps' time (kernels, copies and memsets summed: an upper bound
+    where they overlap)."""
+    from stepscope.analysis.graph import run_graph
+    from stepscope.model.profiler_cost import launch_median_ns
     from stepscope.store.run import Run
 
     r = Run(run)
-    lo, hi, total = r.query("select min(ts_ns), max(ts_ns + dur_ns), sum(dur_ns) from steps"
-                            ).to_pylist()[0].values()
-    launch = r.query("select median(dur_ns) from api_calls where kind = 'launch'").column(0)[0]
+    lo, hi, _, total = _window(r)
     busy = 0.0
     for table in ("kernels", "memcpy", "memset"):
         if r.manifest.tables.get(table, 0):
             busy += float(r.query(f"select coalesce(sum(dur_ns), 0) from {table} where ts_ns "
                                   f">= {lo} and ts_ns < {hi}").column(0)[0].as_py())
-    return float(launch.as_py() or 0.0), busy / max(float(total), 1.0)
+    return launch_median_ns(run_graph(r).all) or 0.0, busy / max(float(total), 1.0)
 
 
 def fit_speed(cases: list[Case]) -> None:

@@ -34,7 +34,12 @@ from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.graph import RunGraph, StepGraph
 from stepscope.analysis.results import FACT
 from stepscope.model.confidence import Confidence
-from stepscope.model.profiler_cost import EventCosts, costs_for, host_events
+from stepscope.model.profiler_cost import (
+    EventCosts,
+    costs_for,
+    host_events,
+    torch_profiler_trace,
+)
 
 LOW_SHARE = 0.25
 MEDIUM_SHARE = 0.10
@@ -125,7 +130,7 @@ def host_trust(analysis: Analysis) -> HostTrust:
 
 def _host_trust(analysis: Analysis) -> HostTrust:
     graph = analysis.graph
-    if graph.manifest.source.kind != "kineto":  # costs_for: a torch.profiler trace
+    if not torch_profiler_trace(graph):
         return capture_trust(graph)
     flags = [k for k in ("with_stack", "record_shapes", "profile_memory")
              if any(isinstance(f, dict) and f.get(k)

@@ -114,24 +114,30 @@ def _flags(graph: RunGraph) -> dict[str, bool]:
     return out
 
 
+def launch_median_ns(g: StepGraph) -> float | None:
+    """The median duration (ns) of the CUDA kernel-launch calls of ``g``: the host's clock
+    (module doc); None without any (HIP's calls are not read: the clock was read on CUDA's)."""
+    api = g.table("api_calls")
+    launch = str_in(api, "kind", (ApiKind.LAUNCH.value,))
+    if launch.any():
+        names = pc.utf8_lower(column_str(api, "name"))
+        cuda = pc.fill_null(pc.starts_with(names, "cu"), False).to_numpy(zero_copy_only=False)
+        launch = launch & np.asarray(cuda, dtype=bool)
+    if not launch.any():
+        return None
+    s, e = bounds(api)
+    return float(np.median((e - s)[launch]))
+
+
 def host_scale(g: StepGraph) -> float:
-    """How fast this rank's traced host ran against the one the constants were fitted on: the
-    median duration of its kernel-launch calls over :data:`LAUNCH_REF_NS`, within [MIN_SCALE,
-    MAX_SCALE] (module doc: never above 1); 1 without CUDA launch calls (a HIP trace keeps the
-    constants: the clock was read on CUDA's). A per-rank fact, computed where the rank's tables
-    are read (the worker of a rank-parallel analysis) and sent back with the others."""
+    """How fast this rank's traced host ran against the one the constants were fitted on:
+    ``launch_median_ns`` over :data:`LAUNCH_REF_NS`, within [MIN_SCALE, MAX_SCALE] (module doc:
+    never above 1); 1 without CUDA launch calls (a HIP trace keeps the constants). A per-rank
+    fact, computed where the rank's tables are read (the worker of a rank-parallel analysis)
+    and sent back with the others."""
     def compute() -> float:
-        api = g.table("api_calls")
-        launch = str_in(api, "kind", (ApiKind.LAUNCH.value,))
-        if launch.any():  # CUDA's launch calls only: the clock was read on them, not on HIP's
-            names = pc.utf8_lower(column_str(api, "name"))
-            cuda = pc.fill_null(pc.starts_with(names, "cu"), False).to_numpy(zero_copy_only=False)
-            launch = launch & np.asarray(cuda, dtype=bool)
-        if not launch.any():
-            return 1.0
-        s, e = bounds(api)
-        med = float(np.median((e - s)[launch]))
-        return float(np.clip(med / LAUNCH_REF_NS, MIN_SCALE, MAX_SCALE))
+        med = launch_median_ns(g)
+        return 1.0 if med is None else float(np.clip(med / LAUNCH_REF_NS, MIN_SCALE, MAX_SCALE))
 
     return g.memo((FACT, "profiler_host_scale"), compute)
 
@@ -144,10 +150,16 @@ def _torch_costs(g: StepGraph, shapes: bool, stack: bool, memory: bool) -> Event
                       scale=k)
 
 
+def torch_profiler_trace(graph: RunGraph) -> bool:
+    """Whether the run is an imported torch.profiler (Kineto) trace: the runs whose host events
+    carry torch.profiler's costs (:func:`costs_for`)."""
+    return graph.manifest.source.kind == "kineto"
+
+
 def costs_for(graph: RunGraph, g: StepGraph) -> EventCosts | None:
     """Per-event profiler cost of the events of ``g`` (a rank of ``graph``), at its host's
     speed (``host_scale``); None when the run is not a torch.profiler trace."""
-    if graph.manifest.source.kind != "kineto":
+    if not torch_profiler_trace(graph):
         return None
     f = _flags(graph)
     return _torch_costs(g, f["record_shapes"], f["with_stack"], f["profile_memory"])
@@ -158,10 +170,9 @@ def step_costs(graph: RunGraph, g: StepGraph) -> EventCosts | None:
     model: torch.profiler's costs (:func:`costs_for`) on a Kineto trace; on a recorded run,
     CUPTI's per call (:data:`CAPTURE_API_NS`), or torch.profiler's where a rank used
     ``--backend torch``; None elsewhere (JAX, nsys)."""
-    kind = graph.manifest.source.kind
-    if kind == "kineto":
+    if torch_profiler_trace(graph):
         return costs_for(graph, g)
-    if kind != "capture":
+    if graph.manifest.source.kind != "capture":
         return None
     if "torch" in _gpu_backends(graph):
         return _torch_costs(g, shapes=True, stack=True, memory=False)
