@@ -93,6 +93,22 @@ def seeded(seed: int = 0) -> torch.Generator:
     return g
 
 
+def capture_graph(body: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """``body`` run 3 times on a side stream (the warm-up the CUDA-graph docs ask for before a
+    capture), then captured once: the graph and the output tensors it replays into. Grad mode
+    is the caller's (wrap the call in ``torch.no_grad()`` for an inference graph)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = body()
+    return graph, out
+
+
 def randn(*shape: int, device: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
     """Deterministic random tensor made on the CPU then moved (same data for both variants)."""
     return torch.randn(*shape, generator=seeded(seed), dtype=torch.float32).to(device=device,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 import variants
-from common import Step, is_cuda, pick, require_cuda
+from common import Step, capture_graph, is_cuda, pick, require_cuda
 
 EXPECTED = "launch_bound"
 DESCRIPTION = ("64 MB fp32 batch copied each step from pageable memory with .to('cuda'), then "
@@ -67,15 +67,7 @@ def build(fixed: bool | str, device: str) -> Step:
     require_cuda(device, "CUDA graphs")
     static_in = torch.empty(rows, feat, device=device)
     static_in.copy_(src)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up before capture, as the CUDA-graph docs ask
-        for _ in range(3):
-            body(static_in)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = body(static_in)
+    graph, static_out = capture_graph(lambda: body(static_in))
 
     def replay() -> None:
         # the user's copy into the graph's input buffer: pageable (blocks) or pinned

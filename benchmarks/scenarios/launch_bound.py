@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from common import Step, is_cuda, pick, randn, require_cuda
+from common import Step, capture_graph, is_cuda, pick, randn, require_cuda
 
 EXPECTED = "launch_bound"
 STEP_HOOK = False  # no optimizer: `stepscope record` falls back to its time window
@@ -33,15 +33,7 @@ def build(fixed: bool, device: str) -> Step:
 
     require_cuda(device, "CUDA graphs")
     assert is_cuda(device)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up before capture, as the CUDA-graph docs ask
-        for _ in range(3):
-            body()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = body()
+    graph, static_out = capture_graph(body)
 
     def replay() -> None:
         graph.replay()

@@ -6,7 +6,7 @@ No optimizer and no backward: ``stepscope record`` sees no step hook and uses it
 from __future__ import annotations
 
 import torch
-from common import Step, pick, randn, require_cuda
+from common import Step, capture_graph, pick, randn, require_cuda
 
 EXPECTED = "launch_bound"
 STEP_HOOK = False
@@ -45,16 +45,8 @@ def build(fixed: bool, device: str) -> Step:
                                 "cuda_graph": False})
 
     require_cuda(device, "CUDA graphs")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
     with torch.no_grad():
-        with torch.cuda.stream(side):  # warm-up before capture, as the CUDA-graph docs ask
-            for _ in range(3):
-                model(x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = model(x)
+        graph, static_out = capture_graph(lambda: model(x))
 
     def replay() -> None:
         graph.replay()
