@@ -220,15 +220,18 @@ def record(name: str, meta: timing.ScenarioMeta, args: argparse.Namespace,
     return res
 
 
-def advise(run_dir: Path, dest: Path, timeout: float) -> dict[str, Any]:
-    """The JSON report of a recorded run, made in a child process (``--advise``)."""
+def advise(run_dir: Path, dest: Path, timeout: float,
+           untraced_step_ms: float | None = None) -> dict[str, Any]:
+    """The JSON report of a recorded run, made in a child process (``--advise``); with
+    ``untraced_step_ms``, its remedies calibrated to that step (``--untraced-step-ms``)."""
     if not (run_dir / "manifest.json").exists():
         return {"error": "no run was written"}
     if dest.exists():
         dest.unlink()
     errlog = dest.with_suffix(".advise.log")
+    cal = [] if untraced_step_ms is None else ["--untraced-step-ms", str(untraced_step_ms)]
     rc, wall = run_limited([sys.executable, str(Path(__file__).resolve()), "--advise",
-                            str(run_dir), "--json", str(dest)], timeout, errlog)
+                            str(run_dir), "--json", str(dest), *cal], timeout, errlog)
     if not dest.exists():
         why = "timed out" if rc == "timeout" else f"exited with {rc}"
         return {"error": f"advisor {why} after {wall:.0f} s: {rr.last_lines(errlog)}"}
@@ -236,14 +239,14 @@ def advise(run_dir: Path, dest: Path, timeout: float) -> dict[str, Any]:
     return {"advise_wall_s": round(wall, 2), "report": str(dest), **rr.condense_report(report)}
 
 
-def advise_child(run_dir: str, dest: str) -> int:
+def advise_child(run_dir: str, dest: str, untraced_step_ms: float | None = None) -> int:
     """In the child: build the report (analysis + advice) and write it as JSON."""
     from stepscope.reporters.json_report import report_dict
     from stepscope.reporters.report import build_report
     from stepscope.store.run import Run
 
     t0 = time.perf_counter()
-    report = build_report(Run(run_dir))
+    report = build_report(Run(run_dir), untraced_step_ms=untraced_step_ms)
     d = report_dict(report)
     d["suite"] = {"analyze_advise_s": round(time.perf_counter() - t0, 3)}
     Path(dest).write_text(json.dumps(d, ensure_ascii=False))
@@ -372,6 +375,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated suite folders: merge their results.json into --out")
     ap.add_argument("--advise", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--untraced-step-ms", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if not args.advise and not args.out:
         ap.error("--out is required")
@@ -395,7 +399,7 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.advise:
-        return advise_child(args.advise, args.json)
+        return advise_child(args.advise, args.json, args.untraced_step_ms)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

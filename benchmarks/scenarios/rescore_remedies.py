@@ -11,7 +11,10 @@ results it holds, its one measured fix taken as the scenario's default variant. 
 bundled profiler trace (torch.profiler's, or a JAX scenario's XSpace) is imported and advised
 again (``trace_advice.advise_trace``), every
 bundled recorded run reported again (``record_suite.advise``, in a child process running this
-tree's ``src``); a scenario whose trace or run did not come back keeps the call's advice (said
+tree's ``src``); with ``--calibrate``, both with the remedies calibrated to the scenario's
+measured untraced baseline step (``stepscope report --untraced-step-ms``: what a user reads in
+their training log), a recorded run whose steps are not the program's (recovered from the
+kernel stream's periodicity) reported uncalibrated, said in ``rescored``; a scenario whose trace or run did not come back keeps the call's advice (said
 in ``rescored``). Then both scores (``timing.score_first_serious`` and
 ``remedy_score.score_result``) are computed again, each measured variant scored against the
 remedy ids its scenario declares now, and NEW/results.json and NEW/accuracy.md
@@ -54,7 +57,24 @@ def bundled_trace(tree: Path, name: str) -> Path | None:
     return None
 
 
-def readvise_profiler(res: dict[str, Any], tree: Path) -> str:
+def calibration_target(res: dict[str, Any], calibrate: bool) -> float | None:
+    """The step the remedies are calibrated to: the measured untraced baseline (``timing``),
+    None without ``calibrate`` or a measurement."""
+    base = (res.get("timing") or {}).get("baseline_ms")
+    return float(base) if calibrate and base else None
+
+
+def calibration_said(advice: dict[str, Any], target: float | None) -> str:
+    """What the calibration did, from the report's ``step_model.calibration``."""
+    if not target:
+        return ""
+    cal = (advice.get("step_model") or {}).get("calibration") or {}
+    if cal.get("reached"):
+        return f", calibrated to {target:.2f} ms ({cal.get('scaled')} x{cal.get('factor')})"
+    return f", not calibrated ({target:.2f} ms out of the model's reach)"
+
+
+def readvise_profiler(res: dict[str, Any], tree: Path, calibrate: bool = False) -> str:
     """The torch.profiler leg again from the bundled trace; returns what was done."""
     from trace_advice import advise_trace
 
@@ -63,15 +83,17 @@ def readvise_profiler(res: dict[str, Any], tree: Path) -> str:
     if trace is None:
         return "profiler kept (no trace in the bundle)"
     try:
-        advice = advise_trace(trace, tree / "torch" / "runs" / name)
+        target = calibration_target(res, calibrate)
+        advice = advise_trace(trace, tree / "torch" / "runs" / name, untraced_step_ms=target)
     except Exception as exc:  # noqa: BLE001 - one scenario must not stop the rescoring
         res["profiler"] = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
         return f"profiler re-advice failed: {type(exc).__name__}: {exc}"
     res["profiler"] = {"status": "ok", "error": None, **rr.condense_advice(advice)}
-    return "profiler re-advised"
+    return "profiler re-advised" + calibration_said(res["profiler"], target)
 
 
-def readvise_record(res: dict[str, Any], tree: Path, timeout: float) -> str:
+def readvise_record(res: dict[str, Any], tree: Path, timeout: float,
+                    calibrate: bool = False) -> str:
     """The record leg again from the bundled recorded run; returns what was done."""
     import record_suite
 
@@ -82,12 +104,18 @@ def readvise_record(res: dict[str, Any], tree: Path, timeout: float) -> str:
     old = dict(res.get("record") or {})
     keep = {k: old[k] for k in ("command", "rc", "wall_s", "log", "run_bytes", "program_line")
             if k in old}
-    new = record_suite.advise(run_dir, tree / "rec" / f"{name}.report.json", timeout)
+    dest = tree / "rec" / f"{name}.report.json"
+    target = calibration_target(res, calibrate)
+    new = record_suite.advise(run_dir, dest, timeout, untraced_step_ms=target)
+    said = calibration_said(new, target)
+    if target and "needs the program's steps" in str(new.get("error")):
+        new = record_suite.advise(run_dir, dest, timeout)
+        said = ", not calibrated (its steps are not the program's)"
     new.update(keep, run=str(run_dir))
     new["status"] = "ok" if "findings" in new else "error"
     res["record"] = new
-    return "record re-advised" if new["status"] == "ok" else f"record re-advice failed: " \
-        f"{new.get('error')}"
+    return "record re-advised" + said if new["status"] == "ok" else \
+        f"record re-advice failed: {new.get('error')}"
 
 
 def rescore(res: dict[str, Any]) -> None:
@@ -153,7 +181,7 @@ def load_call(src: Path, tree: Path) -> tuple[dict[str, Any], list[Path]]:
     return {"meta": {"date": "?", "command": f"bundle {src.name}"}, "scenarios": results}, parts
 
 
-def rescore_suite(dirs: list[Path], out: Path, timeout: float = 180.0
+def rescore_suite(dirs: list[Path], out: Path, timeout: float = 180.0, calibrate: bool = False
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Unpack, re-advise and re-score every call's scenarios; returns the merged (meta,
     results) as ``record_report.merge`` orders them."""
@@ -169,9 +197,9 @@ def rescore_suite(dirs: list[Path], out: Path, timeout: float = 180.0
                 res["variants"] = legacy_variants(res)
             else:
                 redeclare(res)
-            notes = [readvise_profiler(res, tree)] if (res.get("profiler") or {}).get(
+            notes = [readvise_profiler(res, tree, calibrate)] if (res.get("profiler") or {}).get(
                 "status") != "n/a" else []
-            notes.append(readvise_record(res, tree, timeout))
+            notes.append(readvise_record(res, tree, timeout, calibrate))
             rescore(res)
             res["rescored"] = "; ".join(notes)
             log(f"{d.name}/{res['scenario']}: {res['rescored']}")
@@ -186,8 +214,10 @@ def rescore_suite(dirs: list[Path], out: Path, timeout: float = 180.0
                         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (commit "
                         f"{commit or 'unknown'}) on the bundled traces and runs of "
                         f"{', '.join(str(m.get('date')) for m in meta['merged_from'])}; "
-                        "measurements unchanged")
-    meta["command"] = "rescore_remedies.py --suite " + ",".join(str(d) for d in dirs)
+                        "measurements unchanged" + ("; remedies calibrated to each scenario's "
+                        "measured untraced baseline step" if calibrate else ""))
+    meta["command"] = ("rescore_remedies.py --suite " + ",".join(str(d) for d in dirs)
+                       + (" --calibrate" if calibrate else ""))
     return meta, results
 
 
@@ -198,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="folder for the re-scored results")
     ap.add_argument("--advise-timeout", type=float, default=180.0,
                     help="time limit of the advisor on one recorded run, s (180)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="calibrate the remedies to each scenario's measured untraced baseline "
+                         "step (stepscope report --untraced-step-ms)")
     args = ap.parse_args(argv)
     dirs = [Path(d) for d in args.suite.split(",") if d]
     missing = [str(d) for d in dirs if not (d / "results.json").is_file()
@@ -206,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rescore_remedies.py: no results.json in {', '.join(missing)}", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
-    meta, results = rescore_suite(dirs, out, args.advise_timeout)
+    meta, results = rescore_suite(dirs, out, args.advise_timeout, args.calibrate)
     rr.write_outputs(out, results, meta)
     log((out / "accuracy.md").read_text())
     return 0

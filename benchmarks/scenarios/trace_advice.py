@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 
-def advise_trace(trace_path: Path, run_dir: Path) -> dict[str, Any]:
-    """Import one trace into a run at ``run_dir``, analyse it, run the advisor. Returns plain
-    data: findings (ranked), skipped rules, traced step time and a few summary figures."""
+def advise_trace(trace_path: Path, run_dir: Path,
+                 untraced_step_ms: float | None = None) -> dict[str, Any]:
+    """Import one trace into a run at ``run_dir``, analyse it, run the advisor (the remedies
+    calibrated to ``untraced_step_ms`` when given). Returns plain data: findings (ranked),
+    skipped rules, traced step time and a few summary figures."""
     from remedy_score import remedy_fields
 
     from stepscope.analysis.summary import summarize
@@ -26,7 +28,8 @@ def advise_trace(trace_path: Path, run_dir: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     path = import_traces([trace_path], run_dir, overwrite=True)
     t1 = time.perf_counter()
-    report = build_report(Run(path))  # analysis + advice, as `stepscope report` makes them
+    # analysis + advice, as `stepscope report [--untraced-step-ms MS]` makes them
+    report = build_report(Run(path), untraced_step_ms=untraced_step_ms)
     analysis, advice = report.analysis, report.advice
     t2 = time.perf_counter()
     as_json = report_dict(report)

@@ -78,12 +78,15 @@ def load(path: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = N
     return load_profile(path, out=out, overwrite=overwrite)
 
 
-def analyze(run: Run | Profile | str | os.PathLike[str], *, page: bool = False) -> Report:
+def analyze(run: Run | Profile | str | os.PathLike[str], *, page: bool = False,
+            untraced_step_ms: float | None = None) -> Report:
     """The analysis of ``run`` (a ``Run`` or anything :func:`load` takes) and the advice on it;
-    with ``page``, also what the HTML report shows beyond them."""
+    with ``page``, also what the HTML report shows beyond them; with ``untraced_step_ms`` (the
+    program's step time without the profiler), the remedies calibrated to it
+    (``stepscope report --untraced-step-ms``)."""
     from stepscope.reporters.report import build_report
 
-    return build_report(_as_run(run), page=page)
+    return build_report(_as_run(run), page=page, untraced_step_ms=untraced_step_ms)
 
 
 def _as_run(run: Run | Profile | str | os.PathLike[str]) -> Run:

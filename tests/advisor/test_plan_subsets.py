@@ -59,7 +59,7 @@ def _advise(m: StepModel, cands: list[Candidate]) -> rem.Plan | None:
     meas = base / 1e6
     out = [rem._judge(c, m, base, meas, meas, 0) for c in cands]
     out.sort(key=lambda x: (-x[0].est_saving_ms, x[0].id))
-    return rem._plan(out, m, base, meas, meas, 0)
+    return rem._plan(out, m, base, meas, meas, 0, options={c.id: c.options for c in cands})
 
 
 def _saving_ns(p: rem.Plan, s: PlanSubset) -> float:
@@ -123,6 +123,51 @@ def test_tf32_pairs_even_where_the_plan_takes_bf16() -> None:
     (only,) = p.subsets
     assert only.remedy_ids == ("tf32", "dataloader_workers")
     assert only.predicted_step_ms == pytest.approx(0.5, abs=1e-4)
+
+
+def test_a_remedy_hidden_behind_the_input_wait_joins_the_plan() -> None:
+    # the loader thread's wait: the main thread waits 2 ms for input, then launches a 1 ms
+    # kernel and goes on without a sync: the GPU runs under the next wait, 2 ms a step. TF32
+    # (x0.5) saves nothing alone; with the loader's wait gone (x0.1: 200 us) the kernel is the
+    # limit, and TF32 takes 1 ms to 500 us: both in the plan, and their pair is the plan
+    m = model([(0, IN, 0, 2000 * US), (0, L, 0, 10 * US)], [(2, 0, 1000 * US, 0)])
+    assert replay(m).step_ns == pytest.approx(2010 * US)
+    loader = _candidate("dataloader_workers", lambda x: edits.shorten_input(x, 0.1))
+    tf32 = _candidate("tf32", lambda x: edits.scale_ops(x, np.array([0.5])))
+    base = replay(m).step_ns
+    alone = rem._judge(tf32, m, base, base / 1e6, base / 1e6, 0)[0]
+    assert alone.est_saving_pct < rem.MIN_SAVING_PCT
+    p = _advise(m, [loader, tf32])
+    assert p is not None and p.remedy_ids == ("dataloader_workers", "tf32")
+    assert p.predicted_step_ms == pytest.approx(0.5, rel=0.01)
+    # without TF32 the loader alone leaves the 1 ms kernel
+    solo = _advise(m, [loader])
+    assert solo is not None and solo.predicted_step_ms == pytest.approx(1.0, rel=0.01)
+
+
+def test_the_plan_takes_each_remedys_option_with_the_others() -> None:
+    # as above; the loader x2 leaves 990 us of the wait (+ the 10 us launch: 1 ms a step), x8
+    # none: alone both leave the 1 ms kernel as the limit and tie, x2 first. With TF32 (500 us)
+    # x2 leaves the wait as the limit (1 ms) and x8 does not (500 us): the plan takes x8, and
+    # so does the subset of the two
+    m = model([(0, IN, 0, 2000 * US), (0, L, 0, 10 * US)], [(2, 0, 1000 * US, 0)])
+    loader = Candidate("dataloader_workers", "loader", (), (), (
+        Option("x2", "x2", lambda x: edits.shorten_input(x, 0.495)),
+        Option("x8", "x8", lambda x: edits.shorten_input(x, 0.0))))
+    tf32 = _candidate("tf32", lambda x: edits.scale_ops(x, np.array([0.5])))
+    sync = _candidate("remove_syncs", lambda x: x)  # a third remedy: the plan has subsets
+    base = replay(m).step_ns
+    judged = rem._judge(loader, m, base, base / 1e6, base / 1e6, 0)[0]
+    assert judged.option == "x2" and [o.predicted_step_ms for o in judged.options] == \
+        pytest.approx([1.0, 1.0], rel=0.01)
+    p = _advise(m, [loader, tf32, sync])
+    assert p is not None and p.remedy_ids == ("dataloader_workers", "tf32")
+    assert p.options == ("x8", "tf32") and p.predicted_step_ms == pytest.approx(0.5, rel=0.01)
+    plain = rem._plan([rem._judge(c, m, base, base / 1e6, base / 1e6, 0) for c in
+                       (loader, tf32)], m, base, base / 1e6, base / 1e6, 0)
+    # without the other options, x2 stays: its wait hides TF32, which then saves nothing
+    assert plain is not None and plain.options == ("x2",)
+    assert plain.predicted_step_ms == pytest.approx(1.0, rel=0.01)
 
 
 def _plan_of(subsets: tuple[PlanSubset, ...], ids: tuple[str, ...]) -> rem.Plan:

@@ -120,6 +120,21 @@ def test_rescore_re_advises_bundled_trace_and_run(tmp_path: Path) -> None:
     assert "Re-scored: advisor and remedies re-run without a GPU" in md
     assert "### Remedies (PyTorch)" in md and "| pageable_copies | fixed | pinned_copies |" in md
 
+    # --calibrate: the remedies calibrated to each scenario's measured baseline (5.5 ms)
+    cal = tmp_path / "cal"
+    assert rescore_remedies.main(["--suite", str(call), "--out", str(cal), "--calibrate"]) == 0
+    data = json.loads((cal / "results.json").read_text())
+    by = {r["scenario"]: r for r in data["scenarios"]}
+    page = by["pageable_copies"]
+    assert page["rescored"].startswith("profiler re-advised, calibrated to 5.50 ms (")
+    assert page["profiler"]["step_model"]["calibration"]["reached"]
+    assert all(r["baseline_ms"] == pytest.approx(5.5) for r in page["profiler"]["remedies"])
+    row = page["remedy_score"]["profiler"][0]
+    assert row["base_ms"] == pytest.approx(5.5) and row["ratio"] == row["direct_ratio"]
+    # the healthy H100 run (50 hooked steps, GPU-bound): its GPU side scaled to 5.5 ms
+    assert by["healthy"]["rescored"].endswith("record re-advised, calibrated to 5.50 ms (gpu x0.5663)")
+    assert data["meta"]["command"].endswith(" --calibrate")
+
 
 def test_rescore_says_when_a_folder_has_no_results(tmp_path: Path, capsys: Any) -> None:
     assert rescore_remedies.main(["--suite", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
@@ -221,3 +236,14 @@ def test_rescore_a_jax_scenario_from_its_xspace_and_recorded_run(tmp_path: Path)
         assert row["ok"], row
     md = (new / "accuracy.md").read_text()
     assert "| jax_host_callback | fixed | remove_callback | 13.61 → 2.58 (81%) |" in md
+    # --calibrate: the XSpace's steps are the program's (calibrated to timing's 13.609 ms);
+    # the recorded run's were recovered from the kernel stream's periodicity: reported
+    # uncalibrated, and said
+    cal = tmp_path / "cal"
+    assert rescore_remedies.main(["--suite", str(call), "--out", str(cal), "--calibrate"]) == 0
+    (got,) = json.loads((cal / "results.json").read_text())["scenarios"]
+    prof, rec = got["rescored"].split("; ")
+    assert prof.startswith("profiler re-advised, calibrated to 13.61 ms (host x"), prof
+    assert rec == "record re-advised, not calibrated (its steps are not the program's)"
+    assert got["record"]["status"] == "ok" and got["record"]["step_model"]["calibration"] is None
+    assert got["profiler"]["step_model"]["calibration"]["untraced_step_ms"] == 13.609

@@ -35,8 +35,10 @@ def rank_findings(findings: Sequence[Finding]) -> tuple[Finding, ...]:
                                                  -(f.est_kernel_saving_pct or 0.0), f.id)))
 
 
-def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
-    """Every rule over ``analysis`` (and its step graph), findings ranked."""
+def advise(analysis: Analysis, rules: Sequence[Rule] | None = None, *,
+           untraced_step_ms: float | None = None) -> Advice:
+    """Every rule over ``analysis`` (and its step graph), findings ranked; the remedies
+    calibrated to ``untraced_step_ms`` when given (``advisor.remedies``)."""
     if rules is None:
         from stepscope.advisor.rules import RULES
 
@@ -63,4 +65,4 @@ def advise(analysis: Analysis, rules: Sequence[Rule] | None = None) -> Advice:
             skipped.append(Skipped(rule.id, str(exc)))
     ranked = rank_findings(fold(found))
     return Advice(findings=ranked, skipped=tuple(skipped), host_trust=trust,
-                  remedies=remedy_advice(analysis, ranked))
+                  remedies=remedy_advice(analysis, ranked, untraced_step_ms))

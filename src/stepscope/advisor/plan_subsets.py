@@ -61,18 +61,19 @@ def choose(ids: Sequence[str], plan_ids: Sequence[str],
     return out
 
 
-def plan_subsets(ids: Sequence[str], options: Sequence[str], plan_ids: Sequence[str],
-                 predict: Callable[[tuple[int, ...]], float], baseline_ms: float,
+def plan_subsets(ids: Sequence[str], plan_ids: Sequence[str],
+                 predict: Callable[[tuple[int, ...]], tuple[float, tuple[str, ...]]],
+                 baseline_ms: float,
                  alternatives: Sequence[Sequence[str]] = ()) -> tuple[PlanSubset, ...]:
-    """Each chosen subset (:func:`choose`) of the remedies ``ids`` (by saving, largest first;
-    ``options``: the option each is taken at) replayed: ``predict(indexes)`` is the predicted
-    step (ms) with those remedies applied together."""
+    """Each chosen subset (:func:`choose`) of the remedies ``ids`` (by saving, largest first)
+    replayed: ``predict(indexes)`` is the predicted step (ms) with those remedies applied
+    together, and the option each is taken at."""
     out = []
     for sub in choose(ids, plan_ids, alternatives):
-        pred = predict(sub)
+        pred, options = predict(sub)
         saving = baseline_ms - pred
         out.append(PlanSubset(
-            remedy_ids=tuple(ids[i] for i in sub), options=tuple(options[i] for i in sub),
+            remedy_ids=tuple(ids[i] for i in sub), options=options,
             predicted_step_ms=round(pred, 4), est_saving_ms=round(saving, 4),
             est_saving_pct=round(100.0 * saving / baseline_ms, 2) if baseline_ms > 0 else 0.0))
     return tuple(out)

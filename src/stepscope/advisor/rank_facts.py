@@ -21,6 +21,8 @@ processes, devices) and what the workers send: a few to tens of kB a rank.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from stepscope.advisor.base import MIN_SAVING_MS
 from stepscope.advisor.remedies import rank_remedies
 from stepscope.advisor.rules.launch_bound import MIN_LAUNCHES
@@ -44,11 +46,13 @@ from stepscope.model.small_grid import grid_parts
 from stepscope.model.tensor_cores import tensor_core_part
 
 
-def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
+def rank_facts(analysis: Analysis, ra: RankAnalysis,
+               untraced_step_ms: float | None = None) -> None:
     """Compute (and memoise) rank ``ra``'s per-rank facts: its host events' profiler cost per
     steady step (``model.overhead.host_cost``), the split of its idle time
     (``model.idle``, memoised on the analysis), its host-device transfers, copy overlap and
-    pageable copies, its step model's fit and remedies (``advisor.remedies``), and what the other rules read of
+    pageable copies, its step model's fit and remedies (``advisor.remedies``; calibrated to
+    ``untraced_step_ms`` when given), and what the other rules read of
     its tables (module docstring; memoised
     on its graph)."""
     g = analysis.graph.rank(ra.rank)
@@ -68,7 +72,7 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     for kind in IDLE_KINDS:
         idle_ops(g, "host", split.host, kind)
         idle_ops(g, "gaps", split.gaps, kind)
-    rank_remedies(analysis, ra)  # the step model's fit, remedies and plan (advisor.remedies)
+    rank_remedies(analysis, ra, untraced_step_ms)  # the step model's fit, remedies and plan (advisor.remedies)
     if (ra.devices_used and ra.launches.mean_launches_per_step >= MIN_LAUNCHES
             and split.mean_ms(split.launch) * split.host_factor >= MIN_SAVING_MS):
         # launch_bound's evidence, for a rank whose own saving could be reported
@@ -81,4 +85,17 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis) -> None:
     misaligned_part(g, ra)
 
 
-__all__ = ["rank_facts"]
+
+
+@dataclass(frozen=True)
+class CalibratedFacts:
+    """:func:`rank_facts` with the remedies calibrated to the untraced step the user gave (a
+    picklable callable: the rank pool's workers run it)."""
+
+    untraced_step_ms: float
+
+    def __call__(self, analysis: Analysis, ra: RankAnalysis) -> None:
+        rank_facts(analysis, ra, self.untraced_step_ms)
+
+
+__all__ = ["CalibratedFacts", "rank_facts"]

@@ -9,7 +9,9 @@ that saves at least ``MIN_SAVING_PCT``, together, in one replay (TF32 and bf16 A
 alternatives: the better one); its ``subsets`` replay subsets of those remedies together
 (every pair at least: ``advisor.plan_subsets``). Each rank's fit, remedies and plan are a
 per-rank fact (:func:`rank_remedies`, computed where the rank is analysed); the findings that
-fired only choose which remedies are listed.
+fired only choose which remedies are listed. A remedy that saves nothing alone but does once
+the others are applied (TF32 behind an input wait) joins the plan and its subsets
+(:func:`_enabled`).
 
 Savings are the replay's relative change applied to the measured step:
 ``predicted_step_ms = measured_ms * replay(edited) / replay(model)``: the replay decides what
@@ -19,7 +21,12 @@ cost and with the dispatch at the thread's typical speed (``stepmodel.profiler``
 ``stepmodel.host_speed``): the ``baseline_ms`` is then ``measured_ms * replay(untraced) /
 replay(model)``, the step predicted for the program run without the profiler, and
 ``est_saving_ms = baseline_ms - predicted_step_ms`` (elsewhere ``baseline_ms`` is the
-measured step).
+measured step). Given the program's step measured without the profiler (``untraced_step_ms``,
+``stepscope report --untraced-step-ms``), that model is first calibrated to it
+(``stepmodel.calibrate``: its host side or its GPU side, whichever changes least, scaled until
+it replays at that step): the ``baseline_ms`` is then the given step, and the remedies edit the
+calibrated model (:class:`StepCalibration` says which side was scaled and how far, or that the
+step was out of reach).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.results import FACT
 from stepscope.model.profiler_cost import step_costs
 from stepscope.model.stepmodel import StepModel, build_step_model, replay
+from stepscope.model.stepmodel.calibrate import MAX_FACTOR, MIN_FACTOR, calibrate
 from stepscope.model.stepmodel.catalog import Candidate, Option, candidates
 from stepscope.model.stepmodel.profiler import untraced
 
@@ -39,6 +47,9 @@ MIN_SAVING_PCT = 1.0  # listed without a finding, and in the plan, from this sav
 ESTIMATED_BASE = 0.2  # tracing cost (share of the traced step) from which the baseline is flagged
 MAX_FIT_RANKS = 8  # beyond this many ranks, the fit is reported for the judged rank only
 ALTERNATIVES = (("tf32", "bf16_amp"),)  # remedies of which the plan takes one
+# a calibration factor beyond these (or under their inverse) is far from the trace: the host
+# moved 0.8-1.5x untraced (docs/accuracy.md), a GPU-bound step a few percent
+FAR = {"host": 2.0, "gpu": 1.5}
 
 
 @dataclass(frozen=True)
@@ -91,10 +102,25 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class StepCalibration:
+    """The step model calibrated to the untraced step the user gave (module docstring)."""
+
+    rank: int
+    untraced_step_ms: float  # as given
+    reached: bool
+    scaled: str  # the side of the model scaled: "host" (after the tracing cost is out), "gpu"
+    factor: float  # ... by this factor (1.0 when not reached)
+    estimated_ms: float  # the untraced step the model predicted before
+    min_ms: float  # the shortest and longest steps the calibration could reach
+    max_ms: float
+
+
+@dataclass(frozen=True)
 class RemedyAdvice:
     fits: tuple[StepModelFit, ...]
     remedies: tuple[Remedy, ...]  # by saving, largest first
     plan: Plan | None
+    calibration: StepCalibration | None = None
 
 
 def _fit(m: StepModel) -> tuple[StepModelFit, float]:
@@ -114,16 +140,21 @@ class RankRemedies:
     fit: StepModelFit
     remedies: tuple[Remedy, ...]
     plan: Plan | None
+    calibration: StepCalibration | None = None
 
 
-def rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
+def rank_remedies(analysis: Analysis, ra: RankAnalysis,
+                  untraced_step_ms: float | None = None) -> RankRemedies | None:
     """Rank ``ra``'s fit, remedies and plan, memoised on its graph (a per-rank fact:
-    ``advisor.rank_facts``; the step model itself is not kept)."""
+    ``advisor.rank_facts``; the step model itself is not kept); with ``untraced_step_ms``,
+    calibrated to it (module docstring)."""
     g = analysis.graph.rank(ra.rank)
-    return g.memo((FACT, "remedies"), lambda: _rank_remedies(analysis, ra))
+    return g.memo((FACT, "remedies", untraced_step_ms),
+                  lambda: _rank_remedies(analysis, ra, untraced_step_ms))
 
 
-def _rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
+def _rank_remedies(analysis: Analysis, ra: RankAnalysis,
+                   untraced_step_ms: float | None) -> RankRemedies | None:
     if not ra.steps.steady:
         return None
     g = analysis.graph.rank(ra.rank)
@@ -137,33 +168,72 @@ def _rank_remedies(analysis: Analysis, ra: RankAnalysis) -> RankRemedies | None:
     bare = untraced(model)
     baseline = _predict(bare, base_ns, meas)
     note = tracing_note(baseline, meas)
-    out = [_judge(c, bare, base_ns, meas, baseline, ra.rank, note)
-           for c in candidates(analysis, ra, bare)]
+    cal = None
+    ref_ns, ref_ms = base_ns, meas  # predictions: ref_ms * replay(edited) / ref_ns
+    if untraced_step_ms is not None:
+        bare, cal, note = _calibrated(bare, ra.rank, untraced_step_ms, baseline, base_ns, meas,
+                                      note)
+        if cal.reached:  # the calibrated model's own replay is the given step
+            ref_ns, ref_ms, baseline = replay(bare).step_ns, untraced_step_ms, untraced_step_ms
+    cands = candidates(analysis, ra, bare)
+    out = [_judge(c, bare, ref_ns, ref_ms, baseline, ra.rank, note) for c in cands]
     out.sort(key=lambda x: (-x[0].est_saving_ms, x[0].id))
     return RankRemedies(fit, tuple(r for r, _ in out),
-                        _plan(out, bare, base_ns, meas, baseline, ra.rank))
+                        _plan(out, bare, ref_ns, ref_ms, baseline, ra.rank, meas,
+                              {c.id: c.options for c in cands}), cal)
 
 
-def remedy_advice(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> RemedyAdvice:
+def _calibrated(bare: StepModel, rank: int, given: float, estimated: float, base_ns: float,
+                meas: float, note: tuple[str, ...]
+                ) -> tuple[StepModel, StepCalibration, tuple[str, ...]]:
+    """The untraced model calibrated to the given step (ms), and the assumption every remedy
+    then carries in place of the tracing note."""
+    m, c = calibrate(bare, given * base_ns / meas)
+    to_ms = meas / base_ns
+    cal = StepCalibration(rank, round(given, 4), c.reached, c.side, round(c.factor, 4),
+                          round(estimated, 4), round(c.floor_ns * to_ms, 4),
+                          round(c.ceiling_ns * to_ms, 4))
+    if not c.reached:
+        return bare, cal, note + (
+            f"not calibrated: the untraced step given ({given:.2f} ms) is out of the model's "
+            f"reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} ms with its host's or its GPU's time "
+            f"x{MIN_FACTOR:g}-x{MAX_FACTOR:g}); the savings start from the trace's estimate",)
+    how = (f"the host's work and waits are taken x{c.factor:.2f}, the GPU work as traced"
+           if c.side == "host" else
+           f"the GPU work is taken x{c.factor:.2f}, the host as estimated without the tracing "
+           "cost")
+    out: tuple[str, ...] = (f"calibrated to the untraced step given ({given:.2f} ms; the "
+                            f"trace alone estimates {estimated:.2f} ms): {how}",)
+    if not 1 / FAR[c.side] <= c.factor <= FAR[c.side]:
+        out += (f"the step given is far from the trace's ({c.side} x{c.factor:.2f}): check that "
+                "it is the same step (one iteration, the same batch and model)",)
+    return m, cal, out
+
+
+def remedy_advice(analysis: Analysis, findings: tuple[Finding, ...] = (),
+                  untraced_step_ms: float | None = None) -> RemedyAdvice:
     """Step-model fits per rank, the remedies of the slowest rank and their plan: a remedy
-    is listed when it answers a finding that fired or saves ``MIN_SAVING_PCT`` by itself."""
+    is listed when it answers a finding that fired, saves ``MIN_SAVING_PCT`` by itself or is
+    in the plan;
+    with ``untraced_step_ms``, every rank's model calibrated to it (module docstring)."""
     ranks = [ra for ra in analysis.ranks if ra.steps.steady]
     if not ranks:
         return RemedyAdvice((), (), None)
     judged = max(ranks, key=_median_span)
     fit_ranks = ranks if len(ranks) <= MAX_FIT_RANKS else [judged]
-    per = {ra.rank: rank_remedies(analysis, ra) for ra in fit_ranks}
+    per = {ra.rank: rank_remedies(analysis, ra, untraced_step_ms) for ra in fit_ranks}
     fits = tuple(r.fit for r in per.values() if r is not None)
     mine = per.get(judged.rank)
     if mine is None:
         return RemedyAdvice(fits, (), None)
     fired = {f.id for f in findings}
+    planned = set(mine.plan.remedy_ids) if mine.plan else set()
     listed = []
     for r in mine.remedies:
         ids = tuple(f for f in r.finding_ids if f in fired)
-        if ids or r.est_saving_pct >= MIN_SAVING_PCT:
+        if ids or r.est_saving_pct >= MIN_SAVING_PCT or r.id in planned:
             listed.append(replace(r, finding_ids=ids))
-    return RemedyAdvice(fits, tuple(listed), mine.plan)
+    return RemedyAdvice(fits, tuple(listed), mine.plan, mine.calibration)
 
 
 def _median_span(ra: RankAnalysis) -> float:
@@ -202,37 +272,86 @@ def _judge(c: Candidate, m: StepModel, base_ns: float, meas: float, baseline: fl
         evidence=c.evidence, assumptions=c.assumptions + best.assumptions + note), best
 
 
-def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: float,
-          baseline: float, rank: int) -> Plan | None:
-    helping = [(r, o) for r, o in out if r.est_saving_pct >= MIN_SAVING_PCT]
-    pool = helping  # alternatives included: a subset may take either
-    for group in ALTERNATIVES:  # keep the best of alternatives (``out`` is by saving)
+def _best_of_alternatives(items: list[tuple[Remedy, Option]]) -> list[tuple[Remedy, Option]]:
+    """``items`` with only the first of each group of ``ALTERNATIVES`` (they come best first)."""
+    for group in ALTERNATIVES:
         seen = False
         kept = []
-        for r, o in helping:
+        for r, o in items:
             if r.id in group:
                 if seen:
                     continue
                 seen = True
             kept.append((r, o))
-        helping = kept
+        items = kept
+    return items
+
+
+def _enabled(out: list[tuple[Remedy, Option]], helping: list[tuple[Remedy, Option]],
+             m: StepModel, base_ns: float, meas: float, baseline: float,
+             options: dict[str, tuple[Option, ...]]) -> list[tuple[Remedy, Option]]:
+    """The remedies that save less than ``MIN_SAVING_PCT`` alone but at least that once the
+    helping ones are applied (TF32 on a step that waits for its input: the GPU work is hidden
+    until more loader workers take the wait away), options taken jointly (:func:`_jointly`),
+    by that saving, largest first."""
+    before, _ = _jointly(helping, options, m, base_ns, meas)
+    gains = []
+    for r, o in out:
+        if r.est_saving_pct < MIN_SAVING_PCT:
+            after, _ = _jointly([*helping, (r, o)], options, m, base_ns, meas)
+            if baseline > 0 and before - after >= MIN_SAVING_PCT / 100.0 * baseline:
+                gains.append((before - after, r, o))
+    gains.sort(key=lambda g: (-g[0], g[1].id))
+    return [(r, o) for _, r, o in gains]
+
+
+def _jointly(chosen: list[tuple[Remedy, Option]], options: dict[str, tuple[Option, ...]],
+             m: StepModel, base_ns: float, meas: float
+             ) -> tuple[float, list[tuple[Remedy, Option]]]:
+    """The predicted step of ``chosen`` applied together, each remedy of several options taken
+    at the one that does best with the others (in turn, the first best kept): alone, the
+    loader's x2, x4 and x8 may tie where the GPU is the limit, and with TF32 they do not."""
+    def replayed(items: list[tuple[Remedy, Option]]) -> float:
+        x = m
+        for _, o in items:
+            x = o.apply(x)
+        return _predict(x, base_ns, meas)
+
+    chosen = list(chosen)
+    pred = replayed(chosen)
+    for i, (r, o) in enumerate(chosen):
+        for alt in options.get(r.id, ()):
+            if alt is o:
+                continue
+            trial = chosen[:i] + [(r, alt)] + chosen[i + 1:]
+            v = replayed(trial)
+            if v < pred - 1e-9:
+                pred, chosen = v, trial
+    return pred, chosen
+
+
+def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: float,
+          baseline: float, rank: int, traced_ms: float | None = None,
+          options: dict[str, tuple[Option, ...]] | None = None) -> Plan | None:
+    """Every remedy that helps (and those it enables), replayed together, and its subsets;
+    ``options``: each remedy's options, taken jointly (:func:`_jointly`)."""
+    opts = options or {}
+    helping = [(r, o) for r, o in out if r.est_saving_pct >= MIN_SAVING_PCT]
     if not helping:
         return None
-    x = m
-    for _, o in helping:
-        x = o.apply(x)
-    pred = _predict(x, base_ns, meas)
+    enabled = _enabled(out, _best_of_alternatives(helping), m, base_ns, meas, baseline, opts)
+    pool = helping + enabled  # alternatives included: a subset may take either
+    # ``out`` is by saving: the best of alternatives
+    pred, helping = _jointly(_best_of_alternatives(pool), opts, m, base_ns, meas)
 
-    def together(sub: tuple[int, ...]) -> float:
-        y = m
-        for i in sub:
-            y = pool[i][1].apply(y)
-        return _predict(y, base_ns, meas)
+    def together(sub: tuple[int, ...]) -> tuple[float, tuple[str, ...]]:
+        p, chosen = _jointly([pool[i] for i in sub], opts, m, base_ns, meas)
+        return p, tuple(o.name for _, o in chosen)
 
     ids = tuple(r.id for r, _ in helping)
-    subsets = plan_subsets([r.id for r, _ in pool], [o.name for _, o in pool], ids, together,
-                           baseline, ALTERNATIVES)
-    return Plan(rank=rank, measured_ms=round(meas, 4), baseline_ms=round(baseline, 4),
+    subsets = plan_subsets([r.id for r, _ in pool], ids, together, baseline, ALTERNATIVES)
+    traced = meas if traced_ms is None else traced_ms
+    return Plan(rank=rank, measured_ms=round(traced, 4), baseline_ms=round(baseline, 4),
                 predicted_step_ms=round(pred, 4), est_saving_ms=round(baseline - pred, 4),
                 est_saving_pct=round(100.0 * (baseline - pred) / baseline, 2)
                 if baseline > 0 else 0.0,
@@ -240,4 +359,4 @@ def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: 
 
 
 __all__ = ["ESTIMATED_BASE", "Plan", "RankRemedies", "Remedy", "RemedyAdvice", "RemedyOption",
-           "StepModelFit", "rank_remedies", "remedy_advice", "tracing_note"]
+           "StepCalibration", "StepModelFit", "rank_remedies", "remedy_advice", "tracing_note"]

@@ -9,6 +9,7 @@ the HTML report and opens it in the browser (where there is none, it says where 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -43,6 +44,10 @@ def add_parser(sub: Any) -> None:
                    help="where the per-rank analysis runs: process (a local pool, default), "
                         "dask (a local Dask cluster) or dask:SCHEDULER_ADDRESS (the run's "
                         "folder must be at the same path on the workers)")
+    p.add_argument("--untraced-step-ms", type=_positive_ms, metavar="MS",
+                   help="the program's step time without the profiler (from its own log): the "
+                        "remedies' predictions are calibrated to it (the run's steps must be "
+                        "marked by the program)")
     p.set_defaults(run=run)
 
 
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     run_ = Run(args.run_dir)
     with TerminalProgress(not args.quiet, delay_s=PROGRESS_AFTER_S) as sink, reporting(sink):
         report = build_report(run_, page=fmt == "html", workers=args.workers, engine=engine,
-                              address=address)
+                              address=address, untraced_step_ms=args.untraced_step_ms)
         text = _rendered(report, fmt)
     output = args.output or (str(run_.path / "report.html") if fmt == "html" else None)
     if output:
@@ -118,6 +123,16 @@ def _positive(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"{text}: not a positive number of workers")
     return n
+
+
+def _positive_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: not a step time in ms (a number > 0)")
+    return value
 
 
 def _is_markdown(output: str | None) -> bool:

@@ -14,7 +14,8 @@ from stepscope.advisor.remedies import Plan, RemedyAdvice, tracing_note
 
 
 def remedies_json(ra: RemedyAdvice | None) -> dict[str, Any]:
-    """``step_model`` (the judged rank's fit, and ``ranks``: every fitted rank's),
+    """``step_model`` (the judged rank's fit, ``ranks``: every fitted rank's, and
+    ``calibration``: to the untraced step the user gave, null when none was),
     ``remedies`` and ``plan`` (null where there is none; its ``subsets``: the plan restricted
     to subsets of its remedies, ``advisor.plan_subsets``)."""
     if ra is None:
@@ -24,7 +25,9 @@ def remedies_json(ra: RemedyAdvice | None) -> dict[str, Any]:
     step_model = None
     if fit is not None:
         step_model = {**dataclasses.asdict(fit),
-                      "ranks": [dataclasses.asdict(f) for f in ra.fits]}
+                      "ranks": [dataclasses.asdict(f) for f in ra.fits],
+                      "calibration": (dataclasses.asdict(ra.calibration)
+                                      if ra.calibration is not None else None)}
     remedies = []
     for r in ra.remedies:
         d = dataclasses.asdict(r)
@@ -77,7 +80,12 @@ def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType
         # when it differs
         traced = (f" without the tracing cost, {p.measured_ms:.2f} ms as traced"
                   if abs(p.baseline_ms - p.measured_ms) > 0.005 * p.measured_ms else "")
-        if tracing_note(p.baseline_ms, p.measured_ms):
+        cal = ra.calibration
+        if cal is not None and cal.reached:
+            side = (f"the host's time x{cal.factor:.2f} after the tracing cost"
+                    if cal.scaled == "host" else f"the GPU's time x{cal.factor:.2f}")
+            traced = f" (the untraced step given; {p.measured_ms:.2f} ms as traced, {side})"
+        elif tracing_note(p.baseline_ms, p.measured_ms):
             traced += " (an estimate: see the remedies' assumptions)"
         together = " together" if len(p.remedy_ids) > 1 else ""
         out.append(Text(f"Plan: {' + '.join(p.remedy_ids)}{together} -> {p.predicted_step_ms:.2f}"
@@ -86,6 +94,11 @@ def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType
         pair = pair_text(p)
         if pair is not None:
             out.append(Text(f"Best pair: {pair}", style="green"))
+    cal = ra.calibration
+    if cal is not None and not cal.reached:
+        out.append(Text(f"Not calibrated: the untraced step given ({cal.untraced_step_ms:.2f} ms)"
+                        f" is out of the step model's reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} "
+                        "ms)", style="yellow"))
     return out
 
 

@@ -32,16 +32,18 @@ from typing import Any
 
 from stepscope.advisor import Advice, advise
 from stepscope.advisor.base import Fix
-from stepscope.advisor.rank_facts import rank_facts
+from stepscope.advisor.rank_facts import CalibratedFacts, rank_facts
 from stepscope.analysis import Analysis, analyze
 from stepscope.analysis.input import (
     HIGHLY_INPUT_BOUND_PCT,
     MODERATELY_INPUT_BOUND_PCT,
     VERDICT_TEXT,
 )
+from stepscope.errors import StepscopeError
 from stepscope.progress import report as say_progress
 from stepscope.reporters.timeline_build import DEFAULT_MAX_EVENTS, build_page
 from stepscope.reporters.timeline_data import Page
+from stepscope.schema_enums import StepSource
 from stepscope.store.manifest import Manifest
 from stepscope.store.run import Run
 
@@ -167,22 +169,47 @@ def fix_for(fix: Fix, frameworks: tuple[str, ...]) -> str:
 
 def build_report(run: Run, *, page: bool = False,
                  max_events: int | None = DEFAULT_MAX_EVENTS, workers: int | None = None,
-                 engine: str = "process", address: str = "") -> Report:
+                 engine: str = "process", address: str = "",
+                 untraced_step_ms: float | None = None) -> Report:
     """The run's analysis and advice; with ``page``, also what the HTML page shows (its
     timeline of at most ``max_events`` events, the full kernel table, the longest copies):
     every reporter then renders the Report alone. The per-rank analysis (and the rules'
     per-rank facts, ``advisor.rank_facts``) runs on ``workers`` workers of ``engine``
-    (``analysis.results``: None, a pool for runs with many events and ranks; 1, serial)."""
+    (``analysis.results``: None, a pool for runs with many events and ranks; 1, serial).
+    ``untraced_step_ms``: the program's step measured without the profiler, to which the
+    remedies are calibrated (``advisor.remedies``); the run's steps must be the program's
+    (marked, not recovered from the kernel stream's periodicity: :func:`check_program_steps`)."""
     what, steps = "analysing the run", 3 if page else 2
     say_progress(what, 0, steps)
-    analysis = analyze(run, workers=workers, engine=engine, address=address, facts=rank_facts)
+    facts = rank_facts if untraced_step_ms is None else CalibratedFacts(untraced_step_ms)
+    analysis = analyze(run, workers=workers, engine=engine, address=address, facts=facts)
+    if untraced_step_ms is not None:
+        check_program_steps(analysis, run.path)
     say_progress(what, 1, steps)
-    advice = advise(analysis)
+    advice = advise(analysis, untraced_step_ms=untraced_step_ms)
     say_progress(what, 2, steps)
     shown = build_page(run, analysis, max_events=max_events) if page else None
     say_progress(what, steps, steps)
     return Report(run_path=run.path, manifest=run.manifest, analysis=analysis, advice=advice,
                   page=shown)
+
+
+PROGRAM_STEPS = frozenset({StepSource.PROFILER_STEP.value, StepSource.ANNOTATION.value,
+                           StepSource.NVTX.value, StepSource.HOOK.value, StepSource.MANUAL.value})
+
+
+def check_program_steps(analysis: Analysis, path: Path) -> None:
+    """Raise a StepscopeError unless every rank's steps are the program's own (marked), so that
+    an untraced step time the user gives is one of them."""
+    for ra in analysis.ranks:
+        if ra.steps.source not in PROGRAM_STEPS:
+            how = ("recovered from the periodicity of the kernel stream"
+                   if ra.steps.source == StepSource.PERIODICITY.value
+                   else "not found (the whole trace is one window)")
+            raise StepscopeError(
+                f"{path}: --untraced-step-ms needs the program's steps, and rank {ra.rank}'s "
+                f"were {how}: mark them (stepscope.step(), torch.profiler's step(), a "
+                f"repeated NVTX range named like a step) or leave out --untraced-step-ms")
 
 
 def _signal_name(num: int) -> str:

@@ -1,8 +1,8 @@
 """Build a rank's :class:`StepModel` from its step graph (``steps`` module docstring).
 
-The modelled step is the steady step whose GPU-anchored length is closest to the median of the
-steady steps. Its host events are the rank's launches, copies, memsets, syncs (``api_calls``)
-and input waits (``input_waits``) that start inside the step's markers; its GPU ops are the GPU
+The modelled step is the steady step closest to the median of the steady steps, both in its
+GPU-anchored length and in its markers' window (``representative_step``). Its host events are
+the rank's launches, copies, memsets, syncs (``api_calls``) and input waits (``input_waits``) that start inside the step's markers; its GPU ops are the GPU
 records the step issued (``StepGraph.issued_ns`` inside the markers), each triggered by the
 call that launched it (else by the last host event before it, else the step's start mark).
 
@@ -63,9 +63,13 @@ _ISSUING = (ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value, ApiKind.MEMCPY.val
 
 
 def representative_step(ra: RankAnalysis) -> int | None:
-    """The StepInfo index of the steady step closest to the median steady length, not the
+    """The StepInfo index of the steady step closest to the median steady step, not the
     trace's first or last step where others are steady (their neighbours, which launched the
-    GPU work they wait for or ran ahead into them, are outside the trace)."""
+    GPU work they wait for or ran ahead into them, are outside the trace). Closest in both of
+    its lengths: its GPU-anchored span and its markers' window (the model's host events are
+    those that start inside the markers), each relative to its median, the worse of the two: a
+    step whose span is typical but whose markers hold a long input wait (the GPU-anchored window
+    of the step before took the idle time) is not typical."""
     steady = ra.steps.steady
     if not steady:
         return None
@@ -73,8 +77,14 @@ def representative_step(ra: RankAnalysis) -> int | None:
     inner = tuple(s for s in steady if 0 < s.index < n - 1)
     steady = inner or steady
     spans = np.array([s.span_ns for s in steady], dtype=np.float64)
-    med = float(np.median(spans))
-    return steady[int(np.argmin(np.abs(spans - med)))].index
+    marks = np.array([s.end_ns - s.start_ns for s in steady], dtype=np.float64)
+    off = np.maximum(_relative_off(spans), _relative_off(marks))
+    return steady[int(np.argmin(off))].index
+
+
+def _relative_off(x: np.ndarray) -> np.ndarray:
+    med = float(np.median(x))
+    return np.abs(x - med) / med if med > 0 else np.zeros_like(x)
 
 
 def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = None
@@ -142,9 +152,11 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     th_index = {t: i for i, t in enumerate(threads_l)}
     ev_t = np.array([th_index[(p, t)] for p, t in zip(pid.tolist(), tid.tolist())],
                     dtype=np.int64)
-    # the main thread starts the step (the training loop's; autograd's backward thread may
-    # have more events)
-    main = int(ev_t[np.argmin(ev_s)]) if ev_t.size else 0
+    # the main thread: the process's own (tid == pid: the training loop's), else the one that
+    # starts the step (autograd's backward thread may have more events, and a step recovered
+    # from the kernel stream's periodicity may start inside the backward pass)
+    own_main = [i for i, (p, t) in enumerate(threads_l) if p == t and p >= 0]
+    main = own_main[0] if own_main else int(ev_t[np.argmin(ev_s)]) if ev_t.size else 0
     o = np.lexsort((ev_e, ev_s))
     ev_s, ev_e, ev_api, ev_t = ev_s[o], ev_e[o], ev_api[o], ev_t[o]
     # drop events inside an earlier event of their thread (nested calls)
@@ -292,7 +304,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
                                np.concatenate([a_s[a_kind], w_s]),
                                np.concatenate([a_e[a_kind], w_e]), key, HANDOFF_RUN)
         pre[hand] = typical_handovers(pre[hand].tolist(), gaps)
-    # the step ends with the main thread (the one that starts it); another thread's
+    # the step ends with the main thread (above); another thread's
     # time after its last event is idle (autograd's backward thread waits for the next step)
     tail = np.where(np.arange(free_at.size) == main, np.maximum(t1 - free_at, 0), 0
                     ).astype(np.int64)
