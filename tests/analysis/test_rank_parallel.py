@@ -203,3 +203,13 @@ def test_the_dask_engine_gives_the_serial_report(five: Path) -> None:
                          dashboard_address=None) as cluster:
         got = _json(five, workers=2, engine="dask", address=cluster.scheduler_address)
     assert got == serial
+
+
+def test_the_pool_gives_the_serial_calibrated_report(five: Path) -> None:
+    # the calibration reaches the workers (advisor.rank_facts.CalibratedFacts)
+    plain = json.loads(_json(five, workers=1))
+    given = round(plain["plan"]["baseline_ms"] * 1.2, 3)
+    serial = _json(five, workers=1, untraced_step_ms=given)
+    cal = json.loads(serial)["step_model"]["calibration"]
+    assert cal is not None and cal["untraced_step_ms"] == given and cal["reached"]
+    assert _json(five, workers=2, untraced_step_ms=given) == serial
