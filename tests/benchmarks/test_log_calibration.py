@@ -1,0 +1,32 @@
+"""benchmarks/scenarios/log_calibration.py: reading a program's log line, and its table (the
+GPU part runs on a GPU only: docs/accuracy.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+SCEN = Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios"
+if str(SCEN) not in sys.path:
+    sys.path.insert(0, str(SCEN))
+
+import log_calibration as lc
+
+
+def test_ms_per_step_reads_the_closing_line() -> None:
+    text = ("warming up\nprogram.py: graphs_pageable (baseline, cuda): 300 steps in 7.31 s, "
+            "24.367 ms/step, 921 minor page faults/step\n")
+    assert lc.ms_per_step(text) == 24.367
+    assert lc.ms_per_step("no closing line") is None
+
+
+def test_table_rows() -> None:
+    rows = [{"scenario": "a", "variant": "fixed", "remedy_ids": ["cuda_graphs"],
+             "log_baseline_ms": 20.0, "log_fixed_ms": 2.5, "predicted_ms": 2.6,
+             "from": "remedy cuda_graphs", "ratio": 1.04, "ok": True,
+             "calibration": {"reached": True, "scaled": "host", "factor": 1.3}},
+            {"scenario": "b", "error": "RuntimeError: record exited with 2"}]
+    lines = lc.table(rows)
+    assert lines[2] == ("| a | fixed (cuda_graphs) | 20.00 → 2.50 | host x1.3 | "
+                        "2.60 (remedy cuda_graphs) | 1.04 | yes |")
+    assert lines[3] == "| b | – | – | – | RuntimeError: record exited with 2 | – | – |"
