@@ -19,7 +19,9 @@ For each fix variant (``variants.Variant``) and each path (record, profiler trac
   it is relative to: the remedy's or plan's ``baseline_ms`` (on a torch.profiler trace, the
   step predicted without the profiler), else the captured step ``step_model.measured_ms``,
   else ``summary.step_ms.mean``); ok when within +-30% of the measured fixed step (target
-  +-20%);
+  +-20%). A calibrated report (``step_model.calibration.reached``: its baseline is a measured
+  untraced step, the user's or the one record timed after its window) predicts absolute
+  steps: its ``predicted_step_ms`` is the predicted fixed step as it is;
 - a trap (a fix that must not help): ok when the predicted saving is below 10% (a remedy not
   offered predicts none) and the measurement shows no gain (saving below 5%).
 """
@@ -166,9 +168,10 @@ def predict(fields: dict[str, Any], ids: tuple[str, ...],
 
 
 def score_row(pred: Prediction, *, baseline_ms: float, fixed_ms: float, saving_pct: float,
-              captured_ms: float | None, trap: bool) -> dict[str, Any]:
-    """One prediction against one measured variant (module doc)."""
-    base = pred.base_ms or captured_ms
+              captured_ms: float | None, trap: bool, absolute: bool = False) -> dict[str, Any]:
+    """One prediction against one measured variant (module doc); ``absolute``: a calibrated
+    report's, compared as it is (a trap's promised saving stays the report's own)."""
+    base = baseline_ms if absolute and not trap else pred.base_ms or captured_ms
     out: dict[str, Any] = {**asdict(pred), "remedy_ids": list(pred.remedy_ids),
                            "base_ms": base, "trap": trap,
                            "measured_baseline_ms": round(baseline_ms, 4),
@@ -207,13 +210,16 @@ def score_variants(variants: dict[str, dict[str, Any]] | None, baseline_ms: floa
         return None
     rows: list[dict[str, Any]] = []
     captured = fields.get("captured_step_ms")
+    cal = (fields.get("step_model") or {}).get("calibration") or {}
+    absolute = bool(cal.get("reached"))
     for name, v in (variants or {}).items():
         rems = tuple(v.get("remedies") or ())
         if not rems or v.get("status") != "measured" or baseline_ms is None:
             continue
         covers = tuple(v.get("covers") or rems)
         meas = {"baseline_ms": baseline_ms, "fixed_ms": float(v["fixed_ms"]),
-                "saving_pct": float(v["saving_pct"]), "captured_ms": captured}
+                "saving_pct": float(v["saving_pct"]), "captured_ms": captured,
+                "absolute": absolute}
         trap = bool(v.get("trap"))
         pred = predict(fields, rems, covers)
         rows.append({"variant": name, "check": "remedy",

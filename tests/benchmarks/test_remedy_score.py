@@ -237,6 +237,12 @@ def test_score_row_tolerance_and_trap() -> None:
     none = rs.score_row(rs.Prediction(None, "not offered"), baseline_ms=12.0, fixed_ms=6.0,
                         saving_pct=50.0, captured_ms=20.0, trap=False)
     assert none["ratio"] is None and not none["ok"]
+    # a calibrated report predicts absolute steps: its 6 ms against the measured 5 ms, whatever
+    # its baseline (here 20 ms against the harness's 12 ms)
+    cal = rs.score_row(rs.Prediction(6.0, "remedy tf32", ("tf32",), 20.0), baseline_ms=12.0,
+                       fixed_ms=5.0, saving_pct=58.3, captured_ms=20.0, trap=False,
+                       absolute=True)
+    assert cal["predicted_fixed_ms"] == 6.0 and cal["ratio"] == 1.2 and cal["ok"]
     # a trap: 2% promised, 1% measured -> ok; the fix helped (8%) -> not ok
     small = rs.Prediction(19.6, "remedy remove_syncs", ("remove_syncs",))
     trap = dict(baseline_ms=12.0, captured_ms=20.0, trap=True)
@@ -294,6 +300,21 @@ def test_score_variants_rows_and_plan_check() -> None:
     assert t == {"rows": 4, "predicted": 3, "ok": 3, "on_target": 2, "not_offered": 0,
                  "single_rows": 2, "single_ok": 2, "single_on_target": 2,
                  "plan_rows": 1, "plan_ok": 1, "plan_on_target": 0, "traps": 1, "traps_ok": 1}
+
+
+def test_a_calibrated_report_is_scored_as_it_is() -> None:
+    # the same report with step_model.calibration reached: its predicted steps are absolute
+    res = conv_result(None)
+    res["record"]["step_model"] = {**(res["record"].get("step_model") or {}),
+                                   "calibration": {"reached": True, "source": "given"}}
+    rows = rs.score_result(res)["record"]
+    assert rows is not None
+    by = {(r["variant"], r["check"]): r for r in rows}
+    tf32 = by[("tf32", "remedy")]
+    assert tf32["predicted_fixed_ms"] == tf32["step_ms"] and tf32["ratio"] == tf32["direct_ratio"]
+    # a trap still compares the report's promised saving with its own baseline
+    trap = by[("remove_syncs", "remedy")]
+    assert trap["ok"] and trap["predicted_saving_pct"] < rs.TRAP_MAX_PREDICTED_PCT
 
 
 def test_a_variant_timed_by_the_program_is_scored_against_the_programs_baseline() -> None:

@@ -34,7 +34,7 @@ def test_json_carries_the_calibration(cnn_run: Path, capsys: pytest.CaptureFixtu
     rep = _json(cnn_run, capsys, "--untraced-step-ms", str(given))
     c = rep["step_model"]["calibration"]
     # a GPU-bound conv net: the GPU side is the one that reaches the step with the least change
-    assert c["reached"] and c["untraced_step_ms"] == given
+    assert c["reached"] and c["untraced_step_ms"] == given and c["source"] == "given"
     assert c["scaled"] == "gpu" and c["factor"] > 1.0
     assert c["estimated_ms"] == pytest.approx(estimated, abs=1e-3)
     assert c["min_ms"] < given < c["max_ms"]
@@ -81,12 +81,14 @@ def test_steps_not_marked_by_the_program_are_refused(
 def test_markdown_and_html_say_the_plan_starts_from_the_given_step(
         cnn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(cnn_run), "--untraced-step-ms", "13", "--format", "markdown"]) == 0
-    assert "from 13.00 ms (the untraced step given)" in capsys.readouterr().out
+    md = capsys.readouterr().out
+    assert "from 13.00 ms (the untraced step given)" in md
+    assert "**Best pair:** bf16\\_amp + cuda\\_graphs together" in md  # a plan of 5 remedies
     assert main(["report", str(cnn_run), "--untraced-step-ms", "0.01", "--format",
                  "markdown"]) == 0
     assert "Not calibrated: the untraced step given (0.01 ms)" in capsys.readouterr().out
     page = tmp_path / "r.html"
     assert main(["report", str(cnn_run), "--untraced-step-ms", "13", "-o", str(page)]) == 0
     html = page.read_text()
-    assert '"calibration":{"rank":0,"untraced_step_ms":13.0,"reached":true' in html \
-        and "(the untraced step given)" in html
+    assert '"calibration":{"rank":0,"source":"given","untraced_step_ms":13.0,"reached":true' in html \
+        and "' (the untraced step ' + cal.source + ')'" in html  # the page's script says it

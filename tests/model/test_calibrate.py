@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stepscope.advisor import advise
+from stepscope.advisor.remedies import GIVEN, UntracedSteps
 from stepscope.analysis import analyze
 from stepscope.importers import import_traces
 from stepscope.model.stepmodel import edits, replay
@@ -114,10 +115,10 @@ def test_the_advisor_takes_the_given_step_as_the_baseline(cnn: Run) -> None:
     assert plain is not None and plain.calibration is None and plain.remedies
     estimated = plain.remedies[0].baseline_ms
     given = round(estimated * 1.3, 3)  # the program ran slower untraced than estimated
-    cal = advise(a, untraced_step_ms=given).remedies
+    cal = advise(a, untraced=UntracedSteps(GIVEN, every=given)).remedies
     assert cal is not None and cal.calibration is not None
     c = cal.calibration
-    assert c.reached and c.untraced_step_ms == given
+    assert c.reached and c.untraced_step_ms == given and c.source == GIVEN
     assert c.scaled == "gpu" and c.factor > 1.0  # a GPU-bound conv net: its GPU side moves
     assert c.estimated_ms == pytest.approx(estimated, abs=1e-3)
     for r in cal.remedies:
@@ -132,7 +133,7 @@ def test_the_advisor_takes_the_given_step_as_the_baseline(cnn: Run) -> None:
 
 def test_a_given_step_out_of_reach_leaves_the_estimate_and_says_so(cnn: Run) -> None:
     a = analyze(cnn, workers=1)
-    cal = advise(a, untraced_step_ms=0.01).remedies  # far under the GPU work of a conv net
+    cal = advise(a, untraced=UntracedSteps(GIVEN, every=0.01)).remedies  # far under the GPU work of a conv net
     assert cal is not None and cal.calibration is not None
     assert not cal.calibration.reached and cal.calibration.min_ms > 0.01
     plain = advise(a).remedies
@@ -145,8 +146,8 @@ def test_a_given_step_out_of_reach_leaves_the_estimate_and_says_so(cnn: Run) -> 
 
 def test_a_step_far_from_the_trace_is_questioned(cnn: Run) -> None:
     a = analyze(cnn, workers=1)
-    near = advise(a, untraced_step_ms=11.0).remedies  # the GPU x0.84: within FAR
-    far = advise(a, untraced_step_ms=25.0).remedies  # the GPU x2.3
+    near = advise(a, untraced=UntracedSteps(GIVEN, every=11.0)).remedies  # the GPU x0.84: within FAR
+    far = advise(a, untraced=UntracedSteps(GIVEN, every=25.0)).remedies  # the GPU x2.3
     assert near is not None and far is not None
     assert near.calibration is not None and far.calibration is not None
     assert near.calibration.scaled == far.calibration.scaled == "gpu"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from stepscope.advisor.base import Context, Finding, Rule, Severity, Skipped
 from stepscope.advisor.folding import fold
-from stepscope.advisor.remedies import RemedyAdvice, remedy_advice
+from stepscope.advisor.remedies import RemedyAdvice, UntracedSteps, remedy_advice
 from stepscope.analysis import Analysis
 from stepscope.analysis.summary import summarize
 from stepscope.model.overhead import HostTrust, host_trust
@@ -36,9 +36,9 @@ def rank_findings(findings: Sequence[Finding]) -> tuple[Finding, ...]:
 
 
 def advise(analysis: Analysis, rules: Sequence[Rule] | None = None, *,
-           untraced_step_ms: float | None = None) -> Advice:
+           untraced: UntracedSteps | None = None) -> Advice:
     """Every rule over ``analysis`` (and its step graph), findings ranked; the remedies
-    calibrated to ``untraced_step_ms`` when given (``advisor.remedies``)."""
+    calibrated to the ``untraced`` steps where there are some (``advisor.remedies``)."""
     if rules is None:
         from stepscope.advisor.rules import RULES
 
@@ -65,4 +65,4 @@ def advise(analysis: Analysis, rules: Sequence[Rule] | None = None, *,
             skipped.append(Skipped(rule.id, str(exc)))
     ranked = rank_findings(fold(found))
     return Advice(findings=ranked, skipped=tuple(skipped), host_trust=trust,
-                  remedies=remedy_advice(analysis, ranked, untraced_step_ms))
+                  remedies=remedy_advice(analysis, ranked, untraced))

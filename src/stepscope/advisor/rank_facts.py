@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepscope.advisor.base import MIN_SAVING_MS
-from stepscope.advisor.remedies import rank_remedies
+from stepscope.advisor.remedies import UntracedSteps, rank_remedies
 from stepscope.advisor.rules.launch_bound import MIN_LAUNCHES
 from stepscope.advisor.rules.memory_underused import rank_result
 from stepscope.analysis import Analysis, RankAnalysis
@@ -47,12 +47,12 @@ from stepscope.model.tensor_cores import tensor_core_part
 
 
 def rank_facts(analysis: Analysis, ra: RankAnalysis,
-               untraced_step_ms: float | None = None) -> None:
+               untraced: UntracedSteps | None = None) -> None:
     """Compute (and memoise) rank ``ra``'s per-rank facts: its host events' profiler cost per
     steady step (``model.overhead.host_cost``), the split of its idle time
     (``model.idle``, memoised on the analysis), its host-device transfers, copy overlap and
     pageable copies, its step model's fit and remedies (``advisor.remedies``; calibrated to
-    ``untraced_step_ms`` when given), and what the other rules read of
+    the rank's ``untraced`` step when there is one), and what the other rules read of
     its tables (module docstring; memoised
     on its graph)."""
     g = analysis.graph.rank(ra.rank)
@@ -72,7 +72,7 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis,
     for kind in IDLE_KINDS:
         idle_ops(g, "host", split.host, kind)
         idle_ops(g, "gaps", split.gaps, kind)
-    rank_remedies(analysis, ra, untraced_step_ms)  # the step model's fit, remedies and plan (advisor.remedies)
+    rank_remedies(analysis, ra, untraced)  # the step model's fit, remedies and plan (advisor.remedies)
     if (ra.devices_used and ra.launches.mean_launches_per_step >= MIN_LAUNCHES
             and split.mean_ms(split.launch) * split.host_factor >= MIN_SAVING_MS):
         # launch_bound's evidence, for a rank whose own saving could be reported
@@ -89,13 +89,13 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis,
 
 @dataclass(frozen=True)
 class CalibratedFacts:
-    """:func:`rank_facts` with the remedies calibrated to the untraced step the user gave (a
-    picklable callable: the rank pool's workers run it)."""
+    """:func:`rank_facts` with the remedies calibrated to the untraced steps (a picklable
+    callable: the rank pool's workers run it)."""
 
-    untraced_step_ms: float
+    untraced: UntracedSteps
 
     def __call__(self, analysis: Analysis, ra: RankAnalysis) -> None:
-        rank_facts(analysis, ra, self.untraced_step_ms)
+        rank_facts(analysis, ra, self.untraced)
 
 
 __all__ = ["CalibratedFacts", "rank_facts"]

@@ -101,12 +101,33 @@ class Plan:
     subsets: tuple[PlanSubset, ...] = ()  # the plan restricted to subsets (plan_subsets)
 
 
+GIVEN = "given"  # UntracedSteps.source: the user's (report --untraced-step-ms)
+AFTER_WINDOW = "measured after the capture window"  # record's own (manifest.overhead)
+
+
+@dataclass(frozen=True)
+class UntracedSteps:
+    """The program's step without the profiler, to which each rank's model is calibrated: one
+    step for every rank (``every``: the user's), or one per rank (``per_rank``: record's steps
+    right after its capture window, CUPTI detached)."""
+
+    source: str  # GIVEN or AFTER_WINDOW
+    every: float | None = None
+    per_rank: tuple[tuple[int, float], ...] = ()
+
+    def of(self, rank: int) -> float | None:
+        if self.every is not None:
+            return self.every
+        return next((ms for r, ms in self.per_rank if r == rank), None)
+
+
 @dataclass(frozen=True)
 class StepCalibration:
-    """The step model calibrated to the untraced step the user gave (module docstring)."""
+    """The step model calibrated to the untraced step (module docstring)."""
 
     rank: int
-    untraced_step_ms: float  # as given
+    source: str  # UntracedSteps.source
+    untraced_step_ms: float  # as given or measured
     reached: bool
     scaled: str  # the side of the model scaled: "host" (after the tracing cost is out), "gpu"
     factor: float  # ... by this factor (1.0 when not reached)
@@ -144,17 +165,19 @@ class RankRemedies:
 
 
 def rank_remedies(analysis: Analysis, ra: RankAnalysis,
-                  untraced_step_ms: float | None = None) -> RankRemedies | None:
+                  untraced: UntracedSteps | None = None) -> RankRemedies | None:
     """Rank ``ra``'s fit, remedies and plan, memoised on its graph (a per-rank fact:
-    ``advisor.rank_facts``; the step model itself is not kept); with ``untraced_step_ms``,
-    calibrated to it (module docstring)."""
+    ``advisor.rank_facts``; the step model itself is not kept); with ``untraced`` steps,
+    calibrated to the rank's (module docstring)."""
     g = analysis.graph.rank(ra.rank)
-    return g.memo((FACT, "remedies", untraced_step_ms),
-                  lambda: _rank_remedies(analysis, ra, untraced_step_ms))
+    target = None if untraced is None else untraced.of(ra.rank)
+    source = "" if untraced is None or target is None else untraced.source
+    return g.memo((FACT, "remedies", target, source),
+                  lambda: _rank_remedies(analysis, ra, target, source))
 
 
 def _rank_remedies(analysis: Analysis, ra: RankAnalysis,
-                   untraced_step_ms: float | None) -> RankRemedies | None:
+                   untraced_step_ms: float | None, source: str = GIVEN) -> RankRemedies | None:
     if not ra.steps.steady:
         return None
     g = analysis.graph.rank(ra.rank)
@@ -171,8 +194,8 @@ def _rank_remedies(analysis: Analysis, ra: RankAnalysis,
     cal = None
     ref_ns, ref_ms = base_ns, meas  # predictions: ref_ms * replay(edited) / ref_ns
     if untraced_step_ms is not None:
-        bare, cal, note = _calibrated(bare, ra.rank, untraced_step_ms, baseline, base_ns, meas,
-                                      note)
+        bare, cal, note = _calibrated(bare, ra.rank, untraced_step_ms, source, baseline,
+                                      base_ns, meas, note)
         if cal.reached:  # the calibrated model's own replay is the given step
             ref_ns, ref_ms, baseline = replay(bare).step_ns, untraced_step_ms, untraced_step_ms
     cands = candidates(analysis, ra, bare)
@@ -183,45 +206,45 @@ def _rank_remedies(analysis: Analysis, ra: RankAnalysis,
                               {c.id: c.options for c in cands}), cal)
 
 
-def _calibrated(bare: StepModel, rank: int, given: float, estimated: float, base_ns: float,
-                meas: float, note: tuple[str, ...]
+def _calibrated(bare: StepModel, rank: int, given: float, source: str, estimated: float,
+                base_ns: float, meas: float, note: tuple[str, ...]
                 ) -> tuple[StepModel, StepCalibration, tuple[str, ...]]:
-    """The untraced model calibrated to the given step (ms), and the assumption every remedy
-    then carries in place of the tracing note."""
+    """The untraced model calibrated to the untraced step (ms), and the assumption every
+    remedy then carries in place of the tracing note."""
     m, c = calibrate(bare, given * base_ns / meas)
     to_ms = meas / base_ns
-    cal = StepCalibration(rank, round(given, 4), c.reached, c.side, round(c.factor, 4),
+    cal = StepCalibration(rank, source, round(given, 4), c.reached, c.side, round(c.factor, 4),
                           round(estimated, 4), round(c.floor_ns * to_ms, 4),
                           round(c.ceiling_ns * to_ms, 4))
     if not c.reached:
         return bare, cal, note + (
-            f"not calibrated: the untraced step given ({given:.2f} ms) is out of the model's "
+            f"not calibrated: the untraced step {source} ({given:.2f} ms) is out of the model's "
             f"reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} ms with its host's or its GPU's time "
             f"x{MIN_FACTOR:g}-x{MAX_FACTOR:g}); the savings start from the trace's estimate",)
     how = (f"the host's work and waits are taken x{c.factor:.2f}, the GPU work as traced"
            if c.side == "host" else
            f"the GPU work is taken x{c.factor:.2f}, the host as estimated without the tracing "
            "cost")
-    out: tuple[str, ...] = (f"calibrated to the untraced step given ({given:.2f} ms; the "
+    out: tuple[str, ...] = (f"calibrated to the untraced step {source} ({given:.2f} ms; the "
                             f"trace alone estimates {estimated:.2f} ms): {how}",)
-    if not 1 / FAR[c.side] <= c.factor <= FAR[c.side]:
+    if source == GIVEN and not 1 / FAR[c.side] <= c.factor <= FAR[c.side]:
         out += (f"the step given is far from the trace's ({c.side} x{c.factor:.2f}): check that "
                 "it is the same step (one iteration, the same batch and model)",)
     return m, cal, out
 
 
 def remedy_advice(analysis: Analysis, findings: tuple[Finding, ...] = (),
-                  untraced_step_ms: float | None = None) -> RemedyAdvice:
+                  untraced: UntracedSteps | None = None) -> RemedyAdvice:
     """Step-model fits per rank, the remedies of the slowest rank and their plan: a remedy
     is listed when it answers a finding that fired, saves ``MIN_SAVING_PCT`` by itself or is
     in the plan;
-    with ``untraced_step_ms``, every rank's model calibrated to it (module docstring)."""
+    with ``untraced`` steps, each rank's model calibrated to its own (module docstring)."""
     ranks = [ra for ra in analysis.ranks if ra.steps.steady]
     if not ranks:
         return RemedyAdvice((), (), None)
     judged = max(ranks, key=_median_span)
     fit_ranks = ranks if len(ranks) <= MAX_FIT_RANKS else [judged]
-    per = {ra.rank: rank_remedies(analysis, ra, untraced_step_ms) for ra in fit_ranks}
+    per = {ra.rank: rank_remedies(analysis, ra, untraced) for ra in fit_ranks}
     fits = tuple(r.fit for r in per.values() if r is not None)
     mine = per.get(judged.rank)
     if mine is None:
@@ -359,4 +382,4 @@ def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: 
 
 
 __all__ = ["ESTIMATED_BASE", "Plan", "RankRemedies", "Remedy", "RemedyAdvice", "RemedyOption",
-           "StepCalibration", "StepModelFit", "rank_remedies", "remedy_advice", "tracing_note"]
+           "StepCalibration", "StepModelFit", "UntracedSteps", "AFTER_WINDOW", "GIVEN", "rank_remedies", "remedy_advice", "tracing_note"]

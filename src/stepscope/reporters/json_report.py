@@ -42,8 +42,9 @@ Contract (version 1; later versions only add keys):
   step_model        the step model's replay of one representative steady step (advisor.remedies):
                     {rank, step_index, measured_ms, replayed_ms, error_pct, host_busy_ms,
                     gpu_busy_ms, ranks [the same per fitted rank], calibration {rank,
-                    untraced_step_ms, reached, scaled, factor, estimated_ms, min_ms, max_ms}: to
-                    the step given with --untraced-step-ms, else null}; null without steady
+                    source, untraced_step_ms, reached, scaled, factor, estimated_ms, min_ms,
+                    max_ms}: to the step given with --untraced-step-ms, else to the steps
+                    record timed after its window, else null}; null without steady
                     steps
   remedies          fixes replayed alone on the slowest rank's step model, by saving: id, title,
                     rank, finding_ids, predicted_step_ms, est_saving_ms, est_saving_pct, option,

@@ -139,16 +139,17 @@ def _remedies(report: Report) -> list[str]:
     cal = getattr(ra, "calibration", None)
     if plan is not None:
         together = " together" if len(plan.remedy_ids) > 1 else ""
-        given = " (the untraced step given)" if cal is not None and cal.reached else ""
+        given = f" (the untraced step {cal.source})" if cal is not None and cal.reached else ""
         out += ["", f"**Plan:** {escape(' + '.join(plan.remedy_ids))}{together}: "
                     f"{plan.predicted_step_ms:.2f} ms per step from {plan.baseline_ms:.2f} ms"
                     f"{given} (save {plan.est_saving_pct:.0f}%)"]
-    if cal is not None and not cal.reached:
-        out += ["", f"Not calibrated: the untraced step given ({cal.untraced_step_ms:.2f} ms) "
-                    f"is out of the step model's reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} ms)"]
         pair = pair_text(plan)
         if pair is not None:
             out += ["", f"**Best pair:** {escape(pair)}"]
+    if cal is not None and not cal.reached:
+        out += ["", f"Not calibrated: the untraced step {cal.source} "
+                    f"({cal.untraced_step_ms:.2f} ms) "
+                    f"is out of the step model's reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} ms)"]
     return out
 
 

@@ -15,7 +15,7 @@ from stepscope.advisor.remedies import Plan, RemedyAdvice, tracing_note
 
 def remedies_json(ra: RemedyAdvice | None) -> dict[str, Any]:
     """``step_model`` (the judged rank's fit, ``ranks``: every fitted rank's, and
-    ``calibration``: to the untraced step the user gave, null when none was),
+    ``calibration``: to the untraced step given or recorded, null when there was none),
     ``remedies`` and ``plan`` (null where there is none; its ``subsets``: the plan restricted
     to subsets of its remedies, ``advisor.plan_subsets``)."""
     if ra is None:
@@ -84,7 +84,8 @@ def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType
         if cal is not None and cal.reached:
             side = (f"the host's time x{cal.factor:.2f} after the tracing cost"
                     if cal.scaled == "host" else f"the GPU's time x{cal.factor:.2f}")
-            traced = f" (the untraced step given; {p.measured_ms:.2f} ms as traced, {side})"
+            traced = (f" (the untraced step {cal.source}; {p.measured_ms:.2f} ms as traced, "
+                      f"{side})")
         elif tracing_note(p.baseline_ms, p.measured_ms):
             traced += " (an estimate: see the remedies' assumptions)"
         together = " together" if len(p.remedy_ids) > 1 else ""
@@ -96,7 +97,8 @@ def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType
             out.append(Text(f"Best pair: {pair}", style="green"))
     cal = ra.calibration
     if cal is not None and not cal.reached:
-        out.append(Text(f"Not calibrated: the untraced step given ({cal.untraced_step_ms:.2f} ms)"
+        out.append(Text(f"Not calibrated: the untraced step {cal.source} "
+                        f"({cal.untraced_step_ms:.2f} ms)"
                         f" is out of the step model's reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} "
                         "ms)", style="yellow"))
     return out

@@ -33,6 +33,7 @@ from typing import Any
 from stepscope.advisor import Advice, advise
 from stepscope.advisor.base import Fix
 from stepscope.advisor.rank_facts import CalibratedFacts, rank_facts
+from stepscope.advisor.remedies import AFTER_WINDOW, GIVEN, UntracedSteps
 from stepscope.analysis import Analysis, analyze
 from stepscope.analysis.input import (
     HIGHLY_INPUT_BOUND_PCT,
@@ -178,20 +179,45 @@ def build_report(run: Run, *, page: bool = False,
     (``analysis.results``: None, a pool for runs with many events and ranks; 1, serial).
     ``untraced_step_ms``: the program's step measured without the profiler, to which the
     remedies are calibrated (``advisor.remedies``); the run's steps must be the program's
-    (marked, not recovered from the kernel stream's periodicity: :func:`check_program_steps`)."""
+    (marked, not recovered from the kernel stream's periodicity: :func:`check_program_steps`).
+    Without it, a recorded run's remedies are calibrated to the steps record timed right after
+    its capture window (:func:`recorded_untraced`), where it timed them."""
     what, steps = "analysing the run", 3 if page else 2
     say_progress(what, 0, steps)
-    facts = rank_facts if untraced_step_ms is None else CalibratedFacts(untraced_step_ms)
+    untraced = (UntracedSteps(GIVEN, every=untraced_step_ms) if untraced_step_ms is not None
+                else recorded_untraced(run.manifest))
+    facts = rank_facts if untraced is None else CalibratedFacts(untraced)
     analysis = analyze(run, workers=workers, engine=engine, address=address, facts=facts)
     if untraced_step_ms is not None:
         check_program_steps(analysis, run.path)
     say_progress(what, 1, steps)
-    advice = advise(analysis, untraced_step_ms=untraced_step_ms)
+    advice = advise(analysis, untraced=untraced)
     say_progress(what, 2, steps)
     shown = build_page(run, analysis, max_events=max_events) if page else None
     say_progress(what, steps, steps)
     return Report(run_path=run.path, manifest=run.manifest, analysis=analysis, advice=advice,
                   page=shown)
+
+
+def recorded_untraced(m: Manifest) -> UntracedSteps | None:
+    """The median step record timed right after each rank's capture window (CUPTI detached,
+    samplers stopped: ``manifest.overhead["rank<N>"]["median_step_ms_after_window"]``, at least
+    3 steps), for the ranks where those steps speak for the program: not where the program's
+    speed changed by itself (``step_time_ratio_after_unmeasurable``) nor where CUPTI stayed
+    attached (the ``cupti_stays_attached`` diagnostic: those steps were traced). None when no
+    rank has one."""
+    if m.source.kind != "capture" or any(d.code == "cupti_stays_attached"
+                                         for d in m.diagnostics):
+        return None
+    per = []
+    for key, o in (m.overhead or {}).items():
+        if not (key.startswith("rank") and key[4:].isdigit() and isinstance(o, dict)):
+            continue
+        ms = o.get("median_step_ms_after_window")
+        if (isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms > 0
+                and not o.get("step_time_ratio_after_unmeasurable")):
+            per.append((int(key[4:]), float(ms)))
+    return UntracedSteps(AFTER_WINDOW, per_rank=tuple(sorted(per))) if per else None
 
 
 PROGRAM_STEPS = frozenset({StepSource.PROFILER_STEP.value, StepSource.ANNOTATION.value,

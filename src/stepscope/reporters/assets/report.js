@@ -666,10 +666,10 @@ function renderRemedies() {
   const rs = R.remedies || [], plan = R.plan, sm = R.step_model;
   if (sm) el.appendChild(h('p', {class: 'note', text: 'Step model' + (MULTI ? ' of rank ' + sm.rank : '') + ': the step replays in ' + fmtMs(sm.replayed_ms) + ' against ' + fmtMs(sm.measured_ms) + ' measured (' + (sm.error_pct >= 0 ? '+' : '') + num(sm.error_pct, 1) + '%). Each remedy below is replayed alone: their savings overlap and do not add up.'}));
   if (!rs.length) { el.appendChild(h('p', {text: sm ? 'No remedy applies.' : 'No step model: the run has no steady steps with GPU work.'})); return; }
-  // calibrated to the untraced step the user gave (report --untraced-step-ms), or not reached
+  // calibrated to the untraced step (the user's, report --untraced-step-ms, or record's after its window), or not reached
   const cal = sm ? sm.calibration : null;
-  if (plan) el.appendChild(h('p', {class: 'plan'}, h('b', {text: 'Plan: '}), plan.remedy_ids.join(' + ') + (plan.remedy_ids.length > 1 ? ' together: ' : ': ') + fmtMs(plan.baseline_ms) + (cal && cal.reached ? ' (the untraced step given)' : '') + ' → ' + fmtMs(plan.predicted_step_ms) + ' per step (−' + num(plan.est_saving_pct, 1) + '%)'));
-  if (cal && !cal.reached) el.appendChild(h('p', {class: 'note', text: 'Not calibrated: the untraced step given (' + fmtMs(cal.untraced_step_ms) + ') is out of the step model\'s reach (' + fmtMs(cal.min_ms) + '–' + fmtMs(cal.max_ms) + ').'}));
+  if (plan) el.appendChild(h('p', {class: 'plan'}, h('b', {text: 'Plan: '}), plan.remedy_ids.join(' + ') + (plan.remedy_ids.length > 1 ? ' together: ' : ': ') + fmtMs(plan.baseline_ms) + (cal && cal.reached ? ' (the untraced step ' + cal.source + ')' : '') + ' → ' + fmtMs(plan.predicted_step_ms) + ' per step (−' + num(plan.est_saving_pct, 1) + '%)'));
+  if (cal && !cal.reached) el.appendChild(h('p', {class: 'note', text: 'Not calibrated: the untraced step ' + cal.source + ' (' + fmtMs(cal.untraced_step_ms) + ') is out of the step model\'s reach (' + fmtMs(cal.min_ms) + '–' + fmtMs(cal.max_ms) + ').'}));
   // the pair that saves the most together (plan.subsets: each subset one replay), where the plan applies more
   const pairs = plan && plan.remedy_ids.length > 2 ? (plan.subsets || []).filter(s => s.remedy_ids.length === 2) : [];
   const pair = pairs.reduce((a, b) => (a && a.est_saving_ms >= b.est_saving_ms ? a : b), null);
