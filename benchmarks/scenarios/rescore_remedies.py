@@ -11,10 +11,12 @@ results it holds, its one measured fix taken as the scenario's default variant. 
 bundled profiler trace (torch.profiler's, or a JAX scenario's XSpace) is imported and advised
 again (``trace_advice.advise_trace``), every
 bundled recorded run reported again (``record_suite.advise``, in a child process running this
-tree's ``src``); with ``--calibrate``, both with the remedies calibrated to the scenario's
-measured untraced baseline step (``stepscope report --untraced-step-ms``: what a user reads in
-their training log), a recorded run whose steps are not the program's (recovered from the
-kernel stream's periodicity) reported uncalibrated, said in ``rescored``; a scenario whose trace or run did not come back keeps the call's advice (said
+tree's ``src``; as ``stepscope report`` does, calibrated to the steps record timed after its
+window where it did). With ``--calibrate``, both are made with the remedies calibrated to the
+scenario's measured untraced baseline step (``stepscope report --untraced-step-ms``: what a
+user reads in their training log); a recorded run whose steps are not the program's
+(recovered from the kernel stream's periodicity) is reported without it, said in
+``rescored``. A scenario whose trace or run did not come back keeps the call's advice (said
 in ``rescored``). Then both scores (``timing.score_first_serious`` and
 ``remedy_score.score_result``) are computed again, each measured variant scored against the
 remedy ids its scenario declares now, and NEW/results.json and NEW/accuracy.md

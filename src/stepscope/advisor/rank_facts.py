@@ -72,7 +72,7 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis,
     for kind in IDLE_KINDS:
         idle_ops(g, "host", split.host, kind)
         idle_ops(g, "gaps", split.gaps, kind)
-    rank_remedies(analysis, ra, untraced)  # the step model's fit, remedies and plan (advisor.remedies)
+    rank_remedies(analysis, ra, untraced)  # the step model's fit, remedies, plan (remedies.py)
     if (ra.devices_used and ra.launches.mean_launches_per_step >= MIN_LAUNCHES
             and split.mean_ms(split.launch) * split.host_factor >= MIN_SAVING_MS):
         # launch_bound's evidence, for a rank whose own saving could be reported
@@ -83,8 +83,6 @@ def rank_facts(analysis: Analysis, ra: RankAnalysis,
     occupancy_parts(g, ra)
     tensor_core_part(g, ra)
     misaligned_part(g, ra)
-
-
 
 
 @dataclass(frozen=True)

@@ -382,4 +382,5 @@ def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: 
 
 
 __all__ = ["ESTIMATED_BASE", "Plan", "RankRemedies", "Remedy", "RemedyAdvice", "RemedyOption",
-           "StepCalibration", "StepModelFit", "UntracedSteps", "AFTER_WINDOW", "GIVEN", "rank_remedies", "remedy_advice", "tracing_note"]
+           "StepCalibration", "StepModelFit", "UntracedSteps", "AFTER_WINDOW", "GIVEN",
+           "rank_remedies", "remedy_advice", "tracing_note"]

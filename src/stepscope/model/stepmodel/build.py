@@ -2,9 +2,10 @@
 
 The modelled step is the steady step closest to the median of the steady steps, both in its
 GPU-anchored length and in its markers' window (``representative_step``). Its host events are
-the rank's launches, copies, memsets, syncs (``api_calls``) and input waits (``input_waits``) that start inside the step's markers; its GPU ops are the GPU
-records the step issued (``StepGraph.issued_ns`` inside the markers), each triggered by the
-call that launched it (else by the last host event before it, else the step's start mark).
+the rank's launches, copies, memsets, syncs (``api_calls``) and input waits (``input_waits``)
+that start inside the step's markers; its GPU ops are the GPU records the step issued
+(``StepGraph.issued_ns`` inside the markers), each triggered by the call that launched it (else
+by the last host event before it, else the step's start mark).
 
 Measured inputs, per op: the latency from its launch to its start when its stream was idle at
 the launch; for an op launched while its stream was busy (queued), the rank's median latency

@@ -1,5 +1,6 @@
-"""Calibrate a step model to the step the program takes without the profiler, when the user
-knows it (their training log's step time): the one number a trace cannot give.
+"""Calibrate a step model to the step the program takes without the profiler, where it is
+known (the user's training log, or the steps ``record`` timed right after its capture window):
+the one number a trace cannot give.
 
 A trace's host side runs slower than the program does untraced, by the profiler's or the
 capture's cost per recorded event and by the host's own pace, which moves (an untraced host-bound
@@ -9,15 +10,16 @@ does move: a GPU-bound step untraced is a few percent off its traced kernels (cl
 profiler's own kernels and copies).
 
 Given the untraced step, one side of the model is scaled by one factor until the replayed step
-is the given one (and the modelled step's own length with it): the host (:func:`scale_host`: every host interval, the work before each event,
-each call's own cost, each input wait and each thread's tail) or the GPU (:func:`scale_gpu`:
-every op's duration). Each is a bisection of its factor in [``MIN_FACTOR``, ``MAX_FACTOR``] (the
-replayed step never shrinks as a factor grows); the side taken is the one that reaches the step
-with the smaller change (``|log factor|``): the side that sets the step's length, since the other
-can only reach it by becoming the bottleneck (a GPU-bound step 5% longer than its kernels is
-slower kernels, not a host five times slower). Remedies then edit the calibrated model, so a fix
-that leaves a GPU-bound step is predicted from the GPU work, and one that leaves a host-bound
-step from the host at the pace the given step implies.
+is the given one (and the modelled step's own length with it): the host (:func:`scale_host`:
+every host interval, the work before each event, each call's own cost, each input wait and each
+thread's tail) or the GPU (:func:`scale_gpu`: every op's duration). Each is a bisection of its
+factor in [``MIN_FACTOR``, ``MAX_FACTOR``] (the replayed step never shrinks as a factor grows);
+the side taken is the one that reaches the step with the smaller change (``|log factor|``): the
+side that sets the step's length, since the other can only reach it by becoming the bottleneck
+(a GPU-bound step 5% longer than its kernels is slower kernels, not a host five times slower).
+Remedies then edit the calibrated model, so a fix that leaves a GPU-bound step is predicted
+from the GPU work, and one that leaves a host-bound step from the host at the pace the given
+step implies.
 
 Not reached (``Calibration.reached`` False, the model kept as it was): a given step neither side
 can reach within its range (``floor_ns``-``ceiling_ns``: the shortest and longest replayed steps
