@@ -47,7 +47,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--untraced-step-ms", type=_positive_ms, metavar="MS",
                    help="the program's step time without the profiler (from its own log): the "
                         "remedies' predictions are calibrated to it (the run's steps must be "
-                        "marked by the program)")
+                        "marked by the program); without it, a recorded run is calibrated to "
+                        "the steps record timed right after its capture window")
     p.set_defaults(run=run)
 
 

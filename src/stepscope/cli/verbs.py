@@ -64,7 +64,8 @@ VERBS: tuple[Verb, ...] = (
          ("stepscope report myrun                        # the terminal summary",
           "stepscope report myrun -o report.html --open  # the HTML report, opened",
           "stepscope report myrun --format json          # stepscope.report/1 on stdout",
-          "stepscope report myrun --format markdown >> $GITHUB_STEP_SUMMARY")),
+          "stepscope report myrun --format markdown >> $GITHUB_STEP_SUMMARY",
+          "stepscope report myrun --untraced-step-ms 24.0  # remedies from your log's step")),
     Verb("query", "query",
          "run SQL over a run's tables (DuckDB)",
          "Each table of the run is a view of its name over the run's Parquet files (read as "
