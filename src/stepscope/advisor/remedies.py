@@ -194,10 +194,10 @@ def _rank_remedies(analysis: Analysis, ra: RankAnalysis,
     cal = None
     ref_ns, ref_ms = base_ns, meas  # predictions: ref_ms * replay(edited) / ref_ns
     if untraced_step_ms is not None:
-        bare, cal, note = _calibrated(bare, ra.rank, untraced_step_ms, source, baseline,
-                                      base_ns, meas, note)
+        bare, cal, note, replayed_ns = _calibrated(bare, ra.rank, untraced_step_ms, source,
+                                                   baseline, base_ns, meas, note)
         if cal.reached:  # the calibrated model's own replay is the given step
-            ref_ns, ref_ms, baseline = replay(bare).step_ns, untraced_step_ms, untraced_step_ms
+            ref_ns, ref_ms, baseline = replayed_ns, untraced_step_ms, untraced_step_ms
     cands = candidates(analysis, ra, bare)
     out = [_judge(c, bare, ref_ns, ref_ms, baseline, ra.rank, note) for c in cands]
     out.sort(key=lambda x: (-x[0].est_saving_ms, x[0].id))
@@ -208,9 +208,10 @@ def _rank_remedies(analysis: Analysis, ra: RankAnalysis,
 
 def _calibrated(bare: StepModel, rank: int, given: float, source: str, estimated: float,
                 base_ns: float, meas: float, note: tuple[str, ...]
-                ) -> tuple[StepModel, StepCalibration, tuple[str, ...]]:
-    """The untraced model calibrated to the untraced step (ms), and the assumption every
-    remedy then carries in place of the tracing note."""
+                ) -> tuple[StepModel, StepCalibration, tuple[str, ...], float]:
+    """The untraced model calibrated to the untraced step (ms), the assumption every remedy
+    then carries in place of the tracing note, and the calibrated model's replayed step (ns,
+    ``calibrate`` replayed it)."""
     m, c = calibrate(bare, given * base_ns / meas)
     to_ms = meas / base_ns
     cal = StepCalibration(rank, source, round(given, 4), c.reached, c.side, round(c.factor, 4),
@@ -220,7 +221,8 @@ def _calibrated(bare: StepModel, rank: int, given: float, source: str, estimated
         return bare, cal, note + (
             f"not calibrated: the untraced step {source} ({given:.2f} ms) is out of the model's "
             f"reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} ms with its host's or its GPU's time "
-            f"x{MIN_FACTOR:g}-x{MAX_FACTOR:g}); the savings start from the trace's estimate",)
+            f"x{MIN_FACTOR:g}-x{MAX_FACTOR:g}); the savings start from the trace's estimate",
+        ), c.replayed_ns
     how = (f"the host's work and waits are taken x{c.factor:.2f}, the GPU work as traced"
            if c.side == "host" else
            f"the GPU work is taken x{c.factor:.2f}, the host as estimated without the tracing "
@@ -230,15 +232,15 @@ def _calibrated(bare: StepModel, rank: int, given: float, source: str, estimated
     if source == GIVEN and not 1 / FAR[c.side] <= c.factor <= FAR[c.side]:
         out += (f"the step given is far from the trace's ({c.side} x{c.factor:.2f}): check that "
                 "it is the same step (one iteration, the same batch and model)",)
-    return m, cal, out
+    return m, cal, out, c.replayed_ns
 
 
 def remedy_advice(analysis: Analysis, findings: tuple[Finding, ...] = (),
                   untraced: UntracedSteps | None = None) -> RemedyAdvice:
     """Step-model fits per rank, the remedies of the slowest rank and their plan: a remedy
     is listed when it answers a finding that fired, saves ``MIN_SAVING_PCT`` by itself or is
-    in the plan;
-    with ``untraced`` steps, each rank's model calibrated to its own (module docstring)."""
+    in the plan; with ``untraced`` steps, each rank's model calibrated to its own (module
+    docstring)."""
     ranks = [ra for ra in analysis.ranks if ra.steps.steady]
     if not ranks:
         return RemedyAdvice((), (), None)

@@ -18,7 +18,7 @@ from stepscope._version import __version__
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.analysis.summary import RunSummary, summarize
 from stepscope.errors import printable
-from stepscope.reporters.remedies_view import pair_text
+from stepscope.reporters.remedies_view import not_calibrated_text, pair_text
 from stepscope.reporters.report import Report, fix_for
 from stepscope.reporters.terminal import HOST_LABEL, LABEL
 
@@ -146,10 +146,9 @@ def _remedies(report: Report) -> list[str]:
         pair = pair_text(plan)
         if pair is not None:
             out += ["", f"**Best pair:** {escape(pair)}"]
-    if cal is not None and not cal.reached:
-        out += ["", f"Not calibrated: the untraced step {cal.source} "
-                    f"({cal.untraced_step_ms:.2f} ms) "
-                    f"is out of the step model's reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} ms)"]
+    unreached = not_calibrated_text(cal)
+    if unreached is not None:
+        out += ["", unreached]
     return out
 
 

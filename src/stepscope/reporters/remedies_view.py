@@ -10,7 +10,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from stepscope.advisor.plan_subsets import best_pair
-from stepscope.advisor.remedies import Plan, RemedyAdvice, tracing_note
+from stepscope.advisor.remedies import Plan, RemedyAdvice, StepCalibration, tracing_note
 
 
 def remedies_json(ra: RemedyAdvice | None) -> dict[str, Any]:
@@ -95,13 +95,19 @@ def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType
         pair = pair_text(p)
         if pair is not None:
             out.append(Text(f"Best pair: {pair}", style="green"))
-    cal = ra.calibration
-    if cal is not None and not cal.reached:
-        out.append(Text(f"Not calibrated: the untraced step {cal.source} "
-                        f"({cal.untraced_step_ms:.2f} ms)"
-                        f" is out of the step model's reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} "
-                        "ms)", style="yellow"))
+    unreached = not_calibrated_text(ra.calibration)
+    if unreached is not None:
+        out.append(Text(unreached, style="yellow"))
     return out
 
 
-__all__ = ["fit_line", "pair_text", "remedies_json", "remedy_lines"]
+def not_calibrated_text(cal: StepCalibration | None) -> str | None:
+    """The line every report format prints when the untraced step was out of the step
+    model's reach (None when it was reached, or there was none)."""
+    if cal is None or cal.reached:
+        return None
+    return (f"Not calibrated: the untraced step {cal.source} ({cal.untraced_step_ms:.2f} ms) is "
+            f"out of the step model's reach ({cal.min_ms:.2f}-{cal.max_ms:.2f} ms)")
+
+
+__all__ = ["fit_line", "not_calibrated_text", "pair_text", "remedies_json", "remedy_lines"]
