@@ -5,6 +5,8 @@ predicts each fix from that step, and the fixed program's own log says what the 
 
     python3 benchmarks/scenarios/log_calibration.py --out DIR [--steps N] NAME [NAME ...]
 
+DIR must be new or empty: everything is written there, nothing outside it.
+
 Per scenario (``program.py``: the step in a plain loop, no stepscope import): the baseline and
 the default fix variant each run ``--steps`` steps untraced (their closing line's ms/step is the
 "log"); ``stepscope record -o DIR/runs/NAME --quiet -- python program.py NAME``; then
@@ -55,7 +57,6 @@ def _run(cmd: list[str], log: Path) -> str:
 def one(name: str, out: Path, steps: int) -> dict[str, Any]:
     prog = [sys.executable, str(HERE / "program.py"), name]
     log = out / f"{name}.log"
-    log.unlink(missing_ok=True)
     base = ms_per_step(_run([*prog, "--steps", str(steps)], log))
     fixed = ms_per_step(_run([*prog, "--fixed", "--steps", str(steps)], log))
     run = out / "runs" / name
@@ -100,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300, help="steps of each untraced log (300)")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        print(f"log_calibration.py: {out}: give a new or empty folder (its runs, reports and "
+              "logs are written there)", file=sys.stderr)
+        return 2
     (out / "runs").mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.names:

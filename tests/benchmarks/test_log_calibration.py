@@ -30,3 +30,12 @@ def test_table_rows() -> None:
     assert lines[2] == ("| a | fixed (cuda_graphs) | 20.00 → 2.50 | host x1.3 | "
                         "2.60 (remedy cuda_graphs) | 1.04 | yes |")
     assert lines[3] == "| b | – | – | – | RuntimeError: record exited with 2 | – | – |"
+
+
+def test_the_out_folder_must_be_new_or_empty(tmp_path: Path) -> None:
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "mine.txt").write_text("the user's")
+    assert lc.main(["--out", str(used), "healthy"]) == 2
+    assert (used / "mine.txt").read_text() == "the user's"
+    assert not (used / "runs").exists()
