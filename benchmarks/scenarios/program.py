@@ -22,7 +22,10 @@ loop), so the recorded program is the one whose saving was measured; JAX and CuP
 unbounded (their runtimes bound their own queues).
 
 The closing line gives the steps, the ms/step and the process's minor page faults per step
-(``getrusage``: a step that touches fresh memory every time shows thousands).
+(``getrusage``: a step that touches fresh memory every time shows thousands). With
+``--warmup-steps W`` (and more than W steps run) a line before it gives the steady ms/step of
+the steps after the first W (the GPU synchronised after step ``W`` and at the end): the loop's start
+(worker spawn, cuDNN's choice, graph capture) left out.
 
 Exit status 0; 3 with one line on stderr when the scenario cannot run here (no CUDA, no JAX...);
 2 for a bad name.
@@ -67,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     length.add_argument("--steps", type=int, default=None, help="run N steps")
     ap.add_argument("--inflight", type=int, default=2,
                     help="torch on CUDA: max steps queued on the GPU (0: unbounded)")
+    ap.add_argument("--warmup-steps", type=int, default=0,
+                    help="also print the steady ms/step of the steps after this many")
     args = ap.parse_args(argv)
     if args.name not in timing.SCENARIOS:
         print(f"program.py: unknown scenario {args.name!r}", file=sys.stderr)
@@ -99,21 +104,33 @@ def main(argv: list[str] | None = None) -> int:
     n = 0
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t0 = time.perf_counter()
+    t_steady = None
     if steps is not None:
         for n in range(1, steps + 1):
             runner()
+            if n == args.warmup_steps and n < steps:
+                runner.sync()
+                t_steady = time.perf_counter()
     else:
         assert seconds is not None
         end = t0 + seconds
         while time.perf_counter() < end:
             runner()
             n += 1
+            if n == args.warmup_steps:
+                runner.sync()
+                t_steady = time.perf_counter()
     runner.sync()
-    wall = time.perf_counter() - t0
+    t_end = time.perf_counter()
+    wall = t_end - t0
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
     step.close()
     label = "baseline" if variant is None else (
         "fixed" if args.fixed or variant == variants.DEFAULT_NAME else f"variant {variant}")
+    if t_steady is not None and n > args.warmup_steps:
+        left = n - args.warmup_steps
+        print(f"program.py: steady: {1e3 * (t_end - t_steady) / left:.3f} ms/step over the "
+              f"last {left} steps", flush=True)
     print(f"program.py: {args.name} ({label}, {device}): {n} steps in {wall:.2f} s, "
           f"{1e3 * wall / max(n, 1):.3f} ms/step, {faults / max(n, 1):.0f} minor page "
           f"faults/step", flush=True)

@@ -52,6 +52,17 @@ def program_ms(line: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def program_steady_ms(log: Path) -> float | None:
+    """program.py's steady ms/step (``--warmup-steps``), else its closing line's."""
+    import re
+
+    for ln in reversed(_lines(log)):
+        m = re.match(r"program\.py: steady: ([0-9.]+) ms/step", ln)
+        if m:
+            return float(m.group(1))
+    return program_ms(program_line(log))
+
+
 def last_lines(log: Path, n: int = 3, width: int = 300) -> str:
     return " | ".join(_lines(log)[-n:])[-width:]
 

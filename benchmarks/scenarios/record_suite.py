@@ -32,6 +32,7 @@ returns at most 8 files of 16 MiB), and each JAX scenario's XSpace trace gzipped
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -49,6 +50,7 @@ if str(HERE) not in sys.path:
 
 import record_report as rr  # after the sys.path setup
 import timing
+import variants
 from bundle import pack_bundle
 from remedy_score import score_result
 from timing import CALIBRATIONS_ENV
@@ -152,38 +154,50 @@ def keep_xplane(name: str, trace: dict[str, Any] | None, out: Path,
 
 def time_programs(name: str, args: argparse.Namespace, out: Path,
                   calibrations: dict[str, int] | None = None) -> dict[str, Any]:
-    """The program's own saving: ``program.py NAME`` and ``program.py NAME --fixed``, each in
-    a process of its own for ``--program-seconds-each`` s, alternating (BF, FB, ...) for
-    ``--program-rounds`` rounds; medians of their ms/step. The same keys as the harness's
-    timing (``saving_ms``, ``saving_pct``...), so it can be scored like it; ``calibrations``
-    as ``record`` passes them."""
+    """The program's own saving: ``program.py NAME`` and ``program.py NAME --variant V`` for
+    every fix variant, each in a process of its own for ``--program-seconds-each`` s, the order
+    reversed every other round, for ``--program-rounds`` rounds; medians of their ms/step (the
+    steady ones after ``--program-warmup-steps`` where given). The same keys as the harness's
+    timing (``saving_ms``, ``saving_pct``... of the default variant), and ``variants``: each
+    variant's runs and median; ``calibrations`` as ``record`` passes them."""
     import statistics
 
-    ms: dict[str, list[float]] = {"baseline": [], "fixed": []}
+    vs = [v.name for v in variants.variants_of(importlib.import_module(name))]
+    ms: dict[str | None, list[float]] = {n: [] for n in [None, *vs]}
     logs = out / "programs"
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    order = list(ms)
     for i in range(args.program_rounds):
-        order = ("baseline", "fixed") if i % 2 == 0 else ("fixed", "baseline")
-        for variant in order:
+        for variant in (order if i % 2 == 0 else order[::-1]):
             cmd = [sys.executable, str(HERE / "program.py"), name, "--device", args.device,
-                   "--seconds", f"{args.program_seconds_each:g}"]
-            cmd += ["--fixed"] if variant == "fixed" else []
-            log_path = logs / f"{name}.{variant}.{i}.log"
+                   "--seconds", f"{args.program_seconds_each:g}",
+                   "--warmup-steps", str(args.program_warmup_steps)]
+            cmd += ["--variant", variant] if variant is not None else []
+            label = "baseline" if variant is None else (
+                "fixed" if variant == vs[0] else f"variant-{variant}")
+            log_path = logs / f"{name}.{label}.{i}.log"
             env = {CALIBRATIONS_ENV: json.dumps(calibrations)} if calibrations else None
             rc, _ = run_limited(cmd, args.program_seconds_each + 120.0, log_path, env)
-            got = rr.program_ms(rr.program_line(log_path)) if rc == 0 else None
+            got = rr.program_steady_ms(log_path) if rc == 0 else None
             if got is None:
-                return {"error": f"program.py {name} ({variant}) exited with {rc}: "
+                return {"error": f"program.py {name} ({label}) exited with {rc}: "
                                  f"{rr.last_lines(log_path)}"}
             ms[variant].append(got)
-    base, fixed = statistics.median(ms["baseline"]), statistics.median(ms["fixed"])
+    base = statistics.median(ms[None])
+
+    def saving(fixed: float) -> dict[str, float]:
+        return {"fixed_ms": round(fixed, 4), "saving_ms": round(base - fixed, 4),
+                "saving_pct": round(100.0 * (base - fixed) / base, 2) if base > 0 else 0.0}
+
+    per = {v: {"runs_ms": ms[v], **saving(statistics.median(ms[v]))} for v in vs}
     return {"source": "program.py", "rounds": args.program_rounds,
             "seconds_each": args.program_seconds_each,
-            "baseline_runs_ms": ms["baseline"], "fixed_runs_ms": ms["fixed"],
-            "baseline_ms": round(base, 4), "fixed_ms": round(fixed, 4),
-            "saving_ms": round(base - fixed, 4),
-            "saving_pct": round(100.0 * (base - fixed) / base, 2) if base > 0 else 0.0,
+            "warmup_steps": args.program_warmup_steps,
+            "baseline_runs_ms": ms[None], "fixed_runs_ms": ms[vs[0]] if vs else [],
+            "baseline_ms": round(base, 4),
+            **{k: x for k, x in (per[vs[0]] if vs else {}).items() if k != "runs_ms"},
+            "variants": per,
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
@@ -327,10 +341,11 @@ def meta_of(name: str) -> timing.ScenarioMeta:
 
 def expected_s(meta: timing.ScenarioMeta, args: argparse.Namespace | None = None) -> float:
     """A scenario's likely wall time on an H100 (for --budget); --program-timing adds its
-    runs (about 8 s of start-up and compilation each)."""
+    runs: the baseline and each fix variant (about 8 s of start-up and compilation each)."""
     extra = 0.0
     if args is not None and meta.name in getattr(args, "program_timing", ()):
-        extra = 2 * args.program_rounds * (args.program_seconds_each + 8.0)
+        programs = 1 + len(variants.variants_of(importlib.import_module(meta.name)))
+        extra = programs * args.program_rounds * (args.program_seconds_each + 8.0)
     return (35.0 if meta.step_hook else 45.0 + (meta.program_seconds or 0.0)) + extra
 
 
@@ -354,13 +369,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="length of the programs without a step hook (default: each "
                          "scenario's, 14 s)")
     ap.add_argument("--program-timing", default="",
-                    help="comma-separated scenarios whose measured saving is their program's "
-                         "own loop: program.py baseline and --fixed in alternating processes "
-                         "(the harness's in-process timing is kept as timing_harness)")
+                    help="comma-separated scenarios whose measured savings are their "
+                         "program's own loop: program.py's baseline and each fix variant in "
+                         "alternating processes (the harness's in-process timing is kept as "
+                         "timing_harness)")
     ap.add_argument("--program-rounds", type=int, default=3,
                     help="rounds of --program-timing (3)")
     ap.add_argument("--program-seconds-each", type=float, default=5.0,
                     help="length of each --program-timing run, s (5)")
+    ap.add_argument("--program-warmup-steps", type=int, default=0,
+                    help="each --program-timing run's ms/step leaves out its first N steps (0)")
     ap.add_argument("--no-record", action="store_true", help="timing and torch.profiler only")
     ap.add_argument("--bundle-mb", type=float, default=14.0,
                     help="size limit of each bundle file before compression, MiB (14)")

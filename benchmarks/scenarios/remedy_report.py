@@ -130,8 +130,9 @@ def _alone(variants: dict[str, Any], ids: list[str]) -> str:
 def plan_rows(r: dict[str, Any]) -> list[str]:
     """One scenario's rows of the plan table: each row that checks a plan ("plan of A+B":
     predicted / measured), and the fixes' measured savings alone beside it."""
-    variants = r.get("variants") or {}
-    base = (r.get("timing") or {}).get("baseline_ms")
+    # each variant as scored: against the baseline it was timed with (rs.measured_groups)
+    bases = {k: b for b, vs in rs.measured_groups(r) for k in (vs or {})}
+    variants = {k: v for _, vs in rs.measured_groups(r) for k, v in (vs or {}).items()}
     rec, prof = _rows_of(r, "record"), _rows_of(r, "profiler")
     keys = [(x["variant"], x["check"]) for x in (rec or []) + (prof or [])
             if rs.is_plan_row(x) and not x.get("trap")]
@@ -142,6 +143,7 @@ def plan_rows(r: dict[str, Any]) -> list[str]:
         row = a or b
         assert row is not None
         v = variants.get(key[0]) or {}
+        base = bases.get(key[0])
         ids = list(row["remedy_ids"])
         measured = (f"{base:.2f} → {v['fixed_ms']:.2f} ({v['saving_pct']:.0f}%)"
                     if base is not None and v.get("fixed_ms") is not None else "–")

@@ -264,25 +264,32 @@ def measured_groups(res: dict[str, Any]
     """The scenario's measured variants, grouped by the baseline they were timed against:
     normally all of them against ``timing``'s. Where ``timing`` is the program's own loop
     (``record_suite --program-timing``: ``source`` "program.py", the harness's timing kept
-    as ``timing_harness``), ``program.py --fixed`` timed the default variant (the first)
-    against that baseline: it takes the program's fixed step and saving; the other variants
-    stay against the harness's baseline (``variants_timing``, else ``timing_harness``)."""
+    as ``timing_harness``), each variant the programs timed (``timing.variants``; before
+    2026-11-27 only the default one, ``timing.fixed_ms``) takes the program's fixed step
+    against the program's baseline; the other variants stay against the harness's baseline
+    (``variants_timing``, else ``timing_harness``)."""
     t = res.get("timing") or {}
     vs = res.get("variants")
     if t.get("source") != "program.py" or not vs:
         return [(t.get("baseline_ms"), vs)]
-    first, *rest = list(vs)
-    prog = vs[first] if t.get("fixed_ms") is None else {
-        **vs[first], "status": "measured", "fixed_ms": t["fixed_ms"],
-        "saving_ms": t.get("saving_ms"), "saving_pct": t.get("saving_pct"),
-        "harness_fixed_ms": vs[first].get("fixed_ms"),
-        "from": "program.py (its own loop, the baseline's source)"}
+    first = next(iter(vs))
+    timed = dict(t.get("variants") or {})
+    if not timed and t.get("fixed_ms") is not None:
+        timed = {first: {"fixed_ms": t["fixed_ms"], "saving_ms": t.get("saving_ms"),
+                         "saving_pct": t.get("saving_pct")}}
+    prog = {k: {**vs[k], "status": "measured", "fixed_ms": timed[k]["fixed_ms"],
+                "saving_ms": timed[k].get("saving_ms"), "saving_pct": timed[k].get("saving_pct"),
+                "harness_fixed_ms": vs[k].get("fixed_ms"),
+                "from": "program.py (its own loop, the baseline's source)"}
+            for k in vs if k in timed}
+    rest = {k: vs[k] for k in vs if k not in timed}
     harness = (res.get("variants_timing") or {}).get("baseline_ms") or \
         (res.get("timing_harness") or {}).get("baseline_ms")
-    out: list[tuple[float | None, dict[str, dict[str, Any]] | None]] = [
-        (t.get("baseline_ms"), {first: prog})]
+    out: list[tuple[float | None, dict[str, dict[str, Any]] | None]] = []
+    if prog:
+        out.append((t.get("baseline_ms"), prog))
     if rest:
-        out.append((harness, {k: vs[k] for k in rest}))
+        out.append((harness, rest))
     return out
 
 

@@ -153,18 +153,22 @@ def test_program_timing_alternates_processes_and_takes_medians(
 
     def fake_run(cmd: list[str], timeout: float, log_path: Path,
                  env: dict[str, str] | None = None) -> tuple[int, float]:
-        variant = "fixed" if "--fixed" in cmd else "baseline"
+        variant = "fixed" if "--variant" in cmd else "baseline"
+        assert cmd[cmd.index("--warmup-steps") + 1] == "0"
         calls.append(variant[0].upper())
         log_path.write_text(f"program.py: x ({variant}, cuda): 9 steps in 5.0 s, "
                             f"{next(ms[variant]):.3f} ms/step\n")
         return 0, 5.0
 
     monkeypatch.setattr(record_suite, "run_limited", fake_run)
-    args = argparse.Namespace(program_rounds=3, program_seconds_each=5.0, device="cuda")
+    args = argparse.Namespace(program_rounds=3, program_seconds_each=5.0, device="cuda",
+                              program_warmup_steps=0)
     t = record_suite.time_programs("jax_host_callback", args, tmp_path)
     assert "".join(calls) == "BFFBBF"
     assert (t["baseline_ms"], t["fixed_ms"], t["saving_ms"]) == (11.0, 4.0, 7.0)
     assert t["saving_pct"] == pytest.approx(63.64, abs=0.01)
+    assert t["variants"] == {"fixed": {"runs_ms": [4.0, 5.0, 3.0], "fixed_ms": 4.0,
+                                       "saving_ms": 7.0, "saving_pct": t["saving_pct"]}}
 
     def failing(cmd: list[str], timeout: float, log_path: Path,
                 env: dict[str, str] | None = None) -> tuple[int, float]:
@@ -174,6 +178,38 @@ def test_program_timing_alternates_processes_and_takes_medians(
     monkeypatch.setattr(record_suite, "run_limited", failing)
     assert "exited with 3: boom" in record_suite.time_programs("jax_host_callback", args,
                                                                tmp_path)["error"]
+
+
+def test_program_timing_times_every_variant_steady(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # loader_tf32: the baseline and its three variants, each its own process, the order
+    # reversed every other round; the steady line is the figure where program.py printed one
+    pytest.importorskip("torch")
+    import record_suite
+
+    calls: list[str] = []
+    ms = {"base": 30.0, "both": 3.5, "loader": 11.0, "tf32": 17.0}
+
+    def fake_run(cmd: list[str], timeout: float, log_path: Path,
+                 env: dict[str, str] | None = None) -> tuple[int, float]:
+        name = cmd[cmd.index("--variant") + 1] if "--variant" in cmd else "base"
+        assert cmd[cmd.index("--warmup-steps") + 1] == "20"
+        calls.append(name)
+        log_path.write_text(f"program.py: steady: {ms[name] + len(calls) / 100:.3f} ms/step over "
+                            f"the last 80 steps\nprogram.py: x: 100 steps in 5.0 s, 99.000 "
+                            "ms/step\n")
+        return 0, 5.0
+
+    monkeypatch.setattr(record_suite, "run_limited", fake_run)
+    args = argparse.Namespace(program_rounds=2, program_seconds_each=3.0, device="cuda",
+                              program_warmup_steps=20)
+    t = record_suite.time_programs("loader_tf32", args, tmp_path)
+    assert calls == ["base", "both", "loader", "tf32", "tf32", "loader", "both", "base"]
+    assert t["baseline_runs_ms"] == [30.01, 30.08] and t["baseline_ms"] == 30.045
+    assert t["variants"]["tf32"]["runs_ms"] == [17.04, 17.05]
+    assert (t["fixed_ms"], t["variants"]["both"]["fixed_ms"]) == (3.545, 3.545)
+    assert sorted(p.name for p in (tmp_path / "programs").iterdir())[:2] == [
+        "loader_tf32.baseline.0.log", "loader_tf32.baseline.1.log"]
 
 
 def test_jax_xplane_kept_gzipped_copied_and_bundled(tmp_path: Path) -> None:

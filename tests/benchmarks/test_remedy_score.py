@@ -90,6 +90,12 @@ def test_program_runs_a_named_variant(capsys: pytest.CaptureFixture[str]) -> Non
     assert program.main(["fp32_no_tf32", "--variant", "bf16_amp", "--device", "cpu",
                          "--steps", "2"]) == 0
     assert "program.py: fp32_no_tf32 (variant bf16_amp, cpu): 2 steps" in capsys.readouterr().out
+    assert program.main(["fp32_no_tf32", "--device", "cpu", "--steps", "3",
+                         "--warmup-steps", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("program.py: steady: ") and out[-2].endswith(
+        " ms/step over the last 2 steps")
+    assert out[-1].startswith("program.py: fp32_no_tf32 (baseline, cpu): 3 steps")
     assert program.main(["fp32_no_tf32", "--variant", "fp8", "--device", "cpu"]) == 2
     assert "no variant 'fp8'; known: tf32, bf16_amp" in capsys.readouterr().err
     assert program.main(["item_trap", "--device", "cpu", "--steps", "2"]) == 0  # baseline
@@ -344,6 +350,21 @@ def test_a_variant_timed_by_the_program_is_scored_against_the_programs_baseline(
     md = "\n".join(remedy_report.remedies_md([{**res, "remedy_score": rs.score_result(res)}],
                                              "PyTorch"))
     assert "| conv_fp32 | tf32 | tf32 | 10.00 → 5.00 (50%) |" in md
+    # every variant timed by the programs (timing.variants): all against the program's baseline
+    res["timing"]["variants"] = {"tf32": {"fixed_ms": 5.0, "saving_ms": 5.0, "saving_pct": 50.0},
+                                 "remove_syncs": {"fixed_ms": 9.0, "saving_ms": 1.0,
+                                                  "saving_pct": 10.0}}
+    groups = rs.measured_groups(res)
+    assert [(b, list(v or {})) for b, v in groups] == [
+        (10.0, ["tf32", "remove_syncs"]), (12.0, ["bf16_amp_channels_last", "not_built",
+                                                  "plain"])]
+    assert groups[0][1] is not None and groups[0][1]["remove_syncs"]["fixed_ms"] == 9.0
+    # the plan table takes each variant as scored: the program's baseline and fixed step
+    res["timing"]["variants"]["bf16_amp_channels_last"] = {"fixed_ms": 2.0, "saving_ms": 8.0,
+                                                           "saving_pct": 80.0}
+    scored = {**res, "remedy_score": rs.score_result(res)}
+    plan = [ln for ln in remedy_report.plan_rows(scored) if "| bf16_amp_channels_last |" in ln]
+    assert plan and all("| 10.00 → 2.00 (80%) |" in ln for ln in plan), plan
 
 
 def test_remedies_table() -> None:

@@ -4,13 +4,14 @@ batch's pageable copy pinned and non-blocking. A hand-built step with hand-compu
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from tests.model.test_stepmodel import model
 
-from stepscope.model.stepmodel import catalog, replay
+from stepscope.model.stepmodel import catalog, edits, replay
 from stepscope.model.stepmodel.steps import CopyDir, HostKind, OpKind, StepModel, SyncRole
 
 L, K, INPUT = HostKind.LAUNCH, HostKind.BLOCK, HostKind.INPUT
@@ -41,21 +42,101 @@ def test_batch_copies_are_the_pageable_copies_after_the_input_wait() -> None:
     assert not catalog.batch_copies(_loader_step(pageable=False)).any()
 
 
+def _ra(in_process: bool) -> Any:
+    """What ``catalog.dataloader`` reads of a rank's analysis: whether the training process
+    makes the batches itself."""
+    return SimpleNamespace(input=SimpleNamespace(in_process=in_process))
+
+
 def test_more_workers_with_pinned_batches(monkeypatch: Any) -> None:
-    # pinned at 1 MiB / 4 us: the copy call costs 10 us (pageable.PINNED_CALL_NS) and no
-    # longer waits. x4 hides the whole wait (147 / 4 < 47 of compute): the GPU sets the pace,
-    # 4 + 30 = 34 us; x2 leaves 147 / 2 - 47 = 26.5 us of wait: the host, 26.5 + 10 + 5 + 1
+    # Workers make the batches: the loader sets the pace, a batch every 147 us. Pinned at
+    # 1 MiB / 4 us, the copy call costs 10 us (pageable.PINNED_CALL_NS) and no longer waits:
+    # without any wait the step is the GPU's 4 + 30 = 34 us (the host's 10 + 5 + 1 = 16 us
+    # runs beside it). x4: a batch every 36.75 us, slower than that: the step is 36.75 us;
+    # x2: 73.5 us; x8 (18.4 us) no longer holds it: 34 us.
     monkeypatch.setattr(catalog, "_pinned_bandwidth", lambda a, r: (MIB / 4_000, " (test)"))
     m = _loader_step()
-    c = catalog.dataloader(None, None, m)  # type: ignore[arg-type]
+    c = catalog.dataloader(None, _ra(False), m)  # type: ignore[arg-type]
     assert c is not None and c.id == "dataloader_workers"
+    assert all(o.last for o in c.options)
     got = {o.name: replay(o.apply(m)).step_ns for o in c.options}
-    assert got["x4"] == pytest.approx(34_000)
-    assert got["x2"] == pytest.approx(42_500)
+    assert got["x2"] == pytest.approx(73_500, rel=0.003)
+    assert got["x4"] == pytest.approx(36_750, rel=0.003)
+    assert got["x8"] == pytest.approx(34_000)
     assert any("pin_memory" in a for a in c.assumptions)
+    assert "delivers a batch every 0.15 ms" in c.evidence[0]
     # without a pageable batch copy nothing is pinned: the copy still holds the host
-    # (40 + 1 + 6, then the kernel's 30 before the next copy can start)
+    # (40 + 1 + 6, then the kernel's 30 before the next copy can start): 76 us, slower than
+    # the x4 loader, so no wait is left
     plain = _loader_step(pageable=False)
-    c2 = catalog.dataloader(None, None, plain)  # type: ignore[arg-type]
+    c2 = catalog.dataloader(None, _ra(False), plain)  # type: ignore[arg-type]
     assert c2 is not None
     assert replay(c2.options[1].apply(plain)).step_ns == pytest.approx(76_000)
+
+
+def test_a_loader_in_the_training_process(monkeypatch: Any) -> None:
+    # num_workers=0: the 100 us wait is the loading itself, with nothing else running. N
+    # workers make N batches per 100 us: x2 holds the step at 50 us; x4 (25 us) and x8 no
+    # longer hold it: the GPU's 34 us.
+    monkeypatch.setattr(catalog, "_pinned_bandwidth", lambda a, r: (MIB / 4_000, " (test)"))
+    m = _loader_step()
+    c = catalog.dataloader(None, _ra(True), m)  # type: ignore[arg-type]
+    assert c is not None
+    got = {o.name: replay(o.apply(m)).step_ns for o in c.options}
+    assert got["x2"] == pytest.approx(50_000, rel=0.003)
+    assert got["x4"] == pytest.approx(34_000)
+    assert got["x8"] == pytest.approx(34_000)
+    assert "num_workers=0" in c.evidence[0]
+    assert c.options[0].title.startswith("num_workers=2 (batches made in 2 worker processes)")
+
+
+def _in_process_x4(monkeypatch: Any, m: StepModel) -> Any:
+    """The x4 option of an in-process loader's remedy, pinned at 1 MiB / 4 us."""
+    monkeypatch.setattr(catalog, "_pinned_bandwidth", lambda a, r: (MIB / 4_000, " (test)"))
+    c = catalog.dataloader(None, _ra(True), m)  # type: ignore[arg-type]
+    assert c is not None
+    return {o.name: o for o in c.options}["x4"]
+
+
+def test_the_loader_wait_follows_a_faster_compute(monkeypatch: Any) -> None:
+    # Applied after an edit that halves the kernel (30 -> 15 us) and the copy: the in-process
+    # x4 loader (a batch every 25 us) now sets the step, where alone it left none (34 us)
+    m = _loader_step()
+    x4 = _in_process_x4(monkeypatch, m)
+    faster = edits.scale_ops(m, np.full(m.ops.size, 0.5))
+    assert replay(x4.apply(m)).step_ns == pytest.approx(34_000)
+    assert replay(x4.apply(faster)).step_ns == pytest.approx(25_000, rel=0.003)
+    # without the wait that step would be the GPU's 4 + 15 = 19 us
+    assert replay(edits.shorten_input(x4.apply(faster), 0.0)).step_ns == pytest.approx(19_000)
+
+
+def test_input_at_period_is_a_floor_on_the_step() -> None:
+    m = _loader_step(pageable=False)  # 147 us, 100 of them the wait; 76 without it
+    assert replay(edits.input_at_period(m, 60_000)).step_ns == pytest.approx(76_000)
+    for period in (90_000, 147_000, 300_000):
+        assert replay(edits.input_at_period(m, period)).step_ns == pytest.approx(period,
+                                                                                 rel=0.003)
+    no_input = edits.shorten_input(m, 1.0).with_host(kind=np.where(
+        m.host.kind == INPUT, HostKind.LAUNCH, m.host.kind).astype(np.int8))
+    assert edits.input_at_period(no_input, 300_000) is no_input
+
+
+def test_the_plan_applies_the_loader_after_the_other_remedies(monkeypatch: Any) -> None:
+    # listed first, the loader's edit still runs last: with the kernel and the copy halved the
+    # x4 loader (a batch every 25 us) is the limit, where applied first it left no wait and the
+    # halved GPU work (the pinned copy's 4 us and the kernel's 30) would set a 17 us step
+    from stepscope.advisor import remedies
+    from stepscope.model.stepmodel.candidate import Option
+
+    m = _loader_step()
+    x4 = _in_process_x4(monkeypatch, m)
+    faster = Option("half", "half", lambda x: edits.scale_ops(x, np.full(x.ops.size, 0.5)))
+
+    def rem(rid: str) -> Any:
+        return SimpleNamespace(id=rid)
+
+    base = replay(m).step_ns
+    pred, _ = remedies._jointly([(rem("dataloader_workers"), x4), (rem("tf32"), faster)], {},
+                                m, base, base / 1e6)
+    assert pred * 1e6 == pytest.approx(25_000, rel=0.003)
+    assert replay(faster.apply(x4.apply(m))).step_ns == pytest.approx(17_000)

@@ -338,7 +338,7 @@ def _jointly(chosen: list[tuple[Remedy, Option]], options: dict[str, tuple[Optio
     loader's x2, x4 and x8 may tie where the GPU is the limit, and with TF32 they do not."""
     def replayed(items: list[tuple[Remedy, Option]]) -> float:
         x = m
-        for _, o in items:
+        for _, o in sorted(items, key=lambda it: it[1].last):  # ``Option.last`` ones after
             x = o.apply(x)
         return _predict(x, base_ns, meas)
 

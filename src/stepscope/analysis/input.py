@@ -26,7 +26,10 @@ recorded no input waits at all (no data-loader / ``tf.data`` events: nothing was
 ``dataloader`` is the loader's settings as the capture recorded them
 (``settings["ranks"]["rank<N>"]["host"]["dataloader"]``, or a run-wide ``settings["dataloader"]``) when the capture
 recorded the loader settings (num_workers, pin_memory, prefetch_factor,
-persistent_workers ...), else None.
+persistent_workers ...), else None. ``in_process`` is whether the batches are made in the
+waiting process itself, so the wait is the loading (``num_workers == 0`` in those settings, or
+a wait named by PyTorch's ``_SingleProcessDataLoaderIter``); False where workers load, or where
+nothing says (``tf.data``, another loader).
 """
 
 from __future__ import annotations
@@ -97,6 +100,18 @@ class InputAnalysis:
     # the input-pipeline verdict (module docstring)
     input_bound_pct: float = 0.0
     verdict: str = "unknown"
+    in_process: bool = False
+
+
+SINGLE_PROCESS_ITER = "_SingleProcessDataLoaderIter"  # PyTorch's iterator for num_workers=0
+
+
+def loads_in_process(loader: dict[str, Any] | None, sites: list[str]) -> bool:
+    """Whether the waiting process makes the batches itself (module docstring)."""
+    workers = loader.get("num_workers") if loader else None
+    if isinstance(workers, int) and not isinstance(workers, bool):
+        return workers == 0
+    return any(SINGLE_PROCESS_ITER in s for s in sites)
 
 
 def input_wait_intervals(g: StepGraph) -> tuple[I64, I64]:
@@ -155,6 +170,7 @@ def analyze_input(g: StepGraph, win_start: I64, win_end: I64) -> InputAnalysis:
         dataloader=loader,
         input_bound_pct=bound_pct,
         verdict=input_verdict(bound_pct, measured=w_s.size > 0),
+        in_process=loads_in_process(loader, distinct_names(g.table("input_waits"), "name")),
     )
 
 

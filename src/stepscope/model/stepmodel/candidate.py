@@ -18,6 +18,9 @@ class Option:
     title: str
     apply: Edit = field(compare=False, repr=False)
     assumptions: tuple[str, ...] = ()
+    # applied after the other remedies' edits where several are replayed together: its edit
+    # reads the step they leave (the loader's wait left depends on the compute beside it)
+    last: bool = False
 
 
 @dataclass(frozen=True)

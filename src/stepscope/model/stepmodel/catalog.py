@@ -246,40 +246,48 @@ def batch_copies(m: StepModel) -> np.ndarray:
 
 
 def dataloader(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate | None:
-    """More workers hide the input wait up to the loader's throughput times a factor; with
-    ``pin_memory=True`` the batch's pageable copies (:func:`batch_copies`) become pinned and
-    non-blocking, as ``pinned_copies`` makes them."""
+    """More workers: the loader delivers a batch ``f`` times as often, and the step replays
+    at that period, or as the rest of it where that is slower (:func:`edits.input_at_period`,
+    applied after the other remedies: what TF32 takes off the compute, a loader at its pace
+    gives back as wait). The loader's period is the step where workers make the batches (the
+    loader sets the pace), and the wait itself where the training process makes them
+    (``num_workers=0``: it loads while nothing else runs). With ``pin_memory=True`` the
+    batch's pageable copies (:func:`batch_copies`) become pinned and non-blocking, as
+    ``pinned_copies`` makes them."""
     inp = m.host.kind == HostKind.INPUT
     wait = int(m.host.own[inp].sum())
     if wait <= 0:
         return None
-    period = float(m.step_ns)
-    compute = max(period - wait, 1.0)
+    in_process = ra.input.in_process
+    period = float(wait if in_process else m.step_ns)
     batch = np.flatnonzero(batch_copies(m))
     gbs, basis = _pinned_bandwidth(analysis, ra)
     pin = _pin(m, batch, gbs) if batch.size else None
 
     def option(f: float) -> Option:
-        left = max(0.0, period / f - compute) / wait  # the wait left, f times faster
-
         def apply(x: StepModel) -> StepModel:
-            x = edits.shorten_input(x, left)
-            return pin(x) if pin is not None else x
+            return edits.input_at_period(pin(x) if pin is not None else x, period / f)
 
-        return Option(f"x{f:g}", f"{f:g}x the loader's throughput (num_workers x{f:g}, "
-                      "prefetch" + (", pin_memory" if pin is not None else "") + ")", apply)
+        more = "prefetch" + (", pin_memory" if pin is not None else "")
+        title = (f"num_workers={f:g} (batches made in {f:g} worker processes), {more}"
+                 if in_process else f"{f:g}x the loader's throughput (num_workers x{f:g}, {more})")
+        return Option(f"x{f:g}", title, apply, last=True)
 
     opts = tuple(option(f) for f in LOADER_FACTORS)
     pinned_note = (f"pin_memory=True: the batch's {batch.size} pageable host-to-device "
                    f"copies become pinned and non-blocking, at {gbs:.1f} GB/s{basis}",) \
         if pin is not None else ()
+    source = (f"the training process makes each batch in {ms(wait)} (num_workers=0), with "
+              f"nothing else running" if in_process else
+              f"the loader delivers a batch every {ms(period)}")
+    scaling = ("each worker makes a batch as fast as the training process did"
+               if in_process else "the loader scales with its workers")
     return Candidate(
         "dataloader_workers", "More DataLoader workers and prefetching"
         + (", pinned batches" if pin is not None else ""), ("input_bound",),
-        (f"the step waits {ms(wait)} for input; the loader delivers a batch every "
-         f"{ms(period)}",),
-        opts, ("the loader scales with its workers; the wait is hidden up to the loader's "
-               "throughput times the option's factor", *pinned_note))
+        (f"the step waits {ms(wait)} for input; {source}",),
+        opts, (f"{scaling}; the step is no faster than the loader's period divided by the "
+               "option's factor", *pinned_note))
 
 
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:

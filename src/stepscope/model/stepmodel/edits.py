@@ -14,6 +14,9 @@ What a remedy changes is one or more of these; ``replay`` then decides what the 
   is not dispatch), the graph's launch costs ``launch_ns``, its kernels follow each other
   ``node_gap_ns`` apart;
 * :func:`shorten_input`    input waits take ``wait * factor``;
+* :func:`input_at_period`  the input waits take what a loader delivering a batch every
+  ``period_ns`` leaves: the step replays at that period, or with no wait where the rest of
+  the step is slower;
 * :func:`ops_to_gpu`       each round trip (:func:`round_trips`: a device-to-host copy, host
   work, the copy back) becomes one kernel launch: the copies, their syncs and the host work
   between them go, one GPU op of a given cost takes their place.
@@ -25,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stepscope.model.speedups import MIN_KERNEL_NS
+from stepscope.model.stepmodel.replay import replay
 from stepscope.model.stepmodel.steps import (
     I64,
     WAIT_NONE,
@@ -120,6 +124,54 @@ def shorten_input(m: StepModel, factor: float) -> StepModel:
     inp = m.host.kind == HostKind.INPUT
     own[inp] = np.round(own[inp] * factor).astype(np.int64)
     return m.with_host(own=own)
+
+
+def input_at_period(m: StepModel, period_ns: float, tries: int = 8,
+                    tolerance: float = 0.002) -> StepModel:
+    """The input waits set so that the step replays at ``period_ns`` (the loader's: a step
+    cannot come faster than its batches), shared out as the waits were; none where the step
+    without them is already that slow. The step grows with the wait, at most as fast (the GPU
+    may run through part of it): from no wait, and from the wait that fills the waiting
+    threads' own work up to the period (the step is at least that), a regula falsi between
+    the two to ``tolerance``."""
+    inp = np.flatnonzero(m.host.kind == HostKind.INPUT)
+    if not inp.size:
+        return m
+    own = m.host.own.astype(np.float64)
+    total = float(own[inp].sum())
+    share = own[inp] / total if total > 0 else np.eye(1, inp.size).ravel()
+
+    def waiting(w: float) -> tuple[StepModel, float]:
+        o = m.host.own.copy()
+        o[inp] = np.round(share * w).astype(np.int64)
+        x = m.with_host(own=o)
+        return x, replay(x).step_ns
+
+    x_lo, s_lo = waiting(0.0)
+    if s_lo >= period_ns * (1.0 - tolerance):
+        return x_lo
+    r = replay(x_lo)
+    busy = max(r.host_busy_ns[t] for t in set(m.host.thread[inp].tolist())
+               if t < len(r.host_busy_ns)) if r.host_busy_ns else 0
+    lo, hi = 0.0, max(period_ns - busy, period_ns - s_lo)
+    x_hi, s_hi = waiting(hi)
+    for _ in range(tries):
+        if abs(s_hi - period_ns) <= tolerance * period_ns:
+            return x_hi
+        if s_hi < period_ns:  # not bracketed yet: the step grows at most as the wait
+            lo, x_lo, s_lo = hi, x_hi, s_hi
+            hi += period_ns - s_hi
+            x_hi, s_hi = waiting(hi)
+            continue
+        w = lo + (period_ns - s_lo) * (hi - lo) / (s_hi - s_lo)
+        x, s = waiting(w)
+        if s < period_ns:
+            lo, x_lo, s_lo = w, x, s
+            if abs(s - period_ns) <= tolerance * period_ns:
+                return x
+        else:
+            hi, x_hi, s_hi = w, x, s
+    return x_hi
 
 
 def round_trips(m: StepModel) -> list[list[int]]:
