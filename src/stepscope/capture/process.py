@@ -44,8 +44,12 @@ def mark_step() -> None:
         s.step()
 
 
+TERM_FLUSH_S = 20.0  # the longest a SIGTERM waits for the capture's flush before it ends the program
+
+
 def install_process_hooks(session: Session) -> None:
-    """atexit, sys.excepthook (chained), SIGTERM (flush, then die by the signal as before), and
+    """atexit, sys.excepthook (chained), SIGTERM (flush, then die by the signal as before; the
+    flush is given ``TERM_FLUSH_S``, and a second SIGTERM ends the program at once), and
     the exit calls (``_wrap_exits``: a non-zero status is noted, so that a rank that exits 3 is
     not recorded as a clean exit)."""
     interrupted: list[bool] = []
@@ -69,10 +73,16 @@ def install_process_hooks(session: Session) -> None:
         try:
             if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
                 def on_term(signum: int, frame: FrameType | None) -> None:
+                    # the signal's own action from here on: a second SIGTERM, or the
+                    # watchdog's, ends the program while the flush is still under way
+                    signal.signal(signum, signal.SIG_DFL)
+                    watchdog = threading.Timer(TERM_FLUSH_S, os.kill, (os.getpid(), signum))
+                    watchdog.daemon = True
+                    watchdog.start()
                     try:
                         session.finish(f"signal: {signal.Signals(signum).name}")
                     finally:
-                        signal.signal(signum, signal.SIG_DFL)
+                        watchdog.cancel()
                         os.kill(os.getpid(), signum)
 
                 signal.signal(signal.SIGTERM, on_term)
