@@ -3,19 +3,25 @@
 its untraced step, ``stepscope record`` records it, ``stepscope report --untraced-step-ms``
 predicts each fix from that step, and the fixed program's own log says what the fix gave.
 
-    python3 benchmarks/scenarios/log_calibration.py --out DIR [--steps N] NAME [NAME ...]
+    python3 benchmarks/scenarios/log_calibration.py --out DIR [--steps N] [--warmup-steps W]
+        [--repeats R] [--every-variant] NAME [NAME ...]
 
 DIR must be new or empty: everything is written there, nothing outside it.
 
 Per scenario (``program.py``: the step in a plain loop, no stepscope import): the baseline and
-the default fix variant each run ``--steps`` steps untraced (their closing line's ms/step is the
-"log"); ``stepscope record -o DIR/runs/NAME --quiet -- python program.py NAME``; then
-``stepscope report DIR/runs/NAME --untraced-step-ms MS --format json`` with the baseline's
-ms/step. The prediction read is the variant's (``variants.py``: its remedy ids): the one remedy,
-else the plan restricted to its ids, else the plan, as ``remedy_score.predict`` reads it. Writes
-DIR/NAME.report.json, DIR/NAME.log and DIR/log_calibration.json, and prints a Markdown table.
-The ms/step of a log includes the loop's first steps (warm-up, cuDNN's choice): ``--steps``
-long enough makes them small.
+the default fix variant (every variant with ``--every-variant``) each run ``--steps`` steps
+untraced, each in a process of its own, ``--repeats`` times in alternating order; a run's "log"
+is its closing line's ms/step, or with ``--warmup-steps W`` the steady ms/step of the steps
+after the first W, and each program's log is the median of its runs. Then ``stepscope record
+-o DIR/runs/NAME --quiet -- python program.py NAME``, ``stepscope report DIR/runs/NAME
+--untraced-step-ms MS`` with the baseline's log, and a plain ``stepscope report`` (the recorded
+run calibrated by itself to the steps record timed after its window: the ``default_`` fields).
+The prediction read is the variant's (``variants.py``: its remedy ids): the one remedy, else the
+plan restricted to its ids, else the plan, as ``remedy_score.predict`` reads it. Writes
+DIR/NAME.report.json, DIR/NAME.default.report.json, DIR/NAME.log and DIR/log_calibration.json
+(after each scenario), and prints a Markdown table. Without ``--warmup-steps`` a log includes
+the loop's first steps (warm-up, cuDNN's choice, worker start): ``--steps`` long enough makes
+them small.
 """
 
 from __future__ import annotations
@@ -115,11 +121,6 @@ def scenario(name: str, out: Path, steps: int, *, every_variant: bool = False,
         row.update({f"default_{k}": x for k, x in _predicted(dft, v, fixed).items()})
         rows.append(row)
     return rows
-
-
-def one(name: str, out: Path, steps: int) -> dict[str, Any]:
-    """The default fix variant's row (:func:`scenario`)."""
-    return scenario(name, out, steps)[0]
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:

@@ -141,18 +141,22 @@ def input_at_period(m: StepModel, period_ns: float, tries: int = 8,
     total = float(own[inp].sum())
     share = own[inp] / total if total > 0 else np.eye(1, inp.size).ravel()
 
-    def waiting(w: float) -> tuple[StepModel, float]:
+    def with_wait(w: float) -> StepModel:
         o = m.host.own.copy()
         o[inp] = np.round(share * w).astype(np.int64)
-        x = m.with_host(own=o)
+        return m.with_host(own=o)
+
+    def waiting(w: float) -> tuple[StepModel, float]:
+        x = with_wait(w)
         return x, replay(x).step_ns
 
-    x_lo, s_lo = waiting(0.0)
+    x_lo = with_wait(0.0)
+    r = replay(x_lo)
+    s_lo = r.step_ns
     if s_lo >= period_ns * (1.0 - tolerance):
         return x_lo
-    r = replay(x_lo)
-    busy = max(r.host_busy_ns[t] for t in set(m.host.thread[inp].tolist())
-               if t < len(r.host_busy_ns)) if r.host_busy_ns else 0
+    busy = max((r.host_busy_ns[t] for t in set(m.host.thread[inp].tolist())
+                if t < len(r.host_busy_ns)), default=0)
     lo, hi = 0.0, max(period_ns - busy, period_ns - s_lo)
     x_hi, s_hi = waiting(hi)
     for _ in range(tries):
