@@ -6,6 +6,13 @@ per path (record, profiler trace), then all of them together (no GPU).
 
 Each DIR is what ``rescore_remedies.py --out DIR`` wrote (its ``results.json``); NAME labels its
 row. The counts are ``remedy_report.totals_text``'s, as each suite's accuracy.md gives them.
+
+A second table counts each row's ``direct_ratio``: the report's own predicted step
+(``predicted_step_ms``, the figure it prints) against the measured fixed step, with nothing
+rescaled. Where the report is calibrated this is its score; where it is not (a trace with no
+step given), the score above applies its predicted share to the measured baseline instead.
+Only reports whose steps are the program's count (a trace's step markers, a recorded run's
+step hook); steps recovered from the kernel stream's periodicity are left out, and traps too.
 """
 
 from __future__ import annotations
@@ -28,6 +35,42 @@ def load(spec: str) -> tuple[str, list[dict[str, Any]]]:
         name, folder = Path(spec).name, spec
     data = json.loads((Path(folder) / "results.json").read_text())
     return name, list(data.get("scenarios") or [])
+
+
+TOLERANCE = 0.3
+
+
+def _program_steps(res: dict[str, Any], path: str) -> bool:
+    """The path's report counts the program's own steps (not periodicity windows)."""
+    if path == "profiler":
+        return True
+    how = " ".join(str(v) for v in ((res.get("record") or {}).get("step_detection") or {})
+                   .values())
+    return bool(how) and "periodicity" not in how
+
+
+def direct_text(results: list[dict[str, Any]], path: str) -> str:
+    """Rows whose report's own predicted step is within ±30% of the measured fixed step."""
+    ratios = [row.get("direct_ratio") for res in results if _program_steps(res, path)
+              for row in ((res.get("remedy_score") or {}).get(path) or [])
+              if not row.get("trap") and row.get("step_ms") is not None]
+    got = [r for r in ratios if r is not None]
+    if not got:
+        return "nothing scored"
+    ok = sum(1 for r in got if abs(r - 1.0) <= TOLERANCE)
+    return f"{ok}/{len(got)}"
+
+
+def direct_table(suites: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    out = ["| suite | via record (steps from its hook) | via profiler trace |", "|---|---|---|"]
+    everything: list[dict[str, Any]] = []
+    for name, results in suites:
+        everything += results
+        out.append(f"| {name} | {direct_text(results, 'record')} | "
+                   f"{direct_text(results, 'profiler')} |")
+    out.append(f"| **all** | {direct_text(everything, 'record')} | "
+               f"{direct_text(everything, 'profiler')} |")
+    return out
 
 
 def table(suites: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
@@ -53,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"remedy_totals.py: {exc}", file=sys.stderr)
         return 2
     print("\n".join(table(suites)))
+    print("\nThe report's own predicted step against the measured fixed step (direct_ratio), "
+          "within ±30%:\n")
+    print("\n".join(direct_table(suites)))
     return 0
 
 
