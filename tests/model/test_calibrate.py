@@ -163,3 +163,17 @@ def test_the_modelled_steps_own_length_moves_with_the_calibration() -> None:
     m = replace(m, step_ns=370)
     x, c = calibrate(m, 740.0)
     assert c.reached and x.step_ns == pytest.approx(740, rel=2 * TOLERANCE)
+
+
+def test_where_both_sides_set_the_step_the_host_is_scaled_unless_the_gpu_needs_far_less() -> None:
+    # a 100 ns host dispatch, then the 200 ns kernel it launched, then a sync: 300 ns, both
+    # sides in turn. 360 ns: the host x1.6 (|log| 0.47) or the GPU x1.3 (0.26, weighted x3:
+    # 0.79): the host. 210 ns: the GPU x0.55 (0.6 x 3 = 1.8) or the host x0.1, under 1/8: the
+    # GPU, as the one side in reach.
+    m = model([(0, L, 100, 10), (0, HostKind.BLOCK, 0, 0)], [(1, 0, 200, 0)], wait={2: 0})
+    assert replay(m).step_ns == pytest.approx(300)
+    x, c = calibrate(m, 360.0)
+    assert c.reached and c.side == "host" and c.factor == pytest.approx(1.6, rel=2 * TOLERANCE)
+    assert x.ops.dur.tolist() == [200]
+    _, c = calibrate(m, 210.0)
+    assert c.reached and c.side == "gpu" and c.factor == pytest.approx(0.55, rel=2 * TOLERANCE)
