@@ -154,3 +154,20 @@ def test_no_input_waits_is_no_verdict(builder: Any, tmp_path: Path) -> None:
     b = builder.step(0, 100).kernel("k", 10, 10)
     a = analyze_input(rank_graph(b.build(tmp_path / "r"), 0), *W((0, 100)))
     assert (a.input_bound_pct, a.verdict) == (0.0, "unknown")
+
+
+def test_loads_in_process_from_settings_then_wait_names() -> None:
+    from stepscope.analysis.input import loads_in_process
+
+    single = ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]
+    multi = ["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"]
+    assert loads_in_process({"num_workers": 0}, [])  # record's settings
+    assert not loads_in_process({"num_workers": 4}, single)  # the settings win
+    assert loads_in_process(None, single) and not loads_in_process(None, multi)
+    assert not loads_in_process({"num_workers": False}, multi)  # not a count: the names decide
+    assert not loads_in_process(None, ["tf.data iterator GetNext"])  # nothing says: workers
+
+
+def test_gpt_fixture_loads_in_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    run = imported("h100/gpt_bf16_adamw.pt.trace.json.gz", tmp_path_factory)
+    assert analyze_input(rank_graph(run, 0), *marker_windows(run)).in_process is False
