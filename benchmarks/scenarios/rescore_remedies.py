@@ -227,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", required=True,
                     help="comma-separated folders of record_suite calls (results.json + bundle)")
-    ap.add_argument("--out", required=True, help="folder for the re-scored results")
+    ap.add_argument("--out", required=True,
+                    help="a new or empty folder for the re-scored results")
     ap.add_argument("--advise-timeout", type=float, default=180.0,
                     help="time limit of the advisor on one recorded run, s (180)")
     ap.add_argument("--calibrate", action="store_true",
@@ -241,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rescore_remedies.py: no results.json in {', '.join(missing)}", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        print(f"rescore_remedies.py: {out}: give a new or empty folder (the bundles are "
+              "unpacked and the results written there)", file=sys.stderr)
+        return 2
     meta, results = rescore_suite(dirs, out, args.advise_timeout, args.calibrate)
     rr.write_outputs(out, results, meta)
     log((out / "accuracy.md").read_text())

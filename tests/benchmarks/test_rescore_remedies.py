@@ -141,6 +141,19 @@ def test_rescore_says_when_a_folder_has_no_results(tmp_path: Path, capsys: Any) 
     assert "no results.json in" in capsys.readouterr().err
 
 
+def test_rescore_writes_only_into_a_new_or_empty_folder(tmp_path: Path, capsys: Any) -> None:
+    call = tmp_path / "call"
+    call.mkdir()
+    (call / "results.json").write_text('{"meta": {}, "scenarios": []}')
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "accuracy.md").write_text("the user's")
+    assert rescore_remedies.main(["--suite", str(call), "--out", str(used)]) == 2
+    assert "give a new or empty folder" in capsys.readouterr().err
+    assert (used / "accuracy.md").read_text() == "the user's"
+    assert sorted(p.name for p in used.iterdir()) == ["accuracy.md"]
+
+
 def test_rescore_reads_an_earlier_suites_bundle_alone(tmp_path: Path) -> None:
     """A bundle tarball of a run before variants (no results.json): its scenario results, the
     one measured fix as the default variant of the scenario as declared now."""
