@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from remedy_report import totals_text  # after the sys.path setup
+from remedy_score import TOLERANCE
 
 
 def load(spec: str) -> tuple[str, list[dict[str, Any]]]:
@@ -35,9 +37,6 @@ def load(spec: str) -> tuple[str, list[dict[str, Any]]]:
         name, folder = Path(spec).name, spec
     data = json.loads((Path(folder) / "results.json").read_text())
     return name, list(data.get("scenarios") or [])
-
-
-TOLERANCE = 0.3
 
 
 def _program_steps(res: dict[str, Any], path: str) -> bool:
@@ -61,28 +60,24 @@ def direct_text(results: list[dict[str, Any]], path: str) -> str:
     return f"{ok}/{len(got)}"
 
 
-def direct_table(suites: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
-    out = ["| suite | via record (steps from its hook) | via profiler trace |", "|---|---|---|"]
+def _table(suites: list[tuple[str, list[dict[str, Any]]]],
+           text: Callable[[list[dict[str, Any]], str], str], record_head: str) -> list[str]:
+    """One row per suite and one for all of them: ``text`` of its results per path."""
+    out = [f"| suite | {record_head} | via profiler trace |", "|---|---|---|"]
     everything: list[dict[str, Any]] = []
     for name, results in suites:
         everything += results
-        out.append(f"| {name} | {direct_text(results, 'record')} | "
-                   f"{direct_text(results, 'profiler')} |")
-    out.append(f"| **all** | {direct_text(everything, 'record')} | "
-               f"{direct_text(everything, 'profiler')} |")
+        out.append(f"| {name} | {text(results, 'record')} | {text(results, 'profiler')} |")
+    out.append(f"| **all** | {text(everything, 'record')} | {text(everything, 'profiler')} |")
     return out
+
+
+def direct_table(suites: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    return _table(suites, direct_text, "via record (steps from its hook)")
 
 
 def table(suites: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
-    out = ["| suite | via record | via profiler trace |", "|---|---|---|"]
-    everything: list[dict[str, Any]] = []
-    for name, results in suites:
-        everything += results
-        out.append(f"| {name} | {totals_text(results, 'record')} | "
-                   f"{totals_text(results, 'profiler')} |")
-    out.append(f"| **all** | {totals_text(everything, 'record')} | "
-               f"{totals_text(everything, 'profiler')} |")
-    return out
+    return _table(suites, totals_text, "via record")
 
 
 def main(argv: list[str] | None = None) -> int:
