@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -41,22 +40,9 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import variants  # after the sys.path setup
+from record_report import steady_ms
 from remedy_score import predict, remedy_fields
-
-MS_PER_STEP = re.compile(r"([0-9.]+) ms/step")
-STEADY = re.compile(r"program\.py: steady: ([0-9.]+) ms/step")
-
-
-def ms_per_step(text: str) -> float | None:
-    """The ms/step of program.py's closing line (the last one in ``text``)."""
-    found = MS_PER_STEP.findall(text)
-    return float(found[-1]) if found else None
-
-
-def steady_ms(text: str) -> float | None:
-    """The steady ms/step (``program.py --warmup-steps``), else the closing line's."""
-    found = STEADY.findall(text)
-    return float(found[-1]) if found else ms_per_step(text)
+from timing import round_order
 
 
 def _run(cmd: list[str], log: Path) -> str:
@@ -74,7 +60,7 @@ def logs(prog: list[str], names: list[str | None], log: Path, steps: int, warmup
     reversed every other round; the ms/step of each run."""
     got: dict[str | None, list[float]] = {n: [] for n in names}
     for i in range(repeats):
-        for n in (names if i % 2 == 0 else names[::-1]):
+        for n in round_order(names, i):
             cmd = [*prog, "--steps", str(steps), "--warmup-steps", str(warmup)]
             cmd += ["--variant", n] if n is not None else []
             ms = steady_ms(_run(cmd, log))

@@ -7,6 +7,7 @@ so a suite split over two device calls is merged without a GPU (``--merge``).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -52,15 +53,25 @@ def program_ms(line: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def program_steady_ms(log: Path) -> float | None:
-    """program.py's steady ms/step (``--warmup-steps``), else its closing line's."""
-    import re
+MS_PER_STEP = re.compile(r"([0-9.]+) ms/step")
+STEADY = re.compile(r"program\.py: steady: ([0-9.]+) ms/step")
 
-    for ln in reversed(_lines(log)):
-        m = re.match(r"program\.py: steady: ([0-9.]+) ms/step", ln)
-        if m:
-            return float(m.group(1))
-    return program_ms(program_line(log))
+
+def ms_per_step(text: str) -> float | None:
+    """The ms/step of program.py's closing line (the last one in ``text``)."""
+    found = MS_PER_STEP.findall(text)
+    return float(found[-1]) if found else None
+
+
+def steady_ms(text: str) -> float | None:
+    """program.py's steady ms/step (``--warmup-steps``), else its closing line's."""
+    found = STEADY.findall(text)
+    return float(found[-1]) if found else ms_per_step(text)
+
+
+def program_steady_ms(log: Path) -> float | None:
+    """:func:`steady_ms` of a program.py log."""
+    return steady_ms("\n".join(_lines(log)))
 
 
 def last_lines(log: Path, n: int = 3, width: int = 300) -> str:

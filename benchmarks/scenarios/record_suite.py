@@ -169,7 +169,7 @@ def time_programs(name: str, args: argparse.Namespace, out: Path,
     t0 = time.perf_counter()
     order = list(ms)
     for i in range(args.program_rounds):
-        for variant in (order if i % 2 == 0 else order[::-1]):
+        for variant in timing.round_order(order, i):
             cmd = [sys.executable, str(HERE / "program.py"), name, "--device", args.device,
                    "--seconds", f"{args.program_seconds_each:g}",
                    "--warmup-steps", str(args.program_warmup_steps)]

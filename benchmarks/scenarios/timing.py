@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 # The registry: every scenario module, in report order.
 # JSON {calibration key: n} in a scenario program's environment: ``common.calibrate`` uses these
@@ -258,7 +258,10 @@ class MultiTiming:
                 "baseline_blocks_ms": [round(x, 4) for x in self.blocks_ms["baseline"]]}
 
 
-def round_order(names: list[str], i: int) -> list[str]:
+T = TypeVar("T")
+
+
+def round_order(names: Sequence[T], i: int) -> list[T]:
     """Round ``i``'s order: the list as given on even rounds, reversed on odd ones (ABBA for
     two; every variant's mean position is the same over an even number of rounds)."""
     return list(names) if i % 2 == 0 else list(reversed(names))

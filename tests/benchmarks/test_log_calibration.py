@@ -12,13 +12,14 @@ if str(SCEN) not in sys.path:
     sys.path.insert(0, str(SCEN))
 
 import log_calibration as lc
+import record_report as rr
 
 
 def test_ms_per_step_reads_the_closing_line() -> None:
     text = ("warming up\nprogram.py: graphs_pageable (baseline, cuda): 300 steps in 7.31 s, "
             "24.367 ms/step, 921 minor page faults/step\n")
-    assert lc.ms_per_step(text) == 24.367
-    assert lc.ms_per_step("no closing line") is None
+    assert rr.ms_per_step(text) == 24.367
+    assert rr.ms_per_step("no closing line") is None
 
 
 def test_table_rows() -> None:
@@ -38,9 +39,9 @@ def test_steady_ms_prefers_the_steady_line() -> None:
     text = ("program.py: steady: 20.580 ms/step over the last 250 steps\n"
             "program.py: dataloader_bound (baseline, cuda): 300 steps in 6.23 s, 20.752 "
             "ms/step, 4387 minor page faults/step\n")
-    assert lc.steady_ms(text) == 20.58
-    assert lc.ms_per_step(text) == 20.752
-    assert lc.steady_ms(text.splitlines()[1]) == 20.752  # no steady line: the closing one
+    assert rr.steady_ms(text) == 20.58
+    assert rr.ms_per_step(text) == 20.752
+    assert rr.steady_ms(text.splitlines()[1]) == 20.752  # no steady line: the closing one
 
 
 def test_logs_alternate_the_order_and_keep_every_run(monkeypatch: Any, tmp_path: Path) -> None:
