@@ -23,8 +23,8 @@ replay(model)``, the step predicted for the program run without the profiler, an
 ``est_saving_ms = baseline_ms - predicted_step_ms`` (elsewhere ``baseline_ms`` is the
 measured step). Given the program's step measured without the profiler (``untraced_step_ms``,
 ``stepscope report --untraced-step-ms``), that model is first calibrated to it
-(``stepmodel.calibrate``: its host side or its GPU side, whichever changes least, scaled until
-it replays at that step): the ``baseline_ms`` is then the given step, and the remedies edit the
+(``stepmodel.calibrate``: its host side or its GPU side, whichever changes least with the
+GPU's change weighed x3, scaled until it replays at that step): the ``baseline_ms`` is then the given step, and the remedies edit the
 calibrated model (:class:`StepCalibration` says which side was scaled and how far, or that the
 step was out of reach).
 """
