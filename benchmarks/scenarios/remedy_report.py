@@ -131,8 +131,9 @@ def plan_rows(r: dict[str, Any]) -> list[str]:
     """One scenario's rows of the plan table: each row that checks a plan ("plan of A+B":
     predicted / measured), and the fixes' measured savings alone beside it."""
     # each variant as scored: against the baseline it was timed with (rs.measured_groups)
-    bases = {k: b for b, vs in rs.measured_groups(r) for k in (vs or {})}
-    variants = {k: v for _, vs in rs.measured_groups(r) for k, v in (vs or {}).items()}
+    groups = rs.measured_groups(r)
+    bases = {k: b for b, vs in groups for k in (vs or {})}
+    variants = {k: v for _, vs in groups for k, v in (vs or {}).items()}
     rec, prof = _rows_of(r, "record"), _rows_of(r, "profiler")
     keys = [(x["variant"], x["check"]) for x in (rec or []) + (prof or [])
             if rs.is_plan_row(x) and not x.get("trap")]
