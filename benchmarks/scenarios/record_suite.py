@@ -368,11 +368,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--program-seconds", type=float, default=None,
                     help="length of the programs without a step hook (default: each "
                          "scenario's, 14 s)")
-    ap.add_argument("--program-timing", default="",
+    ap.add_argument("--program-timing", default="auto",
                     help="comma-separated scenarios whose measured savings are their "
                          "program's own loop: program.py's baseline and each fix variant in "
                          "alternating processes (the harness's in-process timing is kept as "
-                         "timing_harness)")
+                         "timing_harness); auto (default): those the harness cannot time ("
+                         + ", ".join(timing.TIMED_BY_PROGRAMS) + "); none: no scenario")
     ap.add_argument("--program-rounds", type=int, default=3,
                     help="rounds of --program-timing (3)")
     ap.add_argument("--program-seconds-each", type=float, default=5.0,
@@ -403,7 +404,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"unknown scenario(s): {', '.join(unknown)}; known: "
                  f"{', '.join(timing.SCENARIOS)}")
     args.names = [n for n in names if n not in set(args.skip.split(","))]
-    args.program_timing = [n for n in args.program_timing.split(",") if n]
+    spec = {"auto": ",".join(timing.TIMED_BY_PROGRAMS), "none": ""}.get(args.program_timing,
+                                                                        args.program_timing)
+    args.program_timing = [n for n in spec.split(",") if n]
     unknown = [n for n in args.program_timing if n not in timing.SCENARIOS]
     if unknown:
         ap.error(f"--program-timing: unknown scenario(s): {', '.join(unknown)}")

@@ -13,6 +13,10 @@ rescaled. Where the report is calibrated this is its score; where it is not (a t
 step given), the score above applies its predicted share to the measured baseline instead.
 Only reports whose steps are the program's count (a trace's step markers, a recorded run's
 step hook); steps recovered from the kernel stream's periodicity are left out, and traps too.
+
+A third table repeats the first without the rows the interleaved harness timed for a scenario
+it cannot time (:data:`HARNESS_CANNOT_TIME`): only their variants timed by their own programs
+(``record_suite --program-timing``) stay.
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from remedy_report import totals_text  # after the sys.path setup
-from remedy_score import TOLERANCE
+import timing  # after the sys.path setup
+from remedy_report import totals_text
+from remedy_score import TOLERANCE, measured_groups
+
+HARNESS_CANNOT_TIME = timing.TIMED_BY_PROGRAMS  # why: timing.py
 
 
 def load(spec: str) -> tuple[str, list[dict[str, Any]]]:
@@ -72,6 +79,18 @@ def _table(suites: list[tuple[str, list[dict[str, Any]]]],
     return out
 
 
+def program_timed(res: dict[str, Any]) -> dict[str, Any]:
+    """``res`` with, for a :data:`HARNESS_CANNOT_TIME` scenario, only the remedy rows of the
+    variants its own programs timed."""
+    if res.get("scenario") not in HARNESS_CANNOT_TIME:
+        return res
+    timed = {k for _, vs in measured_groups(res) for k, v in (vs or {}).items()
+             if str(v.get("from", "")).startswith("program.py")}
+    score = {path: None if rows is None else [r for r in rows if r.get("variant") in timed]
+             for path, rows in (res.get("remedy_score") or {}).items()}
+    return {**res, "remedy_score": score}
+
+
 def direct_table(suites: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
     return _table(suites, direct_text, "via record (steps from its hook)")
 
@@ -94,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\nThe report's own predicted step against the measured fixed step (direct_ratio), "
           "within ±30%:\n")
     print("\n".join(direct_table(suites)))
+    print("\nAs the first table, without the rows the harness timed for "
+          f"{', '.join(HARNESS_CANNOT_TIME)} (their variants timed by their own programs "
+          "stay):\n")
+    print("\n".join(table([(n, [program_timed(r) for r in rs]) for n, rs in suites])))
     return 0
 
 

@@ -144,6 +144,16 @@ def test_detail_compares_the_program_loop_with_the_timed_baseline() -> None:
     assert "program loop / timed baseline 8.24 / 14.24 ms = 0.58" in rr.detail(r)
 
 
+def test_program_timing_defaults_to_the_scenarios_the_harness_cannot_time() -> None:
+    import record_suite
+
+    assert record_suite.parse_args(["--out", "x"]).program_timing == \
+        ["dataloader_bound", "loader_tf32"] == list(timing.TIMED_BY_PROGRAMS)
+    assert record_suite.parse_args(["--out", "x", "--program-timing", "none"]).program_timing == []
+    assert record_suite.parse_args(["--out", "x", "--program-timing", "healthy"]
+                                   ).program_timing == ["healthy"]
+
+
 def test_program_timing_alternates_processes_and_takes_medians(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import record_suite

@@ -67,3 +67,27 @@ def test_the_reports_own_ms_counts_program_steps_only(tmp_path: Path) -> None:
     lines = remedy_totals.direct_table([("x", [hook]), ("y", [periodic])])
     assert lines[2:] == ["| x | 1/2 | 1/2 |", "| y | nothing scored | 1/1 |",
                          "| **all** | 1/2 | 2/3 |"]
+
+
+def test_rows_the_harness_cannot_time_are_left_out_of_the_third_table() -> None:
+    # loader_tf32: "both" and "tf32" timed by their own programs, "loader" by the harness
+    # only; another scenario keeps every row
+    def row(variant: str) -> dict[str, Any]:
+        return {**_row(1.0), "variant": variant}
+
+    loader = {"scenario": "loader_tf32",
+              "timing": {"source": "program.py", "baseline_ms": 27.8,
+                         "variants": {"both": {"fixed_ms": 4.7}, "tf32": {"fixed_ms": 20.8}}},
+              "variants": {"both": {"fixed_ms": 3.1}, "loader": {"fixed_ms": 11.3},
+                           "tf32": {"fixed_ms": 17.0}},
+              "timing_harness": {"baseline_ms": 25.0},
+              "remedy_score": {"record": [row("both"), row("loader"), row("tf32")],
+                               "profiler": None}}
+    kept = remedy_totals.program_timed(loader)
+    assert [r["variant"] for r in kept["remedy_score"]["record"]] == ["both", "tf32"]
+    assert kept["remedy_score"]["profiler"] is None
+    # timed by the harness alone: nothing of it is left
+    harness = {**loader, "timing": {"baseline_ms": 25.0}}
+    assert remedy_totals.program_timed(harness)["remedy_score"]["record"] == []
+    other = {**harness, "scenario": "sync_tf32"}
+    assert remedy_totals.program_timed(other) is other

@@ -22,7 +22,7 @@ from stepscope.analysis.kernels import kernel_frame
 from stepscope.model.kernels import device_rows
 from stepscope.model.pageable import PINNED_CALL_NS, pageable_copies
 from stepscope.model.speedups import MIN_KERNEL_NS
-from stepscope.model.stepmodel import edits
+from stepscope.model.stepmodel import edits, worker_batches
 from stepscope.model.stepmodel.callback_remedy import remove_callback
 from stepscope.model.stepmodel.candidate import Candidate, Edit, Option, ms
 from stepscope.model.stepmodel.kernel_remedies import comm_overlap_remedy, larger_batch, precision
@@ -226,12 +226,16 @@ def ops_to_gpu(ra: RankAnalysis, m: StepModel) -> Candidate | None:
          "one kernel launch replaces the copies and their syncs"))
 
 
-def batch_copies(m: StepModel) -> np.ndarray:
+def batch_copies(m: StepModel, only_pageable: bool = True) -> np.ndarray:
     """Host events that copy a batch to the GPU: on an input wait's thread, after the wait and
-    before that thread's next kernel launch, the pageable host-to-device copies of at least
-    ``MIN_COPY_BYTES`` (a ``.to(device)`` of what the loader returned)."""
+    before that thread's next kernel launch, the pageable (with ``only_pageable=False`` also
+    the pinned) host-to-device copies of at least ``MIN_COPY_BYTES`` (a ``.to(device)`` of
+    what the loader returned)."""
     h, o = m.host, m.ops
-    big = _big_pageable(m)[0] & (h.copy == CopyDir.HTOD)
+    big_ops = (o.kind == OpKind.MEMCPY) & (o.nbytes >= MIN_COPY_BYTES)
+    big = (h.copy == CopyDir.HTOD) & np.isin(np.arange(h.size), o.trigger[big_ops])
+    if only_pageable:
+        big &= h.pageable
     launches = np.zeros(h.size, dtype=bool)
     launches[o.trigger[o.kind == OpKind.KERNEL]] = True
     out = np.zeros(h.size, dtype=bool)
@@ -253,7 +257,10 @@ def dataloader(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate 
     loader sets the pace), and the wait itself where the training process makes them
     (``num_workers=0``: it loads while nothing else runs). With ``pin_memory=True`` the
     batch's pageable copies (:func:`batch_copies`) become pinned and non-blocking, as
-    ``pinned_copies`` makes them."""
+    ``pinned_copies`` makes them. However many workers, the period is at least the time the
+    training process takes to hand the step's batches over from them
+    (:func:`worker_batches.pinned_handover_ns`; where workers already make the batches, at most
+    the step they deliver at now)."""
     inp = m.host.kind == HostKind.INPUT
     wait = int(m.host.own[inp].sum())
     if wait <= 0:
@@ -263,10 +270,15 @@ def dataloader(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate 
     batch = np.flatnonzero(batch_copies(m))
     gbs, basis = _pinned_bandwidth(analysis, ra)
     pin = _pin(m, batch, gbs) if batch.size else None
+    sizes = worker_batches.batch_bytes(m, batch_copies(m, only_pageable=False))
+    floor = sum(worker_batches.pinned_handover_ns(b) for b in sizes)
+    if not in_process:  # workers deliver a batch each step already: no slower than that
+        floor = min(floor, period)
 
     def option(f: float) -> Option:
         def apply(x: StepModel) -> StepModel:
-            return edits.input_at_period(pin(x) if pin is not None else x, period / f)
+            return edits.input_at_period(pin(x) if pin is not None else x,
+                                         max(period / f, floor))
 
         more = "prefetch" + (", pin_memory" if pin is not None else "")
         title = (f"num_workers={f:g} (batches made in {f:g} worker processes), {more}"
@@ -287,7 +299,8 @@ def dataloader(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate 
         + (", pinned batches" if pin is not None else ""), ("input_bound",),
         (f"the step waits {ms(wait)} for input; {source}",),
         opts, (f"{scaling}; the step is no faster than the loader's period divided by the "
-               "option's factor", *pinned_note))
+               "option's factor", *pinned_note,
+               *((worker_batches.describe(sizes),) if sizes else ())))
 
 
 def candidates(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
