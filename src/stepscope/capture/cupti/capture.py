@@ -19,11 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from stepscope.capture.cupti import detach
 from stepscope.capture.cupti import layouts as L
+from stepscope.capture.cupti.activity_buffers import ActivityBuffers
 from stepscope.capture.cupti.api_callbacks import ApiCallbacks
 from stepscope.capture.cupti.api_calls import CallPlan
 from stepscope.capture.cupti.decode import DecodeContext, Decoder
@@ -38,11 +36,8 @@ from stepscope.capture.cupti.native import (
     load_shim,
     set_thread_id_type,
     set_zeroed_buffers,
-    shim_walk,
 )
 from stepscope.capture.cupti.settings import GpuSettings, detach_with_graphs
-from stepscope.capture.cupti.size_check import check_sizes
-from stepscope.capture.cupti.spill import SpillWriter
 from stepscope.store.manifest import Diagnostic
 
 FLUSH_FORCED = 1
@@ -66,7 +61,6 @@ class CuptiCapture:
                  spill_dir: Path | None = None) -> None:
         self.settings = settings or GpuSettings()
         self.spill_dir = spill_dir
-        self._spill: SpillWriter | None = None
         path = libcupti or find_libcupti()
         if not path:
             raise Unavailable("libcupti not found (install the nvidia-cuda-cupti wheel, or set "
@@ -82,7 +76,9 @@ class CuptiCapture:
             raise Unavailable(f"CUPTI API version {self.version} has no known record layout "
                               "(supported: CUDA 12.x, 13.x)")
         self._layout = chosen
-        self._sizes = (ctypes.c_uint32 * 64)(*L.size_table(chosen.table))
+        # STEPSCOPE_CUPTI_DUMP=DIR: keep the raw buffers and the strings they point to (used to
+        # record the CI fixtures of the decoder; see tests/capture/cupti)
+        self._dump = BufferDump.from_env()
         self.decoder = Decoder(chosen.table, DecodeContext(
             strings=self._string, api_name=self._callback_name, demangle=demangler(),
             pid=os.getpid()))
@@ -90,13 +86,9 @@ class CuptiCapture:
         self.calls = CallPlan(self.settings, self._callback_name)
         self._requested_at_start = 0
         self._diags: list[Diagnostic] = []
-        self._layout_ok = True
         self._dropped = 0
-        self.verify_s = 0.0  # checking each buffer's record sizes against CUPTI's iterator
-        self.clock_offset_ns = 0
-        self.buffers = 0
-        self.bytes = 0
-        self.decode_s = 0.0  # decoding here (no spill_dir); spilling: the time moving buffers
+        self.buf = ActivityBuffers(self.lib, self.shim, self.version, chosen, self.decoder,
+                                   self._diag, self._dump, self._api_names)
         self._detacher = detach.Detacher(self.lib, self.shim, self.version, self.settings.detach)
         self._callbacks: ApiCallbacks | None = None
         self._zeroed = False  # CUPTI told the buffers come zero-filled (settings.zeroed_buffers)
@@ -104,9 +96,6 @@ class CuptiCapture:
         self.api_via = "none" if self.settings.api == "none" else (
             "activity" if self.settings.api == "all" else self.settings.api_via)
         self.running = False
-        # STEPSCOPE_CUPTI_DUMP=DIR: keep the raw buffers and the strings they point to (used to
-        # record the CI fixtures of the decoder; see tests/capture/cupti)
-        self._dump = BufferDump.from_env()
         # look the call names up now, off the training thread (the spill's meta needs them too)
         for domain in (L.DOMAIN_RUNTIME_API, L.DOMAIN_DRIVER_API):
             if self.settings.api == "filtered" or spill_dir is not None:
@@ -131,6 +120,9 @@ class CuptiCapture:
         if self._dump:
             self._dump.strings[ptr] = text
         return text
+
+    def _api_names(self) -> dict[str, dict[str, str]]:
+        return {str(d): {str(c): n for c, n in m.items()} for d, m in self.calls.names.items()}
 
     def _callback_name(self, domain: int, cbid: int) -> str | None:
         s = ctypes.c_char_p()
@@ -190,10 +182,9 @@ class CuptiCapture:
         if self.lib.cuptiGetTimestamp(ctypes.byref(ts)) == 0:
             after = time.time_ns()
             off = int(ts.value) - (before + after) // 2
-            self.clock_offset_ns = off if abs(off) > 1_000_000 else 0
-        if self.spill_dir is not None and self._spill is None:
-            self._spill = SpillWriter(self.spill_dir, self.shim, self._layout.table, self._string)
-            self._write_raw_meta()
+            self.buf.clock_offset_ns = off if abs(off) > 1_000_000 else 0
+        if self.spill_dir is not None and self.buf.spill is None:
+            self.buf.start_spill(self.spill_dir, self._string)
         self.running = True
 
     def _enable_api(self, domain: int) -> None:
@@ -217,7 +208,7 @@ class CuptiCapture:
             self._callbacks.complete()
         self.lib.cuptiActivityFlushAll(FLUSH_FORCED if forced else 0)
         self._read_dropped()
-        return self._drain()
+        return self.buf.drain()
 
     def stop(self) -> dict[str, dict[str, Any]]:
         if not self.running and not self._enabled:
@@ -231,11 +222,11 @@ class CuptiCapture:
             self._callbacks.end()
         self._read_dropped()  # before the detach is armed: CUPTI is not to be asked after it
         self._unzero()
-        out = self._drain()
-        if self._spill is not None:
-            if self._spill.error:
-                self._diag("cupti_spill_failed", self._spill.error, level="error")
-            self._write_raw_meta()
+        out = self.buf.drain()
+        if self.buf.spill is not None:
+            if self.buf.spill.error:
+                self._diag("cupti_spill_failed", self.buf.spill.error, level="error")
+            self.buf.write_raw_meta()
         for code, message in self._callbacks.diagnostics() if self._callbacks else []:
             self._diag(code, message)
         if self.records == 0 and self.stats()["buffers_requested"] == self._requested_at_start:
@@ -284,108 +275,12 @@ class CuptiCapture:
     @property
     def records(self) -> int:
         """Records taken so far (decoded here, or kept raw)."""
-        return self.decoder.records + (self._spill.records if self._spill is not None else 0)
+        return self.buf.records
 
     @property
     def raw_records(self) -> int:
         """Records kept raw in the spill folder (decoded when the run is merged)."""
-        return self._spill.records if self._spill is not None else 0
-
-    def _drain(self) -> dict[str, dict[str, Any]]:
-        t0 = time.perf_counter()
-        bufs = (ctypes.c_void_p * 64)()
-        valid = (ctypes.c_size_t * 64)()
-        take = self._decode_buffer if self._spill is None else self._spill_buffer
-        while True:
-            n = self.shim.ss_take(bufs, valid, 64)
-            if n <= 0:
-                break
-            for i in range(n):
-                try:
-                    take(int(bufs[i] or 0), int(valid[i]))
-                finally:
-                    self.shim.ss_release(bufs[i], valid[i])
-        if self._spill is not None:
-            self._spill.end_flush()
-            self.decode_s += time.perf_counter() - t0
-            return {}
-        tables = self.decoder.tables() if self._layout_ok else {}
-        if self.clock_offset_ns:
-            for cols in tables.values():
-                cols["ts_ns"] = np.asarray(cols["ts_ns"], dtype=np.int64) - self.clock_offset_ns
-        self.decode_s += time.perf_counter() - t0
-        return tables
-
-    def _checked_buffer(self, ptr: int, valid: int) -> bool:
-        """Count a buffer and check its record sizes against CUPTI's own iterator; False: do not
-        read it. Every buffer: a kind first seen in a later buffer with a size other than the
-        table's would otherwise be walked out of step, and its string fields read at addresses
-        that are not strings (a crash of the program)."""
-        if not ptr or not valid or not self._layout_ok:
-            return False
-        self.buffers += 1
-        self.bytes += valid
-        if self._dump:
-            self._dump.buffer(self.buffers, ptr, valid)
-        t0 = time.perf_counter()
-        self._verify_layout(ptr, valid)
-        self.verify_s += time.perf_counter() - t0
-        return self._layout_ok
-
-    def _spill_buffer(self, ptr: int, valid: int) -> None:
-        spill = self._spill
-        if spill is None:
-            return
-        sizes_before = list(self._sizes)
-        if not self._checked_buffer(ptr, valid):  # also learns the sizes of kinds first seen
-            return
-        counts, stop = spill.scan(ptr, valid, self._sizes)
-        if stop != valid:
-            self._walk_stopped(stop, valid)
-        if list(self._sizes) != sizes_before:
-            self._write_raw_meta()
-        spill.add(ptr, valid, counts)
-
-    def _walk_stopped(self, stop: int, valid: int) -> None:
-        self._diag("cupti_walk_stopped", f"a CUPTI buffer had an unknown record at byte {stop} of "
-                   f"{valid}: the rest of that buffer was skipped")
-
-    def _write_raw_meta(self) -> None:
-        if self._spill is None:
-            return
-        names = {str(d): {str(c): n for c, n in m.items()} for d, m in self.calls.names.items()}
-        by_kind = {L.KIND_NAMES.get(k, str(k)): c for k, c in enumerate(self._spill.counts) if c}
-        self._spill.write_meta({
-            "cupti_api_version": self.version, "layout": self._layout.name,
-            "sizes": list(self._sizes), "api_names": names, "pid": os.getpid(),
-            "clock_offset_ns": self.clock_offset_ns, "records_by_kind": by_kind})
-
-    def _decode_buffer(self, ptr: int, valid: int) -> None:
-        if not self._checked_buffer(ptr, valid):
-            return
-        kinds, offs, stop = self._walk(ptr, valid)
-        if stop != valid:
-            self._walk_stopped(stop, valid)
-        buf = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(valid,))
-        self.decoder.add(buf, kinds, offs)
-
-    def _walk(self, ptr: int, valid: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint64], int]:
-        return shim_walk(self.shim, ptr, valid, self._sizes)
-
-    def _verify_layout(self, ptr: int, valid: int) -> None:
-        nxt = ctypes.cast(self.lib.cuptiActivityGetNextRecord, ctypes.c_void_p).value or 0
-        got = check_sizes(self.shim, nxt, ptr, valid, self._sizes, self._layout)
-        for kind, size, known in got.grown:
-            self._diag(f"cupti_layout_learnt_{kind}",
-                       f"CUPTI {self.version} is newer than the newest this stepscope was checked "
-                       f"against (13.5): its {L.KIND_NAMES.get(kind, kind)} records are {size} "
-                       f"bytes (13.5: {known}), read at 13.5's field offsets", level="info")
-        if got.bad is not None:
-            self._layout_ok = False
-            kind, size, known = got.bad
-            self._diag("cupti_layout_mismatch",
-                       f"CUPTI {self.version} records of kind {kind} are {size} bytes, not the "
-                       f"{known} this stepscope knows: GPU records dropped", level="error")
+        return self.buf.raw_records
 
     # -- reporting ----------------------------------------------------------------------------
     def _diag(self, code: str, message: str, level: str = "warning") -> None:
@@ -428,15 +323,10 @@ class CuptiCapture:
 
     def settings_for_manifest(self) -> dict[str, Any]:
         return {"backend": self.backend, "libcupti": self.path, "cupti_api_version": self.version,
-                "record_layout": self._layout.name, "settings": self.settings.as_dict(),
+                "settings": self.settings.as_dict(),
                 "api_calls_kept": self.calls.kept, "api_calls_off": self.calls.off,
                 "api_records_via": self.api_via,
                 "buffers_zeroed_by": "stepscope" if self._zeroed else "cupti",
                 **(self._callbacks.stats() if self._callbacks is not None else {}),
                 "driver_api": self.settings.use_driver(),
-                "records": self.records, "buffers": self.buffers, "valid_bytes": self.bytes,
-                "records_kept_raw": self._spill is not None, "cupti_detach": self._detacher.note,
-                "decode_s" if self._spill is None else "spill_s": round(self.decode_s, 4),
-                "verify_s": round(self.verify_s, 4),
-                "clock_offset_ns": self.clock_offset_ns,
-                "cupti_overhead_ns": dict(self.decoder.cupti_overhead_ns), **self.stats()}
+                "cupti_detach": self._detacher.note, **self.buf.manifest(), **self.stats()}
