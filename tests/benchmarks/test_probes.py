@@ -1,0 +1,59 @@
+"""benchmarks/scenarios/loader_probe.py and trace_variant.py on the CPU: what they print, and
+their refusals (the figures they exist for are GPU ones: docs/accuracy.md)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCEN = Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios"
+if str(SCEN) not in sys.path:
+    sys.path.insert(0, str(SCEN))
+
+
+def test_loader_probe_prints_one_line_per_configuration(capsys: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import loader_probe
+
+    monkeypatch.setattr(sys, "argv", ["loader_probe.py", "--batches", "3", "--warmup", "1",
+                                      "--workers", "0,1", "--batch-sizes", "2",
+                                      "--sample-ms", "0.01"])
+    assert loader_probe.main() == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    head, rows = lines[0], lines[1:]
+    assert head["rounds"] >= 1 and head["sample_ms"] == 0.01
+    # no CUDA here: pin_memory off only; a batch of 2 samples of 64 x 1024 fp32 is 0.5 MiB
+    assert [(r["workers"], r["pin_memory"]) for r in rows] == [(0, False), (1, False)]
+    for r in rows:
+        assert r["batch_mib"] == 0.5 and r["batches"] == 3
+        assert r["ms_between_batches"] > 0 and r["make_batch_ms_median"] > 0
+
+
+def test_trace_variant_traces_a_fix_variant(tmp_path: Path, capsys: Any) -> None:
+    import trace_variant
+
+    out = tmp_path / "conv.pt.trace.json.gz"
+    assert trace_variant.main(["conv_fp32", "--variant", "bf16_amp", "--device", "cpu",
+                               "--out", str(out), "--warmup-steps", "1", "--active", "1"]) == 0
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert said["variant"] == "bf16_amp" and said["path"] == str(out)
+    events = json.loads(gzip.open(out).read())["traceEvents"]
+    names = {e.get("name") for e in events}
+    assert any(str(n).startswith("ProfilerStep#") for n in names)
+    assert "aten::_to_copy" in names  # autocast's casts are in the fixed variant's trace
+
+
+def test_trace_variant_refuses_what_it_cannot_trace(tmp_path: Path, capsys: Any) -> None:
+    import trace_variant
+
+    out = str(tmp_path / "t.json.gz")
+    assert trace_variant.main(["conv_fp32", "--variant", "nope", "--out", out]) == 2
+    assert "has no variant 'nope'" in capsys.readouterr().err
+    assert trace_variant.main(["no_such", "--out", out]) == 2
+    assert trace_variant.main(["cupy_pageable", "--out", out]) == 2
+    assert "not a torch scenario" in capsys.readouterr().err
