@@ -15,7 +15,7 @@ Only reports whose steps are the program's count (a trace's step markers, a reco
 step hook); steps recovered from the kernel stream's periodicity are left out, and traps too.
 
 A third table repeats the first without the rows the interleaved harness timed for a scenario
-it cannot time (:data:`HARNESS_CANNOT_TIME`): only their variants timed by their own programs
+it cannot time (``timing.TIMED_BY_PROGRAMS``): only their variants timed by their own programs
 (``record_suite --program-timing``) stay.
 """
 
@@ -34,8 +34,6 @@ if str(HERE) not in sys.path:
 import timing  # after the sys.path setup
 from remedy_report import totals_text
 from remedy_score import TOLERANCE, measured_groups
-
-HARNESS_CANNOT_TIME = timing.TIMED_BY_PROGRAMS  # why: timing.py
 
 
 def load(spec: str) -> tuple[str, list[dict[str, Any]]]:
@@ -80,9 +78,9 @@ def _table(suites: list[tuple[str, list[dict[str, Any]]]],
 
 
 def program_timed(res: dict[str, Any]) -> dict[str, Any]:
-    """``res`` with, for a :data:`HARNESS_CANNOT_TIME` scenario, only the remedy rows of the
+    """``res`` with, for a ``timing.TIMED_BY_PROGRAMS`` scenario, only the remedy rows of the
     variants its own programs timed."""
-    if res.get("scenario") not in HARNESS_CANNOT_TIME:
+    if res.get("scenario") not in timing.TIMED_BY_PROGRAMS:
         return res
     timed = {k for _, vs in measured_groups(res) for k, v in (vs or {}).items()
              if str(v.get("from", "")).startswith("program.py")}
@@ -114,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
           "within ±30%:\n")
     print("\n".join(direct_table(suites)))
     print("\nAs the first table, without the rows the harness timed for "
-          f"{', '.join(HARNESS_CANNOT_TIME)} (their variants timed by their own programs "
+          f"{', '.join(timing.TIMED_BY_PROGRAMS)} (their variants timed by their own programs "
           "stay):\n")
     print("\n".join(table([(n, [program_timed(r) for r in rs]) for n, rs in suites])))
     return 0

@@ -107,14 +107,20 @@ def _pinned_bandwidth(analysis: Analysis, ra: RankAnalysis) -> tuple[float, str]
     return DEFAULT_PINNED_GBS, " (assumed)"
 
 
-def _big_pageable(m: StepModel) -> tuple[np.ndarray, np.ndarray]:
-    """Per host event: it issues a pageable copy of at least ``MIN_COPY_BYTES`` (either
-    direction); per op: it is such a copy."""
+def _big_copies(m: StepModel) -> tuple[np.ndarray, np.ndarray]:
+    """Per host event: it issues a copy of at least ``MIN_COPY_BYTES`` (either direction,
+    pageable or pinned); per op: it is a copy of that size."""
     h, o = m.host, m.ops
-    copies = h.pageable & np.isin(h.copy, (CopyDir.HTOD, CopyDir.DTOH))
+    copies = np.isin(h.copy, (CopyDir.HTOD, CopyDir.DTOH))
     big_ops = (o.kind == OpKind.MEMCPY) & (o.nbytes >= MIN_COPY_BYTES)
     return np.asarray(copies & np.isin(np.arange(h.size), o.trigger[big_ops]), dtype=bool), \
         np.asarray(big_ops, dtype=bool)
+
+
+def _big_pageable(m: StepModel) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_big_copies`, the host events restricted to pageable copies."""
+    events, big_ops = _big_copies(m)
+    return events & m.host.pageable, big_ops
 
 
 def _pin(m: StepModel, evs: np.ndarray, gbs: float) -> Edit:
@@ -232,10 +238,7 @@ def batch_copies(m: StepModel, only_pageable: bool = True) -> np.ndarray:
     the pinned) host-to-device copies of at least ``MIN_COPY_BYTES`` (a ``.to(device)`` of
     what the loader returned)."""
     h, o = m.host, m.ops
-    big_ops = (o.kind == OpKind.MEMCPY) & (o.nbytes >= MIN_COPY_BYTES)
-    big = (h.copy == CopyDir.HTOD) & np.isin(np.arange(h.size), o.trigger[big_ops])
-    if only_pageable:
-        big &= h.pageable
+    big = (_big_pageable(m) if only_pageable else _big_copies(m))[0] & (h.copy == CopyDir.HTOD)
     launches = np.zeros(h.size, dtype=bool)
     launches[o.trigger[o.kind == OpKind.KERNEL]] = True
     out = np.zeros(h.size, dtype=bool)
@@ -267,10 +270,11 @@ def dataloader(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> Candidate 
         return None
     in_process = ra.input.in_process
     period = float(wait if in_process else m.step_ns)
-    batch = np.flatnonzero(batch_copies(m))
+    every = batch_copies(m, only_pageable=False)  # the pageable ones are pinned by the option
+    batch = np.flatnonzero(every & m.host.pageable)
     gbs, basis = _pinned_bandwidth(analysis, ra)
     pin = _pin(m, batch, gbs) if batch.size else None
-    sizes = worker_batches.batch_bytes(m, batch_copies(m, only_pageable=False))
+    sizes = worker_batches.batch_bytes(m, every)
     floor = sum(worker_batches.pinned_handover_ns(b) for b in sizes)
     if not in_process:  # workers deliver a batch each step already: no slower than that
         floor = min(floor, period)
