@@ -139,5 +139,5 @@ def test_step_hook_names_match_the_capture() -> None:
     from stepscope.capture.hooks.jax_steps import JAX_STEP
     from stepscope.capture.hooks.optimizer import TORCH_STEP
     from stepscope.capture.hooks.tf_steps import TF_STEP
-    from stepscope.reporters.report import _STEP_HOOK_FRAMEWORK
-    assert _STEP_HOOK_FRAMEWORK == {JAX_STEP: "jax", TF_STEP: "tensorflow", TORCH_STEP: "pytorch"}
+    from stepscope.store.frameworks import STEP_HOOK_FRAMEWORK
+    assert STEP_HOOK_FRAMEWORK == {JAX_STEP: "jax", TF_STEP: "tensorflow", TORCH_STEP: "pytorch"}

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stepscope.analysis.intervals import I64
+from stepscope.store.frameworks import run_frameworks
 from stepscope.store.manifest import Manifest
 from stepscope.store.run import Run
 
@@ -294,6 +295,11 @@ class RunGraph:
     @property
     def all(self) -> StepGraph:
         return self.rank(None)
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks the run's program used (``store.frameworks.run_frameworks``)."""
+        return run_frameworks(self.manifest)
 
     def has(self, name: str) -> bool:
         return self.manifest.tables.get(name, 0) > 0

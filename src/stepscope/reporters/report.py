@@ -45,6 +45,7 @@ from stepscope.progress import report as say_progress
 from stepscope.reporters.timeline_build import DEFAULT_MAX_EVENTS, build_page
 from stepscope.reporters.timeline_data import Page
 from stepscope.schema_enums import StepSource
+from stepscope.store.frameworks import run_frameworks
 from stepscope.store.manifest import Manifest
 from stepscope.store.run import Run
 
@@ -111,46 +112,6 @@ def input_pipeline(analysis: Analysis) -> InputVerdict | None:
 # a finding's fix for each framework a program used, in the order they are preferred
 _FIX_FIELD = {"pytorch": "pytorch", "jax": "jax", "tensorflow": "tensorflow", "cupy": "cuda",
               "triton": "cuda", "numba": "cuda"}
-
-
-# the step hooks of a recorded run (capture.hooks) that tell which framework drove the steps: a
-# JAX program that imported torch for its DataLoader still reads the JAX fixes
-_STEP_HOOK_FRAMEWORK = {"jax.profiler.StepTraceAnnotation": "jax",
-                        "tf.profiler.experimental.Trace(step_num=...)": "tensorflow",
-                        "torch.optim.Optimizer.step": "pytorch"}
-
-
-def _dig(node: Any, *keys: str) -> Any:
-    for k in keys:
-        node = node.get(k) if isinstance(node, dict) else None
-    return node
-
-
-def run_frameworks(manifest: Manifest) -> tuple[str, ...]:
-    """The frameworks the run's program used: what each captured process had imported
-    (``settings.ranks.rank<N>.frameworks``; first the one whose step hook paced the steps), PyTorch for a torch.profiler (Kineto) trace, JAX
-    or TensorFlow for an XSpace profile (what its planes showed: ``source.details.files[].
-    framework``); empty where the source does not say."""
-    if manifest.source.kind == "kineto":
-        return ("pytorch",)
-    out: list[str] = []
-    files = manifest.source.details.get("files") if manifest.source.kind == "xspace" else None
-    for f in files if isinstance(files, list) else ():
-        fw = f.get("framework") if isinstance(f, dict) else None
-        if fw in ("jax", "tensorflow") and fw not in out:
-            out.append(fw)
-    ranks = manifest.settings.get("ranks")
-    if isinstance(ranks, dict):
-        for v in ranks.values():  # the framework whose step hook paced the steps goes first
-            fw = _STEP_HOOK_FRAMEWORK.get(str(_dig(v, "host", "samplers", "steps", "hook")))
-            if fw is not None and fw not in out:
-                out.append(fw)
-        for v in ranks.values():
-            fws = v.get("frameworks") if isinstance(v, dict) else None
-            for fw in fws if isinstance(fws, list) else ():
-                if isinstance(fw, str) and fw in _FIX_FIELD and fw not in out:
-                    out.append(fw)
-    return tuple(out)
 
 
 def fix_for(fix: Fix, frameworks: tuple[str, ...]) -> str:
