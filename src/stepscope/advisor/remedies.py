@@ -312,6 +312,18 @@ def _best_of_alternatives(items: list[tuple[Remedy, Option]]) -> list[tuple[Reme
     return items
 
 
+def _alternative_choices(items: list[tuple[Remedy, Option]]
+                         ) -> list[list[tuple[Remedy, Option]]]:
+    """``items`` with one remedy of each group of ``ALTERNATIVES``, every way (the best alone
+    first: ``items`` come best first)."""
+    choices = [items]
+    for group in ALTERNATIVES:
+        members = [r.id for r, _ in items if r.id in group]
+        choices = [[it for it in c if it[0].id not in group or it[0].id == keep]
+                   for c in choices for keep in members] or choices
+    return choices
+
+
 def _enabled(out: list[tuple[Remedy, Option]], helping: list[tuple[Remedy, Option]],
              m: StepModel, base_ns: float, meas: float, baseline: float,
              options: dict[str, tuple[Option, ...]]) -> list[tuple[Remedy, Option]]:
@@ -366,8 +378,11 @@ def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: 
         return None
     enabled = _enabled(out, _best_of_alternatives(helping), m, base_ns, meas, baseline, opts)
     pool = helping + enabled  # alternatives included: a subset may take either
-    # ``out`` is by saving: the best of alternatives
-    pred, helping = _jointly(_best_of_alternatives(pool), opts, m, base_ns, meas)
+    # one remedy of each group of alternatives: the one that does best with the others (with
+    # CUDA graphs, bf16 autocast's casts go into the graph and bf16 may beat TF32 that alone
+    # beats it); a tie keeps the better alone (``out`` is by saving)
+    pred, helping = min((_jointly(c, opts, m, base_ns, meas) for c in _alternative_choices(pool)),
+                        key=lambda pc: pc[0])
 
     def together(sub: tuple[int, ...]) -> tuple[float, tuple[str, ...]]:
         p, chosen = _jointly([pool[i] for i in sub], opts, m, base_ns, meas)

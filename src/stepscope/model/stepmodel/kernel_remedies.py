@@ -14,6 +14,7 @@ from stepscope.model.communication import comm_overlap
 from stepscope.model.kernels import device_rows
 from stepscope.model.speedups import MIN_KERNEL_NS, speedups_for
 from stepscope.model.stepmodel import edits
+from stepscope.model.stepmodel.autocast_host import AutocastCasts, autocast_casts, with_casts
 from stepscope.model.stepmodel.candidate import Candidate, Option, ms
 from stepscope.model.stepmodel.steps import OpKind, StepModel
 from stepscope.model.tensor_cores import HELPER, TC_HINT
@@ -62,14 +63,25 @@ def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel
     return tf32, amp, conv, used
 
 
-# What the prediction leaves out (docs/accuracy.md, "The loader's hand-over", conv_fp32): the
-# casts autocast adds are host work, and they can make the fixed step host-bound
+# Where the casts are not modelled (``_casts``): what the prediction leaves out
 AUTOCAST_HOST_NOTE = (
     "not modelled: the host work of the casts autocast adds (each fp32 input of an autocast "
-    "op, and their backward). On a 7-layer conv net (H100) they were 31 casts and 15 cast "
-    "backwards a step, 407 CPU ops against 247, and the bf16 step became host-bound (3.4-3.6 "
-    "ms against TF32's 3.1); where the host is close to the predicted step, measure before "
-    "choosing bf16 over TF32")
+    "op, and their backward; about 15 us each on an H100's Xeon host, 4-5 a layer): where the "
+    "host is close to the predicted step, measure before choosing bf16 over TF32")
+
+
+def _casts(analysis: Analysis, ra: RankAnalysis, m: StepModel, amp: np.ndarray
+           ) -> AutocastCasts | None:
+    """The casts eager PyTorch's autocast would add (``autocast_host``); None for another
+    framework's program (JAX and TensorFlow cast inside XLA's fused kernels), for a step of
+    Inductor's kernels (torch.compile fuses the casts), or where no layer is found."""
+    fws = analysis.graph.frameworks
+    if fws and fws[0] != "pytorch":
+        return None
+    names = kernel_frame(analysis.graph.rank(ra.rank)).column("name").to_pylist()
+    if any(str(n).startswith("triton_") for n in names):
+        return None
+    return autocast_casts(m, amp > 1)
 
 
 def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
@@ -89,19 +101,24 @@ def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candid
             (Option("tf32", "TF32", lambda x: edits.scale_ops(x, 1.0 / tf32)),),
             ("the speed-ups of benchmarks/gemm_speedups.py on this GPU model apply to these "
              "kernels' shapes",)))
-    opts = [Option("bf16_amp", "bf16 autocast", lambda x: edits.scale_ops(x, 1.0 / amp))]
+    casts = _casts(analysis, ra, m, amp)
+
+    def bf16(x: StepModel) -> StepModel:
+        x = edits.scale_ops(x, 1.0 / amp)
+        return x if casts is None else with_casts(x, casts)
+
+    opts = [Option("bf16_amp", "bf16 autocast", bf16)]
     if conv.any():
         # channels_last: cuDNN's NHWC tensor-core kernels; no measured ratio of its own here,
         # so the option is the bf16 ratio for the convolutions (said as an assumption)
-        opts.append(Option("channels_last", "bf16 autocast + channels_last",
-                           lambda x: edits.scale_ops(x, 1.0 / amp),
+        opts.append(Option("channels_last", "bf16 autocast + channels_last", bf16,
                            ("channels_last: no separate speed-up measured; the bf16 conv "
                             "ratio (NCHW) is used, a lower bound",)))
     out.append(Candidate(
         "bf16_amp", "bf16 autocast for the matmuls and convolutions",
         ("no_tensor_cores",), ev, tuple(opts),
         ("bf16 autocast: the measured bf16/fp32 ratios apply; elementwise kernels unchanged",
-         AUTOCAST_HOST_NOTE)))
+         AUTOCAST_HOST_NOTE if casts is None else casts.describe())))
     return out
 
 
