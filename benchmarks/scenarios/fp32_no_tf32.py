@@ -29,7 +29,7 @@ def build(fixed: bool | str, device: str) -> Step:
     variant = variants.pick(fixed, VARIANTS)
     tf32 = variant == "tf32"
     amp = torch.bfloat16 if variant == "bf16_amp" else None
-    batch, width, layers = pick(device, (2048, 4096, 3), (64, 64, 2))
+    batch, width, layers = pick(device, (2048, 4096, 3), (64, 64, 3))
     model = mlp([width] * (layers + 1), device)
     opt = adamw(model, device)
     x = randn(batch, width, device=device, seed=9)

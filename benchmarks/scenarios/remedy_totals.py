@@ -17,6 +17,11 @@ step hook); steps recovered from the kernel stream's periodicity are left out, a
 A third table repeats the first without the rows the interleaved harness timed for a scenario
 it cannot time (``timing.TIMED_BY_PROGRAMS``): only their variants timed by their own programs
 (``record_suite --program-timing``) stay.
+
+A fourth counts the choices: for every two fix variants of one scenario whose measured fixed
+steps differ by :data:`CHOICE_MIN` or more (of the faster), whether the report's predictions
+put them in the same order (TF32 or bf16 autocast; the CPU sort on the GPU or pinned round
+trips; CUDA graphs or pinned copies): the fix a user reading the report would pick first.
 """
 
 from __future__ import annotations
@@ -63,6 +68,37 @@ def direct_text(results: list[dict[str, Any]], path: str) -> str:
         return "nothing scored"
     ok = sum(1 for r in got if abs(r - 1.0) <= TOLERANCE)
     return f"{ok}/{len(got)}"
+
+
+CHOICE_MIN = 0.05  # measured fixed steps closer than this (of the faster) are a tie: not counted
+
+
+def _first_rows(res: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
+    """Per variant, its first scored row with a prediction and a measurement (no trap)."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in (res.get("remedy_score") or {}).get(path) or []:
+        if (row.get("trap") or row.get("predicted_fixed_ms") is None
+                or row.get("measured_fixed_ms") is None):
+            continue
+        out.setdefault(str(row.get("variant")), row)
+    return out
+
+
+def choice_text(results: list[dict[str, Any]], path: str) -> str:
+    """Pairs of one scenario's fix variants, measured apart, that the predictions order as
+    measured: "right/compared"."""
+    right = n = 0
+    for res in results:
+        rows = list(_first_rows(res, path).values())
+        for i, a in enumerate(rows):
+            for b in rows[i + 1:]:
+                ma, mb = float(a["measured_fixed_ms"]), float(b["measured_fixed_ms"])
+                if abs(ma - mb) < CHOICE_MIN * min(ma, mb):
+                    continue
+                n += 1
+                pa, pb = float(a["predicted_fixed_ms"]), float(b["predicted_fixed_ms"])
+                right += (pa < pb) == (ma < mb) and pa != pb
+    return f"{right}/{n}" if n else "nothing compared"
 
 
 def _table(suites: list[tuple[str, list[dict[str, Any]]]],
@@ -115,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(timing.TIMED_BY_PROGRAMS)} (their variants timed by their own programs "
           "stay):\n")
     print("\n".join(table([(n, [program_timed(r) for r in rs]) for n, rs in suites])))
+    print("\nChoices: two fix variants of one scenario measured at least "
+          f"{CHOICE_MIN:.0%} apart, ordered by the predictions as measured:\n")
+    print("\n".join(_table(suites, choice_text, "via record")))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/scenarios/loader_probe.py and trace_variant.py on the CPU: what they print, and
+"""benchmarks/scenarios/loader_probe.py, trace_variant.py and host_floor_probe.py on the CPU: what they print, and
 their refusals (the figures they exist for are GPU ones: docs/accuracy.md)."""
 
 from __future__ import annotations
@@ -56,4 +56,33 @@ def test_trace_variant_refuses_what_it_cannot_trace(tmp_path: Path, capsys: Any)
     assert "has no variant 'nope'" in capsys.readouterr().err
     assert trace_variant.main(["no_such", "--out", out]) == 2
     assert trace_variant.main(["cupy_pageable", "--out", out]) == 2
+    assert "not a torch scenario" in capsys.readouterr().err
+
+
+def test_host_floor_probe_times_each_variant_full_and_tiny(tmp_path: Path, capsys: Any) -> None:
+    import host_floor_probe
+
+    out = tmp_path / "floor.jsonl"
+    assert host_floor_probe.main(["fp32_no_tf32", "--device", "cpu", "--rounds", "2",
+                                  "--out", str(out)]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["variant"] for r in rows] == ["baseline", "tf32", "bf16_amp"]
+    for r in rows:
+        assert r["full_ms"] > 0 and r["tiny_ms"] > 0 and r["full_call_ms"] > 0
+        assert len(r["full_blocks_ms"]) == len(r["tiny_blocks_ms"]) == 2
+    # autocast's casts: the bf16 step casts, and its parameters' casts have a backward
+    base, amp = rows[0], rows[2]
+    assert amp["cpu_ops"] > base["cpu_ops"] and amp["to_copy_backward"] > 0
+    assert base["to_copy_backward"] == 0
+    assert "fp32_no_tf32 bf16_amp: full" in capsys.readouterr().out
+
+
+def test_host_floor_probe_refuses_unknown_and_skips_non_torch(tmp_path: Path,
+                                                              capsys: Any) -> None:
+    import host_floor_probe
+
+    out = str(tmp_path / "f.jsonl")
+    assert host_floor_probe.main(["no_such", "--out", out]) == 2
+    assert "unknown scenario 'no_such'" in capsys.readouterr().err
+    assert host_floor_probe.main(["cupy_pageable", "--out", out, "--device", "cpu"]) == 3
     assert "not a torch scenario" in capsys.readouterr().err

@@ -91,3 +91,22 @@ def test_rows_the_harness_cannot_time_are_left_out_of_the_third_table() -> None:
     assert remedy_totals.program_timed(harness)["remedy_score"]["record"] == []
     other = {**harness, "scenario": "sync_tf32"}
     assert remedy_totals.program_timed(other) is other
+
+
+def test_choices_count_pairs_of_fixes_measured_apart_in_the_predicted_order() -> None:
+    def row(variant: str, measured: float, predicted: float, *, trap: bool = False,
+            check: str = "remedy") -> dict[str, Any]:
+        return {**_row(1.0, trap=trap), "variant": variant, "check": check,
+                "measured_fixed_ms": measured, "predicted_fixed_ms": predicted}
+
+    # TF32 faster than bf16 as measured, predicted so; bf16 and bf16 + channels_last predicted
+    # alike (a tie is not an order); a trap and a plan row of a variant already seen are
+    # not counted; TF32 and the channels_last one measured within 5%: not compared
+    conv = {"scenario": "conv", "remedy_score": {
+        "record": [row("tf32", 3.1, 2.9), row("bf16", 3.7, 3.3), row("bf16_cl", 3.2, 3.3),
+                   row("bf16", 3.7, 1.0, check="plan"), row("trap", 9.0, 1.0, trap=True)],
+        "profiler": [row("tf32", 3.1, 3.5), row("bf16", 3.7, 3.3)]}}
+    assert remedy_totals.choice_text([conv], "record") == "1/2"
+    assert remedy_totals.choice_text([conv], "profiler") == "0/1"
+    assert remedy_totals.choice_text([{"scenario": "x", "remedy_score": {}}], "record") \
+        == "nothing compared"
