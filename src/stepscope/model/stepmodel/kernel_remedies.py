@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.kernel_names import MATMUL
@@ -78,8 +79,10 @@ def _casts(analysis: Analysis, ra: RankAnalysis, m: StepModel, amp: np.ndarray
     fws = analysis.graph.frameworks
     if fws and fws[0] != "pytorch":
         return None
-    names = kernel_frame(analysis.graph.rank(ra.rank)).column("name").to_pylist()
-    if any(str(n).startswith("triton_") for n in names):
+    names = kernel_frame(analysis.graph.rank(ra.rank)).column("name")
+    if pa.types.is_dictionary(names.type):
+        names = names.cast(pa.string())
+    if names.length() and pc.any(pc.starts_with(names, "triton_")).as_py():
         return None
     return autocast_casts(m, amp > 1)
 
