@@ -160,7 +160,7 @@ def test_a_step_of_inductor_kernels_gets_no_casts(h100: dict[str, Run],
     bare = untraced(m)
     f = kernel_remedies.tc_factors(a, ra, bare)
     assert f is not None
-    amp = f[1]
+    amp = f.amp
     casts = kernel_remedies._casts(a, ra, bare, amp)
     assert casts is not None and casts.layers == 12 and casts.total == 50
     # torch.compile: Inductor's kernels fuse the casts; none are added

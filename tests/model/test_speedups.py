@@ -159,3 +159,36 @@ def test_benchmark_python_entry_pastes_into_the_table() -> None:
     r = s.get("gemm_tf32") if s else None
     assert r is not None and r.measured and r.value == 6.1
     assert sp.PLACEHOLDER is None
+
+
+def test_the_channels_last_conv_ratio_exact_then_same_cc_only() -> None:
+    table = {"GPU A": ((9, 0), 7.0, "test"), "GPU C": ((8, 9), 3.0, "test")}
+    a = sp.conv_bf16_nhwc(dict(H100, name="GPU A"), table)
+    assert a is not None and (a.value, a.measured) == (7.0, True)
+    # another data-centre part of the same compute capability borrows it, said so
+    b = sp.conv_bf16_nhwc(dict(H100, name="GPU B"), table)
+    assert b is not None and (b.value, b.measured) == (7.0, False)
+    assert "same compute capability 9.0" in b.source
+    # a consumer compute capability does not; none measured: None (the NCHW ratio is used)
+    assert sp.conv_bf16_nhwc(dict(H100, name="GPU D", compute_major=8, compute_minor=9),
+                             table) is None
+    assert sp.conv_bf16_nhwc(dict(H100, name="GPU E", compute_major=8, compute_minor=0),
+                             table) is None
+    assert sp.conv_bf16_nhwc(dict(H100), sp.NHWC_BF16) is not None  # the H100 measurement
+
+
+def test_conv_layouts_help_and_no_gpu_exit() -> None:
+    bench = REPO / "benchmarks" / "conv_layouts.py"
+    out = subprocess.run([sys.executable, str(bench), "--help"], check=False,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "channels_last" in out.stdout
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("torch not installed")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the refusal is not what runs")
+    out = subprocess.run([sys.executable, str(bench), "--quick"], check=False,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("conv_layouts: no CUDA GPU")
+    assert not out.stdout

@@ -70,6 +70,17 @@ MEASURED: tuple[Measured, ...] = (
                         "91900), 2026-11-22: python3 benchmarks/gemm_speedups.py --out gemm.json; raw output in docs/data/accuracy-2026-11-22/"),
 )
 
+# bf16 convolutions on channels_last (NHWC) tensors, forward + both backward passes: fp32 NCHW
+# time / bf16 NHWC time, median over gemm_speedups.CONVS (benchmarks/conv_layouts.py; the NCHW
+# bf16 ratio of the same run: 4.26). Device name -> (compute capability, ratio, provenance).
+NHWC_BF16: dict[str, tuple[tuple[int, int], float, str]] = {
+    "NVIDIA H100 80GB HBM3": ((9, 0), 7.402,
+                              "NVIDIA H100 80GB HBM3, driver 580.159.04, torch 2.11.0+cu130 (cuDNN "
+                              "91900), 2026-11-27: python3 benchmarks/conv_layouts.py --out "
+                              "conv_layouts.json; output in docs/data/remedies-2026-11-27d/"),
+}
+
+
 # Compute capabilities whose GPU models share their tensor-core / FP32 throughput ratios (data
 # centre parts only: GeForce parts of 8.6/8.9/12.x halve some tensor rates), so a measurement
 # on one model stands for the others.
@@ -156,6 +167,25 @@ def speedups_for(device: Mapping[str, Any],
                 break
         out[r] = ratio
     return Speedups(device=name, compute=cc, ratios=out)
+
+
+def conv_bf16_nhwc(device: Mapping[str, Any],
+                   table: Mapping[str, tuple[tuple[int, int], float, str]] = NHWC_BF16
+                   ) -> Ratio | None:
+    """The bf16 channels_last conv ratio for one ``devices`` row: measured on this GPU model,
+    else on one of the same compute capability (``SAME_CC_OK``); None where none was."""
+    name = str(device.get("name") or "")
+    if name in table:
+        return Ratio(table[name][1], True, f"measured on {name}, channels_last")
+    major, minor = device.get("compute_major"), device.get("compute_minor")
+    if major is None or minor is None:
+        return None
+    cc = (int(major), int(minor))
+    for other, (occ, v, _) in table.items():
+        if occ == cc and cc in SAME_CC_OK:
+            return Ratio(v, False, f"measured on {other}, channels_last, same compute "
+                                   f"capability {cc[0]}.{cc[1]}")
+    return None
 
 
 def shorter(dur_ns: npt.NDArray[np.float64], factor: npt.NDArray[np.float64] | float

@@ -64,59 +64,82 @@ class AutocastCasts:
                 "copy kernels' GPU time is left out")
 
 
-def _runs(cand: B) -> list[int]:
-    """Start positions of the runs of True in ``cand``."""
-    starts = np.flatnonzero(cand & ~np.concatenate(([False], cand[:-1])))
-    return [int(i) for i in starts]
+def _runs(cand: B) -> list[tuple[int, int]]:
+    """``[start, end)`` positions of the runs of True in ``cand``."""
+    edge = np.diff(np.concatenate(([0], cand.astype(np.int8), [0])))
+    return list(zip(np.flatnonzero(edge == 1).tolist(), np.flatnonzero(edge == -1).tolist()))
 
 
-def autocast_casts(m: StepModel, candidate: B) -> AutocastCasts | None:
-    """The casts of ``m``'s step under bf16 autocast; ``candidate``: per GPU op, an fp32
-    matmul/conv kernel that autocast would run in bf16. None where no run is found."""
+@dataclass(frozen=True)
+class LayerRuns:
+    """Where a step's layers are, from the GPU ops of a mask: the runs of their launches
+    (host event indexes, in order) on the thread that launches the first of them (the forward:
+    one run a layer), and on the other threads that launch them (the backward, autograd's)."""
+
+    forward: tuple[tuple[int, ...], ...]
+    backward: tuple[tuple[int, ...], ...]
+
+
+def layer_runs(m: StepModel, mask: B) -> LayerRuns | None:
+    """The runs of the launches of ``mask``'s ops (a run ends at any other launch of its
+    thread); None where the forward has none."""
     h, o = m.host, m.ops
-    trig = o.trigger[candidate]
+    trig = o.trigger[mask]
     if trig.size == 0:
         return None
     launch = h.kind == HostKind.LAUNCH
     trig_ev = np.zeros(h.size, dtype=bool)
     trig_ev[trig] = True
-    first = int(trig[np.argmin(h.start[trig])])
-    fwd_thread = int(h.thread[first])
-    events: list[int] = []
-    amounts: list[int] = []
-    layers = 0
-    back_runs: list[int] = []
+    fwd_thread = int(h.thread[int(trig[np.argmin(h.start[trig])])])
+    forward: list[tuple[int, ...]] = []
+    backward: list[tuple[int, ...]] = []
     for t in np.unique(h.thread[trig]).tolist():
         ev = np.flatnonzero(launch & (h.thread == t))
-        starts = [int(ev[i]) for i in _runs(trig_ev[ev])]
-        if int(t) == fwd_thread:
-            layers = len(starts)
-            for k, e in enumerate(starts):
-                events.append(e)
-                amounts.append((PARAMS_PER_LAYER + (EXTRA_CASTS if k == 0 else 0)) * CAST_NS)
-        else:
-            back_runs += starts
-    if layers == 0:
+        runs = [tuple(int(e) for e in ev[a:b]) for a, b in _runs(trig_ev[ev])]
+        (forward if int(t) == fwd_thread else backward).extend(runs)
+    return LayerRuns(tuple(forward), tuple(backward)) if forward else None
+
+
+def spread(total: int, n: int) -> list[int]:
+    """``total`` in ``n`` integer shares, the remainder to the first ones."""
+    share = [total // n] * n
+    for i in range(total % n):
+        share[i] += 1
+    return share
+
+
+def autocast_casts(m: StepModel, candidate: B) -> AutocastCasts | None:
+    """The casts of ``m``'s step under bf16 autocast; ``candidate``: per GPU op, an fp32
+    matmul/conv kernel that autocast would run in bf16. None where no run is found."""
+    runs = layer_runs(m, candidate)
+    if runs is None:
         return None
-    backward = PARAMS_PER_LAYER * layers if back_runs else 0
-    if back_runs:
-        share = np.full(len(back_runs), backward // len(back_runs), dtype=np.int64)
-        share[: backward % len(back_runs)] += 1
-        events += back_runs
-        amounts += [int(s) * CAST_NS for s in share]
+    layers = len(runs.forward)
+    events = [r[0] for r in runs.forward]
+    amounts = [(PARAMS_PER_LAYER + (EXTRA_CASTS if k == 0 else 0)) * CAST_NS
+               for k in range(layers)]
+    backward = PARAMS_PER_LAYER * layers if runs.backward else 0
+    if runs.backward:
+        events += [r[0] for r in runs.backward]
+        amounts += [s * CAST_NS for s in spread(backward, len(runs.backward))]
     return AutocastCasts(layers, PARAMS_PER_LAYER * layers + EXTRA_CASTS, backward,
                          np.asarray(events, dtype=np.int64), np.asarray(amounts, dtype=np.int64))
 
 
-def with_casts(m: StepModel, casts: AutocastCasts) -> StepModel:
-    """``m`` with the casts' host work before the launches that take them; a launch a CUDA
-    graph replays (no cost of its own left, ``edits.graph_regions``) takes none: the graph
-    holds its casts."""
-    own = m.host.own[casts.events]
-    add = np.where(own > 0, casts.cast_ns, 0)
+def add_host(m: StepModel, events: I64, ns: I64) -> StepModel:
+    """``m`` with ``ns`` more host work before each of ``events``; a launch a CUDA graph
+    replays (no cost of its own left, ``edits.graph_regions``) takes none: the graph holds
+    that work."""
+    add = np.where(m.host.own[events] > 0, ns, 0)
     pre = m.host.pre.copy()
-    np.add.at(pre, casts.events, add)
+    np.add.at(pre, events, add)
     return m.with_host(pre=pre)
 
 
-__all__ = ["AutocastCasts", "CAST_NS", "autocast_casts", "with_casts"]
+def with_casts(m: StepModel, casts: AutocastCasts) -> StepModel:
+    """``m`` with the casts' host work before the launches that take them (``add_host``)."""
+    return add_host(m, casts.events, casts.cast_ns)
+
+
+__all__ = ["AutocastCasts", "CAST_NS", "LayerRuns", "add_host", "autocast_casts", "layer_runs",
+           "spread", "with_casts"]

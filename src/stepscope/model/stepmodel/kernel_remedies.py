@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,18 +15,30 @@ from stepscope.analysis.kernel_names import MATMUL
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.model.communication import comm_overlap
 from stepscope.model.kernels import device_rows
-from stepscope.model.speedups import MIN_KERNEL_NS, speedups_for
+from stepscope.model.speedups import MIN_KERNEL_NS, conv_bf16_nhwc, speedups_for
 from stepscope.model.stepmodel import edits
 from stepscope.model.stepmodel.autocast_host import AutocastCasts, autocast_casts, with_casts
 from stepscope.model.stepmodel.candidate import Candidate, Option, ms
+from stepscope.model.stepmodel.conv_layout import layout_transposes, with_transposes
 from stepscope.model.stepmodel.steps import OpKind, StepModel
 from stepscope.model.tensor_cores import HELPER, TC_HINT
 
 
-def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, str]] | None:
-    """Per op: the TF32 and the bf16 speed-up divisors (1: not a candidate), conv mask, and
-    the ratios used (name -> description)."""
+@dataclass(frozen=True)
+class TcFactors:
+    """Per op of a step model, the speed-up divisors of the precision remedies (1: not a
+    candidate), and what they rest on."""
+
+    tf32: np.ndarray
+    amp: np.ndarray  # bf16 autocast, NCHW convolutions
+    cl: np.ndarray  # bf16 autocast + channels_last (the NHWC conv ratio where measured)
+    conv: np.ndarray  # bool: a convolution
+    nchw: bool  # the fp32 convolutions run on NCHW tensors (their kernels say so)
+    used: dict[str, str]  # the ratios used: name -> description
+
+
+def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> TcFactors | None:
+    """The fp32 matmul and conv kernels without tensor cores of ``m`` and their ratios."""
     frame = kernel_frame(analysis.graph.rank(ra.rank))
     o = m.ops
     kj = np.flatnonzero(o.kind == OpKind.KERNEL)
@@ -33,9 +47,12 @@ def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel
     rows = pa.array(o.row[kj])
     cat, tcs, prec, names, devs = (frame.column(c).take(rows).to_pylist() for c in
                                    ("category", "tensor_cores", "precision", "name", "device"))
-    speed = {d: speedups_for(r) for d, r in device_rows(ra).items()}
-    by_op: dict[int, tuple[float, float, bool]] = {}
+    dev_rows = device_rows(ra)
+    speed = {d: speedups_for(r) for d, r in dev_rows.items()}
+    nhwc = {d: conv_bf16_nhwc(r) for d, r in dev_rows.items()}
+    by_op: dict[int, tuple[float, float, float, bool]] = {}
     used: dict[str, str] = {}
+    conv_names: list[str] = []
     for i, j in enumerate(kj.tolist()):
         n = str(names[i])
         if not (cat[i] in MATMUL and tcs[i] is False and prec[i] == "fp32"
@@ -47,21 +64,27 @@ def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel
         base = "conv" if cat[i] == "conv" else "gemm"
         tf = sp.get(f"{base}_tf32") if cat[i] != "attention" else None
         half = sp.get(f"{base}_bf16") or sp.get(f"{base}_fp16")
-        by_op[j] = (tf.value if tf else 1.0, half.value if half else 1.0, base == "conv")
+        cl = nhwc.get(int(devs[i] or 0)) if base == "conv" else None
+        a = half.value if half else 1.0
+        by_op[j] = (tf.value if tf else 1.0, a, cl.value if cl else a, base == "conv")
+        if base == "conv":
+            conv_names.append(n.lower())
         if tf:
             used[f"{base}_tf32"] = tf.describe()
         if half:
             used[f"{base}_bf16"] = half.describe()
+        if cl:
+            used["conv_bf16_nhwc"] = cl.describe()
     if not by_op:
         return None
-    tf32 = np.ones(o.size)
-    amp = np.ones(o.size)
+    tf32, amp, clf = np.ones(o.size), np.ones(o.size), np.ones(o.size)
     conv = np.zeros(o.size, dtype=bool)
-    for j, (t, a, c) in by_op.items():
-        tf32[j], amp[j], conv[j] = t, a, c
+    for j, (t, a, c, isconv) in by_op.items():
+        tf32[j], amp[j], clf[j], conv[j] = t, a, c, isconv
     if not ((tf32 > 1).any() or (amp > 1).any()):
         return None
-    return tf32, amp, conv, used
+    nchw = any("nchw" in n for n in conv_names) and not any("nhwc" in n for n in conv_names)
+    return TcFactors(tf32, amp, clf, conv, nchw, used)
 
 
 # Where the casts are not modelled (``_casts``): what the prediction leaves out
@@ -91,32 +114,39 @@ def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candid
     f = tc_factors(analysis, ra, m)
     if f is None:
         return []
-    tf32, amp, conv, used = f
     o = m.ops
-    ev = (f"{int((amp > 1).sum())} fp32 matmul/conv kernels without tensor cores per step, "
-          f"{ms(float(o.dur[amp > 1].sum()))}",
-          "speed-ups: " + "; ".join(f"{k} {v}" for k, v in sorted(used.items())))
+    ev = (f"{int((f.amp > 1).sum())} fp32 matmul/conv kernels without tensor cores per step, "
+          f"{ms(float(o.dur[f.amp > 1].sum()))}",
+          "speed-ups: " + "; ".join(f"{k} {v}" for k, v in sorted(f.used.items())))
+    casts = _casts(analysis, ra, m, f.amp)
+    trans = layout_transposes(m, f.amp > 1, f.conv) if f.nchw else None
+
+    def nchw(x: StepModel) -> StepModel:
+        return x if trans is None else with_transposes(x, trans)
+
+    def autocast(x: StepModel) -> StepModel:
+        return x if casts is None else with_casts(x, casts)
+
+    layout = (trans.describe(),) if trans is not None else ()
     out = []
-    if (tf32 > 1).any():
+    if (f.tf32 > 1).any():
         out.append(Candidate(
             "tf32", "TF32 for the fp32 matmuls and convolutions",
             ("no_tensor_cores",), ev,
-            (Option("tf32", "TF32", lambda x: edits.scale_ops(x, 1.0 / tf32)),),
+            (Option("tf32", "TF32", lambda x: nchw(edits.scale_ops(x, 1.0 / f.tf32))),),
             ("the speed-ups of benchmarks/gemm_speedups.py on this GPU model apply to these "
-             "kernels' shapes",)))
-    casts = _casts(analysis, ra, m, amp)
-
-    def bf16(x: StepModel) -> StepModel:
-        x = edits.scale_ops(x, 1.0 / amp)
-        return x if casts is None else with_casts(x, casts)
-
-    opts = [Option("bf16_amp", "bf16 autocast", bf16)]
-    if conv.any():
-        # channels_last: cuDNN's NHWC tensor-core kernels; no measured ratio of its own here,
-        # so the option is the bf16 ratio for the convolutions (said as an assumption)
-        opts.append(Option("channels_last", "bf16 autocast + channels_last", bf16,
-                           ("channels_last: no separate speed-up measured; the bf16 conv "
-                            "ratio (NCHW) is used, a lower bound",)))
+             "kernels' shapes", *layout)))
+    opts = [Option("bf16_amp", "bf16 autocast",
+                   lambda x: autocast(nchw(edits.scale_ops(x, 1.0 / f.amp))), layout)]
+    if f.conv.any():
+        cl_measured = "conv_bf16_nhwc" in f.used
+        opts.append(Option(
+            "channels_last", "bf16 autocast + channels_last",
+            lambda x: autocast(edits.scale_ops(x, 1.0 / f.cl)),
+            ("channels_last: the bf16 conv ratio measured on channels_last tensors "
+             "(benchmarks/conv_layouts.py), no layout transposes",) if cl_measured else
+            ("channels_last: no separate speed-up measured on this GPU model; the bf16 conv "
+             "ratio (NCHW) is used, a lower bound; no layout transposes",)))
     out.append(Candidate(
         "bf16_amp", "bf16 autocast for the matmuls and convolutions",
         ("no_tensor_cores",), ev, tuple(opts),
@@ -194,4 +224,5 @@ def comm_overlap_remedy(analysis: Analysis, ra: RankAnalysis, m: StepModel
                "docs/rules/exposed_communication.md), taken off the communication kernels",))
 
 
-__all__ = ["COMM_OPTION", "comm_overlap_remedy", "larger_batch", "precision", "tc_factors"]
+__all__ = ["COMM_OPTION", "TcFactors", "comm_overlap_remedy", "larger_batch", "precision",
+           "tc_factors"]
