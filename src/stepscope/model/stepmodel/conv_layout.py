@@ -11,7 +11,7 @@ of GPU time and 50 more launches than with channels_last).
 
 Their GPU time is in the NCHW conv ratios (``gemm_speedups.py`` times the whole call), so the
 TF32 and bf16 options need only their launches: :data:`PER_PASS` a pass (forward, data
-gradient, weight gradient), each at the step's median launch call cost, before each conv
+gradient, weight gradient), :data:`TRANSPOSE_NS` each, before each conv
 layer's run of launches (the forward's on its thread, the backward's spread over the other
 threads' runs that hold a convolution, as ``autocast_host.layer_runs`` finds them). The ``channels_last`` option has
 no transposes, and its convolutions take the channels_last ratio where one was measured
@@ -25,9 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.model.stepmodel.autocast_host import add_host, layer_runs, spread
-from stepscope.model.stepmodel.steps import I64, B, HostKind, StepModel
+from stepscope.model.stepmodel.steps import I64, B, StepModel
 
 PER_PASS = 3  # transposes per conv pass: forward, data gradient, weight gradient (9 a layer)
+# host cost of one transpose's launch inside cuDNN's call. Measured on the H100 host (16-core
+# Xeon, docs/accuracy.md): conv_fp32's full-size TF32 step called 0.13 ms longer than its fp32
+# one (54 transposes: 2.4 us each); its bf16 step on tiny tensors 0.07-0.25 ms longer than
+# bf16 + channels_last (1.4-4.8 us). Not the run's own launch calls: a recorded run's carry the
+# capture's cost (6.7 us on one H100 run)
+TRANSPOSE_NS = 2_500
 
 
 @dataclass(frozen=True)
@@ -36,14 +42,13 @@ class Transposes:
 
     layers: int  # conv layers (forward runs of fp32 conv launches)
     count: int  # transposes a step
-    launch_ns: int  # the host cost of each (the step's median launch call)
     events: I64  # host events whose ``pre`` takes them
     ns: I64  # the ns each of ``events`` takes more
 
     def describe(self) -> str:
         return (f"NCHW convolutions with TF32 or bf16: cuDNN transposes to NHWC and back, "
                 f"{self.count} transposes a step for {self.layers} conv layers ({3 * PER_PASS} a "
-                f"layer, measured on an H100), {self.launch_ns / 1e3:.1f} us of launch each on "
+                f"layer, measured on an H100), {TRANSPOSE_NS / 1e3:.1f} us of launch each on "
                 "the host (their GPU time is in the conv ratios); channels_last has none")
 
 
@@ -61,19 +66,16 @@ def layout_transposes(m: StepModel, candidate: B, conv: B) -> Transposes | None:
     backward = [r[0] for r in runs.backward if is_conv[list(r)].any()]
     if not forward:
         return None
-    own = m.host.own[(m.host.kind == HostKind.LAUNCH) & (m.host.own > 0)]
-    launch_ns = int(np.median(own)) if own.size else 0
     layers = len(forward)
     counts = [PER_PASS] * layers
     if backward:
         counts += spread(2 * PER_PASS * layers, len(backward))
-    return Transposes(layers, sum(counts), launch_ns,
-                      np.asarray(forward + backward, dtype=np.int64),
-                      np.asarray(counts, dtype=np.int64) * launch_ns)
+    return Transposes(layers, sum(counts), np.asarray(forward + backward, dtype=np.int64),
+                      np.asarray(counts, dtype=np.int64) * TRANSPOSE_NS)
 
 
 def with_transposes(m: StepModel, t: Transposes) -> StepModel:
     return add_host(m, t.events, t.ns)
 
 
-__all__ = ["PER_PASS", "Transposes", "layout_transposes", "with_transposes"]
+__all__ = ["PER_PASS", "TRANSPOSE_NS", "Transposes", "layout_transposes", "with_transposes"]
