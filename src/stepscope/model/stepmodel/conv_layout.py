@@ -11,11 +11,11 @@ of GPU time and 50 more launches than with channels_last).
 
 Their GPU time is in the NCHW conv ratios (``gemm_speedups.py`` times the whole call), so the
 TF32 and bf16 options need only their launches: :data:`PER_PASS` a pass (forward, data
-gradient, weight gradient), :data:`TRANSPOSE_NS` each, before each conv
-layer's run of launches (the forward's on its thread, the backward's spread over the other
-threads' runs that hold a convolution, as ``autocast_host.layer_runs`` finds them). The ``channels_last`` option has
-no transposes, and its convolutions take the channels_last ratio where one was measured
-(``speedups.conv_bf16_nhwc``).
+gradient, weight gradient), :data:`TRANSPOSE_NS` each, before each conv layer's run of
+launches (the forward's on its thread, the backward's spread over the other threads' runs
+that hold a convolution, as ``autocast_host.layer_runs`` finds them). The ``channels_last``
+option has no transposes, and its convolutions take the channels_last ratio where one was
+measured (``speedups.conv_bf16_nhwc``).
 """
 
 from __future__ import annotations
