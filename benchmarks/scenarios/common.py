@@ -138,6 +138,14 @@ def adamw(model: torch.nn.Module, device: str, lr: float = 1e-4) -> torch.optim.
     return torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
 
 
+def tf32_flags(tf32: bool) -> None:
+    """TF32 on or off for matmuls and cuDNN through the legacy flags. They are process-global:
+    each variant sets its own at the start of every step (the legacy API only: mixing it with
+    ``fp32_precision`` raises in recent torch)."""
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
 def autocast(device: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
     if dtype is None:
         return contextlib.nullcontext()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 import variants
-from common import Step, pick, randn
+from common import Step, pick, randn, tf32_flags
 from torch_manual_sgd import _net
 
 EXPECTED = "no_tensor_cores"
@@ -21,12 +21,6 @@ VARIANTS = {"tf32": ("tf32",), "bf16_amp": ("bf16_amp",),
             "bf16_amp_channels_last": ("bf16_amp", "channels_last")}
 # bf16 + channels_last is the best of the options: it measures the plan of all three
 PLAN_COVERS = {"bf16_amp_channels_last": ("tf32", "bf16_amp", "channels_last")}
-
-
-def _precision(tf32: bool) -> None:
-    # process-global flags, set by each variant at the start of every step (legacy API only)
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def build(fixed: bool | str, device: str) -> Step:
@@ -47,7 +41,7 @@ def build(fixed: bool | str, device: str) -> Step:
     dev_type = "cuda" if str(device).startswith("cuda") else "cpu"
 
     def step() -> None:
-        _precision(tf32)
+        tf32_flags(tf32)
         with torch.autocast(device_type=dev_type, dtype=torch.bfloat16, enabled=amp):
             logits = model(x)
         loss = torch.nn.functional.cross_entropy(logits.float(), y)

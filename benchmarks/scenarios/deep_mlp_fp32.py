@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 import variants
-from common import Step, adamw, mlp, pick, randn, train_step
+from common import Step, adamw, mlp, pick, randn, tf32_flags, train_step
 
 EXPECTED = "no_tensor_cores"
 DESCRIPTION = ("fp32 MLP, 12 x Linear(1024, 1024) with GELU on a batch of 4096, fused AdamW, "
@@ -19,12 +19,6 @@ DESCRIPTION = ("fp32 MLP, 12 x Linear(1024, 1024) with GELU on a batch of 4096, 
                "flags left off)")
 # fix variants and the report's remedy ids they apply (variants.py); the first is --fixed
 VARIANTS = {"tf32": ("tf32",), "bf16_amp": ("bf16_amp",)}
-
-
-def _precision(tf32: bool) -> None:
-    # process-global flags, set by each variant at the start of every step (legacy API only)
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def build(fixed: bool | str, device: str) -> Step:
@@ -37,7 +31,7 @@ def build(fixed: bool | str, device: str) -> Step:
     x = randn(batch, width, device=device, seed=21)
 
     def step() -> None:
-        _precision(tf32)
+        tf32_flags(tf32)
         train_step(model, opt, x, device=device, amp=amp)
 
     return Step(step, info={"batch": batch, "width": width, "layers": layers, "tf32": tf32,

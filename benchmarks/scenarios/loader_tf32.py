@@ -15,9 +15,8 @@ two remedies together is scored against it.
 from __future__ import annotations
 
 import numpy as np
-import torch
 import variants
-from common import Step, adamw, calibrate, cycle, is_cuda, mlp, pick, train_step
+from common import Step, adamw, calibrate, cycle, is_cuda, mlp, pick, tf32_flags, train_step
 from dataloader_bound import Tokens, _transform, close_loader
 from torch.utils.data import DataLoader
 
@@ -32,12 +31,6 @@ DESCRIPTION = ("DataLoader(num_workers=0) with a numpy transform calibrated to ~
 VARIANTS = {"both": ("dataloader_workers", "tf32"), "loader": ("dataloader_workers",),
             "tf32": ("tf32",)}
 WORKERS = 6
-
-
-def _precision(tf32: bool) -> None:
-    # process-global flags, set by each variant at the start of every step (legacy API only)
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def build(fixed: bool | str, device: str) -> Step:
@@ -60,7 +53,7 @@ def build(fixed: bool | str, device: str) -> Step:
     losses: list[float] = []
 
     def step() -> None:
-        _precision(tf32)
+        tf32_flags(tf32)
         xb = next(it).to(device, non_blocking=True)
         loss = train_step(model, opt, xb.view(-1, feat), device=device)
         losses.append(loss.item())  # the progress line's loss: waits for the step's GPU work

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 import variants
-from common import Step, adamw, calibrate, is_cuda, mlp, pick, randn, train_step
+from common import Step, adamw, calibrate, is_cuda, mlp, pick, randn, tf32_flags, train_step
 
 EXPECTED = "no_tensor_cores"
 DESCRIPTION = ("~6 ms of host numpy work per step, then an fp32 MLP (3 x Linear(4096, 4096), "
@@ -25,12 +25,6 @@ DESCRIPTION = ("~6 ms of host numpy work per step, then an fp32 MLP (3 x Linear(
 # fix variants and the report's remedy ids they apply (variants.py); the first is --fixed
 VARIANTS = {"both": ("remove_syncs", "tf32"), "remove_syncs": ("remove_syncs",),
             "tf32": ("tf32",)}
-
-
-def _precision(tf32: bool) -> None:
-    # process-global flags, set by each variant at the start of every step (legacy API only)
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def _host_work(a: np.ndarray, rounds: int) -> float:
@@ -55,7 +49,7 @@ def build(fixed: bool | str, device: str) -> Step:
 
     def step() -> None:
         seen[:] = [_host_work(host, rounds)]
-        _precision(tf32)
+        tf32_flags(tf32)
         train_step(model, opt, x, device=device)
         if sync:
             torch.cuda.synchronize()  # planted

@@ -7,7 +7,7 @@ window); the issue's conv net got no finding at all through ``record`` (no ``dev
 from __future__ import annotations
 
 import torch
-from common import Step, pick, randn
+from common import Step, pick, randn, tf32_flags
 
 EXPECTED = "no_tensor_cores"
 STEP_HOOK = False
@@ -17,13 +17,6 @@ DESCRIPTION = ("fp32 conv net (3x3 convs 64@56x56, 128@28x28, 256@14x14, batch 6
                "TF32 off for matmul and cuDNN -> fixed: TF32 on")
 
 LR = 1e-3
-
-
-def _precision(tf32: bool) -> None:
-    # Process-global flags: each variant sets its own at the start of every step (legacy API
-    # only, as fp32_no_tf32 does: mixing it with fp32_precision raises in recent torch).
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def _net(ch: int, classes: int) -> torch.nn.Sequential:
@@ -54,7 +47,7 @@ def build(fixed: bool, device: str) -> Step:
     y = torch.randint(0, classes, (batch,), generator=torch.Generator().manual_seed(14)).to(device)
 
     def step() -> None:
-        _precision(fixed)
+        tf32_flags(fixed)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         with torch.no_grad():
