@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from gemm_speedups import CONVS, Bench, driver_version  # noqa: E402
+from gemm_speedups import CONVS, Bench, cuda_torch, driver_version  # noqa: E402
 
 # (label, TF32 on, dtype name, channels_last)
 MODES = (("fp32", False, "fp32", False), ("tf32", True, "fp32", False),
@@ -84,30 +84,13 @@ def conv_fn(b: Bench, shape: tuple[int, ...], tf32: bool, dtype: str, nhwc: bool
 
 def kernel_counts(b: Bench, fn: Callable[[], Any]) -> dict[str, int]:
     """Kernels one call runs, and the layout transposes among them."""
-    t = b.torch
-    from torch.profiler import ProfilerActivity, profile
-
-    t.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        t.cuda.synchronize()
-    names = [e.name for e in prof.events()
-             if str(getattr(e, "device_type", "")).endswith("CUDA")
-             and not e.name.startswith(("Memcpy", "Memset", "cuda"))]
+    names = b.launched(fn)
     return {"kernels": len(names), "transposes": sum(bool(TRANSPOSE.search(n)) for n in names)}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        fail("PyTorch is not installed; this benchmark needs torch with CUDA")
-    if not torch.cuda.is_available():
-        fail("no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False); "
-             "run this on the GPU machine")
-    torch.cuda.set_device(args.device)
-    torch.backends.cudnn.benchmark = False
+    torch = cuda_torch(args.device, fail)
     b = Bench(torch, argparse.Namespace(device=args.device, target_ms=args.target_ms,
                                         batches=args.batches, no_kernels=True))
     rows = []

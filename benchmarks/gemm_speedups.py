@@ -116,6 +116,23 @@ def driver_version() -> str | None:
         return None
 
 
+def cuda_torch(device: int, fail: Callable[[str], NoReturn]) -> Any:
+    """torch with CUDA device ``device`` current and ``cudnn.benchmark`` off (PyTorch's
+    default); ``fail`` (exit 2) where torch, a GPU or that device is missing."""
+    try:
+        import torch
+    except ImportError:
+        fail("PyTorch is not installed; this benchmark needs torch with CUDA")
+    if not torch.cuda.is_available():
+        fail("no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False); "
+             "run this on the GPU machine")
+    if device >= torch.cuda.device_count():
+        fail(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")
+    torch.cuda.set_device(device)
+    torch.backends.cudnn.benchmark = False
+    return torch
+
+
 class Bench:
     def __init__(self, torch: Any, args: argparse.Namespace) -> None:
         self.torch = torch
@@ -170,21 +187,23 @@ class Bench:
         """Names of the CUDA kernels one call runs (empty when profiling fails)."""
         if self.args.no_kernels:
             return []
-        t = self.torch
         try:
-            from torch.profiler import ProfilerActivity, profile
-
-            t.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fn()
-                t.cuda.synchronize()
-            names: list[str] = []
-            for e in prof.events():
-                if str(getattr(e, "device_type", "")).endswith("CUDA") and e.name not in names:
-                    names.append(e.name)
-            return [n for n in names if not n.startswith(("Memcpy", "Memset", "cuda"))]
+            return list(dict.fromkeys(self.launched(fn)))
         except Exception as exc:  # profiling is a bonus, never a failure
             return [f"(profiler failed: {type(exc).__name__}: {exc})"]
+
+    def launched(self, fn: Callable[[], Any]) -> list[str]:
+        """The CUDA kernels one call runs, in order, each launch once (no copies or memsets)."""
+        t = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        t.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            t.cuda.synchronize()
+        return [e.name for e in prof.events()
+                if str(getattr(e, "device_type", "")).endswith("CUDA")
+                and not e.name.startswith(("Memcpy", "Memset", "cuda"))]
 
     # -- cases ------------------------------------------------------------------------------
     def gemm_fn(self, m: int, n: int, k: int, mode: str) -> Callable[[], Any]:
@@ -250,17 +269,7 @@ def python_entry(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        fail("PyTorch is not installed; this benchmark needs torch with CUDA")
-    if not torch.cuda.is_available():
-        fail("no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False); "
-             "run this on the GPU machine")
-    if args.device >= torch.cuda.device_count():
-        fail(f"--device {args.device}: only {torch.cuda.device_count()} CUDA device(s)")
-    torch.cuda.set_device(args.device)
-    torch.backends.cudnn.benchmark = False
+    torch = cuda_torch(args.device, fail)
     t_start = time.perf_counter()
     props = torch.cuda.get_device_properties(args.device)
     b = Bench(torch, args)
