@@ -299,17 +299,7 @@ def _judge(c: Candidate, m: StepModel, base_ns: float, meas: float, baseline: fl
 
 def _best_of_alternatives(items: list[tuple[Remedy, Option]]) -> list[tuple[Remedy, Option]]:
     """``items`` with only the first of each group of ``ALTERNATIVES`` (they come best first)."""
-    for group in ALTERNATIVES:
-        seen = False
-        kept = []
-        for r, o in items:
-            if r.id in group:
-                if seen:
-                    continue
-                seen = True
-            kept.append((r, o))
-        items = kept
-    return items
+    return _alternative_choices(items)[0]
 
 
 def _alternative_choices(items: list[tuple[Remedy, Option]]
