@@ -14,13 +14,18 @@ from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.kernel_names import MATMUL
 from stepscope.analysis.kernels import kernel_frame
 from stepscope.model.communication import comm_overlap
-from stepscope.model.kernels import device_rows
+from stepscope.model.kernels import device_rows, op_names
 from stepscope.model.speedups import MIN_KERNEL_NS, conv_bf16_nhwc, speedups_for
 from stepscope.model.stepmodel import edits
-from stepscope.model.stepmodel.autocast_host import AutocastCasts, autocast_casts, with_casts
+from stepscope.model.stepmodel.autocast_host import (
+    AutocastCasts,
+    autocast_casts,
+    layer_runs,
+    with_casts,
+)
 from stepscope.model.stepmodel.candidate import Candidate, Option, ms
 from stepscope.model.stepmodel.conv_layout import layout_transposes, with_transposes
-from stepscope.model.stepmodel.steps import OpKind, StepModel
+from stepscope.model.stepmodel.steps import B, OpKind, StepModel
 from stepscope.model.tensor_cores import HELPER, TC_HINT
 
 
@@ -38,53 +43,86 @@ class TcFactors:
 
 
 def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> TcFactors | None:
-    """The fp32 matmul and conv kernels without tensor cores of ``m`` and their ratios."""
-    frame = kernel_frame(analysis.graph.rank(ra.rank))
+    """The fp32 matmul and conv kernels without tensor cores of ``m`` and their ratios; a GEMM
+    kernel that is part of a convolution (:func:`conv_members`) takes the conv ratios."""
+    g = analysis.graph.rank(ra.rank)
+    frame = kernel_frame(g)
     o = m.ops
     kj = np.flatnonzero(o.kind == OpKind.KERNEL)
     if frame.num_rows == 0 or kj.size == 0:
         return None
     rows = pa.array(o.row[kj])
-    cat, tcs, prec, names, devs = (frame.column(c).take(rows).to_pylist() for c in
-                                   ("category", "tensor_cores", "precision", "name", "device"))
+    cat, tcs, prec, names, devs, ext = (frame.column(c).take(rows).to_pylist() for c in
+                                        ("category", "tensor_cores", "precision", "name",
+                                         "device", "external_id"))
     dev_rows = device_rows(ra)
     speed = {d: speedups_for(r) for d, r in dev_rows.items()}
     nhwc = {d: conv_bf16_nhwc(r) for d, r in dev_rows.items()}
-    by_op: dict[int, tuple[float, float, float, bool]] = {}
-    used: dict[str, str] = {}
-    conv_names: list[str] = []
+    cand = np.zeros(o.size, dtype=bool)
+    kind = np.full(o.size, "", dtype=object)
     for i, j in enumerate(kj.tolist()):
         n = str(names[i])
-        if not (cat[i] in MATMUL and tcs[i] is False and prec[i] == "fp32"
-                and not TC_HINT.search(n) and not HELPER.search(n)):
-            continue
+        if (cat[i] in MATMUL and tcs[i] is False and prec[i] == "fp32"
+                and not TC_HINT.search(n) and not HELPER.search(n)
+                and speed.get(int(devs[i] or 0)) is not None):
+            cand[j], kind[j] = True, cat[i]
+    if not cand.any():
+        return None
+    is_conv = cand & (kind == "conv")
+    conv_names = [str(names[i]).lower() for i, j in enumerate(kj.tolist()) if is_conv[j]]
+    launched_by = op_names(g)
+    ops = {j: launched_by.get(int(e), "") for j, e in zip(kj.tolist(), ext) if e is not None}
+    conv = conv_members(m, is_conv, cand & (kind == "gemm"), ops if launched_by else None)
+    tf32, amp, clf = np.ones(o.size), np.ones(o.size), np.ones(o.size)
+    used: dict[str, str] = {}
+    for i, j in enumerate(kj.tolist()):
         sp = speed.get(int(devs[i] or 0))
-        if sp is None:
+        if not cand[j] or sp is None:
             continue
-        base = "conv" if cat[i] == "conv" else "gemm"
+        base = "conv" if conv[j] else "gemm"
         tf = sp.get(f"{base}_tf32") if cat[i] != "attention" else None
         half = sp.get(f"{base}_bf16") or sp.get(f"{base}_fp16")
         cl = nhwc.get(int(devs[i] or 0)) if base == "conv" else None
-        a = half.value if half else 1.0
-        by_op[j] = (tf.value if tf else 1.0, a, cl.value if cl else a, base == "conv")
-        if base == "conv":
-            conv_names.append(n.lower())
+        tf32[j] = tf.value if tf else 1.0
+        amp[j] = half.value if half else 1.0
+        clf[j] = cl.value if cl else amp[j]
         if tf:
             used[f"{base}_tf32"] = tf.describe()
         if half:
             used[f"{base}_bf16"] = half.describe()
         if cl:
             used["conv_bf16_nhwc"] = cl.describe()
-    if not by_op:
-        return None
-    tf32, amp, clf = np.ones(o.size), np.ones(o.size), np.ones(o.size)
-    conv = np.zeros(o.size, dtype=bool)
-    for j, (t, a, c, isconv) in by_op.items():
-        tf32[j], amp[j], clf[j], conv[j] = t, a, c, isconv
     if not ((tf32 > 1).any() or (amp > 1).any()):
         return None
     nchw = any("nchw" in n for n in conv_names) and not any("nhwc" in n for n in conv_names)
     return TcFactors(tf32, amp, clf, conv, nchw, used)
+
+
+def conv_members(m: StepModel, conv: B, gemm: B, ops: dict[int, str] | None) -> B:
+    """Per op of ``m``: a kernel that is part of a convolution, of the candidate conv kernels
+    (``conv``) and GEMM kernels (``gemm``). cuDNN runs some convolutions as GEMM kernels (an
+    implicit GEMM named ``gemm``, an FFT's complex GEMMs): with TF32 or bf16 the whole call
+    changes algorithm, so they take the conv ratio (measured on whole calls), not a matmul's.
+    Where the run has framework ops (``ops``: op index -> the name of the op that launched it),
+    a GEMM launched by a ``conv`` op; else (a recorded run) a GEMM in a layer run
+    (``autocast_host.layer_runs``: one layer's launches back to back) that holds a conv
+    kernel."""
+    if ops is not None:
+        launched: B = np.array(["conv" in ops.get(j, "").lower()
+                                for j in range(m.ops.size)], dtype=bool)
+        by_op: B = conv | (gemm & launched)
+        return by_op
+    runs = layer_runs(m, conv | gemm)
+    if runs is None:
+        return conv
+    ev_conv = np.zeros(m.host.size, dtype=bool)
+    ev_conv[m.ops.trigger[conv]] = True
+    in_conv = np.zeros(m.host.size, dtype=bool)
+    for r in runs.forward + runs.backward:
+        if ev_conv[list(r)].any():
+            in_conv[list(r)] = True
+    member: B = conv | (gemm & in_conv[m.ops.trigger])
+    return member
 
 
 # Where the casts are not modelled (``_casts``): what the prediction leaves out
