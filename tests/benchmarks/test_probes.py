@@ -1,5 +1,6 @@
-"""benchmarks/scenarios/loader_probe.py, trace_variant.py and host_floor_probe.py on the CPU: what they print, and
-their refusals (the figures they exist for are GPU ones: docs/accuracy.md)."""
+"""benchmarks/scenarios/loader_probe.py, trace_variant.py, host_floor_probe.py and
+held_host_probe.py on the CPU: what they print, and their refusals (the figures they exist
+for are GPU ones: docs/accuracy.md)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,47 @@ def test_host_floor_probe_refuses_unknown_and_skips_non_torch(tmp_path: Path,
     assert "unknown scenario 'no_such'" in capsys.readouterr().err
     assert host_floor_probe.main(["cupy_pageable", "--out", out, "--device", "cpu"]) == 3
     assert "not a torch scenario" in capsys.readouterr().err
+
+
+def test_held_host_probe_refuses_without_a_gpu_and_unknown_names(tmp_path: Path,
+                                                                 capsys: Any) -> None:
+    import held_host_probe
+
+    out = str(tmp_path / "held")
+    assert held_host_probe.main(["no_such", "--out", out]) == 2
+    assert "unknown scenario 'no_such'" in capsys.readouterr().err
+    assert held_host_probe.main(["conv_fp32", "--out", out, "--device", "cpu"]) == 3
+    assert "needs a CUDA device" in capsys.readouterr().err
+    assert held_host_probe.main(["--compare", out]) == 2
+    assert "no results" in capsys.readouterr().err
+
+
+def test_held_host_probe_compares_the_models_host_with_the_held_host(tmp_path: Path,
+                                                                     capsys: Any) -> None:
+    """``--compare`` on a folder laid out as the GPU run writes it: the trace and the run are
+    two of the repository's H100 fixtures; the held and step figures are this test's input."""
+    import shutil
+
+    import held_host_probe
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    shutil.copy(data / "h100_conv_fp32.pt.trace.json.gz", tmp_path / "t.pt.trace.json.gz")
+    shutil.copytree(data / "recorded" / "h100_loader_tf32", tmp_path / "r.run")
+    line = {"scenario": "conv_fp32", "warm_calls": 1, "steps_per_round": 4,
+            "variants": {"baseline": {"step_ms": 5.8, "held_ms": 2.0, "held_rounds": 4,
+                                      "held_calls_ms": [2.0]},
+                         "tf32": {"step_ms": 3.1, "held_ms": 2.1, "held_rounds": 4,
+                                  "held_calls_ms": [2.1]}},
+            "held_after": {"held_ms": 2.2, "held_rounds": 4, "held_calls_ms": [2.2]},
+            "trace": {"path": "t.pt.trace.json.gz"}, "record": {"path": "r.run"}}
+    (tmp_path / "held.jsonl").write_text(json.dumps(line) + "\n")
+    assert held_host_probe.main(["--compare", str(tmp_path)]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| conv_fp32")]
+    assert len(rows) == 2
+    base = rows[0].split(" | ")
+    assert base[1:4] == ["baseline", "5.8", "2.0"] and base[4] == "2.2"
+    # the model's host-only replay of each, and its ratio to the held 2.0 ms
+    est, ratio = float(base[5].split()[0]), float(base[6])
+    assert est > 0 and ratio == pytest.approx(est / 2.0, abs=0.01)
+    assert "118 GPU ops a step" in base[5]
+    assert rows[1].split(" | ")[1:4] == ["tf32", "3.1", "2.1"]
