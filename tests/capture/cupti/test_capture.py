@@ -195,8 +195,18 @@ def test_callbacks_give_way_to_the_activity_kinds_when_cupti_has_another_subscri
     assert {L.RUNTIME, L.DRIVER} <= fake.kinds and fake.callbacks_on == set()
     cap.stop()
     codes = {d.code for d in cap.diagnostics}
-    assert {"cupti_api_callbacks_unavailable", "cupti_stays_attached"} <= codes
+    assert {"cupti_api_callbacks_unavailable", "cupti_stays_attached", "cupti_shared"} <= codes
     assert cap.settings_for_manifest()["api_records_via"] == "activity"
+    # the run's GPU figures may be wrong: a warning that says how to record cleanly
+    shared = next(d for d in cap.diagnostics if d.code == "cupti_shared")
+    assert shared.level == "warning" and "fresh process" in shared.message
+
+
+def test_a_process_of_its_own_gets_no_shared_cupti_warning(fake: FakeCupti) -> None:
+    cap = CuptiCapture(GpuSettings())
+    cap.start()
+    cap.stop()
+    assert "cupti_shared" not in {d.code for d in cap.diagnostics}
 
 
 def test_call_records_from_callbacks_stay_raw_until_the_merge(fake: FakeCupti, tmp_path: Path

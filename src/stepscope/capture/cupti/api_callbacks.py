@@ -48,6 +48,7 @@ class ApiCallbacks:
         self.domains: list[int] = []
         self.kept = 0
         self.failed = 0  # calls whose callback CUPTI would not switch on: no records of them
+        self.shared = False  # cuptiSubscribe refused: another CUPTI client holds this process
         self._base = self._raw()
 
     def start(self, plan: CallPlan, domains: list[int]) -> str | None:
@@ -61,6 +62,7 @@ class ApiCallbacks:
         rc = subscribe(ctypes.byref(sub), ctypes.cast(self.shim.ss_callback,
                                                                     ctypes.c_void_p), None)
         if rc != 0:
+            self.shared = True
             return f"cuptiSubscribe failed with {rc} (another CUPTI client in this process?)"
         self.subscriber = sub
         self.shim.ss_api_begin(ctypes.cast(self.lib.cuptiGetTimestamp, ctypes.c_void_p),

@@ -41,6 +41,17 @@ from stepscope.capture.cupti.settings import GpuSettings, detach_with_graphs
 from stepscope.store.manifest import Diagnostic
 
 FLUSH_FORCED = 1
+# another CUPTI client holds the process (``ApiCallbacks.shared``): what the run may lack.
+# Measured on an H100 (2026-11-27, docs/accuracy.md, "Convolutions run as GEMMs; the host,
+# held"): a stepscope.record() after torch.profiler had run in the same process kept 1,686
+# launch calls and 1,566 kernels of a 30-step window that a fresh process recorded at 3,450 and
+# 3,330, with 0 to 113 launches in steps that each made 115
+SHARED_NOTE = (
+    "another CUPTI client holds this process (torch.profiler keeps CUPTI once it has run): a "
+    "recording made so on an H100 lost about half of its steps' launch calls and kernels and "
+    "put others in the wrong steps, so this run's GPU figures may be wrong; record the program "
+    "in a fresh process, or set TEARDOWN_CUPTI=1 before torch is imported so that torch.profiler "
+    "lets CUPTI go after its captures")
 
 
 def torch_profiler_active() -> bool:
@@ -166,6 +177,8 @@ class CuptiCapture:
             if self.api_via == "callbacks":
                 self._callbacks = ApiCallbacks(self.lib, self.shim, s.nested_driver)
                 why = self._callbacks.start(self.calls, domains)
+                if self._callbacks.shared:
+                    self._diag("cupti_shared", SHARED_NOTE)
                 if why is not None:
                     self._callbacks = None
                     self.api_via = "activity"
