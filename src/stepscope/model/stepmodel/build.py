@@ -5,7 +5,9 @@ GPU-anchored length and in its markers' window (``representative_step``). Its ho
 the rank's launches, copies, memsets, syncs (``api_calls``) and input waits (``input_waits``)
 that start inside the step's markers; its GPU ops are the GPU records the step issued
 (``StepGraph.issued_ns`` inside the markers), each triggered by the call that launched it (else
-by the last host event before it, else the step's start mark).
+by the last host event before it, else the step's start mark). A step recovered from the kernel
+stream's periodicity has GPU times for markers: its host window runs from one launch of the
+main thread to the same launch a period later (``host_window``).
 
 Measured inputs, per op: the latency from its launch to its start when its stream was idle at
 the launch; for an op launched while its stream was busy (queued), the rank's median latency
@@ -52,6 +54,7 @@ from stepscope.model.stepmodel.waits import (
     steps_back,
     sync_streams,
 )
+from stepscope.model.stepmodel.window import HAND_BACK, hands_back, host_window
 from stepscope.schema_enums import ApiKind, CopyKind, MemoryKind
 
 DEP_SLACK_NS = 20_000
@@ -98,7 +101,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     if idx is None:
         return None
     step = ra.steps.steps[idx]
-    t0, t1 = step.start_ns, step.end_ns
+    t0, t1 = host_window(g, ra, idx)
     if t1 <= t0:
         return None
     spans = np.array([s.span_ns for s in ra.steps.steady], dtype=np.float64)
@@ -168,6 +171,10 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     e_end = np.concatenate(([t0], ev_e))
     e_api = np.concatenate(([-1], ev_api))
     e_thread = np.concatenate(([main], ev_t))
+    if hands_back(ra, e_thread, main, HANDOFF_RUN):  # the main thread resumes before the end
+        e_start, e_end = np.append(e_start, t1), np.append(e_end, t1)
+        e_api, e_thread = np.append(e_api, HAND_BACK), np.append(e_thread, main)
+        n_ev += 1
     api_to_ev = {int(r): i for i, r in enumerate(e_api.tolist()) if r >= 0}
     # -- the step's GPU ops and their triggers ---------------------------------------------
     op_api = g.gpu_api_row[in_step]
@@ -233,6 +240,10 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     a_key = g.keys("api_calls") if api.num_rows else np.zeros(0, np.int64)
     for e in range(1, n_ev):
         r = int(e_api[e])
+        if r == HAND_BACK:
+            kind[e] = HostKind.MARK
+            ev_name[e] = name_id("hand back")
+            continue
         if r < 0:
             kind[e] = HostKind.INPUT
             ev_name[e] = name_id("input wait")
