@@ -233,10 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare(args.compare)
     if not args.names or args.out is None:
         ap.error("give scenario names and --out (or --compare DIR)")
-    bad = [n for n in args.names if n not in timing.SCENARIOS]
-    if bad:
-        print(f"held_host_probe.py: unknown scenario {', '.join(map(repr, bad))}",
-              file=sys.stderr)
+    if timing.unknown_names("held_host_probe.py", args.names):
         return 2
     if not str(args.device).startswith("cuda"):
         print("held_host_probe.py: needs a CUDA device (the GPU is held by a sleep kernel)",
@@ -244,15 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     args.out.mkdir(parents=True, exist_ok=True)
     ran = 0
-    for name in args.names:
-        if timing.ScenarioMeta.of(importlib.import_module(name)).framework != "torch":
-            print(f"held_host_probe.py: {name} is not a torch scenario", file=sys.stderr)
-            continue
-        try:
-            res = probe(name, args.out, args.device, args.rounds, args.steps, args.held_only)
-        except timing.SkipScenario as exc:
-            print(f"held_host_probe.py: {name}: cannot run here: {exc}", file=sys.stderr)
-            continue
+    for name, res in timing.each_torch(
+            "held_host_probe.py", args.names,
+            lambda n: probe(n, args.out, args.device, args.rounds, args.steps, args.held_only)):
         with open(args.out / "held.jsonl", "a") as f:
             f.write(json.dumps(res) + "\n")
         print(f"{name}: " + ", ".join(

@@ -129,21 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--rounds", type=int, default=8)
     args = ap.parse_args(argv)
-    bad = [n for n in args.names if n not in timing.SCENARIOS]
-    if bad:
-        print(f"host_floor_probe.py: unknown scenario {', '.join(map(repr, bad))}",
-              file=sys.stderr)
+    if timing.unknown_names("host_floor_probe.py", args.names):
         return 2
     ran = 0
-    for name in args.names:
-        if timing.ScenarioMeta.of(importlib.import_module(name)).framework != "torch":
-            print(f"host_floor_probe.py: {name} is not a torch scenario", file=sys.stderr)
-            continue
-        try:
-            rows = probe(name, args.device, args.rounds)
-        except timing.SkipScenario as exc:
-            print(f"host_floor_probe.py: {name}: cannot run here: {exc}", file=sys.stderr)
-            continue
+    for _name, rows in timing.each_torch("host_floor_probe.py", args.names,
+                                         lambda n: probe(n, args.device, args.rounds)):
         with open(args.out, "a") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")

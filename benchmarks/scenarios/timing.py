@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
@@ -274,6 +274,35 @@ def round_order(names: Sequence[T], i: int) -> list[T]:
     """Round ``i``'s order: the list as given on even rounds, reversed on odd ones (ABBA for
     two; every variant's mean position is the same over an even number of rounds)."""
     return list(names) if i % 2 == 0 else list(reversed(names))
+
+
+def unknown_names(prog: str, names: Sequence[str]) -> bool:
+    """Whether ``names`` holds a name that is no scenario (said on stderr as ``prog: ...``)."""
+    import sys
+
+    bad = [n for n in names if n not in SCENARIOS]
+    if bad:
+        print(f"{prog}: unknown scenario {', '.join(map(repr, bad))}", file=sys.stderr)
+    return bool(bad)
+
+
+def each_torch(prog: str, names: Sequence[str], fn: Callable[[str], T]
+               ) -> Iterator[tuple[str, T]]:
+    """``fn(name)`` for each torch scenario of ``names``, in order; one of another framework,
+    or one that cannot run here (``SkipScenario``), is said on stderr and left out."""
+    import importlib
+    import sys
+
+    for name in names:
+        if ScenarioMeta.of(importlib.import_module(name)).framework != "torch":
+            print(f"{prog}: {name} is not a torch scenario", file=sys.stderr)
+            continue
+        try:
+            got = fn(name)
+        except SkipScenario as exc:
+            print(f"{prog}: {name}: cannot run here: {exc}", file=sys.stderr)
+            continue
+        yield name, got
 
 
 def steps_per_block(probe_ms: float, block_ms: float = 150.0) -> int:
