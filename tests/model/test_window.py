@@ -94,3 +94,20 @@ def test_steps_with_host_markers_keep_them(tmp_path: Path) -> None:
     assert idx is not None
     s = ra.steps.steps[idx]
     assert host_window(a.graph.rank(0), ra, idx) == (s.start_ns, s.end_ns)
+
+
+def test_a_hand_back_only_where_the_main_thread_handed_over() -> None:
+    from stepscope.model.stepmodel.window import hands_back
+
+    per, t = StepSource.PERIODICITY.value, np.array
+    # the start mark and the main thread's calls, then autograd's run of 4: a hand-back
+    assert hands_back(per, t([0, 0, 0, 1, 1, 1, 1]), 0, 4)
+    # a run too short, or the main thread last: none
+    assert not hands_back(per, t([0, 0, 1, 1, 1]), 0, 4)
+    assert not hands_back(per, t([0, 1, 1, 1, 1, 0]), 0, 4)
+    # the main thread issued nothing (a JAX executor's thread launches all): none
+    assert not hands_back(per, t([0, 1, 1, 1, 1, 1]), 0, 4)
+    # two other threads at the end: not one run
+    assert not hands_back(per, t([0, 0, 1, 1, 2, 2]), 0, 4)
+    # markers on the host: never
+    assert not hands_back(StepSource.HOOK.value, t([0, 0, 0, 1, 1, 1, 1]), 0, 4)

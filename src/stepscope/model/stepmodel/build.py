@@ -171,7 +171,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     e_end = np.concatenate(([t0], ev_e))
     e_api = np.concatenate(([-1], ev_api))
     e_thread = np.concatenate(([main], ev_t))
-    if hands_back(ra, e_thread, main, HANDOFF_RUN):  # the main thread resumes before the end
+    if hands_back(ra.steps.source, e_thread, main, HANDOFF_RUN):  # the main thread resumes before the end
         e_start, e_end = np.append(e_start, t1), np.append(e_end, t1)
         e_api, e_thread = np.append(e_api, HAND_BACK), np.append(e_thread, main)
         n_ev += 1

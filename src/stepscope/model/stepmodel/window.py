@@ -65,14 +65,17 @@ def _first_main_launch(g: StepGraph, t0: int, t1: int) -> int | None:
     return int(g.issued_ns[main[0] if main.size else j[0]])
 
 
-def hands_back(ra: RankAnalysis, thread: I64, main: int, run: int) -> bool:
-    """Whether a periodicity window ends with another thread's run of ``run`` or more events
-    after the main thread's last (``thread``: each host event's thread, in order)."""
-    if ra.steps.source != StepSource.PERIODICITY.value or thread.size == 0:
+def hands_back(source: str, thread: I64, main: int, run: int) -> bool:
+    """Whether a window of steps found by ``source`` (a ``StepSource`` value) ends with another
+    thread's run of ``run`` or more events after the main thread's last (``thread``: each host
+    event's thread, in order, the step's start mark first): a periodicity window where the main
+    thread issued calls of its own."""
+    if source != StepSource.PERIODICITY.value or thread.size == 0:
         return False
     mine = np.flatnonzero(thread == main)
-    last = int(mine[-1]) if mine.size else -1
-    tail = thread[last + 1:]
+    if mine.size <= 1:  # only the step's start mark: the main thread issued nothing (a JAX
+        return False    # executor's thread launches everything), there is nothing to hand back
+    tail = thread[int(mine[-1]) + 1:]
     return tail.size >= run and bool((tail == tail[-1]).all())
 
 
