@@ -93,11 +93,13 @@ def test_remedies_and_the_plan_when_the_advice_has_them(tmp_path: Path) -> None:
 
     rep = build_report(hostile_run(tmp_path))
     assert "### Remedies" not in to_markdown(rep)  # no remedies: no section
+    first = rep.advice.findings[0].id
     remedies = NS(remedies=[
         NS(rank=0, title="pin host memory <b>", option="pin", options=("pin",),
-           predicted_step_ms=0.8, est_saving_ms=0.2, est_saving_pct=20.0),
-        NS(rank=0, title="remove syncs", option="every 10 steps", options=("all", "every 10 steps"),
-           predicted_step_ms=0.9, est_saving_ms=0.1, est_saving_pct=10.0)],
+           predicted_step_ms=0.8, est_saving_ms=0.2, est_saving_pct=20.0, finding_ids=(first,)),
+        NS(rank=0, title="remove syncs (all)", option="every 10 steps",
+           options=("all", "every 10 steps"), predicted_step_ms=0.9, est_saving_ms=0.1,
+           est_saving_pct=10.0, finding_ids=())],
         plan=NS(remedy_ids=("pin_memory", "remove_syncs"), predicted_step_ms=0.7,
                 measured_ms=1.1, baseline_ms=1.0, est_saving_pct=30.0))
     advice = NS(findings=rep.advice.findings, host_trust=rep.advice.host_trust,
@@ -108,8 +110,12 @@ def test_remedies_and_the_plan_when_the_advice_has_them(tmp_path: Path) -> None:
                      "add up)")
     assert _cells(lines[at + 4]) == ["1", "pin host memory &lt;b&gt;", "0.80 ms",
                                      "**0.20 ms** (20%)"]
-    assert _cells(lines[at + 5]) == ["2", "remove syncs (every 10 steps)", "0.90 ms",
+    assert _cells(lines[at + 5]) == ["2", "remove syncs (all) (every 10 steps)", "0.90 ms",
                                      "**0.10 ms** (10%)"]
+    # beside the finding a remedy answers: that remedy's replayed saving (escaped, short title)
+    row = next(x for x in lines if x.startswith("| 1 |"))
+    assert "; as a fix, replayed: pin host memory &lt;b&gt; **0.20 ms** (20%)" in row
+    assert not any("remove syncs **" in x for x in lines)
     assert ("**Plan:** pin\\_memory + remove\\_syncs together: 0.70 ms per step from 1.00 ms "
             "(save 30%)") in lines
     # a plan of one remedy is that remedy, not "together"

@@ -141,3 +141,42 @@ def test_step_hook_names_match_the_capture() -> None:
     from stepscope.capture.hooks.tf_steps import TF_STEP
     from stepscope.store.frameworks import STEP_HOOK_FRAMEWORK
     assert STEP_HOOK_FRAMEWORK == {JAX_STEP: "jax", TF_STEP: "tensorflow", TORCH_STEP: "pytorch"}
+
+
+def test_a_finding_shows_the_remedies_that_answer_it_as_replayed(tmp_path: Path) -> None:
+    """The finding's own estimate is the symptom's (the fp32 kernels' time at the TF32 ratio);
+    beside it, the remedies that answer it with their overlap-free savings, as the remedies
+    section lists them (the H100 conv net, whose fixed steps the host limits)."""
+    from stepscope.importers import import_traces
+    from stepscope.store import Run
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    rep = build_report(Run(import_traces([data / "h100_conv_fp32.pt.trace.json.gz"],
+                                         tmp_path / "run")), workers=1)
+    assert rep.advice.remedies is not None
+    answering = [r for r in rep.advice.remedies.remedies if "no_tensor_cores" in r.finding_ids]
+    assert len(answering) == 2  # tf32 and bf16_amp, largest saving first
+    lines = render_text(rep, width=100).splitlines()
+    at = next(i for i, x in enumerate(lines) if "fp32 matrix math without tensor cores" in x)
+    said = " ".join(" ".join(lines[at:at + 6]).split())  # the wrapped lines, one space apart
+    assert "as fixes, replayed with the rest of the step (savings do not add up):" in said
+    first, second = answering
+    assert said.index(first.title.split(" (")[0]) < said.index(second.title.split(" (")[0])
+    for r in answering:
+        assert f"save {r.est_saving_ms:.2f} ms ({r.est_saving_pct:.0f}%)" in said
+
+
+def test_replayed_fixes_none_without_an_answering_remedy() -> None:
+    from types import SimpleNamespace as NS
+
+    from stepscope.reporters.remedies_view import fixes_for, replayed_fixes
+
+    assert replayed_fixes(None, "x") is None
+    r = NS(title="Keep values on the GPU (no .item())", option="o", options=("o",),
+           predicted_step_ms=1.0, est_saving_ms=0.5, est_saving_pct=33.0, finding_ids=("a",))
+    ra = NS(remedies=(r,) * 5)
+    assert replayed_fixes(ra, "b") is None  # type: ignore[arg-type]
+    assert len(fixes_for(ra, "a")) == 3  # type: ignore[arg-type]
+    assert replayed_fixes(NS(remedies=(r,)), "a") == (  # type: ignore[arg-type]
+        "as a fix, replayed with the rest of the step: Keep values on the GPU -> 1.00 ms/step, "
+        "save 0.50 ms (33%)")

@@ -18,7 +18,12 @@ from stepscope._version import __version__
 from stepscope.analysis.breakdown import CATEGORIES
 from stepscope.analysis.summary import RunSummary, summarize
 from stepscope.errors import printable
-from stepscope.reporters.remedies_view import not_calibrated_text, pair_text
+from stepscope.reporters.remedies_view import (
+    fixes_for,
+    not_calibrated_text,
+    pair_text,
+    short_title,
+)
 from stepscope.reporters.report import Report, fix_for
 from stepscope.reporters.terminal import HOST_LABEL, LABEL
 
@@ -109,6 +114,11 @@ def _findings(report: Report) -> list[str]:
                   if f.est_saving_ms > 0 else "not estimated")
         if f.est_kernel_saving_pct is not None:
             saving += f"; ~{f.est_kernel_saving_pct:.0f}% of the kernel"
+        fixed = fixes_for(adv.remedies, f.id)
+        if fixed:  # the remedies' overlap-free savings, replayed on the step model
+            saving += f"; as {'fixes' if len(fixed) > 1 else 'a fix'}, replayed: " + ", ".join(
+                f"{escape(short_title(r), 80)} **{r.est_saving_ms:.2f} ms** "
+                f"({r.est_saving_pct:.0f}%)" for r in fixed)
         fix = fix_for(f.fix, report.frameworks)
         out.append(_row(str(i), f.severity.value, escape(f.title, 200), saving,
                         f.confidence.value,

@@ -10,7 +10,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from stepscope.advisor.plan_subsets import best_pair
-from stepscope.advisor.remedies import Plan, RemedyAdvice, StepCalibration, tracing_note
+from stepscope.advisor.remedies import Plan, Remedy, RemedyAdvice, StepCalibration, tracing_note
 
 
 def remedies_json(ra: RemedyAdvice | None) -> dict[str, Any]:
@@ -58,6 +58,33 @@ def pair_text(plan: Plan | None) -> str | None:
         return None
     return (f"{' + '.join(p.remedy_ids)} together: -> {p.predicted_step_ms:.2f} ms/step "
             f"(save {p.est_saving_pct:.0f}%)")
+
+
+def short_title(r: Remedy) -> str:
+    """A remedy's title without its parenthesis ("Pinned, non-blocking copies")."""
+    return r.title.split(" (")[0]
+
+
+def fixes_for(ra: RemedyAdvice | None, finding_id: str, limit: int = 3) -> tuple[Remedy, ...]:
+    """The listed remedies that answer the finding, largest saving first, at most ``limit``
+    (their savings are the overlap-free ones the reports show beside the finding's own)."""
+    if ra is None:
+        return ()
+    return tuple(r for r in ra.remedies if finding_id in r.finding_ids)[:limit]
+
+
+def replayed_fixes(ra: RemedyAdvice | None, finding_id: str) -> str | None:
+    """Beside a finding, the remedies that answer it as the step model replays them: their
+    overlap-free savings, where the finding's own estimate is the symptom's (on a step the host
+    limits, TF32 saves less than the fp32 kernels' time); None where no listed remedy does."""
+    rs = fixes_for(ra, finding_id)
+    if not rs:
+        return None
+    return ("as fixes, replayed with the rest of the step (savings do not add up): " if
+            len(rs) > 1 else "as a fix, replayed with the rest of the step: ") + "; ".join(
+        f"{short_title(r)}{f' ({r.option})' if len(r.options) > 1 else ''} -> "
+        f"{r.predicted_step_ms:.2f} ms/step, save {r.est_saving_ms:.2f} ms "
+        f"({r.est_saving_pct:.0f}%)" for r in rs)
 
 
 def remedy_lines(ra: RemedyAdvice | None, limit: int = 6) -> list[RenderableType]:

@@ -14,7 +14,7 @@ from stepscope.analysis.summary import RunSummary, summarize
 from stepscope.errors import printable
 from stepscope.reporters.kernel_view import KernelView, kernel_view
 from stepscope.reporters.ranks_view import RanksView, ranks_view
-from stepscope.reporters.remedies_view import fit_line, remedy_lines
+from stepscope.reporters.remedies_view import fit_line, remedy_lines, replayed_fixes
 from stepscope.reporters.report import Report, fix_for
 from stepscope.reporters.terminal_head import header, input_line, overview
 
@@ -188,6 +188,9 @@ def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
                 saving = f"{saving}; {kernel}" if f.est_saving_ms > 0 else kernel
             line.append(f"  ({saving}{conf})", style="bold")
             out.append(line)
+            fixed = replayed_fixes(adv.remedies, f.id)
+            if fixed:
+                out.append(Text(f"   {fixed}", style="cyan"))
             fix = fix_for(f.fix, frameworks)
             if fix:
                 out.append(Text(f"   fix: {_short(fix.splitlines()[0], WIDTH - 8)}", style="green"))

@@ -696,11 +696,13 @@ function renderFindings() {
   const panes = [];
   fs.forEach((f, i) => {
     const w = U.where[i];
+    // the remedies that answer it, replayed on the step model: their overlap-free savings
+    const fx = (R.remedies || []).filter(r => (r.finding_ids || []).includes(f.id)).slice(0, 3);
     const box = h('div', {class: 'finding ' + f.severity, id: 'finding-' + i, 'data-id': f.id});
     box.appendChild(h('div', {class: 'head'},
       h('span', {class: 'sev ' + f.severity, text: f.severity}),
       h('span', {class: 'title', text: (i + 1) + '. ' + f.title}),
-      h('span', {class: 'saving', text: (f.est_saving_ms > 0 ? '−' + fmtMs(f.est_saving_ms) + ' / step (' + num(f.est_saving_pct, 1) + '%)' : (f.est_kernel_saving_pct !== null && f.est_kernel_saving_pct !== undefined ? '' : 'saving not estimated')) + (f.est_kernel_saving_pct !== null && f.est_kernel_saving_pct !== undefined ? (f.est_saving_ms > 0 ? ' · ' : '') + '−' + num(f.est_kernel_saving_pct, 0) + '% of the kernel' : '')})));
+      h('span', {class: 'saving', text: (f.est_saving_ms > 0 ? '−' + fmtMs(f.est_saving_ms) + ' / step (' + num(f.est_saving_pct, 1) + '%)' : (f.est_kernel_saving_pct !== null && f.est_kernel_saving_pct !== undefined ? '' : 'saving not estimated')) + (f.est_kernel_saving_pct !== null && f.est_kernel_saving_pct !== undefined ? (f.est_saving_ms > 0 ? ' · ' : '') + '−' + num(f.est_kernel_saving_pct, 0) + '% of the kernel' : '') + (fx.length ? ' · as ' + (fx.length > 1 ? 'fixes' : 'a fix') + ', replayed: ' + fx.map(r => r.title.split(' (')[0] + ' −' + fmtMs(r.est_saving_ms) + ' (' + num(r.est_saving_pct, 1) + '%)').join(', ') : '')})));
     if (f.evidence && f.evidence.length) box.appendChild(h('ul', {}, ...f.evidence.map(e => h('li', {text: e}))));
     const fws = FRAMEWORKS.filter(([k]) => f.fix && f.fix[k]);
     if (fws.length) {
