@@ -89,6 +89,31 @@ def test_gemm_launched_by_a_convolution_counts_as_conv(tmp_path: Path) -> None:
     assert any("conv 0.60 ms" in e for e in f.evidence)
 
 
+def test_without_framework_ops_a_gemm_in_a_conv_run_counts_as_conv(tmp_path: Path) -> None:
+    """A recorded run has no framework ops: the complex GEMM that an FFT convolution launches
+    between its conv kernels is conv by its run of launches (conv TF32 1.5x on the A100's
+    defaults); a GEMM after another kernel (a linear layer after the activation) stays GEMM
+    (3x). Per step: FFT kernel 200 us, complex GEMM 400 us, FFT kernel 200 us, an activation,
+    an SGEMM of 300 us, the loss."""
+    b = TraceBuilder(device=A100)
+    for i in range(3):
+        t0 = i * 2000
+        b.step(t0, 2000)
+        b.kernel(WINOGRAD, t0 + 10, 200, launch=(t0 + 1, 2))
+        b.kernel(CF32, t0 + 210, 400, launch=(t0 + 3, 2))
+        b.kernel(WINOGRAD, t0 + 610, 200, launch=(t0 + 5, 2))
+        b.kernel("void at::native::vectorized_elementwise_kernel<4, relu>()", t0 + 810, 20,
+                 launch=(t0 + 7, 2))
+        b.kernel(SGEMM, t0 + 830, 300, launch=(t0 + 9, 2))
+        b.kernel("void at::native::softmax_warp_forward<float>()", t0 + 1130, 20,
+                 launch=(t0 + 11, 2))
+    (f,) = _findings(b.build(tmp_path / "run"))
+    # conv: 800 us x (1 - 1/1.5) = 266.7 us; GEMM: 300 us x (1 - 1/3) = 200 us
+    assert f.est_saving_ms == pytest.approx(0.4667, abs=1e-3)
+    assert any("conv 0.80 ms" in e for e in f.evidence)
+    assert any("gemm 0.30 ms" in e for e in f.evidence)
+
+
 def test_volta_has_no_tf32_the_saving_is_fp16_amp(tmp_path: Path) -> None:
     (f,) = _findings(_run(tmp_path, V100))
     # fp16 3x: 600 - 200 = 400 us

@@ -77,7 +77,7 @@ class SteadyKernels:
 
     def col(self, name: str) -> npt.NDArray[Any]:
         """``ts_ns`` as int64, other numeric columns as float64 (NaN for nulls), the rest as
-        object arrays (None for nulls)."""
+        object arrays (None for nulls); ``row``: each launch's row of the ``kernels`` table."""
         return self.cols[name]
 
 
@@ -110,7 +110,8 @@ def _steady_kernels(g: StepGraph, ra: RankAnalysis) -> SteadyKernels | None:
         return None
     sub = frame.filter(pa.array(keep))
     codes, values = column_codes(sub.column("name"))
-    cols: dict[str, npt.NDArray[Any]] = {"name": np.asarray(values[codes], dtype=object)}
+    cols: dict[str, npt.NDArray[Any]] = {"name": np.asarray(values[codes], dtype=object),
+                                         "row": np.flatnonzero(keep).astype(np.int64)}
     for c in _COLUMNS[1:]:
         col = sub.column(c)
         if c == "ts_ns":

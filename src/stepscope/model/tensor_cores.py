@@ -12,6 +12,7 @@ import numpy.typing as npt
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.kernel_names import MATMUL
+from stepscope.analysis.launches import bounds, column_i64
 from stepscope.analysis.results import FACT
 from stepscope.model.kernels import (
     KernelSaving,
@@ -73,9 +74,13 @@ class TensorCoreSaving:
         return self.tf32_ms if self.tf32_ms is not None else self.amp_ms
 
 
-def _kinds(sk: SteadyKernels, ops: dict[int, str], cand: npt.NDArray[np.bool_]
-           ) -> npt.NDArray[np.str_]:
-    """gemm / conv / attention per launch; a GEMM launched by a convolution op is conv."""
+def _kinds(g: StepGraph, sk: SteadyKernels, ops: dict[int, str],
+           cand: npt.NDArray[np.bool_]) -> npt.NDArray[np.str_]:
+    """gemm / conv / attention per launch; a GEMM that is part of a convolution is conv (cuDNN
+    runs some as an implicit GEMM or an FFT's complex GEMMs, and with tensor cores the whole
+    call changes algorithm: ``stepmodel.kernel_remedies.conv_members``): launched by a
+    convolution op, or, without framework ops (a recorded run), launched in a run of candidate
+    launches of its thread that holds a conv kernel (:func:`_conv_runs`)."""
     cat = sk.col("category")
     ext = sk.col("external_id")
     kind = np.where(cat == "attention", "attention", np.where(cat == "conv", "conv", "gemm"))
@@ -84,7 +89,36 @@ def _kinds(sk: SteadyKernels, ops: dict[int, str], cand: npt.NDArray[np.bool_]
             e = ext[i]
             if not np.isnan(e) and "conv" in ops.get(int(e), "").lower():
                 kind[i] = "conv"
+    else:
+        kind[(kind == "gemm") & cand & _conv_runs(g, sk, cand, kind == "conv")] = "conv"
     return kind
+
+
+def _conv_runs(g: StepGraph, sk: SteadyKernels, cand: npt.NDArray[np.bool_],
+               conv: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Per steady launch: a candidate (``cand``) in a run of candidate launches (consecutive on
+    its launching thread, in launch order, no other steady kernel between) that holds a conv
+    kernel (``conv``)."""
+    out = np.zeros(cand.size, dtype=bool)
+    api = g.table("api_calls")
+    if api.num_rows == 0 or cand.size == 0:
+        return out
+    arow = g.api_row(g.keys("kernels")[sk.col("row")])
+    j = np.flatnonzero(arow >= 0)
+    if j.size == 0:
+        return out
+    r = arow[j]
+    key = column_i64(api, "pid")[r] * np.int64(1 << 32) + column_i64(api, "tid")[r]
+    order = np.lexsort((bounds(api)[0][r], key))  # by thread, then by launch
+    j, key = j[order], key[order]
+    c = cand[j]
+    brk = np.ones(j.size, dtype=bool)
+    brk[1:] = (key[1:] != key[:-1]) | (c[1:] != c[:-1])
+    run = np.cumsum(brk) - 1
+    has = np.zeros(int(run[-1]) + 1, dtype=bool)
+    has[run[c & conv[j]]] = True
+    out[j] = c & has[run]
+    return out
 
 
 def tensor_core_saving(analysis: Analysis, ra: RankAnalysis) -> TensorCoreSaving | None:
@@ -123,7 +157,7 @@ def _tensor_core_part(g: StepGraph, ra: RankAnalysis) -> TensorCorePart | None:
     if not cand.any():
         return None
     ops = steady_op_names(g, sk)
-    kind = _kinds(sk, ops, cand)
+    kind = _kinds(g, sk, ops, cand)
     dur = sk.col("dur_ns")
     tf32_div = np.ones(dur.size)
     amp_div = np.ones(dur.size)

@@ -8,8 +8,9 @@ name-classifier gaps: a name that mentions tf32, tensor ops or warp-group MMA is
 nor are split-K reduction / epilogue helpers.
 
 Estimate, per launch, with the measured speed-ups of ``model.speedups`` (GEMM ratios for
-GEMMs, convolution ratios for kernels of a convolution: category conv, or launched by a
-framework op whose name says conv)::
+GEMMs, convolution ratios for kernels of a convolution: category conv, or a GEMM launched by a
+framework op whose name says conv, or, in a run without framework ops (``stepscope record``),
+a GEMM launched in a run of flagged launches of its thread that holds a conv kernel)::
 
     TF32:     dur - max(2 us, dur / tf32_ratio)
     bf16 AMP: dur - max(2 us, dur / bf16_ratio)     (fp16 where the GPU has no bf16)
