@@ -166,6 +166,28 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
     return loss.detach()
 
 
+def precision_mlp(variant: str | None, device: str, sizes: tuple[int, int, int], *,
+                  seed: int, flags: Callable[[bool], None]) -> Step:
+    """An fp32 MLP trained with fused AdamW (``mlp``, ``train_step``) of ``sizes`` ``(batch,
+    width, layers)`` (picked by the scenario, whose ``pick`` ``host_floor_probe.py`` replaces
+    for its tiny sizes), and its precision fix: ``variant`` "tf32" sets TF32 on
+    through ``flags`` at the start of every step (off for the others), "bf16_amp" runs the step
+    under bf16 autocast, None is the fp32 baseline (``fp32_no_tf32``, ``deep_mlp_fp32``)."""
+    tf32 = variant == "tf32"
+    amp = torch.bfloat16 if variant == "bf16_amp" else None
+    batch, width, layers = sizes
+    model = mlp([width] * (layers + 1), device)
+    opt = adamw(model, device)
+    x = randn(batch, width, device=device, seed=seed)
+
+    def step() -> None:
+        flags(tf32)
+        train_step(model, opt, x, device=device, amp=amp)
+
+    return Step(step, info={"batch": batch, "width": width, "layers": layers, "tf32": tf32,
+                            "amp": str(amp) if amp else None})
+
+
 _CALIBRATIONS: dict[str, int] = {}
 
 

@@ -9,9 +9,8 @@ parameter's cast) to that dispatch (issue 22: a second net for the autocast host
 
 from __future__ import annotations
 
-import torch
 import variants
-from common import Step, adamw, mlp, pick, randn, tf32_flags, train_step
+from common import Step, pick, precision_mlp, tf32_flags
 
 EXPECTED = "no_tensor_cores"
 DESCRIPTION = ("fp32 MLP, 12 x Linear(1024, 1024) with GELU on a batch of 4096, fused AdamW, "
@@ -22,17 +21,5 @@ VARIANTS = {"tf32": ("tf32",), "bf16_amp": ("bf16_amp",)}
 
 
 def build(fixed: bool | str, device: str) -> Step:
-    variant = variants.pick(fixed, VARIANTS)
-    tf32 = variant == "tf32"
-    amp = torch.bfloat16 if variant == "bf16_amp" else None
-    batch, width, layers = pick(device, (4096, 1024, 12), (64, 64, 12))
-    model = mlp([width] * (layers + 1), device)
-    opt = adamw(model, device)
-    x = randn(batch, width, device=device, seed=21)
-
-    def step() -> None:
-        tf32_flags(tf32)
-        train_step(model, opt, x, device=device, amp=amp)
-
-    return Step(step, info={"batch": batch, "width": width, "layers": layers, "tf32": tf32,
-                            "amp": str(amp) if amp else None})
+    return precision_mlp(variants.pick(fixed, VARIANTS), device, pick(device, (4096, 1024, 12), (64, 64, 12)),
+                         seed=21, flags=tf32_flags)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import variants
-from common import Step, adamw, mlp, pick, randn, train_step
+from common import Step, pick, precision_mlp
 
 EXPECTED = "no_tensor_cores"
 DESCRIPTION = ("fp32 MLP, 3 x Linear(4096, 4096) on a batch of 2048, with "
@@ -26,17 +26,5 @@ def _precision(tf32: bool) -> None:
 
 
 def build(fixed: bool | str, device: str) -> Step:
-    variant = variants.pick(fixed, VARIANTS)
-    tf32 = variant == "tf32"
-    amp = torch.bfloat16 if variant == "bf16_amp" else None
-    batch, width, layers = pick(device, (2048, 4096, 3), (64, 64, 3))
-    model = mlp([width] * (layers + 1), device)
-    opt = adamw(model, device)
-    x = randn(batch, width, device=device, seed=9)
-
-    def step() -> None:
-        _precision(tf32)
-        train_step(model, opt, x, device=device, amp=amp)
-
-    return Step(step, info={"batch": batch, "width": width, "layers": layers, "tf32": tf32,
-                            "amp": str(amp) if amp else None})
+    return precision_mlp(variants.pick(fixed, VARIANTS), device, pick(device, (2048, 4096, 3), (64, 64, 3)),
+                         seed=9, flags=_precision)
