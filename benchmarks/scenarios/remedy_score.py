@@ -217,18 +217,20 @@ def score_variants(variants: dict[str, dict[str, Any]] | None, baseline_ms: floa
         if not rems or v.get("status") != "measured" or baseline_ms is None:
             continue
         covers = tuple(v.get("covers") or rems)
-        meas = {"baseline_ms": baseline_ms, "fixed_ms": float(v["fixed_ms"]),
-                "saving_pct": float(v["saving_pct"]), "captured_ms": captured,
-                "absolute": absolute}
         trap = bool(v.get("trap"))
+
+        def row(p: Prediction, check: str, base: float = baseline_ms) -> dict[str, Any]:
+            return {"variant": name, "check": check,
+                    **score_row(p, baseline_ms=base, fixed_ms=float(v["fixed_ms"]),
+                                saving_pct=float(v["saving_pct"]), captured_ms=captured,
+                                trap=trap, absolute=absolute)}
+
         pred = predict(fields, rems, covers)
-        rows.append({"variant": name, "check": "remedy",
-                     **score_row(pred, trap=trap, **meas)})
+        rows.append(row(pred, "remedy"))
         if len(covers) > 1 and not pred.source.startswith("plan"):
             plan = plan_prediction(fields)
             if plan.step_ms is not None and set(plan.remedy_ids) <= set(covers):
-                rows.append({"variant": name, "check": "plan",
-                             **score_row(plan, trap=trap, **meas)})
+                rows.append(row(plan, "plan"))
     return rows
 
 

@@ -41,11 +41,11 @@ from stepscope.model.stepmodel.steps import (
     GpuOps,
     HostEvents,
     HostKind,
-    OpKind,
     StepModel,
     SyncRole,
     i64,
 )
+from stepscope.model.stepmodel.unseen import MAX_LATENCY_NS, with_unseen
 from stepscope.model.stepmodel.waits import (
     EVENT_SYNC,
     Awaited,
@@ -60,7 +60,6 @@ from stepscope.schema_enums import ApiKind, CopyKind, MemoryKind
 DEP_SLACK_NS = 20_000
 DEP_TOL_NS = 50_000  # an event wait starts its op this soon after the awaited op ends
 HANDOFF_RUN = 4  # a thread that ran this many events alone hands over to the next one
-MAX_LATENCY_NS = 1_000_000  # launch-to-start delays above this are not latencies
 DEFAULT_LATENCY_NS = 5_000
 _ISSUING = (ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value, ApiKind.MEMCPY.value,
             ApiKind.MEMSET.value, ApiKind.SYNC.value)
@@ -329,7 +328,7 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
     host = HostEvents(thread=i64(e_thread), kind=kind, pre=pre, own=own, wait=wait, back=back, after=after,
                       role=role,
                       copy=copy, pageable=pageable, name=ev_name, start=i64(e_start))
-    ops = _with_unseen(GpuOps(
+    ops = with_unseen(GpuOps(
         trigger=i64(trig), stream=o_stream, kind=o_kind.astype(np.int8),
         dur=i64(o_end - o_start), lat=lat, gap=gap, dep=dep, row=i64(o_rows),
         nbytes=i64(nbytes[in_step]), comm=comm), i64(o_start), since, pe, med_lat, e_start,
@@ -339,55 +338,6 @@ def build_step_model(g: StepGraph, ra: RankAnalysis, costs: EventCosts | None = 
                      step_ns=int(step.span_ns), steady_steps=len(ra.steps.steady),
                      threads=tuple(threads_l), streams=tuple(keys), names=tuple(names),
                      host=host, ops=ops, tail=tail, launch_latency_ns=med_lat, profiler=prof)
-
-
-def _with_unseen(o: GpuOps, start: I64, since: I64, prev_end: I64, med_lat: int,
-                 ev_start: I64, is_launch: np.ndarray, thread: I64) -> GpuOps:
-    """Kernel launches of the step that have no GPU record (the trace lacks it) get an
-    ``UNSEEN`` op: where an op started ``MAX_LATENCY_NS`` or more after its launch on a stream
-    that was idle (no latency is that long), and the thread issued such a launch before it
-    (after its stream predecessor ended), the stream ran the missing kernel from that launch
-    (+ the median latency) until the op started; the op then follows it."""
-    has_op = np.zeros(ev_start.size, dtype=bool)
-    has_op[o.trigger] = True
-    blind = np.flatnonzero(is_launch & ~has_op)
-    if blind.size == 0:
-        return o
-    lat, gap = o.lat.copy(), o.gap.copy()
-    new: list[tuple[int, int, int, int]] = []  # trigger, stream, dur, lat
-    for j in np.flatnonzero(since >= MAX_LATENCY_NS).tolist():
-        t = int(o.trigger[j])
-        u = blind[(blind < t) & (thread[blind] == thread[t])
-                  & (ev_start[blind] + med_lat >= prev_end[j])]
-        if u.size == 0 or prev_end[j] > ev_start[t]:
-            continue
-        u0 = int(u[-1])
-        began = max(int(prev_end[j]), int(ev_start[u0]) + med_lat)
-        if start[j] <= began:
-            continue
-        new.append((u0, int(o.stream[j]), int(start[j]) - began, med_lat))
-        lat[j], gap[j] = min(int(lat[j]), med_lat), 0
-    if not new:
-        return o
-    k = len(new)
-    z = np.zeros(k, dtype=np.int64)
-    trig = np.concatenate([o.trigger, [n[0] for n in new]]).astype(np.int64)
-    order = np.argsort(trig, kind="stable")
-    back = np.empty(order.size, dtype=np.int64)
-    back[order] = np.arange(order.size)
-    dep = np.concatenate([o.dep, z - 1])
-    dep = np.where(dep >= 0, back[np.maximum(dep, 0)], -1)
-
-    def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.concatenate([a, b])[order]
-
-    return GpuOps(
-        trigger=trig[order], stream=cat(o.stream, np.array([n[1] for n in new], np.int64)),
-        kind=cat(o.kind, np.full(k, OpKind.UNSEEN, dtype=np.int8)),
-        dur=cat(o.dur, np.array([n[2] for n in new], np.int64)),
-        lat=cat(lat, np.array([n[3] for n in new], np.int64)), gap=cat(gap, z),
-        dep=dep[order], row=cat(o.row, z - 1), nbytes=cat(o.nbytes, z),
-        comm=cat(o.comm, np.zeros(k, dtype=bool)))
 
 
 def _runs(k: I64) -> list[tuple[int, int]]:

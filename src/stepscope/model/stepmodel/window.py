@@ -10,7 +10,7 @@ ran in them, the host window runs instead from one launch of the process's main 
 (``pid == tid``: the training loop's) to the same launch a period later (:func:`host_window`):
 one period's launches, each once. Where they issued as many (a host held in step with the GPU
 by its blocking copies: CuPy's pageable ``set``), the markers stay: a launch whose kernel the
-capture lacks (CuPy's ``cuLaunchKernel``, ``build._with_unseen``) is found from the op it
+capture lacks (CuPy's ``cuLaunchKernel``, ``unseen.with_unseen``) is found from the op it
 delays, which a window ending at that launch would leave out.
 
 Such a window may end while the main thread waits for another (autograd's backward thread,
