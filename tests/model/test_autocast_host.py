@@ -169,13 +169,15 @@ def test_a_step_of_inductor_kernels_gets_no_casts(h100: dict[str, Run],
     bare = untraced(m)
     f = kernel_remedies.tc_factors(a, ra, bare)
     assert f is not None
-    amp = f.amp
-    casts = kernel_remedies._casts(a, ra, bare, amp)
+    casts = kernel_remedies._casts(a, ra, bare, f)
+    # every Linear has a bias: its GEMM is launched by aten::addmm
     assert casts is not None and casts.layers == 12 and casts.total == 50
+    assert casts.weights_only == 0 and f.launched is not None
+    assert "aten::addmm" in set(f.launched.values())
     # torch.compile: Inductor's kernels fuse the casts; none are added
     monkeypatch.setattr(kernel_remedies, "kernel_frame",
                         lambda _g: pa.table({"name": ["triton_poi_fused__to_copy_0"]}))
-    assert kernel_remedies._casts(a, ra, bare, amp) is None
+    assert kernel_remedies._casts(a, ra, bare, f) is None
 
 
 def test_the_plan_takes_the_alternative_that_does_best_with_the_others(h100: dict[str, Run]
@@ -190,3 +192,50 @@ def test_the_plan_takes_the_alternative_that_does_best_with_the_others(h100: dic
     assert {"bf16_amp", "cuda_graphs"} <= set(rr.plan.remedy_ids)
     assert "tf32" not in rr.plan.remedy_ids
     assert all(rr.plan.predicted_step_ms <= s.predicted_step_ms + 1e-9 for s in rr.plan.subsets)
+
+
+def test_a_layer_without_a_bias_casts_its_weight_alone(h100: dict[str, Run]) -> None:
+    """The conv fixture's six convolutions have a bias (``aten::_convolution`` adds it with
+    ``aten::add_`` right after cuDNN's kernels) and so has its Linear (``aten::addmm``): 7
+    layers, 2 casts each, the input's and the output's, 14 back. Without the bias adds (the
+    same ops renamed, as a bias-free conv followed by its activation launches them) each
+    convolution casts its weight alone."""
+    from dataclasses import replace
+
+    from stepscope.model.profiler_cost import step_costs
+    from stepscope.model.stepmodel import build_step_model, kernel_remedies
+    from stepscope.model.stepmodel.profiler import untraced
+
+    a = analyze(h100["h100_conv_fp32"], workers=1)
+    ra = a.ranks[0]
+    g = a.graph.rank(ra.rank)
+    m = build_step_model(g, ra, step_costs(a.graph, g))
+    assert m is not None
+    bare = untraced(m)
+    f = kernel_remedies.tc_factors(a, ra, bare)
+    assert f is not None and f.launched is not None
+    c = kernel_remedies._casts(a, ra, bare, f)
+    assert c is not None and (c.layers, c.weights_only, c.forward, c.backward) == (7, 0, 16, 14)
+    no_bias = {e: "aten::relu" if n == "aten::add_" else n for e, n in f.launched.items()}
+    c2 = kernel_remedies._casts(a, ra, bare, replace(f, launched=no_bias))
+    assert c2 is not None
+    assert (c2.layers, c2.weights_only, c2.forward, c2.backward) == (7, 6, 6 + 2 + 2, 6 + 2)
+    assert "(7 layers: 1 with weight and bias, 6 with a weight alone, the input" in c2.describe()
+    # fewer casts, less host work added before the same launches
+    assert c2.events.tolist() == c.events.tolist()
+    assert int(c2.cast_ns.sum()) == c2.total * CAST_NS < int(c.cast_ns.sum())
+
+
+def test_the_ops_that_launched_a_layer_say_whether_it_has_a_bias() -> None:
+    from stepscope.model.stepmodel.autocast_host import layer_params
+
+    m, _ = _net(2)  # thread 0: events 1 (matmul), 2 (activation), 3 (matmul), 4 (activation)
+    assert layer_params(m, (1,), None) == PARAMS_PER_LAYER  # a recorded run: no framework ops
+    assert layer_params(m, (1,), {1: "aten::addmm"}) == 2  # nn.Linear with a bias
+    assert layer_params(m, (1,), {1: "aten::mm"}) == 1  # nn.Linear(bias=False)
+    assert layer_params(m, (1,), {1: "aten::bmm"}) == PARAMS_PER_LAYER  # not a layer we know
+    conv = {1: "aten::cudnn_convolution", 3: "aten::cudnn_convolution"}
+    assert layer_params(m, (1,), {**conv, 2: "aten::add_"}) == 2  # the bias add follows
+    assert layer_params(m, (1,), {**conv, 2: "aten::relu"}) == 1
+    assert layer_params(m, (3,), {**conv, 4: "aten::add_"}) == 2
+    assert layer_params(m, (3,), conv) == 1  # the thread's last layer: nothing follows

@@ -13,9 +13,10 @@ can make the step slower than TF32 (docs/accuracy.md, "Autocast's casts on the h
 Counted from the fp32 step: the forward layers are the runs of fp32 matmul/conv launches on the
 thread that launches the first of them (a cuDNN convolution may launch several kernels; a run
 ends at any other launch, so two layers back to back with nothing between count as one); the
-backward's casts go to the other threads that launch such kernels (autograd's). Per layer
-:data:`PARAMS_PER_LAYER` parameters (weight and bias), :data:`EXTRA_CASTS` more in the forward
-(the input's, the output's), one backward cast per parameter cast.
+backward's casts go to the other threads that launch such kernels (autograd's). Per layer its
+parameters (:func:`layer_params`: weight and bias, or the weight alone where the framework ops
+show no bias), :data:`EXTRA_CASTS` more in the forward (the input's, the output's), one
+backward cast per parameter cast.
 
 Measured on an NVIDIA H100's host (16-core Intel Xeon, torch 2.11, Python 3.12; docs/accuracy.md,
 "Autocast's casts on the host"): on the 12-layer MLP of ``deep_mlp_fp32``, host-bound with TF32
@@ -36,7 +37,12 @@ import numpy as np
 from stepscope.model.stepmodel.steps import I64, B, HostKind, StepModel
 
 CAST_NS = 15_000  # host cost of one autocast cast (or its backward), see the module docstring
-PARAMS_PER_LAYER = 2  # weight and bias
+PARAMS_PER_LAYER = 2  # weight and bias (a layer whose framework ops are not known)
+# the framework op that launches a layer's GEMM, and the op that adds a convolution's bias
+# (PyTorch: ``aten::_convolution`` runs ``aten::add_`` after cuDNN's call when the conv has one)
+WITH_BIAS_GEMM = ("aten::addmm",)
+WITHOUT_BIAS_GEMM = ("aten::mm",)
+CONV_BIAS_ADD = "aten::add_"
 EXTRA_CASTS = 2  # the forward's fp32 input cast and the output's cast back to fp32
 
 
@@ -45,6 +51,7 @@ class AutocastCasts:
     """The casts bf16 autocast would add to one step, and where their host work goes."""
 
     layers: int  # forward runs of fp32 matmul/conv launches
+    weights_only: int  # of them, the layers the framework ops show without a bias
     forward: int  # casts in the forward (parameters and activations)
     backward: int  # casts of the parameters' gradients (0: no backward thread seen)
     events: I64  # host events whose dispatch ``pre`` takes the casts
@@ -57,8 +64,12 @@ class AutocastCasts:
     def describe(self) -> str:
         back = (f" and {self.backward} casts of their gradients back to fp32 in the backward"
                 if self.backward else "")
+        params = ("weight and bias each" if not self.weights_only else
+                  "a weight each, no bias" if self.weights_only == self.layers else
+                  f"{self.layers - self.weights_only} with weight and bias, "
+                  f"{self.weights_only} with a weight alone")
         return (f"bf16 autocast's casts on the host: {self.forward} casts a step in the forward "
-                f"({self.layers} layers: weight and bias each, the input and the output){back}, "
+                f"({self.layers} layers: {params}, the input and the output){back}, "
                 f"{CAST_NS / 1e3:.0f} us each ({self.total * CAST_NS / 1e6:.2f} ms a step; "
                 "measured on an H100's 16-core Xeon host: 14-21 us in host-bound steps); their "
                 "copy kernels' GPU time is left out")
@@ -108,21 +119,49 @@ def spread(total: int, n: int) -> list[int]:
     return share
 
 
-def autocast_casts(m: StepModel, candidate: B) -> AutocastCasts | None:
+def layer_params(m: StepModel, run: tuple[int, ...], launched: dict[int, str] | None) -> int:
+    """The parameters autocast casts for one forward layer run (host event indexes):
+    :data:`PARAMS_PER_LAYER` (weight and bias) unless the framework ops that launched it
+    (``launched``: host event -> op name) show a layer without a bias: a GEMM launched by
+    ``aten::mm`` (``nn.Linear(bias=False)``; ``aten::addmm`` is one with a bias), or a
+    convolution whose run the bias add (``aten::add_`` in ``aten::_convolution``) does not
+    follow. Other ops (a batched matmul, an unknown framework's) keep the default."""
+    if not launched:
+        return PARAMS_PER_LAYER
+    names = [launched.get(e, "") for e in run]
+    if any(n in WITH_BIAS_GEMM for n in names):
+        return PARAMS_PER_LAYER
+    if any(n in WITHOUT_BIAS_GEMM for n in names):
+        return 1
+    if any("conv" in n.lower() for n in names):
+        h = m.host
+        last = run[-1]
+        later = np.flatnonzero((h.kind == HostKind.LAUNCH) & (h.thread == h.thread[last])
+                               & (np.arange(h.size) > last))
+        after = launched.get(int(later[0]), "") if later.size else ""
+        return PARAMS_PER_LAYER if after == CONV_BIAS_ADD else 1
+    return PARAMS_PER_LAYER
+
+
+def autocast_casts(m: StepModel, candidate: B, launched: dict[int, str] | None = None
+                   ) -> AutocastCasts | None:
     """The casts of ``m``'s step under bf16 autocast; ``candidate``: per GPU op, an fp32
-    matmul/conv kernel that autocast would run in bf16. None where no run is found."""
+    matmul/conv kernel that autocast would run in bf16; ``launched``: per host event, the name
+    of the framework op that launched it, where the run has them (:func:`layer_params`). None
+    where no run is found."""
     runs = layer_runs(m, candidate)
     if runs is None:
         return None
     layers = len(runs.forward)
+    params = [layer_params(m, r, launched) for r in runs.forward]
     events = [r[0] for r in runs.forward]
-    amounts = [(PARAMS_PER_LAYER + (EXTRA_CASTS if k == 0 else 0)) * CAST_NS
-               for k in range(layers)]
-    backward = PARAMS_PER_LAYER * layers if runs.backward else 0
+    amounts = [(p + (EXTRA_CASTS if k == 0 else 0)) * CAST_NS for k, p in enumerate(params)]
+    backward = sum(params) if runs.backward else 0
     if runs.backward:
         events += [r[0] for r in runs.backward]
         amounts += [s * CAST_NS for s in spread(backward, len(runs.backward))]
-    return AutocastCasts(layers, PARAMS_PER_LAYER * layers + EXTRA_CASTS, backward,
+    return AutocastCasts(layers, sum(p < PARAMS_PER_LAYER for p in params),
+                         sum(params) + EXTRA_CASTS, backward,
                          np.asarray(events, dtype=np.int64), np.asarray(amounts, dtype=np.int64))
 
 
@@ -141,5 +180,5 @@ def with_casts(m: StepModel, casts: AutocastCasts) -> StepModel:
     return add_host(m, casts.events, casts.cast_ns)
 
 
-__all__ = ["AutocastCasts", "CAST_NS", "LayerRuns", "add_host", "autocast_casts", "layer_runs",
-           "spread", "with_casts"]
+__all__ = ["AutocastCasts", "CAST_NS", "LayerRuns", "add_host", "autocast_casts",
+           "layer_params", "layer_runs", "spread", "with_casts"]

@@ -40,6 +40,7 @@ class TcFactors:
     conv: np.ndarray  # bool: a convolution
     nchw: bool  # the fp32 convolutions run on NCHW tensors (their kernels say so)
     used: dict[str, str]  # the ratios used: name -> description
+    launched: dict[int, str] | None = None  # host event -> the framework op that launched it
 
 
 def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> TcFactors | None:
@@ -95,7 +96,8 @@ def tc_factors(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> TcFactors 
     if not ((tf32 > 1).any() or (amp > 1).any()):
         return None
     nchw = any("nchw" in n for n in conv_names) and not any("nhwc" in n for n in conv_names)
-    return TcFactors(tf32, amp, clf, conv, nchw, used)
+    by_event = ({int(o.trigger[j]): n for j, n in ops.items() if n} if launched_by else None)
+    return TcFactors(tf32, amp, clf, conv, nchw, used, by_event)
 
 
 def conv_members(m: StepModel, conv: B, gemm: B, ops: dict[int, str] | None) -> B:
@@ -132,9 +134,10 @@ AUTOCAST_HOST_NOTE = (
     "host is close to the predicted step, measure before choosing bf16 over TF32")
 
 
-def _casts(analysis: Analysis, ra: RankAnalysis, m: StepModel, amp: np.ndarray
+def _casts(analysis: Analysis, ra: RankAnalysis, m: StepModel, f: TcFactors
            ) -> AutocastCasts | None:
-    """The casts eager PyTorch's autocast would add (``autocast_host``); None for another
+    """The casts eager PyTorch's autocast would add (``autocast_host``), each layer's
+    parameters from the ops that launched it where the run has them; None for another
     framework's program (JAX and TensorFlow cast inside XLA's fused kernels), for a step of
     Inductor's kernels (torch.compile fuses the casts), or where no layer is found."""
     fws = analysis.graph.frameworks
@@ -145,7 +148,7 @@ def _casts(analysis: Analysis, ra: RankAnalysis, m: StepModel, amp: np.ndarray
         names = names.cast(pa.string())
     if names.length() and pc.any(pc.starts_with(names, "triton_")).as_py():
         return None
-    return autocast_casts(m, amp > 1)
+    return autocast_casts(m, f.amp > 1, f.launched)
 
 
 def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
@@ -156,7 +159,7 @@ def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candid
     ev = (f"{int((f.amp > 1).sum())} fp32 matmul/conv kernels without tensor cores per step, "
           f"{ms(float(o.dur[f.amp > 1].sum()))}",
           "speed-ups: " + "; ".join(f"{k} {v}" for k, v in sorted(f.used.items())))
-    casts = _casts(analysis, ra, m, f.amp)
+    casts = _casts(analysis, ra, m, f)
     trans = layout_transposes(m, f.amp > 1, f.conv) if f.nchw else None
 
     def nchw(x: StepModel) -> StepModel:
