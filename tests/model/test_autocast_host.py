@@ -13,9 +13,10 @@ import pytest
 from tests.model.test_stepmodel import model
 
 from stepscope.advisor.remedies import rank_remedies
-from stepscope.analysis import analyze
+from stepscope.analysis import Analysis, RankAnalysis, analyze
 from stepscope.importers import import_traces
-from stepscope.model.stepmodel import replay
+from stepscope.model.profiler_cost import step_costs
+from stepscope.model.stepmodel import build_step_model, kernel_remedies, replay
 from stepscope.model.stepmodel.autocast_host import (
     CAST_NS,
     EXTRA_CASTS,
@@ -23,6 +24,8 @@ from stepscope.model.stepmodel.autocast_host import (
     autocast_casts,
     with_casts,
 )
+from stepscope.model.stepmodel.kernel_remedies import TcFactors
+from stepscope.model.stepmodel.profiler import untraced
 from stepscope.model.stepmodel.steps import HostKind, StepModel
 from stepscope.store import Run
 
@@ -139,7 +142,6 @@ def test_another_frameworks_program_gets_no_casts_and_the_note(h100: dict[str, R
                                                                monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     from stepscope.analysis.graph import RunGraph
-    from stepscope.model.stepmodel import kernel_remedies
 
     with_casts_ms = _predicted(h100["h100_deep_mlp_fp32"])["bf16_amp"]
     # a JAX program casts inside XLA's fused kernels: the kernels' speed-up alone, and the note
@@ -153,15 +155,9 @@ def test_another_frameworks_program_gets_no_casts_and_the_note(h100: dict[str, R
     assert amp.predicted_step_ms < with_casts_ms - 0.5
 
 
-def test_a_step_of_inductor_kernels_gets_no_casts(h100: dict[str, Run],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    import pyarrow as pa
-
-    from stepscope.model.profiler_cost import step_costs
-    from stepscope.model.stepmodel import build_step_model, kernel_remedies
-    from stepscope.model.stepmodel.profiler import untraced
-
-    a = analyze(h100["h100_deep_mlp_fp32"], workers=1)
+def _factors(run: Run) -> tuple[Analysis, RankAnalysis, StepModel, TcFactors]:
+    """The run's analysis, rank, untraced step model and precision factors."""
+    a = analyze(run, workers=1)
     ra = a.ranks[0]
     g = a.graph.rank(ra.rank)
     m = build_step_model(g, ra, step_costs(a.graph, g))
@@ -169,6 +165,14 @@ def test_a_step_of_inductor_kernels_gets_no_casts(h100: dict[str, Run],
     bare = untraced(m)
     f = kernel_remedies.tc_factors(a, ra, bare)
     assert f is not None
+    return a, ra, bare, f
+
+
+def test_a_step_of_inductor_kernels_gets_no_casts(h100: dict[str, Run],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+
+    a, ra, bare, f = _factors(h100["h100_deep_mlp_fp32"])
     casts = kernel_remedies._casts(a, ra, bare, f)
     # every Linear has a bias: its GEMM is launched by aten::addmm
     assert casts is not None and casts.layers == 12 and casts.total == 50
@@ -202,18 +206,8 @@ def test_a_layer_without_a_bias_casts_its_weight_alone(h100: dict[str, Run]) -> 
     convolution casts its weight alone."""
     from dataclasses import replace
 
-    from stepscope.model.profiler_cost import step_costs
-    from stepscope.model.stepmodel import build_step_model, kernel_remedies
-    from stepscope.model.stepmodel.profiler import untraced
-
-    a = analyze(h100["h100_conv_fp32"], workers=1)
-    ra = a.ranks[0]
-    g = a.graph.rank(ra.rank)
-    m = build_step_model(g, ra, step_costs(a.graph, g))
-    assert m is not None
-    bare = untraced(m)
-    f = kernel_remedies.tc_factors(a, ra, bare)
-    assert f is not None and f.launched is not None
+    a, ra, bare, f = _factors(h100["h100_conv_fp32"])
+    assert f.launched is not None
     c = kernel_remedies._casts(a, ra, bare, f)
     assert c is not None and (c.layers, c.weights_only, c.forward, c.backward) == (7, 0, 16, 14)
     no_bias = {e: "aten::relu" if n == "aten::add_" else n for e, n in f.launched.items()}
