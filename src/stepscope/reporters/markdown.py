@@ -107,6 +107,8 @@ def _findings(report: Report) -> list[str]:
     if not adv.findings:
         return ["### Findings", "", "None above the reporting thresholds."]
     out = ["### Findings (ranked by estimated saving per step)", "",
+           "Each saving is its symptom's own; they overlap. The savings of the fixes beside "
+           "them are replayed on the step model, each with the rest of the step.", "",
            _row("#", "severity", "finding", "saving per step", "confidence", "fix"),
            _row("---:", "---", "---", "---:", "---", "---")]
     for i, f in enumerate(adv.findings[:TOP_FINDINGS], 1):

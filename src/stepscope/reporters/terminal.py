@@ -175,7 +175,8 @@ def _findings(report: Report, limit: int = 6) -> list[RenderableType]:
     if not adv.findings:
         out.append(Text("Findings: none above the reporting thresholds.", style="bold"))
     else:
-        out.append(Text("Findings (ranked by estimated saving per step)", style="bold"))
+        out.append(Text("Findings (ranked by estimated saving per step, each its symptom's own: "
+                        "they overlap)", style="bold"))
         for i, f in enumerate(adv.findings[:limit], 1):
             line = Text(f"{i}. ")
             line.append(f"[{f.severity.value}]", style=SEV_STYLE[f.severity.value])

@@ -692,7 +692,7 @@ function renderFindings() {
   const el = clear(body('findings'));
   const fs = R.findings || [];
   if (!fs.length) el.appendChild(h('p', {text: 'No findings above the reporting thresholds: nothing costs more than 1% of a step by the rules\' estimates.'}));
-  else el.appendChild(h('p', {class: 'note', text: 'Ranked by estimated saving per step. Each estimate says how it was made; "confidence" is lowered where host timings are inflated by the profiler.'}));
+  else el.appendChild(h('p', {class: 'note', text: 'Ranked by estimated saving per step. Each estimate is its symptom\'s own and says how it was made; the estimates overlap, the savings of the fixes beside them are replayed on the step model. "confidence" is lowered where host timings are inflated by the profiler.'}));
   const panes = [];
   fs.forEach((f, i) => {
     const w = U.where[i];
