@@ -233,3 +233,5 @@ def test_the_ops_that_launched_a_layer_say_whether_it_has_a_bias() -> None:
     assert layer_params(m, (1,), {**conv, 2: "aten::relu"}) == 1
     assert layer_params(m, (3,), {**conv, 4: "aten::add_"}) == 2
     assert layer_params(m, (3,), conv) == 1  # the thread's last layer: nothing follows
+    # a depthwise convolution adds its bias in its own kernel: no add to look for
+    assert layer_params(m, (1,), {1: "aten::_conv_depthwise2d", 2: "aten::relu"}) == 2

@@ -42,6 +42,7 @@ PARAMS_PER_LAYER = 2  # weight and bias (a layer whose framework ops are not kno
 # (PyTorch: ``aten::_convolution`` runs ``aten::add_`` after cuDNN's call when the conv has one)
 WITH_BIAS_GEMM = ("aten::addmm",)
 WITHOUT_BIAS_GEMM = ("aten::mm",)
+CUDNN_CONV = "aten::cudnn_convolution"  # and ``_transpose``: their bias is a separate add
 CONV_BIAS_ADD = "aten::add_"
 EXTRA_CASTS = 2  # the forward's fp32 input cast and the output's cast back to fp32
 
@@ -123,9 +124,10 @@ def layer_params(m: StepModel, run: tuple[int, ...], launched: dict[int, str] | 
     """The parameters autocast casts for one forward layer run (host event indexes):
     :data:`PARAMS_PER_LAYER` (weight and bias) unless the framework ops that launched it
     (``launched``: host event -> op name) show a layer without a bias: a GEMM launched by
-    ``aten::mm`` (``nn.Linear(bias=False)``; ``aten::addmm`` is one with a bias), or a
+    ``aten::mm`` (``nn.Linear(bias=False)``; ``aten::addmm`` is one with a bias), or a cuDNN
     convolution whose run the bias add (``aten::add_`` in ``aten::_convolution``) does not
-    follow. Other ops (a batched matmul, an unknown framework's) keep the default."""
+    follow. Other ops (a batched matmul, a depthwise convolution that adds its bias in its own
+    kernel, an unknown framework's) keep the default."""
     if not launched:
         return PARAMS_PER_LAYER
     names = [launched.get(e, "") for e in run]
@@ -133,7 +135,7 @@ def layer_params(m: StepModel, run: tuple[int, ...], launched: dict[int, str] | 
         return PARAMS_PER_LAYER
     if any(n in WITHOUT_BIAS_GEMM for n in names):
         return 1
-    if any("conv" in n.lower() for n in names):
+    if any(n.startswith(CUDNN_CONV) for n in names):
         h = m.host
         last = run[-1]
         later = np.flatnonzero((h.kind == HostKind.LAUNCH) & (h.thread == h.thread[last])
