@@ -278,8 +278,12 @@ def test_more_workers_predicts_the_num_workers_4_capture(before: tuple[str, ...]
     for name in before:
         rem = _remedy(reports(name), "dataloader_workers")
         assert rem is not None and "num_workers=0" in rem.evidence[0]
-        # measured 2026-11-27: 112.6 and 114.7 ms against 114.4-116.2 (2021-06); 114.9
-        # against 108.9 (2021-01)
+        # 2026-11-27, with the host clock of the fast launch calls (these hosts' read 1.75-2x
+        # the constants' work per event): 108.8 and 110.8 ms against 109.5-112.2 (2021-06);
+        # 110.4 against 108.5 (2021-01). With the median clock before it (1x): 112.6 and 114.7
+        # against 114.4-116.2; 114.9 against 108.9
         assert 0.9 * lo <= rem.predicted_step_ms <= 1.1 * hi, (name, rem.predicted_step_ms,
                                                                fixed)
-        assert rem.predicted_step_ms < 0.85 * rem.baseline_ms  # the loader's wait goes
+        # the loader's wait goes: 11-27% of the untraced estimate (the 2021-01 pair's own two
+        # estimates differ by 12%)
+        assert rem.predicted_step_ms < 0.9 * rem.baseline_ms

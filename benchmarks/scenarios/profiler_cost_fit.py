@@ -18,13 +18,9 @@ GPU this script
 ``--costs`` is OP_NS,API_NS,MEMORY_NS,PYTHON_NS (ns per event). The constants are swapped in the
 module for the scoring only; the committed values are the first set printed when none is given.
 
-``--speed`` fits the host-speed reference instead (``profiler_cost.host_scale``): over the
-host-bound traces (GPU busy under a quarter of the traced step, so that traced minus untraced
-step is the profiler's cost), the scale each one needs (measured cost / the constants' cost)
-against the median duration of its launch calls; prints the log-least-squares
-``LAUNCH_REF_NS`` and the RMS log error of the constants alone and scaled within the module's
-[MIN_SCALE, MAX_SCALE] (committed model: lowered only), with the committed and the fitted
-reference.
+The host-speed clock that scales these constants per trace (``profiler_cost.host_scale``) is
+fitted by ``host_clock_fit.py`` (this script's ``--speed``, which fitted the median clock it
+replaced, is gone with it).
 """
 
 from __future__ import annotations
@@ -109,62 +105,6 @@ def event_counts(run: Path) -> tuple[float, float, float, float]:
             count(f"select count(*) from memory_events where {w}"))
 
 
-def host_facts(run: Path) -> tuple[float, float]:
-    """The model's host clock (``profiler_cost.launch_median_ns``, ns; 0 without one) and the
-    GPU's busy share of the steps' time (kernels, copies and memsets summed: an upper bound
-    where they overlap)."""
-    from stepscope.analysis.graph import run_graph
-    from stepscope.model.profiler_cost import launch_median_ns
-    from stepscope.store.run import Run
-
-    r = Run(run)
-    lo, hi, _, total = _window(r)
-    busy = 0.0
-    for table in ("kernels", "memcpy", "memset"):
-        if r.manifest.tables.get(table, 0):
-            busy += float(r.query(f"select coalesce(sum(dur_ns), 0) from {table} where ts_ns "
-                                  f">= {lo} and ts_ns < {hi}").column(0)[0].as_py())
-    return launch_median_ns(run_graph(r).all) or 0.0, busy / max(float(total), 1.0)
-
-
-def fit_speed(cases: list[Case]) -> None:
-    """The ``--speed`` table and fit (module doc)."""
-    import math
-
-    from stepscope.model import profiler_cost as pc
-
-    rows = []
-    print("suite  scenario            launch us  gpu share  measured ms  constants ms  needs")
-    for c in cases:
-        ops, py, api, mem = event_counts(c.run)
-        launch, gpu = host_facts(c.run)
-        model = (ops * pc.OP_NS + py * pc.PYTHON_NS + api * pc.API_NS + mem * pc.MEMORY_NS) / 1e6
-        measured = c.traced_ms - c.baseline_ms
-        if gpu >= 0.25 or launch <= 0 or measured <= 0 or model <= 0:
-            continue
-        rows.append((launch, measured / model))
-        print(f"{c.suite:6} {c.name:18} {launch / 1e3:9.2f}  {gpu:9.2f}  {measured:11.2f}  "
-              f"{model:12.2f}  x{measured / model:.2f}")
-    if not rows:
-        print("no host-bound trace")
-        return
-    ref = math.exp(sum(math.log(lk / need) for lk, need in rows) / len(rows))
-
-    def rms(scale: list[float]) -> float:
-        return math.sqrt(sum(math.log(need / k) ** 2 for (_, need), k in zip(rows, scale,
-                                                                            strict=True))
-                         / len(rows))
-
-    def scaled(r: float) -> list[float]:
-        return [min(max(lk / r, pc.MIN_SCALE), pc.MAX_SCALE) for lk, _ in rows]
-
-    print(f"\n{len(rows)} host-bound traces; log-least-squares LAUNCH_REF_NS = {ref:.0f} "
-          f"(committed {pc.LAUNCH_REF_NS})")
-    print(f"RMS log error: constants alone {rms([1.0] * len(rows)):.3f}; scaled by the launch "
-          f"median within [{pc.MIN_SCALE}, {pc.MAX_SCALE}], committed reference "
-          f"{rms(scaled(pc.LAUNCH_REF_NS)):.3f}, fitted reference {rms(scaled(ref)):.3f}")
-
-
 def score(cases: list[Case], costs: tuple[int, int, int, int]) -> list[tuple[Case, float | None, str]]:
     from stepscope.model import profiler_cost
     from stepscope.reporters.report import build_report
@@ -184,8 +124,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("suites", nargs="+", help="suite folders or .tar.gz of them")
     ap.add_argument("--all", action="store_true", help="list every scored trace, not only misses")
-    ap.add_argument("--speed", action="store_true",
-                    help="fit the host-speed reference LAUNCH_REF_NS (module doc)")
     ap.add_argument("--only", default="", help="comma-separated scenario names to use")
     ap.add_argument("--costs", action="append", default=[],
                     help="OP_NS,API_NS,MEMORY_NS,PYTHON_NS to score with (repeatable)")
@@ -198,9 +136,6 @@ def main() -> int:
         cases = load_cases(args.suites, Path(tmp))
         if args.only:
             cases = [c for c in cases if c.name in args.only.split(",")]
-        if args.speed:
-            fit_speed(cases)
-            return 0
         print("suite  scenario            ops/step  api  memory  measured cost ms  model ms "
               + " ".join(f"[{','.join(map(str, s))}]" for s in sets))
         for c in cases:

@@ -19,7 +19,8 @@ from stepscope.analysis.graph import run_graph
 from stepscope.model.profiler_cost import (
     API_NS,
     CAPTURE_API_NS,
-    LAUNCH_REF_NS,
+    LAUNCH_BASE_NS,
+    LAUNCH_SPAN_NS,
     MAX_SCALE,
     MIN_SCALE,
     OP_NS,
@@ -45,13 +46,16 @@ def _graph(kind: str, backends: tuple[str, ...] = ()) -> Any:
         source=SimpleNamespace(kind=kind, details={}), settings={"ranks": ranks}))
 
 
+REF_US = (LAUNCH_BASE_NS + LAUNCH_SPAN_NS) / 1000  # the launch call the constants hold at
+
+
 def test_step_costs_per_source(tmp_path: Path) -> None:
-    kineto = run_graph(_launches(tmp_path, "kineto", [LAUNCH_REF_NS / 1000] * 3))
+    kineto = run_graph(_launches(tmp_path, "kineto", [REF_US] * 3))
     assert step_costs(kineto, kineto.all) == costs_for(kineto, kineto.all)
     nothing: Any = None  # a recorded run's costs read no table
     assert step_costs(_graph("capture", ("cupti",)), nothing) == EventCosts(0, 0, CAPTURE_API_NS, 0)
     assert step_costs(_graph("capture"), nothing) == EventCosts(0, 0, CAPTURE_API_NS, 0)
-    torch_run = _launches(tmp_path / "t", "capture", [LAUNCH_REF_NS / 1000] * 3,
+    torch_run = _launches(tmp_path / "t", "capture", [REF_US] * 3,
                           backends=("cupti", "torch"))
     tg = run_graph(torch_run)
     torch_backend = step_costs(tg, tg.all)
@@ -78,24 +82,29 @@ def _launches(tmp_path: Path, kind: str, launch_us: list[float],
 
 
 def test_torch_profiler_costs_scale_with_the_traces_launch_speed(tmp_path: Path) -> None:
-    # launches of 4, 4.5, 4.5, 4.5 and 30 us: median 4.5 us, faster than the 5.63 us the
-    # constants hold at: a faster host, a smaller cost
-    run = run_graph(_launches(tmp_path, "kineto", [4, 4.5, 4.5, 4.5, 30]))
-    k = 4_500 / LAUNCH_REF_NS
+    # ten launches of 3, 4, 5 (seven) and 30 us: the 10th percentile, interpolated between
+    # the sorted durations, is 3 + 0.9 x (4 - 3) = 3.9 us, whatever the slow one: the
+    # costs are (3.9 - 1.75) / 3.0 = 0.717 of the constants
+    durations = [3.0, 4.0] + [5.0] * 7 + [30.0]
+    run = run_graph(_launches(tmp_path, "kineto", durations))
+    p10 = float(np.percentile(durations, 10)) * 1000
+    k = (p10 - LAUNCH_BASE_NS) / LAUNCH_SPAN_NS
+    assert p10 == pytest.approx(3_900) and k == pytest.approx(0.7166, abs=1e-3)
     assert host_scale(run.all) == pytest.approx(k)
     c = costs_for(run, run.all)
     assert c is not None and c.scale == pytest.approx(k)
     assert (c.op_ns, c.api_ns, c.python_ns) == (round(k * OP_NS), round(k * API_NS),
                                                 round(k * PYTHON_NS))
-    # slower launch calls do not raise the cost (they are not only the host's speed: the
-    # kernel's own launch, a host cold after a wait), and a much faster host is bounded
-    sg = run_graph(_launches(tmp_path / "s", "kineto", [9, 12, 40]))
+    # a slower host: its fast launches read 7.75 us, twice the work per event; beyond the
+    # bounds the factor stops
+    sg = run_graph(_launches(tmp_path / "s", "kineto", [7.75] * 3 + [40]))
     slow = costs_for(sg, sg.all)
-    assert slow is not None and (slow.scale, slow.op_ns, slow.api_ns) == (1.0, OP_NS, API_NS)
+    assert slow is not None and slow.scale == pytest.approx(2.0) == MAX_SCALE
+    assert (slow.op_ns, slow.api_ns) == (2 * OP_NS, 2 * API_NS)
+    assert host_scale(run_graph(_launches(tmp_path / "x", "kineto", [20] * 3)).all) == MAX_SCALE
     assert host_scale(run_graph(_launches(tmp_path / "f", "kineto", [1] * 3)).all) == MIN_SCALE
-    assert MAX_SCALE == 1.0
     # at the reference speed, the constants themselves
-    rg = run_graph(_launches(tmp_path / "r", "kineto", [LAUNCH_REF_NS / 1000] * 3))
+    rg = run_graph(_launches(tmp_path / "r", "kineto", [REF_US] * 3))
     ref = costs_for(rg, rg.all)
     assert ref is not None and (ref.op_ns, ref.api_ns, ref.scale) == (OP_NS, API_NS, 1.0)
     # HIP's launch calls are not the clock (it was read on CUDA's): the constants stay
