@@ -43,6 +43,8 @@ def _ratio_cell(row: dict[str, Any] | None) -> str:
 def _ok_cell(row: dict[str, Any] | None, has_report: bool) -> str:
     if not has_report or row is None:
         return "–"
+    if row.get("unstable"):
+        return f"not scored ({_esc(row['unstable'])})"
     if row["trap"]:
         return "ok (trap)" if row["ok"] else (
             "FAIL (trap: fix helped)" if not row.get("no_gain_measured") else
@@ -161,7 +163,8 @@ def totals_text(results: list[dict[str, Any]], path: str) -> str:
     rows = [x for r in results for x in (_rows_of(r, path) or [])]
     t = rs.totals(rows)
     if not t["rows"]:
-        return "nothing scored"
+        return "nothing scored" + (f" (the measurement unstable: {t['unstable']})"
+                                   if t["unstable"] else "")
     text = (f"within ±30% {t['ok']}/{t['rows'] - t['traps']} (±20%: {t['on_target']}), "
             f"not offered {t['not_offered']}")
     if t["plan_rows"]:
@@ -169,6 +172,8 @@ def totals_text(results: list[dict[str, Any]], path: str) -> str:
                  f"{t['plan_ok']}/{t['plan_rows']} (±20%: {t['plan_on_target']})")
     if t["traps"]:
         text += f", traps ok {t['traps_ok']}/{t['traps']}"
+    if t["unstable"]:
+        text += f"; not scored, the measurement unstable: {t['unstable']}"
     return text
 
 
@@ -198,4 +203,5 @@ INTRO = ("Remedies: each fix variant (a real user fix, named by the remedy ids i
          "captured step); ok = within ±30% of the measured fixed step (target ±20%). "
          "A variant covering several remedy ids also checks the plan. A trap (a fix that must "
          "not help) is ok when the predicted saving is below 10% and the measured saving below "
-         "5%.")
+         "5%. Not scored: a variant timed by its program whose runs, or the baseline's, "
+         f"differ by more than {rs.UNSTABLE_SPREAD:g}x (slowest over fastest).")

@@ -23,7 +23,14 @@ For each fix variant (``variants.Variant``) and each path (record, profiler trac
   untraced step, the user's or the one record timed after its window) predicts absolute
   steps: its ``predicted_step_ms`` is the predicted fixed step as it is;
 - a trap (a fix that must not help): ok when the predicted saving is below 10% (a remedy not
-  offered predicts none) and the measurement shows no gain (saving below 5%).
+  offered predicts none) and the measurement shows no gain (saving below 5%);
+- a measurement that did not hold still is not scored: where the programs timed a variant
+  (``record_suite --program-timing``, one process per run) and its runs or the baseline's
+  differ by more than :data:`UNSTABLE_SPREAD` (slowest over fastest), the row is kept with
+  ``unstable`` (the two ranges) and counted apart (``totals``: ``unstable``). A ±30% check
+  means nothing against a baseline whose processes ran at 28, 58 and 137 ms a step (H100,
+  2026-11-27, ``loader_tf32``: its loader runs in the training process, whose pace moved
+  with the machine's; the earlier calls' runs stayed within 1.22x).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ TOLERANCE = 0.30
 TARGET = 0.20
 TRAP_MAX_PREDICTED_PCT = 10.0
 NO_GAIN_PCT = 5.0
+UNSTABLE_SPREAD = 1.5  # slowest over fastest run of program.py, beyond which a row is unscored
 REMEDY_KEYS = ("id", "title", "rank", "finding_ids", "baseline_ms", "predicted_step_ms",
                "est_saving_ms", "est_saving_pct", "option", "options", "assumptions")
 
@@ -168,9 +176,12 @@ def predict(fields: dict[str, Any], ids: tuple[str, ...],
 
 
 def score_row(pred: Prediction, *, baseline_ms: float, fixed_ms: float, saving_pct: float,
-              captured_ms: float | None, trap: bool, absolute: bool = False) -> dict[str, Any]:
+              captured_ms: float | None, trap: bool, absolute: bool = False,
+              unstable: str | None = None) -> dict[str, Any]:
     """One prediction against one measured variant (module doc); ``absolute``: a calibrated
-    report's, compared as it is (a trap's promised saving stays the report's own)."""
+    report's, compared as it is (a trap's promised saving stays the report's own);
+    ``unstable``: why the measurement is not a reference (module doc): the row is neither ok
+    nor off."""
     base = baseline_ms if absolute and not trap else pred.base_ms or captured_ms
     out: dict[str, Any] = {**asdict(pred), "remedy_ids": list(pred.remedy_ids),
                            "base_ms": base, "trap": trap,
@@ -189,6 +200,9 @@ def score_row(pred: Prediction, *, baseline_ms: float, fixed_ms: float, saving_p
         # where the report's steps are the program's steps (not periodicity windows).
         out["direct_ratio"] = round(pred.step_ms / fixed_ms, 3) if fixed_ms > 0 else None
         out["base_ratio"] = round(base / baseline_ms, 3) if baseline_ms > 0 else None
+    if unstable:
+        out["unstable"] = unstable
+        return out
     if trap:
         predicted = out["predicted_saving_pct"] if pred.step_ms is not None else 0.0
         no_gain = saving_pct < NO_GAIN_PCT
@@ -223,7 +237,8 @@ def score_variants(variants: dict[str, dict[str, Any]] | None, baseline_ms: floa
             return {"variant": name, "check": check,
                     **score_row(p, baseline_ms=base, fixed_ms=float(v["fixed_ms"]),
                                 saving_pct=float(v["saving_pct"]), captured_ms=captured,
-                                trap=trap, absolute=absolute)}
+                                trap=trap, absolute=absolute,
+                                unstable=v.get("unstable"))}
 
         pred = predict(fields, rems, covers)
         rows.append(row(pred, "remedy"))
@@ -242,7 +257,11 @@ def is_plan_row(row: dict[str, Any]) -> bool:
 
 def totals(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Counts over score rows: scored, ok (+-30% or trap passed), on target (+-20%), traps;
-    ``single_*``: the rows of one remedy, ``plan_*``: the rows of a plan (``is_plan_row``)."""
+    ``single_*``: the rows of one remedy, ``plan_*``: the rows of a plan (``is_plan_row``);
+    ``unstable``: the rows left out of all the others (their measurement did not hold still,
+    module doc)."""
+    unstable = [r for r in rows if r.get("unstable")]
+    rows = [r for r in rows if not r.get("unstable")]
     traps = [r for r in rows if r.get("trap")]
     rest = [r for r in rows if not r.get("trap")]
     plans = [r for r in rest if is_plan_row(r)]
@@ -255,7 +274,8 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, int]:
             "single_on_target": sum(1 for r in single if r["on_target"]),
             "plan_rows": len(plans), "plan_ok": sum(1 for r in plans if r["ok"]),
             "plan_on_target": sum(1 for r in plans if r["on_target"]),
-            "traps": len(traps), "traps_ok": sum(1 for r in traps if r["ok"])}
+            "traps": len(traps), "traps_ok": sum(1 for r in traps if r["ok"]),
+            "unstable": len(unstable)}
 
 
 FIELD_KEYS = ("remedies", "plan", "plans", "step_model", "captured_step_ms", "captured_from")
@@ -279,7 +299,9 @@ def measured_groups(res: dict[str, Any]
     if not timed and t.get("fixed_ms") is not None:
         timed = {first: {"fixed_ms": t["fixed_ms"], "saving_ms": t.get("saving_ms"),
                          "saving_pct": t.get("saving_pct")}}
+    base_runs = [float(x) for x in t.get("baseline_runs_ms") or ()]
     prog = {k: {**vs[k], "status": "measured", "fixed_ms": timed[k]["fixed_ms"],
+                "unstable": unstable_runs(base_runs, timed[k].get("runs_ms") or ()),
                 "saving_ms": timed[k].get("saving_ms"), "saving_pct": timed[k].get("saving_pct"),
                 "harness_fixed_ms": vs[k].get("fixed_ms"),
                 "from": "program.py (its own loop, the baseline's source)"}
@@ -293,6 +315,17 @@ def measured_groups(res: dict[str, Any]
     if rest:
         out.append((harness, rest))
     return out
+
+
+def unstable_runs(baseline: Any, fixed: Any) -> str | None:
+    """Why program.py's runs of a baseline and a variant are no reference (their slowest over
+    their fastest beyond :data:`UNSTABLE_SPREAD`), else None."""
+    out = []
+    for what, runs in (("baseline", baseline), ("variant", fixed)):
+        xs = [float(x) for x in runs if isinstance(x, (int, float)) and x > 0]
+        if len(xs) > 1 and max(xs) > UNSTABLE_SPREAD * min(xs):
+            out.append(f"{what} runs {min(xs):.1f}-{max(xs):.1f} ms")
+    return "; ".join(out) or None
 
 
 def score_result(res: dict[str, Any]) -> dict[str, list[dict[str, Any]] | None]:

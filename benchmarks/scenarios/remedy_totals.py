@@ -12,7 +12,8 @@ A second table counts each row's ``direct_ratio``: the report's own predicted st
 rescaled. Where the report is calibrated this is its score; where it is not (a trace with no
 step given), the score above applies its predicted share to the measured baseline instead.
 Only reports whose steps are the program's count (a trace's step markers, a recorded run's
-step hook); steps recovered from the kernel stream's periodicity are left out, and traps too.
+step hook); steps recovered from the kernel stream's periodicity are left out, and traps and
+unstable measurements (``remedy_score.UNSTABLE_SPREAD``) too.
 
 A third table repeats the first without the rows the interleaved harness timed for a scenario
 it cannot time (``timing.TIMED_BY_PROGRAMS``): only their variants timed by their own programs
@@ -62,7 +63,8 @@ def direct_text(results: list[dict[str, Any]], path: str) -> str:
     """Rows whose report's own predicted step is within ±30% of the measured fixed step."""
     ratios = [row.get("direct_ratio") for res in results if _program_steps(res, path)
               for row in ((res.get("remedy_score") or {}).get(path) or [])
-              if not row.get("trap") and row.get("step_ms") is not None]
+              if not row.get("trap") and not row.get("unstable")
+              and row.get("step_ms") is not None]
     got = [r for r in ratios if r is not None]
     if not got:
         return "nothing scored"
@@ -74,10 +76,11 @@ CHOICE_MIN = 0.05  # measured fixed steps closer than this (of the faster) are a
 
 
 def _first_rows(res: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
-    """Per variant, its first scored row with a prediction and a measurement (no trap)."""
+    """Per variant, its first scored row with a prediction and a measurement (no trap, no
+    unstable one)."""
     out: dict[str, dict[str, Any]] = {}
     for row in (res.get("remedy_score") or {}).get(path) or []:
-        if (row.get("trap") or row.get("predicted_fixed_ms") is None
+        if (row.get("trap") or row.get("unstable") or row.get("predicted_fixed_ms") is None
                 or row.get("measured_fixed_ms") is None):
             continue
         out.setdefault(str(row.get("variant")), row)

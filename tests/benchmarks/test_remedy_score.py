@@ -305,7 +305,8 @@ def test_score_variants_rows_and_plan_check() -> None:
     t = rs.totals(rows)
     assert t == {"rows": 4, "predicted": 3, "ok": 3, "on_target": 2, "not_offered": 0,
                  "single_rows": 2, "single_ok": 2, "single_on_target": 2,
-                 "plan_rows": 1, "plan_ok": 1, "plan_on_target": 0, "traps": 1, "traps_ok": 1}
+                 "plan_rows": 1, "plan_ok": 1, "plan_on_target": 0, "traps": 1, "traps_ok": 1,
+                 "unstable": 0}
 
 
 def test_a_calibrated_report_is_scored_as_it_is() -> None:
@@ -365,6 +366,38 @@ def test_a_variant_timed_by_the_program_is_scored_against_the_programs_baseline(
     scored = {**res, "remedy_score": rs.score_result(res)}
     plan = [ln for ln in remedy_report.plan_rows(scored) if "| bf16_amp_channels_last |" in ln]
     assert plan and all("| 10.00 → 2.00 (80%) |" in ln for ln in plan), plan
+
+
+def test_a_variant_whose_program_runs_did_not_hold_still_is_not_scored() -> None:
+    """A baseline whose processes ran at 28, 58 and 137 ms a step (the H100 call of 2026-11-27
+    11:19) is no reference for a +-30% check: its rows are kept, marked, and counted apart."""
+    assert rs.unstable_runs([28.2, 57.6, 137.2], [5.0, 6.6]) == "baseline runs 28.2-137.2 ms"
+    assert rs.unstable_runs([20.0, 29.9], [4.0, 7.0]) == "variant runs 4.0-7.0 ms"
+    assert rs.unstable_runs([20.0, 29.9], [4.0, 5.9]) is None  # within 1.5x each
+    assert rs.unstable_runs([], [5.0]) is None  # one run: nothing to compare
+    res = conv_result(None)
+    res["timing"] = {"source": "program.py", "baseline_ms": 57.6,
+                     "baseline_runs_ms": [28.2, 57.6, 137.2],
+                     "variants": {"tf32": {"runs_ms": [5.0, 6.6, 5.2], "fixed_ms": 5.2,
+                                           "saving_ms": 52.4, "saving_pct": 91.0}}}
+    res["variants_timing"] = {"baseline_ms": 12.0}
+    rows = rs.score_result(res)["record"]
+    assert rows is not None
+    tf32 = next(r for r in rows if r["variant"] == "tf32")
+    assert tf32["unstable"] == "baseline runs 28.2-137.2 ms" and not tf32["ok"]
+    others = [r for r in rows if r["variant"] != "tf32"]
+    assert others and not any(r.get("unstable") for r in others)  # the harness's: scored
+    t, t_all = rs.totals(others), rs.totals(rows)
+    assert t_all["unstable"] == 1 and {k: v for k, v in t_all.items() if k != "unstable"} == \
+        {k: v for k, v in t.items() if k != "unstable"}
+    scored = {**res, "remedy_score": {"record": rows, "profiler": None}}
+    md = "\n".join(remedy_report.remedies_md([scored], "PyTorch"))
+    assert "not scored (baseline runs 28.2-137.2 ms)" in md
+    assert "not scored, the measurement unstable: 1" in md
+    only = rs.totals([tf32])
+    assert only["rows"] == 0 and only["unstable"] == 1
+    assert remedy_report.totals_text([{**scored, "remedy_score": {"record": [tf32]}}],
+                                     "record") == "nothing scored (the measurement unstable: 1)"
 
 
 def test_remedies_table() -> None:
