@@ -274,7 +274,7 @@ def tracing_note(baseline: float, meas: float) -> tuple[str, ...]:
     return (f"the step without the tracing cost ({baseline:.2f} ms; {meas:.2f} ms as traced) is "
             "an estimate: the cost of each recorded host event is taken out, and an untraced "
             "host-bound step itself moves, 0.8-1.5x within one process on an H100; from one "
-            "torch.profiler trace it came out 0.75-1.45x of the step measured untraced (17 "
+            "torch.profiler trace it came out 0.75-1.38x of the step measured untraced (23 "
             "host-bound test programs traced on H100s on two days, docs/accuracy.md); the "
             "saving in ms is as uncertain as that step: give the step your training log shows "
             "(stepscope report --untraced-step-ms)",)

@@ -66,8 +66,8 @@ hand whose untraced step was measured in the process that made them. Those are t
 suites of seven H100 device calls of 2026-11-26 and 27 (at least two machines) and the
 H100/H200 fixtures. The fit picked the
 clock that put the most of these traces' untraced-step estimates within ±20%:
-``benchmarks/scenarios/host_clock_fit.py``, which also fits it leaving each call out in turn
-(base 1.5-1.75 us, span 3.0-3.25 us).
+``benchmarks/scenarios/host_clock_fit.py``. Leaving each call out in turn, six of the eight
+fits are these constants; the other two are base 1 us / span 3.75 us and 2.25 / 2.25.
 
 * It replaced a median clock that read only downwards (``median / 5.63 us``, at most 1).
   Over those 50 traces, the estimates within ±20% went from 42 to 45 (±30%: 48 to 50). The
