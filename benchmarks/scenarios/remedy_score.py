@@ -21,7 +21,8 @@ For each fix variant (``variants.Variant``) and each path (record, profiler trac
   else ``summary.step_ms.mean``); ok when within +-30% of the measured fixed step (target
   +-20%). A calibrated report (``step_model.calibration.reached``: its baseline is a measured
   untraced step, the user's or the one record timed after its window) predicts absolute
-  steps: its ``predicted_step_ms`` is the predicted fixed step as it is;
+  steps: its ``predicted_step_ms`` is the predicted fixed step as it is; not one calibrated by
+  the GPU's pace after the window (``PACED``: its step may be a part of the program's);
 - a trap (a fix that must not help): ok when the predicted saving is below 10% (a remedy not
   offered predicts none) and the measurement shows no gain (saving below 5%);
 - a measurement that did not hold still is not scored: where the programs timed a variant
@@ -43,6 +44,7 @@ TARGET = 0.20
 TRAP_MAX_PREDICTED_PCT = 10.0
 NO_GAIN_PCT = 5.0
 UNSTABLE_SPREAD = 1.5  # slowest over fastest run of program.py, beyond which a row is unscored
+PACED = "paced by the GPU's utilisation after the capture window"  # advisor.remedies.PACED
 REMEDY_KEYS = ("id", "title", "rank", "finding_ids", "baseline_ms", "predicted_step_ms",
                "est_saving_ms", "est_saving_pct", "option", "options", "assumptions")
 
@@ -225,7 +227,9 @@ def score_variants(variants: dict[str, dict[str, Any]] | None, baseline_ms: floa
     rows: list[dict[str, Any]] = []
     captured = fields.get("captured_step_ms")
     cal = (fields.get("step_model") or {}).get("calibration") or {}
-    absolute = bool(cal.get("reached"))
+    # a step paced by the GPU's utilisation is the captured one (maybe a part of the program's
+    # step, where the steps came from periodicity): its share is scored, not its ms
+    absolute = bool(cal.get("reached")) and cal.get("source") != PACED
     for name, v in (variants or {}).items():
         rems = tuple(v.get("remedies") or ())
         if not rems or v.get("status") != "measured" or baseline_ms is None:

@@ -529,3 +529,29 @@ def test_build_variants_goes_on_past_a_variant_that_fails_and_measures_the_rest(
     only_skips = _mod(VARIANTS={"skip": ("tf32",)}, build=build)
     with pytest.raises(timing.SkipScenario, match="needs X"):
         run.build_variants(only_skips, "cpu", {})
+
+
+def test_a_report_paced_by_the_gpu_is_scored_by_its_share() -> None:
+    """A recorded run calibrated by the GPU's utilisation after its window (no step hook: its
+    steps may be a part of the program's) keeps the relative score, unlike one calibrated to
+    a step."""
+    from stepscope.advisor.remedies import PACED
+
+    assert rs.PACED == PACED  # the report's source string, kept in this torch-free module
+    res = conv_result(None)
+    res["record"]["step_model"] = {**(res["record"].get("step_model") or {}),
+                                   "calibration": {"reached": True, "source": PACED}}
+    res["timing"] = {**res["timing"], "baseline_ms": 10.0}  # measured apart from the report
+
+    def tf32_row() -> dict[str, Any]:
+        rows = rs.score_result(res)["record"]
+        assert rows is not None
+        return next(r for r in rows if (r["variant"], r["check"]) == ("tf32", "remedy"))
+
+    # paced: the report's share of its own step, applied to the measured 10.0 ms
+    row = tf32_row()
+    assert row["predicted_fixed_ms"] == pytest.approx(10.0 * row["step_ms"] / row["base_ms"])
+    assert row["predicted_fixed_ms"] != row["step_ms"]
+    res["record"]["step_model"]["calibration"]["source"] = "given"
+    row = tf32_row()
+    assert row["predicted_fixed_ms"] == row["step_ms"]  # a step given: its ms as they are

@@ -321,3 +321,51 @@ def test_exit_status_of_a_process_is_noted(tmp_path: Path, call: str, code: int,
         pytest.skip("capture/host.py (HostCapture) is not in the tree yet")
     (part,) = read_partitions(staging)
     assert part.meta.ended == ended
+
+
+class PacedHost(FakeHost):
+    """A FakeHost with the GPU-utilisation meter of ``HostCapture``: each step it sees feeds
+    it one tick at 10%."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        from stepscope.capture.util_pace import UtilPace
+
+        super().__init__(clock)
+        self.util_pace = UtilPace(settle_s=0.005)  # the tick at the close is left out
+        self.ended = 0
+
+    def mark_step(self, ts_ns: int | None = None) -> None:
+        self.util_pace.note([(self.clock(), 0, "gpu.util_pct", 10.0, "%")])
+        super().mark_step(ts_ns)
+
+    def end_after_window(self) -> None:
+        self.ended += 1
+
+
+def test_the_gpus_utilisation_in_the_window_and_after_it_goes_to_the_overhead(
+        tmp_path: Path) -> None:
+    clock = FakeClock()
+    hosts: list[PacedHost] = []
+
+    def factory(cfg: CaptureConfig, rank: int, clk: Callable[[], int]) -> PacedHost:
+        hosts.append(PacedHost(clk))
+        return hosts[-1]
+
+    cfg = CaptureConfig(staging=str(tmp_path / "staging"), schedule=make_schedule("3-8"),
+                        gpu="none")
+    s = Session(cfg, clock=clock, environ={}, host_factory=factory)
+    s.begin()
+    run_steps(s, clock, 10)  # the window: steps 3-8 at 10%
+    assert hosts[0].hooks_kept  # the program goes on: the host keeps its hooks
+    # a window with steps has them to time after it, with the samplers stopped: no pace
+    # sampling (a window without steps keeps it: tests/capture/test_util_pace.py)
+    assert hosts[0].util_pace.after_s == 0.0
+    for _ in range(12):  # ticks that reach the meter after it count as after it: 20%
+        hosts[0].util_pace.note([(clock(), 0, "gpu.util_pct", 20.0, "%")])
+        run_steps(s, clock, 1)
+    s.finish()
+    assert hosts[0].ended == 1  # the sampling after the window stopped before the final meta
+    run = Run(merge(tmp_path / "staging", tmp_path / "run", command=["x"], returncode=0))
+    o = run.manifest.overhead["rank0"]
+    assert o["gpu_util_pct_window"] == 10.0 and o["gpu_util_pct_after_window"] == 20.0
+    assert o["gpu_util_samples_after_window"] >= 10 and o["gpu_util_device"] == 0

@@ -26,7 +26,9 @@ measured step). Given the program's step measured without the profiler (``untrac
 (``stepmodel.calibrate``: its host side or its GPU side, whichever changes least with the
 GPU's change weighed x3, scaled until it replays at that step): the ``baseline_ms`` is then the given step, and the remedies edit the
 calibrated model (:class:`StepCalibration` says which side was scaled and how far, or that the
-step was out of reach).
+step was out of reach). A recorded run gives that step itself: the steps ``record`` timed after
+its window (``AFTER_WINDOW``), or, where no step hook timed any, the captured step at the pace
+the GPU's utilisation after the window implies (``PACED``, ``capture.util_pace``).
 """
 
 from __future__ import annotations
@@ -103,6 +105,9 @@ class Plan:
 
 GIVEN = "given"  # UntracedSteps.source: the user's (report --untraced-step-ms)
 AFTER_WINDOW = "measured after the capture window"  # record's own (manifest.overhead)
+# record's, where no step was timed after the window: the captured step x the GPU's
+# utilisation in the window over after it (``capture.util_pace``)
+PACED = "paced by the GPU's utilisation after the capture window"
 
 
 @dataclass(frozen=True)
@@ -114,11 +119,20 @@ class UntracedSteps:
     source: str  # GIVEN or AFTER_WINDOW
     every: float | None = None
     per_rank: tuple[tuple[int, float], ...] = ()
+    # ranks without a step of their own: the untraced over the captured pace (PACED)
+    pace: tuple[tuple[int, float], ...] = ()
 
     def of(self, rank: int) -> float | None:
         if self.every is not None:
             return self.every
         return next((ms for r, ms in self.per_rank if r == rank), None)
+
+    def pace_of(self, rank: int) -> float | None:
+        """The rank's untraced step over its captured one, where no step of its own is
+        known."""
+        if self.of(rank) is not None:
+            return None
+        return next((k for r, k in self.pace if r == rank), None)
 
 
 @dataclass(frozen=True)
@@ -171,13 +185,15 @@ def rank_remedies(analysis: Analysis, ra: RankAnalysis,
     calibrated to the rank's (module docstring)."""
     g = analysis.graph.rank(ra.rank)
     target = None if untraced is None else untraced.of(ra.rank)
-    source = "" if untraced is None or target is None else untraced.source
-    return g.memo((FACT, "remedies", target, source),
-                  lambda: _rank_remedies(analysis, ra, target, source))
+    pace = None if untraced is None else untraced.pace_of(ra.rank)
+    source = ("" if untraced is None else untraced.source if target is not None
+              else PACED if pace is not None else "")
+    return g.memo((FACT, "remedies", target, pace, source),
+                  lambda: _rank_remedies(analysis, ra, target, source, pace))
 
 
-def _rank_remedies(analysis: Analysis, ra: RankAnalysis,
-                   untraced_step_ms: float | None, source: str = GIVEN) -> RankRemedies | None:
+def _rank_remedies(analysis: Analysis, ra: RankAnalysis, untraced_step_ms: float | None,
+                   source: str = GIVEN, pace: float | None = None) -> RankRemedies | None:
     if not ra.steps.steady:
         return None
     g = analysis.graph.rank(ra.rank)
@@ -188,6 +204,8 @@ def _rank_remedies(analysis: Analysis, ra: RankAnalysis,
     if base_ns <= 0:
         return RankRemedies(fit, (), None)
     meas = model.measured_ns / 1e6
+    if untraced_step_ms is None and pace is not None:
+        untraced_step_ms = meas * pace  # the captured step at the untraced pace
     bare = untraced(model)
     baseline = _predict(bare, base_ns, meas)
     note = tracing_note(baseline, meas)
@@ -392,5 +410,5 @@ def _plan(out: list[tuple[Remedy, Option]], m: StepModel, base_ns: float, meas: 
 
 
 __all__ = ["ESTIMATED_BASE", "Plan", "RankRemedies", "Remedy", "RemedyAdvice", "RemedyOption",
-           "StepCalibration", "StepModelFit", "UntracedSteps", "AFTER_WINDOW", "GIVEN",
+           "StepCalibration", "StepModelFit", "UntracedSteps", "AFTER_WINDOW", "GIVEN", "PACED",
            "rank_remedies", "remedy_advice", "tracing_note"]

@@ -60,6 +60,7 @@ from stepscope.capture.host_slot import HostSlot
 from stepscope.capture.schedule import DEFAULT_MAX_SECONDS, Action
 from stepscope.capture.step_times import StepTimes
 from stepscope.capture.topology import with_topology
+from stepscope.capture.util_pace import pace_of
 from stepscope.capture.window_io import WindowIO
 from stepscope.store.manifest import Diagnostic
 
@@ -291,7 +292,12 @@ class Session(WindowIO):
             keep = not self._finishing
             if keep:
                 self._step_times.window_closed()
-            data = self.host.stop(keep_hooks=keep)
+            pace = pace_of(self.host.host)
+            if pace is not None:
+                pace.closed(now)
+                if self.boundaries > 0:  # steps to time after the window: no pace needed, and
+                    pace.after_s = 0.0  # they are timed with the samplers stopped
+            data = self.host.stop(keep_hooks=keep)  # else it keeps sampling the pace
             if self.open_ns is not None:
                 self.out.write(clip(data, self.open_ns, now))
                 self.out.write(clip(gpu, self.open_ns, now))
@@ -303,6 +309,9 @@ class Session(WindowIO):
         opened = super()._open(now)
         if opened:
             self.comms.note_groups()  # the groups' ranks, in case they are gone at the close
+            pace = pace_of(self.host.host)
+            if pace is not None:
+                pace.opened(now)
         return opened
 
     def _write_collectives(self, lo: int, hi: int) -> None:
@@ -339,6 +348,9 @@ class Session(WindowIO):
                 self._keep_tail()
             self._step_times.stop_after()
             self.host.release_hooks()
+            end = getattr(self.host.host, "end_after_window", None)
+            if callable(end):
+                end()  # the pace's samples after the window, for the final meta
             self.comms.disarm()
             self.finished = True
             self._write_meta()
@@ -383,6 +395,9 @@ class Session(WindowIO):
         no_steps = NO_STEPS if used.kind not in ("steps", "time") else None
         overhead = (self._step_times.report(*self._measured, no_steps=no_steps)
                     if self._measured is not None else {})
+        pace = pace_of(self.host.host)
+        if pace is not None and overhead:
+            overhead.update(pace.figures())
         diags = [*self._diags, *self.out.diagnostics]
         host, host_diags = self.host.for_manifest()
         if host is not None:

@@ -41,6 +41,7 @@ from stepscope.capture.samplers.remote import SamplerProcess
 from stepscope.capture.stacks import StackSampler
 from stepscope.capture.step_boundaries import StepBoundaries
 from stepscope.capture.topology import process_cpus
+from stepscope.capture.util_pace import AfterWindow, UtilPace
 from stepscope.settings import Settings
 from stepscope.store.manifest import Diagnostic
 
@@ -111,6 +112,9 @@ class HostCapture:
         self._psutil_unavailable: dict[str, str] = {}
         self._remote: SamplerProcess | None = None
         self.gpu_flow = GpuFlow()  # when the GPU's work started to flow (the default window)
+        self.util_pace = UtilPace()  # the GPU's utilisation in the window and after it
+        self._after: AfterWindow | None = None  # the samplers kept after the window
+        self._stopped_ns: int | None = None  # when the samplers' rows stopped going to the run
         if hasattr(os, "register_at_fork"):  # a forked child (DataLoader worker) has no samplers
             ref = weakref.ref(self)
             os.register_at_fork(after_in_child=lambda: _reset_in_child(ref))
@@ -121,6 +125,7 @@ class HostCapture:
             if self._running:
                 return
             self._running = True
+            self._stopped_ns = None
             self._stop_event = threading.Event()
             main = threading.main_thread()
             self._note_thread(main)
@@ -178,22 +183,47 @@ class HostCapture:
                 return
             self._note_native_threads()
             self._running = False
+            self._stopped_ns = self._clock()
             self._stop_event.set()
             if not keep_hooks:
                 self._hooks.uninstall()
             threads, self._threads = self._threads, []
             remote = self._remote
-        if remote is not None:
-            remote.stop(_JOIN_TIMEOUT_S)
-            self._status["metrics"].update(remote.status)
-            self._nvml_info = remote.nvml_info
-            self._psutil_unavailable = remote.psutil_unavailable
+        if remote is not None and keep_hooks and self.util_pace.after_s > 0:
+            self._keep_sampling(remote)  # the program goes on: its pace after the window
+        elif remote is not None:
+            self._stop_remote(remote)
         current = threading.current_thread()
         for thread in threads:
             if thread is not current:
                 thread.join(_JOIN_TIMEOUT_S)
                 if thread.is_alive():
                     self._diag("sampler_stuck", f"{thread.name} did not stop within {_JOIN_TIMEOUT_S} s")
+
+    def _stop_remote(self, remote: SamplerProcess) -> None:
+        remote.stop(_JOIN_TIMEOUT_S)
+        self._status["metrics"].update(remote.status)
+        self._nvml_info = remote.nvml_info
+        self._psutil_unavailable = remote.psutil_unavailable
+
+    def _keep_sampling(self, remote: SamplerProcess) -> None:
+        """Leave the sampler process running for ``util_pace.after_s`` after the window, its
+        later rows going to ``util_pace`` only (``_push_samples``); then, or at
+        ``end_after_window``, stop it."""
+        def stop() -> None:
+            with self._lock:
+                mine = self._remote is remote
+                if mine:
+                    self._remote = None
+            if mine:
+                self._stop_remote(remote)
+
+        self._after = AfterWindow(remote.pump, stop, self.util_pace.after_s)
+
+    def end_after_window(self) -> None:
+        """Stop the sampling after the window now (the process is ending), and wait for it."""
+        if self._after is not None:
+            self._after.end(_JOIN_TIMEOUT_S + 1.0)
 
     def release_hooks(self) -> None:
         """Take out the hooks a ``stop(keep_hooks=True)`` left in (a no-op while running)."""
@@ -266,6 +296,12 @@ class HostCapture:
         return self._cpus(0 if pid == os.getpid() else pid)
 
     def _push_samples(self, rows: list[Any]) -> None:
+        self.util_pace.note(rows)
+        cut = self._stopped_ns
+        if cut is not None and not self._running:  # sampled after stop: the pace only
+            rows = [r for r in rows if int(r[0]) < cut]
+            if not rows:
+                return
         self.gpu_flow.note(rows)
         self._buffers.push_many("samples", rows)
 

@@ -33,7 +33,7 @@ from typing import Any
 from stepscope.advisor import Advice, advise
 from stepscope.advisor.base import Fix
 from stepscope.advisor.rank_facts import CalibratedFacts, rank_facts
-from stepscope.advisor.remedies import AFTER_WINDOW, GIVEN, UntracedSteps
+from stepscope.advisor.remedies import AFTER_WINDOW, GIVEN, PACED, UntracedSteps
 from stepscope.analysis import Analysis, analyze
 from stepscope.analysis.input import (
     HIGHLY_INPUT_BOUND_PCT,
@@ -165,12 +165,13 @@ def recorded_untraced(m: Manifest) -> UntracedSteps | None:
     samplers stopped: ``manifest.overhead["rank<N>"]["median_step_ms_after_window"]``, at least
     3 steps), for the ranks where those steps speak for the program: not where the program's
     speed changed by itself (``step_time_ratio_after_unmeasurable``) nor where CUPTI stayed
-    attached (the ``cupti_stays_attached`` diagnostic: those steps were traced). None when no
-    rank has one."""
+    attached (the ``cupti_stays_attached`` diagnostic: those steps were traced). A rank without
+    such steps (no step hook) gets its pace from the GPU's utilisation instead
+    (:func:`util_pace`). None when no rank has either."""
     if m.source.kind != "capture" or any(d.code == "cupti_stays_attached"
                                          for d in m.diagnostics):
         return None
-    per = []
+    per, paces = [], []
     for key, o in (m.overhead or {}).items():
         if not (key.startswith("rank") and key[4:].isdigit() and isinstance(o, dict)):
             continue
@@ -178,7 +179,33 @@ def recorded_untraced(m: Manifest) -> UntracedSteps | None:
         if (isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms > 0
                 and not o.get("step_time_ratio_after_unmeasurable")):
             per.append((int(key[4:]), float(ms)))
-    return UntracedSteps(AFTER_WINDOW, per_rank=tuple(sorted(per))) if per else None
+        else:
+            pace = util_pace(o)
+            if pace is not None:
+                paces.append((int(key[4:]), pace))
+    if not per and not paces:
+        return None
+    return UntracedSteps(AFTER_WINDOW if per else PACED, per_rank=tuple(sorted(per)),
+                         pace=tuple(sorted(paces)))
+
+
+PACE_MIN_UTIL_PCT = 2.0  # the GPU busier than this after the window, for its pace to count
+PACE_RANGE = (0.25, 1.05)  # util in the window over after it, outside: not the capture's cost
+
+
+def util_pace(o: dict[str, Any]) -> float | None:
+    """A rank's untraced over captured step from the GPU's utilisation in the capture window
+    and after it (``capture.util_pace``: ``gpu_util_pct_window`` / ``gpu_util_pct_after_window``),
+    at most 1 (a capture does not speed a program up); None without both, with the GPU
+    nearly idle after the window, or with a ratio outside ``PACE_RANGE`` (the program changed
+    speed by itself)."""
+    w, a = o.get("gpu_util_pct_window"), o.get("gpu_util_pct_after_window")
+    if not (isinstance(w, (int, float)) and isinstance(a, (int, float))):
+        return None
+    if isinstance(w, bool) or isinstance(a, bool) or a < PACE_MIN_UTIL_PCT or w <= 0:
+        return None
+    k = float(w) / float(a)
+    return min(k, 1.0) if PACE_RANGE[0] <= k <= PACE_RANGE[1] else None
 
 
 PROGRAM_STEPS = frozenset({StepSource.PROFILER_STEP.value, StepSource.ANNOTATION.value,
