@@ -52,13 +52,19 @@ def test_too_few_samples_after_the_window_give_no_figure() -> None:
     assert "gpu_util_pct_after_window" not in got
 
 
-def test_the_samplers_keep_going_after_the_window_for_the_pace_only() -> None:
-    pytest.importorskip("psutil")
+def _sampling(after_s: float, run_s: float) -> HostCapture:
+    """A host capture with its sampler process (psutil only), run for ``run_s``."""
     cap = HostCapture(HostSettings(sample_hz=20, stack_hz=0, sampler_process=True,
                                    nvml=False, hooks=False))
-    cap.util_pace.after_s = 0.8
+    cap.util_pace.after_s = after_s
     cap.start()
-    time.sleep(0.6)
+    time.sleep(run_s)
+    return cap
+
+
+def test_the_samplers_keep_going_after_the_window_for_the_pace_only() -> None:
+    pytest.importorskip("psutil")
+    cap = _sampling(0.8, 0.6)
     cap.stop(keep_hooks=True)
     stopped = cap._stopped_ns
     assert stopped is not None
@@ -73,19 +79,12 @@ def test_the_samplers_keep_going_after_the_window_for_the_pace_only() -> None:
     assert cap._remote is None  # stopped by itself after after_s
     assert cap.settings_for_manifest()["samplers"]["metrics"]["where"] == "process"
     # a process that ends sooner stops it at once
-    cap2 = HostCapture(HostSettings(sample_hz=20, stack_hz=0, sampler_process=True,
-                                    nvml=False, hooks=False))
-    cap2.util_pace.after_s = 60.0
-    cap2.start()
-    time.sleep(0.3)
+    cap2 = _sampling(60.0, 0.3)
     cap2.stop(keep_hooks=True)
     t0 = time.monotonic()
     cap2.end_after_window()
     assert cap2._remote is None and time.monotonic() - t0 < 4.0
     # stopped for good (no later window): no sampling after it
-    cap3 = HostCapture(HostSettings(sample_hz=20, stack_hz=0, sampler_process=True,
-                                    nvml=False, hooks=False))
-    cap3.start()
-    time.sleep(0.3)
+    cap3 = _sampling(5.0, 0.3)
     cap3.stop()
     assert cap3._after is None
