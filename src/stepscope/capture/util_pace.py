@@ -17,9 +17,10 @@ in another: a fixed per-call cost cannot say which.
 Where the window saw no step boundary, the samplers keep running for :data:`AFTER_S` after it
 (in their own process, so the program's threads are not touched; rows after the window go here
 only, not to the run's tables). Where it saw steps, the samplers stop at the close as before:
-the steps after the window are timed with them stopped. Samples in the first :data:`SETTLE_S` after the window are left out (NVML's period
-straddles the close), and so are ticks where no GPU is busy (the program paused or ended).
-The figures are the busiest device's (the one with the highest utilisation in the window).
+the steps after the window are timed with them stopped. Samples in the first
+:data:`SETTLE_S` after the window are left out (NVML's period straddles the close), and so
+are ticks where no GPU is busy (the program paused or ended). The figures are the busiest
+device's (the one with the highest utilisation in the window).
 """
 
 from __future__ import annotations
