@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 from stepscope.advisor.base import Finding
 from stepscope.advisor.plan_subsets import PlanSubset, plan_subsets
+from stepscope.advisor.untraced import AFTER_WINDOW, GIVEN, PACED, StepCalibration, UntracedSteps
 from stepscope.analysis import Analysis, RankAnalysis
 from stepscope.analysis.results import FACT
 from stepscope.model.profiler_cost import step_costs
@@ -101,53 +102,6 @@ class Plan:
     remedy_ids: tuple[str, ...]
     options: tuple[str, ...]  # the option taken for each remedy, in order
     subsets: tuple[PlanSubset, ...] = ()  # the plan restricted to subsets (plan_subsets)
-
-
-GIVEN = "given"  # UntracedSteps.source: the user's (report --untraced-step-ms)
-AFTER_WINDOW = "measured after the capture window"  # record's own (manifest.overhead)
-# record's, where no step was timed after the window: the captured step x the GPU's
-# utilisation in the window over after it (``capture.util_pace``)
-PACED = "paced by the GPU's utilisation after the capture window"
-
-
-@dataclass(frozen=True)
-class UntracedSteps:
-    """The program's step without the profiler, to which each rank's model is calibrated: one
-    step for every rank (``every``: the user's), or one per rank (``per_rank``: record's steps
-    right after its capture window, CUPTI detached)."""
-
-    source: str  # GIVEN or AFTER_WINDOW
-    every: float | None = None
-    per_rank: tuple[tuple[int, float], ...] = ()
-    # ranks without a step of their own: the untraced over the captured pace (PACED)
-    pace: tuple[tuple[int, float], ...] = ()
-
-    def of(self, rank: int) -> float | None:
-        if self.every is not None:
-            return self.every
-        return next((ms for r, ms in self.per_rank if r == rank), None)
-
-    def pace_of(self, rank: int) -> float | None:
-        """The rank's untraced step over its captured one, where no step of its own is
-        known."""
-        if self.of(rank) is not None:
-            return None
-        return next((k for r, k in self.pace if r == rank), None)
-
-
-@dataclass(frozen=True)
-class StepCalibration:
-    """The step model calibrated to the untraced step (module docstring)."""
-
-    rank: int
-    source: str  # UntracedSteps.source
-    untraced_step_ms: float  # as given or measured
-    reached: bool
-    scaled: str  # the side of the model scaled: "host" (after the tracing cost is out), "gpu"
-    factor: float  # ... by this factor (1.0 when not reached)
-    estimated_ms: float  # the untraced step the model predicted before
-    min_ms: float  # the shortest and longest steps the calibration could reach
-    max_ms: float
 
 
 @dataclass(frozen=True)

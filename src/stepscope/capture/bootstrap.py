@@ -60,7 +60,6 @@ from stepscope.capture.host_slot import HostSlot
 from stepscope.capture.schedule import DEFAULT_MAX_SECONDS, Action
 from stepscope.capture.step_times import StepTimes
 from stepscope.capture.topology import with_topology
-from stepscope.capture.util_pace import pace_of
 from stepscope.capture.window_io import WindowIO
 from stepscope.store.manifest import Diagnostic
 
@@ -292,12 +291,9 @@ class Session(WindowIO):
             keep = not self._finishing
             if keep:
                 self._step_times.window_closed()
-            pace = pace_of(self.host.host)
-            if pace is not None:
-                pace.closed(now)
-                if self.boundaries > 0:  # steps to time after the window: no pace needed, and
-                    pace.after_s = 0.0  # they are timed with the samplers stopped
-            data = self.host.stop(keep_hooks=keep)  # else it keeps sampling the pace
+            # no step to time after the window: the host samples the GPU's pace after it
+            self.host.pace_closed(now, sample_after=self.boundaries == 0)
+            data = self.host.stop(keep_hooks=keep)
             if self.open_ns is not None:
                 self.out.write(clip(data, self.open_ns, now))
                 self.out.write(clip(gpu, self.open_ns, now))
@@ -309,9 +305,7 @@ class Session(WindowIO):
         opened = super()._open(now)
         if opened:
             self.comms.note_groups()  # the groups' ranks, in case they are gone at the close
-            pace = pace_of(self.host.host)
-            if pace is not None:
-                pace.opened(now)
+            self.host.pace_opened(now)
         return opened
 
     def _write_collectives(self, lo: int, hi: int) -> None:
@@ -348,9 +342,7 @@ class Session(WindowIO):
                 self._keep_tail()
             self._step_times.stop_after()
             self.host.release_hooks()
-            end = getattr(self.host.host, "end_after_window", None)
-            if callable(end):
-                end()  # the pace's samples after the window, for the final meta
+            self.host.end_after_window()  # its samples are in the final meta
             self.comms.disarm()
             self.finished = True
             self._write_meta()
@@ -395,9 +387,8 @@ class Session(WindowIO):
         no_steps = NO_STEPS if used.kind not in ("steps", "time") else None
         overhead = (self._step_times.report(*self._measured, no_steps=no_steps)
                     if self._measured is not None else {})
-        pace = pace_of(self.host.host)
-        if pace is not None and overhead:
-            overhead.update(pace.figures())
+        if overhead:
+            overhead.update(self.host.pace_figures())
         diags = [*self._diags, *self.out.diagnostics]
         host, host_diags = self.host.for_manifest()
         if host is not None:

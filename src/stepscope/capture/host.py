@@ -33,10 +33,10 @@ from stepscope.capture.buffers import TableBuffers
 from stepscope.capture.gpu_flow import GpuFlow
 from stepscope.capture.hooks.install import WRAPPER_FILES, TorchHooks
 from stepscope.capture.hooks.nvtx_steps import NVTX_STEP
+from stepscope.capture.host_manifest import manifest_settings
 from stepscope.capture.loader_records import LoaderRecords
 from stepscope.capture.periodic import run_periodic
 from stepscope.capture.samplers.metrics import open_samplers
-from stepscope.capture.samplers.numa import numa_node_cpus
 from stepscope.capture.samplers.remote import SamplerProcess
 from stepscope.capture.stacks import StackSampler
 from stepscope.capture.step_boundaries import StepBoundaries
@@ -366,40 +366,12 @@ class HostCapture:
 
     # -- manifest ----------------------------------------------------------------------------
     def settings_for_manifest(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        loaders = self._loaders.settings()
-        if loaders:
-            out["dataloader"] = max(loaders, key=lambda r: r["batches"])
-            out["dataloaders"] = loaders
-        affinity: list[int] | None = None
-        if hasattr(os, "sched_getaffinity"):
-            affinity = sorted(os.sched_getaffinity(0))
-            out["cpu_affinity"] = affinity
-        nvml = self._nvml_info  # GPU indices are str keys when they came through JSON
-        numa: dict[str, int | None] = {str(i): n for i, n in nvml.get("numa_nodes", {}).items()}
-        if numa:
-            out["gpu_numa_node"] = numa
-            on_node: dict[str, bool] = {}
-            for i, node in numa.items():
-                cpus = numa_node_cpus(node, self._sys_root) if node is not None else None
-                if cpus and affinity is not None:
-                    on_node[i] = set(affinity) <= set(cpus)
-            if on_node:
-                out["cpu_affinity_within_gpu_numa_node"] = on_node
-        metrics = dict(self._status["metrics"])
-        if nvml:
-            metrics["gpus"] = {str(i): name for i, name in nvml["names"].items()}
-            metrics["gpm"] = {str(i): ok for i, ok in nvml["gpm"].items()}
-            metrics["unavailable"] = dict(nvml["unavailable"])
-        if self._psutil_unavailable:
-            metrics.setdefault("unavailable", {}).update(self._psutil_unavailable)
-        out["samplers"] = {
-            "metrics": metrics,
-            "stacks": dict(self._status["stacks"]),
-            "hooks": dict(self._hooks.installed) if self.settings.hooks else "off",
-            "steps": self._steps.manifest(),
-        }
-        return out
+        return manifest_settings(
+            loaders=self._loaders.settings(), nvml=self._nvml_info,
+            metrics=self._status["metrics"], stacks=self._status["stacks"],
+            psutil_unavailable=self._psutil_unavailable,
+            hooks=dict(self._hooks.installed) if self.settings.hooks else "off",
+            steps=self._steps.manifest(), sys_root=self._sys_root)
 
 
 def _reset_in_child(ref: Callable[[], HostCapture | None]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from stepscope.capture.chunks import Tables
 from stepscope.capture.config import CaptureConfig, HostLike
+from stepscope.capture.util_pace import pace_of
 from stepscope.store.manifest import Diagnostic
 
 HostFactory = Callable[[CaptureConfig, int, Callable[[], int]], HostLike]
@@ -75,6 +76,33 @@ class HostSlot:
             return False
         self.host.mark_step()
         return True
+
+    # -- the GPU's pace in the window and after it (capture.util_pace; hosts without it: no-ops)
+    def pace_opened(self, now_ns: int) -> None:
+        pace = pace_of(self.host)
+        if pace is not None:
+            pace.opened(now_ns)
+
+    def pace_closed(self, now_ns: int, sample_after: bool) -> None:
+        """The window closed; ``sample_after``: keep sampling after it (no step to time)."""
+        pace = pace_of(self.host)
+        if pace is not None:
+            pace.closed(now_ns)
+            if not sample_after:
+                pace.after_s = 0.0
+
+    def end_after_window(self) -> None:
+        """Stop the sampling after the window (the process is ending)."""
+        end = getattr(self.host, "end_after_window", None)
+        if callable(end):
+            try:
+                end()
+            except Exception as exc:
+                self._fail("the sampling after the window failed to stop", exc)
+
+    def pace_figures(self) -> dict[str, Any]:
+        pace = pace_of(self.host)
+        return pace.figures() if pace is not None else {}
 
     def for_manifest(self) -> tuple[dict[str, Any] | None, tuple[Diagnostic, ...]]:
         """The host's settings for the manifest and its diagnostics (None: no host ran)."""
