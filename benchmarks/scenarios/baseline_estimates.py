@@ -34,12 +34,15 @@ for p in (str(HERE), str(HERE.parent.parent / "src")):
 
 from bundle import unpack  # after the sys.path setup
 
+from stepscope.analysis import Analysis, RankAnalysis
+from stepscope.analysis.graph import StepGraph
 from stepscope.analysis.results import analyze
 from stepscope.importers import import_traces
 from stepscope.model.profiler_cost import launch_median_ns, step_costs
 from stepscope.model.stepmodel import build_step_model
 from stepscope.model.stepmodel.profiler import untraced
-from stepscope.model.stepmodel.replay import replay
+from stepscope.model.stepmodel.replay import Replay, replay
+from stepscope.model.stepmodel.steps import StepModel
 from stepscope.store.run import Run
 
 
@@ -86,26 +89,51 @@ def measured_baseline(scenario: dict[str, Any]) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def estimate(run: Run, suite: str, scenario: str, path: str,
-             measured: float | None) -> Estimate | None:
-    """The untraced estimate of ``run``'s representative step (None without a step model)."""
+def representative(run: Run) -> tuple[Analysis, RankAnalysis, StepGraph] | None:
+    """``run``'s analysis, the rank with the most steady steps and that rank's graph (None
+    without a steady step)."""
     an = analyze(run, workers=1)
     ranks = [r for r in an.ranks if r.steps.steady]
     if not ranks:
         return None
     ra = max(ranks, key=lambda r: len(r.steps.steady))
-    g = an.graph.rank(ra.rank)
-    m = build_step_model(g, ra, step_costs(an.graph, g))
-    if m is None:
-        return None
+    return an, ra, an.graph.rank(ra.rank)
+
+
+def untraced_replays(m: StepModel) -> tuple[Replay, Replay] | None:
+    """The replay of step model ``m`` and of ``m`` without the capture's host cost; the
+    untraced estimate is ``m.measured_ns`` x the second's step over the first's (None where
+    the first replays to nothing)."""
     r0, rb = replay(m), replay(untraced(m))
-    if r0.step_ns <= 0:
+    return None if r0.step_ns <= 0 else (r0, rb)
+
+
+def estimate(run: Run, suite: str, scenario: str, path: str,
+             measured: float | None) -> Estimate | None:
+    """The untraced estimate of ``run``'s representative step (None without a step model)."""
+    rep = representative(run)
+    if rep is None:
         return None
+    an, ra, g = rep
+    m = build_step_model(g, ra, step_costs(an.graph, g))
+    got = None if m is None else untraced_replays(m)
+    if m is None or got is None:
+        return None
+    r0, rb = got
     med = launch_median_ns(g)
     return Estimate(suite, scenario, path, None if med is None else med / 1e3,
                     m.measured_ns / 1e6, m.measured_ns / 1e6 * rb.step_ns / r0.step_ns,
                     measured, max(rb.host_busy_ns, default=0) / 1e6, rb.gpu_busy_ns / 1e6,
                     str(ra.steps.source))
+
+
+def import_bundled_trace(tree: Path, suite: str, name: str, work: Path) -> Run | None:
+    """Scenario ``name``'s torch.profiler trace in the unpacked bundle ``tree``, imported into
+    ``work`` as ``SUITE-NAME.trace`` (None: the bundle has none)."""
+    trace = tree / "torch" / "traces" / f"{name}.pt.trace.json.gz"
+    if not trace.is_file():
+        return None
+    return Run(import_traces([trace], work / f"{suite}-{name}.trace", overwrite=True))
 
 
 def suite_estimates(tree: Path, suite: str, work: Path) -> list[Estimate]:
@@ -114,9 +142,8 @@ def suite_estimates(tree: Path, suite: str, work: Path) -> list[Estimate]:
     for sj in sorted((tree / "scenarios").glob("*.json")):
         name = sj.stem
         measured = measured_baseline(json.loads(sj.read_text()))
-        trace = tree / "torch" / "traces" / f"{name}.pt.trace.json.gz"
-        if trace.is_file():
-            run = Run(import_traces([trace], work / f"{suite}-{name}.trace", overwrite=True))
+        run = import_bundled_trace(tree, suite, name, work)
+        if run is not None:
             e = estimate(run, suite, name, "trace", measured)
             out += [e] if e else []
         rec = tree / "rec" / name

@@ -40,15 +40,17 @@ for p in (str(HERE), str(HERE.parent.parent / "src")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from baseline_estimates import measured_baseline  # after the sys.path setup
+from baseline_estimates import (  # after the sys.path setup
+    import_bundled_trace,
+    measured_baseline,
+    representative,
+    untraced_replays,
+)
 from bundle import unpack
 
-from stepscope.analysis.results import analyze
 from stepscope.importers import import_traces
 from stepscope.model import profiler_cost as pc
 from stepscope.model.stepmodel import build_step_model
-from stepscope.model.stepmodel.profiler import untraced
-from stepscope.model.stepmodel.replay import replay
 from stepscope.store.run import Run
 
 GRID = tuple(round(0.3 + 0.1 * i, 2) for i in range(28))  # 0.3 .. 3.0
@@ -86,12 +88,10 @@ class Curve:
 def curve(run: Run, group: str, name: str, measured_ms: float,
           grid: tuple[float, ...]) -> Curve | None:
     """The estimate / measured of ``run``'s representative step at each factor of ``grid``."""
-    an = analyze(run, workers=1)
-    ranks = [r for r in an.ranks if r.steps.steady]
-    if not ranks or not pc.torch_profiler_trace(an.graph):
+    rep = representative(run)
+    if rep is None or not pc.torch_profiler_trace(rep[0].graph):
         return None
-    ra = max(ranks, key=lambda r: len(r.steps.steady))
-    g = an.graph.rank(ra.rank)
+    an, ra, g = rep
     p10, p50 = pc.launch_median_ns(g, pc.LAUNCH_QUANTILE), pc.launch_median_ns(g)
     if p10 is None or p50 is None:
         return None
@@ -101,10 +101,11 @@ def curve(run: Run, group: str, name: str, measured_ms: float,
         costs = pc.torch_costs_at(k, flags["record_shapes"], flags["with_stack"],
                                   flags["profile_memory"])
         m = build_step_model(g, ra, costs)
-        if m is None:
+        got = None if m is None else untraced_replays(m)
+        if m is None or got is None:
             return math.nan
-        r0, rb = replay(m), replay(untraced(m))
-        return m.measured_ns / 1e6 * rb.step_ns / max(r0.step_ns, 1) / measured_ms
+        r0, rb = got
+        return float(m.measured_ns / 1e6 * rb.step_ns / r0.step_ns / measured_ms)
 
     k0 = pc.host_scale(g)
     return Curve(group, name, p10 / 1e3, p50 / 1e3, k0, ratio(k0), grid,
@@ -120,12 +121,11 @@ def suite_curves(src: Path, work: Path, grid: tuple[float, ...]) -> list[Curve]:
         raise SystemExit(f"host_clock_fit.py: {src}: no bundle found")
     out = []
     for sj in sorted((tree / "scenarios").glob("*.json")):
-        trace = tree / "torch" / "traces" / f"{sj.stem}.pt.trace.json.gz"
         measured = measured_baseline(json.loads(sj.read_text()))
-        if trace.is_file() and measured:
-            run = Run(import_traces([trace], work / f"{group}-{sj.stem}.trace", overwrite=True))
-            c = curve(run, group, sj.stem, measured, grid)
-            out += [c] if c else []
+        run = import_bundled_trace(tree, group, sj.stem, work) if measured else None
+        c = None if run is None or measured is None else curve(run, group, sj.stem, measured,
+                                                                grid)
+        out += [c] if c else []
     return out
 
 
