@@ -298,7 +298,9 @@ class HostCapture:
     def _push_samples(self, rows: list[Any]) -> None:
         self.util_pace.note(rows)
         cut = self._stopped_ns
-        if cut is not None and not self._running:  # sampled after stop: the pace only
+        # sampled after a stop that kept the samplers for the pace (``_keep_sampling``): the
+        # pace only; a plain stop keeps a sampler thread's last tick, as its status counts it
+        if cut is not None and self._after is not None and not self._running:
             rows = [r for r in rows if int(r[0]) < cut]
             if not rows:
                 return
