@@ -172,6 +172,8 @@ def totals_text(results: list[dict[str, Any]], path: str) -> str:
                  f"{t['plan_ok']}/{t['plan_rows']} (±20%: {t['plan_on_target']})")
     if t["traps"]:
         text += f", traps ok {t['traps_ok']}/{t['traps']}"
+    if t["share_rows"]:
+        text += f"; given the measured baseline {t['share_ok']}/{t['share_rows']}"
     if t["unstable"]:
         text += f"; not scored, the measurement unstable: {t['unstable']}"
     return text
@@ -197,10 +199,12 @@ def remedies_md(results: list[dict[str, Any]], title: str) -> list[str]:
 
 
 INTRO = ("Remedies: each fix variant (a real user fix, named by the remedy ids it applies) is "
-         "timed untraced, interleaved with the baseline. Predicted fixed step = measured "
-         "baseline × the report's predicted_step_ms / the step it is relative to (the remedy's "
-         "baseline_ms: on a profiler trace the step predicted without the profiler; else the "
-         "captured step); ok = within ±30% of the measured fixed step (target ±20%). "
+         "timed untraced, interleaved with the baseline. Predicted fixed step = the report's "
+         "predicted_step_ms where its steps are the program's (a step hook, torch.profiler's "
+         "steps, step annotations) or it is calibrated to a measured untraced step; else "
+         "(steps recovered from periodicity) the measured baseline × predicted_step_ms / the "
+         "step it is relative to (the report's share). ok = within ±30% of the measured fixed "
+         "step (target ±20%). \"Given the measured baseline\": every row scored by its share. "
          "A variant covering several remedy ids also checks the plan. A trap (a fix that must "
          "not help) is ok when the predicted saving is below 10% and the measured saving below "
          "5%. Not scored: a variant timed by its program whose runs, or the baseline's, "

@@ -249,6 +249,9 @@ def test_score_row_tolerance_and_trap() -> None:
                        fixed_ms=5.0, saving_pct=58.3, captured_ms=20.0, trap=False,
                        absolute=True)
     assert cal["predicted_fixed_ms"] == 6.0 and cal["ratio"] == 1.2 and cal["ok"]
+    # ... beside its share of its own 20 ms applied to the measured 12 ms: 3.6 / 5 = 0.72
+    assert cal["scored"] == "ms" and cal["share_ratio"] == 0.72
+    assert ok["scored"] == "share" and ok["share_ratio"] == ok["ratio"]
     # a trap: 2% promised, 1% measured -> ok; the fix helped (8%) -> not ok
     small = rs.Prediction(19.6, "remedy remove_syncs", ("remove_syncs",))
     trap = dict(baseline_ms=12.0, captured_ms=20.0, trap=True)
@@ -306,7 +309,7 @@ def test_score_variants_rows_and_plan_check() -> None:
     assert t == {"rows": 4, "predicted": 3, "ok": 3, "on_target": 2, "not_offered": 0,
                  "single_rows": 2, "single_ok": 2, "single_on_target": 2,
                  "plan_rows": 1, "plan_ok": 1, "plan_on_target": 0, "traps": 1, "traps_ok": 1,
-                 "unstable": 0}
+                 "share_rows": 3, "share_ok": 3, "unstable": 0}
 
 
 def test_a_calibrated_report_is_scored_as_it_is() -> None:
@@ -322,6 +325,53 @@ def test_a_calibrated_report_is_scored_as_it_is() -> None:
     # a trap still compares the report's promised saving with its own baseline
     trap = by[("remove_syncs", "remedy")]
     assert trap["ok"] and trap["predicted_saving_pct"] < rs.TRAP_MAX_PREDICTED_PCT
+
+
+def test_a_report_whose_steps_are_the_programs_is_scored_in_its_own_ms() -> None:
+    """Steps from a hook, torch.profiler or annotations: the report's predicted_step_ms against
+    the measured fixed step as they are; steps recovered from periodicity: its share of its own
+    step applied to the measured baseline (12 ms). Both ratios are kept on every row."""
+    def rows(step_source: str | None, *, where: str = "top") -> dict[tuple[str, str], Any]:
+        res = conv_result(None)
+        if where == "top":
+            res["record"]["step_source"] = step_source
+        elif where == "summary":  # a results.json written before the field
+            res["record"].pop("step_source", None)
+            res["record"]["summary"] = {"step_source": step_source}
+        got = rs.score_result(res)["record"]
+        assert got is not None
+        return {(r["variant"], r["check"]): r for r in got}
+
+    def ratios(by: dict[tuple[str, str], Any]) -> list[tuple[Any, ...]]:
+        return [(by[k]["scored"], by[k]["predicted_fixed_ms"], by[k]["ratio"], by[k]["ok"],
+                 by[k]["share_ratio"], by[k]["direct_ratio"])
+                for k in (("tf32", "remedy"), ("bf16_amp_channels_last", "remedy"),
+                          ("bf16_amp_channels_last", "plan"))]
+
+    # tf32: 8 ms of a 16 ms base, measured 6.5 ms: 8 / 6.5 = 1.231 in ms, 12 x 8/16 = 6 ->
+    # 0.923 by share; bf16 + channels_last 5 of 20 against 3: 1.667 and 12 x 5/20 = 3 -> 1.0;
+    # the plan 3.75 of 20: 1.25 and 2.25 / 3 = 0.75
+    in_ms = [("ms", 8.0, 1.231, True, 0.923, 1.231), ("ms", 5.0, 1.667, False, 1.0, 1.667),
+             ("ms", 3.75, 1.25, True, 0.75, 1.25)]
+    by_share = [("share", 6.0, 0.923, True, 0.923, 1.231),
+                ("share", 3.0, 1.0, True, 1.0, 1.667), ("share", 2.25, 0.75, True, 0.75, 1.25)]
+    for source in ("hook", "profiler_step", "annotation", "hook+profiler_step"):
+        assert ratios(rows(source)) == in_ms, source
+    assert ratios(rows("hook", where="summary")) == in_ms
+    for source in ("periodicity", "hook+periodicity", "whole_trace", None):
+        assert ratios(rows(source)) == by_share, source
+    # a trap keeps the report's own share: 19.6 of its captured 20 ms, 2% promised
+    trap = rows("hook")[("remove_syncs", "remedy")]
+    assert trap["ok"] and trap["predicted_saving_pct"] == 2.0
+    # the totals count the share apart: all three within 30% by it (0.923, 1.0, 0.75)
+    t = rs.totals(list(rows("hook").values()))
+    assert (t["ok"], t["share_ok"], t["share_rows"]) == (2, 3, 3)
+
+
+def test_the_program_step_sources_are_the_reports() -> None:
+    from stepscope.reporters.report import PROGRAM_STEPS
+
+    assert rs.PROGRAM_STEP_SOURCES == PROGRAM_STEPS
 
 
 def test_a_variant_timed_by_the_program_is_scored_against_the_programs_baseline() -> None:
@@ -414,8 +464,8 @@ def test_remedies_table() -> None:
     assert "| conv_fp32 | not_built | cuda_graphs | not measured: error |" in md
     assert "plain" not in md  # no remedy id: not scored
     assert ("Remedies via record: within ±30% 3/3 (±20%: 2), not offered 0; one remedy 2/2, "
-            "plans of several 1/1 (±20%: 0), traps ok 1/1. Via profiler trace: within ±30% "
-            "0/2 (±20%: 0), not offered 2, traps ok 1/1.") in md
+            "plans of several 1/1 (±20%: 0), traps ok 1/1; given the measured baseline 3/3. "
+            "Via profiler trace: within ±30% 0/2 (±20%: 0), not offered 2, traps ok 1/1.") in md
     # the plan rows again, in a table of their own ("plan of A+B")
     assert "#### Plans of several remedies (PyTorch)" in md
     assert ("| conv_fp32 | bf16_amp_channels_last | bf16_amp+remove_syncs | 12.00 → 3.00 (75%) "

@@ -49,22 +49,20 @@ def test_a_folder_without_results_is_an_error(tmp_path: Path, capsys: Any) -> No
     assert remedy_totals.main([]) == 2
 
 
-def test_the_reports_own_ms_counts_program_steps_only(tmp_path: Path) -> None:
-    # direct_ratio: the report's predicted step against the measured one. A recorded run whose
-    # steps came from periodicity is left out, a trace always counts, traps never
-    def row(direct: float | None, trap: bool = False) -> dict[str, Any]:
-        return {**_row(1.0, trap=trap), "direct_ratio": direct}
+def test_the_share_given_the_measured_baseline_counts_every_scored_row(tmp_path: Path) -> None:
+    # share_ratio: the report's share applied to the measured baseline; traps, unstable rows
+    # and rows without one (nothing offered) are left out
+    def row(share: float | None, trap: bool = False, **kw: Any) -> dict[str, Any]:
+        return {**_row(1.0, trap=trap), "share_ratio": share, **kw}
 
-    hook = {"scenario": "h", "record": {"step_detection": {"0": "50 from the torch.optim."
-                                                                "Optimizer.step hook"}},
-            "remedy_score": {"record": [row(1.2), row(1.4)], "profiler": [row(0.75), row(0.5)]}}
-    periodic = {"scenario": "p", "record": {"step_detection": {"0": "900 recovered from the "
-                                                                    "periodicity of the GPU work"}},
-                "remedy_score": {"record": [row(3.0)], "profiler": [row(1.0), row(9.0, True)]}}
-    assert remedy_totals.direct_text([hook, periodic], "record") == "1/2"
-    assert remedy_totals.direct_text([hook, periodic], "profiler") == "2/3"
-    assert remedy_totals.direct_text([periodic], "record") == "nothing scored"
-    lines = remedy_totals.direct_table([("x", [hook]), ("y", [periodic])])
+    a = {"scenario": "h", "remedy_score": {"record": [row(1.2), row(1.4)],
+                                           "profiler": [row(0.75), row(0.5), row(None)]}}
+    b = {"scenario": "p", "remedy_score": {"record": [row(3.0, unstable="x")],
+                                           "profiler": [row(1.0), row(9.0, True)]}}
+    assert remedy_totals.share_text([a, b], "record") == "1/2"
+    assert remedy_totals.share_text([a, b], "profiler") == "2/3"
+    assert remedy_totals.share_text([b], "record") == "nothing scored"
+    lines = remedy_totals.share_table([("x", [a]), ("y", [b])])
     assert lines[2:] == ["| x | 1/2 | 1/2 |", "| y | nothing scored | 1/1 |",
                          "| **all** | 1/2 | 2/3 |"]
 
