@@ -29,8 +29,8 @@ For each fix variant (``variants.Variant``) and each path (record, profiler trac
   ratio (``share_ratio``, "given the measured baseline") and the report's own ms against the
   measurement (``direct_ratio``). Why the ms and not the share, where both apply: the share
   carries the baseline's move from one process to the next into the fix (H100, 2026-11-27:
-  ``jax_host_callback``'s untraced baseline 10.9-15.9 ms in six calls, its fixed step
-  2.28-2.38 ms, the reports' 2.23-2.31 ms; docs/accuracy.md, "The report's own
+  ``jax_host_callback``'s untraced baseline 10.9-15.9 ms in five calls, its fixed step
+  2.30-2.38 ms, the reports' 2.23-2.32 ms; docs/accuracy.md, "The report's own
   milliseconds, scored");
 - a trap (a fix that must not help): ok when the predicted saving is below 10% (a remedy not
   offered predicts none) and the measurement shows no gain (saving below 5%);
