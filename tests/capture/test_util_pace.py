@@ -56,7 +56,7 @@ def _sampling(after_s: float, run_s: float) -> HostCapture:
     """A host capture with its sampler process (psutil only), run for ``run_s``."""
     cap = HostCapture(HostSettings(sample_hz=20, stack_hz=0, sampler_process=True,
                                    nvml=False, hooks=False))
-    cap.util_pace.after_s = after_s
+    cap.util_pace = UtilPace(after_s=after_s)
     cap.start()
     time.sleep(run_s)
     return cap

@@ -87,9 +87,7 @@ class HostSlot:
         """The window closed; ``sample_after``: keep sampling after it (no step to time)."""
         pace = pace_of(self.host)
         if pace is not None:
-            pace.closed(now_ns)
-            if not sample_after:
-                pace.after_s = 0.0
+            pace.closed(now_ns, sample_after)
 
     def end_after_window(self) -> None:
         """Stop the sampling after the window (the process is ending)."""

@@ -43,7 +43,8 @@ class UtilPace:
 
     def __init__(self, after_s: float = AFTER_S, settle_s: float = SETTLE_S) -> None:
         self._lock = threading.Lock()
-        self.after_s = after_s
+        self._after_s = after_s
+        self._sample_after = True
         self._settle_ns = int(settle_s * 1e9)
         self._open_ns: int | None = None
         self._close_ns: int | None = None
@@ -56,10 +57,20 @@ class UtilPace:
             if self._open_ns is None:
                 self._open_ns = ts_ns
 
-    def closed(self, ts_ns: int) -> None:
+    @property
+    def after_s(self) -> float:
+        """How long the samplers are to keep running after the window: 0 once the window
+        closed without asking for it (:meth:`closed`)."""
+        with self._lock:
+            return self._after_s if self._sample_after else 0.0
+
+    def closed(self, ts_ns: int, sample_after: bool = True) -> None:
+        """The window closed at ``ts_ns``; ``sample_after``: the samplers are to keep running
+        after it for the pace (no step to time after the window)."""
         with self._lock:
             if self._open_ns is not None and self._close_ns is None:
                 self._close_ns = ts_ns
+            self._sample_after = sample_after
 
     def note(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """Sampler rows ``(ts_ns, device, metric, value, unit)``, a tick's GPUs sharing its
