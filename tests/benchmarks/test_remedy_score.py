@@ -358,6 +358,13 @@ def test_a_report_whose_steps_are_the_programs_is_scored_in_its_own_ms() -> None
     for source in ("hook", "profiler_step", "annotation", "hook+profiler_step"):
         assert ratios(rows(source)) == in_ms, source
     assert ratios(rows("hook", where="summary")) == in_ms
+    # ... and a trace's, from its "traced" summary: the profiler path's rows in ms
+    res = conv_result({**rs.remedy_fields(stand_in_report()),
+                       "traced": {"step_source": "profiler_step"}})
+    prof = rs.score_result(res)["profiler"]
+    assert prof is not None
+    tf32 = next(r for r in prof if (r["variant"], r["check"]) == ("tf32", "remedy"))
+    assert (tf32["scored"], tf32["predicted_fixed_ms"], tf32["ratio"]) == ("ms", 8.0, 1.231)
     for source in ("periodicity", "hook+periodicity", "whole_trace", None):
         assert ratios(rows(source)) == by_share, source
     # a trap keeps the report's own share: 19.6 of its captured 20 ms, 2% promised
