@@ -16,6 +16,7 @@ Prints one line per check, ``PASS``/``FAIL``, and exits 1 when one fails.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections import Counter, defaultdict
@@ -59,6 +60,10 @@ def program() -> None:
         opt.zero_grad()
     if cuda:
         torch.cuda.synchronize()
+    # the DDP model freed while the group lives (benchmarks/multigpu/harness.py: freed after
+    # it, at interpreter exit, DDP models aborted gloo ranks)
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 

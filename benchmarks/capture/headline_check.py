@@ -87,6 +87,9 @@ PROGRAMS = {
             x = torch.randn(1024, 4096, device="cuda")
             loss = model(x).sum(); opt.zero_grad(); loss.backward(); opt.step()
             loss.item()
+        import gc
+        del model, opt, loss
+        gc.collect()  # DDP freed while the group lives (benchmarks/multigpu/harness.py)
         dist.destroy_process_group()
     """,
 }
