@@ -22,6 +22,14 @@ A fourth counts the choices: for every two fix variants of one scenario whose me
 steps differ by :data:`CHOICE_MIN` or more (of the faster), whether the report's predictions
 put them in the same order (TF32 or bf16 autocast; the CPU sort on the GPU or pinned round
 trips; CUDA graphs or pinned copies): the fix a user reading the report would pick first.
+
+A fifth takes each fix across the suites: per scenario, variant and path, the calls that
+scored it, the median of its ratios (the score of the first table), their range and how many
+were within ±30%. One call's ratio carries the host's pace at that call (docs/accuracy.md,
+"The host's two speeds"); the median over calls says whether the model itself is off.
+``cpu_ops_midstep``'s variant "pinned" sorted its pinned buffer in place until 2026-11-27;
+in a result that has no "pinned_inplace" variant, that row is counted as "pinned_inplace"
+(:data:`RENAMED`).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ if str(HERE) not in sys.path:
 
 import timing  # after the sys.path setup
 from remedy_report import totals_text
-from remedy_score import TOLERANCE, measured_groups
+from remedy_score import TARGET, TOLERANCE, measured_groups
 
 
 def load(spec: str) -> tuple[str, list[dict[str, Any]]]:
@@ -74,6 +82,47 @@ def _first_rows(res: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
                 or row.get("measured_fixed_ms") is None):
             continue
         out.setdefault(str(row.get("variant")), row)
+    return out
+
+
+# (scenario, old variant name) -> its name now, in results whose variants lack the new name
+RENAMED = {("cpu_ops_midstep", "pinned"): "pinned_inplace"}
+
+
+def _variant_name(res: dict[str, Any], variant: str) -> str:
+    new = RENAMED.get((str(res.get("scenario")), variant))
+    return new if new is not None and new not in (res.get("variants") or {}) else variant
+
+
+def per_fix(suites: list[tuple[str, list[dict[str, Any]]]]
+            ) -> dict[tuple[str, str, str], list[float]]:
+    """(scenario, variant, path) -> the ratio of its scored row in each suite, in order (no
+    trap, no unstable measurement; the variant's first such row of a result)."""
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for _, results in suites:
+        for res in results:
+            for path in ("record", "profiler"):
+                for variant, row in _first_rows(res, path).items():
+                    if row.get("ratio") is None:
+                        continue
+                    key = (str(res.get("scenario")), _variant_name(res, variant), path)
+                    out.setdefault(key, []).append(float(row["ratio"]))
+    return out
+
+
+def per_fix_table(suites: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """One row per fix and path (:func:`per_fix`): calls, median ratio, range, within ±30%;
+    a median beyond ±20% is marked."""
+    import statistics
+
+    out = ["| scenario | variant | path | calls | median | range | within ±30% |",
+           "|---|---|---|---|---|---|---|"]
+    for (scen, variant, path), got in sorted(per_fix(suites).items()):
+        med = statistics.median(got)
+        ok = sum(1 for r in got if abs(r - 1.0) <= TOLERANCE)
+        mark = " **(off ±20%)**" if abs(med - 1.0) > TARGET else ""
+        out.append(f"| {scen} | {variant} | {path} | {len(got)} | {med:.2f}{mark} | "
+                   f"{min(got):.2f}-{max(got):.2f} | {ok}/{len(got)} |")
     return out
 
 
@@ -147,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\nChoices: two fix variants of one scenario measured at least "
           f"{CHOICE_MIN:.0%} apart, ordered by the predictions as measured:\n")
     print("\n".join(_table(suites, choice_text, "via record")))
+    print("\nEach fix across the suites: its scored ratio's median over the calls, range, and "
+          "calls within ±30%:\n")
+    print("\n".join(per_fix_table(suites)))
     return 0
 
 

@@ -108,3 +108,41 @@ def test_choices_count_pairs_of_fixes_measured_apart_in_the_predicted_order() ->
     assert remedy_totals.choice_text([conv], "profiler") == "0/1"
     assert remedy_totals.choice_text([{"scenario": "x", "remedy_score": {}}], "record") \
         == "nothing compared"
+
+
+def test_each_fix_across_suites_takes_the_median_of_its_calls() -> None:
+    # three calls of one fix: ratios 0.9, 1.5, 1.1 -> median 1.10, range 0.90-1.50, 2 of 3
+    # within ±30%; a trap, an unstable row and a row with no prediction are not calls
+    def row(variant: str, ratio: float | None, **kw: Any) -> dict[str, Any]:
+        return {**_row(ratio), "variant": variant, "predicted_fixed_ms": 1.0,
+                "measured_fixed_ms": 1.0, **kw}
+
+    def res(rows: list[dict[str, Any]], profiler: list[dict[str, Any]] | None = None
+            ) -> dict[str, Any]:
+        return {"scenario": "sync", "remedy_score": {"record": rows, "profiler": profiler}}
+
+    suites = [("a", [res([row("fixed", 0.9), row("trapped", 0.1, trap=True)])]),
+              ("b", [res([row("fixed", 1.5), row("fixed", 0.2)],
+                         [row("fixed", 1.45), row("other", 2.0, unstable="runs 1-3 ms")])]),
+              ("c", [res([row("fixed", 1.1), row("none", None)])])]
+    got = remedy_totals.per_fix(suites)
+    assert got == {("sync", "fixed", "record"): [0.9, 1.5, 1.1],
+                   ("sync", "fixed", "profiler"): [1.45]}
+    lines = remedy_totals.per_fix_table(suites)
+    assert lines[2:] == ["| sync | fixed | profiler | 1 | 1.45 **(off ±20%)** | 1.45-1.45 | 0/1 |",
+                         "| sync | fixed | record | 3 | 1.10 | 0.90-1.50 | 2/3 |"]
+
+
+def test_the_in_place_pinned_variant_of_older_calls_keeps_its_own_name() -> None:
+    # before 2026-11-27 cpu_ops_midstep's "pinned" sorted in place: a result without a
+    # "pinned_inplace" variant counts its "pinned" row as that; a newer one keeps the name
+    def res(variants: list[str]) -> dict[str, Any]:
+        return {"scenario": "cpu_ops_midstep", "variants": {v: {} for v in variants},
+                "remedy_score": {"record": [{**_row(1.2), "variant": "pinned",
+                                             "predicted_fixed_ms": 1.2,
+                                             "measured_fixed_ms": 1.0}], "profiler": None}}
+
+    got = remedy_totals.per_fix([("old", [res(["gpu_sort", "pinned"])]),
+                                 ("new", [res(["gpu_sort", "pinned", "pinned_inplace"])])])
+    assert got == {("cpu_ops_midstep", "pinned_inplace", "record"): [1.2],
+                   ("cpu_ops_midstep", "pinned", "record"): [1.2]}
