@@ -235,3 +235,45 @@ def test_the_ops_that_launched_a_layer_say_whether_it_has_a_bias() -> None:
     assert layer_params(m, (3,), conv) == 1  # the thread's last layer: nothing follows
     # a depthwise convolution adds its bias in its own kernel: no add to look for
     assert layer_params(m, (1,), {1: "aten::_conv_depthwise2d", 2: "aten::relu"}) == 2
+
+
+def test_a_recorded_backward_without_sum_reductions_casts_weights_alone() -> None:
+    """A recorded run has no framework ops. A bias's gradient is a sum reduction of its own
+    (12 a step in a recording of the 12-layer MLP with biases, none without): a step with a
+    backward and no such kernel has layers without a bias. 3 layers: the weights' 3 casts and
+    the input's and output's 2 in the forward, 3 back."""
+    m, mm = _net(3)
+    c = autocast_casts(m, mm, None, sums=False)
+    assert c is not None and c.no_sums
+    assert (c.layers, c.weights_only, c.forward, c.backward) == (3, 3, 3 + EXTRA_CASTS, 3)
+    assert "(3 layers: a weight each, no bias (the backward reduces no bias gradient)" \
+        in c.describe()
+    assert c.cast_ns.tolist() == [3 * CAST_NS, CAST_NS, CAST_NS, CAST_NS, CAST_NS, CAST_NS]
+    # a sum somewhere in the step keeps weight and bias
+    d = autocast_casts(m, mm, None, sums=True)
+    assert d is not None and not d.no_sums and d.weights_only == 0 and d.backward == 6
+    # framework ops decide where the run has them
+    ops = {1: "aten::addmm", 3: "aten::addmm", 5: "aten::addmm"}
+    e = autocast_casts(m, mm, ops, sums=False)
+    assert e is not None and not e.no_sums and e.weights_only == 0
+    # no backward (inference): nothing to read the biases from
+    fwd_only = mm & (m.host.thread[m.ops.trigger] == 0)
+    f = autocast_casts(m, fwd_only, None, sums=False)
+    assert f is not None and not f.no_sums and f.forward == 3 * PARAMS_PER_LAYER + EXTRA_CASTS
+
+
+def test_the_step_s_kernels_say_whether_it_reduces_by_a_sum() -> None:
+    import pyarrow as pa
+
+    m, _ = _net(1)  # 5 kernels, rows 0-4 of the kernel table
+    plain = ["sm90_gemm", "gelu", "sm90_gemm", "sm90_gemm", "elementwise"]
+    sum_k = ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, "
+             "at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>")
+    mean_k = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, MeanOps"
+    assert not kernel_remedies._sums(m, pa.array(plain))
+    assert not kernel_remedies._sums(m, pa.array(plain[:4] + [mean_k]))  # a loss's mean
+    assert kernel_remedies._sums(m, pa.array(plain[:4] + [sum_k]))
+    # a sum outside the modelled step's rows does not count
+    assert not kernel_remedies._sums(m, pa.array(plain + [sum_k]))
+    # no names at hand: the default stays
+    assert kernel_remedies._sums(m, pa.array([], type=pa.string()))

@@ -15,8 +15,17 @@ thread that launches the first of them (a cuDNN convolution may launch several k
 ends at any other launch, so two layers back to back with nothing between count as one); the
 backward's casts go to the other threads that launch such kernels (autograd's). Per layer its
 parameters (:func:`layer_params`: weight and bias, or the weight alone where the framework ops
-show no bias), :data:`EXTRA_CASTS` more in the forward (the input's, the output's), one
-backward cast per parameter cast.
+show no bias, or, in a run without framework ops, where the step reduces no gradient by a sum),
+:data:`EXTRA_CASTS` more in the forward (the input's, the output's), one backward cast per
+parameter cast.
+
+A bias's gradient is a sum of the output's gradient over the batch: PyTorch reduces it in a
+kernel of its own, ``at::native::reduce_kernel`` with a ``sum_functor``, once a layer. On an
+H100 (2026-11-27, ``stepscope record`` of ``benchmarks/scenarios/deep_mlp_fp32.py`` and
+``mlp_nobias_fp32.py``: twelve Linear layers with and without a bias) the first step ran 12 of
+them, the second none. A recorded run has the kernels' names but no framework ops: where the
+step has a backward and none of its kernels is such a sum, its layers have no bias. Any sum
+keeps the default (a loss's ``.sum()``, a broadcast add's gradient look the same).
 
 Measured on an NVIDIA H100's host (16-core Intel Xeon, torch 2.11, Python 3.12; docs/accuracy.md,
 "Autocast's casts on the host"): on the 12-layer MLP of ``deep_mlp_fp32``, host-bound with TF32
@@ -45,6 +54,8 @@ WITHOUT_BIAS_GEMM = ("aten::mm",)
 CUDNN_CONV = "aten::cudnn_convolution"  # and ``_transpose``: their bias is a separate add
 CONV_BIAS_ADD = "aten::add_"
 EXTRA_CASTS = 2  # the forward's fp32 input cast and the output's cast back to fp32
+# the kernel that reduces a bias's gradient (module docstring): both parts in its name
+SUM_REDUCE = ("reduce_kernel", "sum_functor")
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class AutocastCasts:
     backward: int  # casts of the parameters' gradients (0: no backward thread seen)
     events: I64  # host events whose dispatch ``pre`` takes the casts
     cast_ns: I64  # the ns each of ``events`` takes more
+    no_sums: bool = False  # weights alone because the step reduces no gradient by a sum
 
     @property
     def total(self) -> int:
@@ -69,6 +81,8 @@ class AutocastCasts:
                   "a weight each, no bias" if self.weights_only == self.layers else
                   f"{self.layers - self.weights_only} with weight and bias, "
                   f"{self.weights_only} with a weight alone")
+        if self.no_sums:
+            params += " (the backward reduces no bias gradient)"
         return (f"bf16 autocast's casts on the host: {self.forward} casts a step in the forward "
                 f"({self.layers} layers: {params}, the input and the output){back}, "
                 f"{CAST_NS / 1e3:.0f} us each ({self.total * CAST_NS / 1e6:.2f} ms a step; "
@@ -120,16 +134,18 @@ def spread(total: int, n: int) -> list[int]:
     return share
 
 
-def layer_params(m: StepModel, run: tuple[int, ...], launched: dict[int, str] | None) -> int:
+def layer_params(m: StepModel, run: tuple[int, ...], launched: dict[int, str] | None,
+                 no_sums: bool = False) -> int:
     """The parameters autocast casts for one forward layer run (host event indexes):
     :data:`PARAMS_PER_LAYER` (weight and bias) unless the framework ops that launched it
     (``launched``: host event -> op name) show a layer without a bias: a GEMM launched by
     ``aten::mm`` (``nn.Linear(bias=False)``; ``aten::addmm`` is one with a bias), or a cuDNN
     convolution whose run the bias add (``aten::add_`` in ``aten::_convolution``) does not
     follow. Other ops (a batched matmul, a depthwise convolution that adds its bias in its own
-    kernel, an unknown framework's) keep the default."""
+    kernel, an unknown framework's) keep the default. Without framework ops, ``no_sums`` (a
+    backward that reduces no gradient by a sum, module docstring) gives the weight alone."""
     if not launched:
-        return PARAMS_PER_LAYER
+        return 1 if no_sums else PARAMS_PER_LAYER
     names = [launched.get(e, "") for e in run]
     if any(n in WITH_BIAS_GEMM for n in names):
         return PARAMS_PER_LAYER
@@ -145,17 +161,20 @@ def layer_params(m: StepModel, run: tuple[int, ...], launched: dict[int, str] | 
     return PARAMS_PER_LAYER
 
 
-def autocast_casts(m: StepModel, candidate: B, launched: dict[int, str] | None = None
-                   ) -> AutocastCasts | None:
+def autocast_casts(m: StepModel, candidate: B, launched: dict[int, str] | None = None,
+                   sums: bool = True) -> AutocastCasts | None:
     """The casts of ``m``'s step under bf16 autocast; ``candidate``: per GPU op, an fp32
     matmul/conv kernel that autocast would run in bf16; ``launched``: per host event, the name
-    of the framework op that launched it, where the run has them (:func:`layer_params`). None
-    where no run is found."""
+    of the framework op that launched it, where the run has them (:func:`layer_params`);
+    ``sums``: the step runs a kernel that reduces by a sum (:data:`SUM_REDUCE`), which a
+    backward without framework ops needs for its layers to count a bias. None where no run is
+    found."""
     runs = layer_runs(m, candidate)
     if runs is None:
         return None
     layers = len(runs.forward)
-    params = [layer_params(m, r, launched) for r in runs.forward]
+    no_sums = not launched and bool(runs.backward) and not sums
+    params = [layer_params(m, r, launched, no_sums) for r in runs.forward]
     events = [r[0] for r in runs.forward]
     amounts = [(p + (EXTRA_CASTS if k == 0 else 0)) * CAST_NS for k, p in enumerate(params)]
     backward = sum(params) if runs.backward else 0
@@ -164,7 +183,8 @@ def autocast_casts(m: StepModel, candidate: B, launched: dict[int, str] | None =
         amounts += [s * CAST_NS for s in spread(backward, len(runs.backward))]
     return AutocastCasts(layers, sum(p < PARAMS_PER_LAYER for p in params),
                          sum(params) + EXTRA_CASTS, backward,
-                         np.asarray(events, dtype=np.int64), np.asarray(amounts, dtype=np.int64))
+                         np.asarray(events, dtype=np.int64), np.asarray(amounts, dtype=np.int64),
+                         no_sums)
 
 
 def add_host(m: StepModel, events: I64, ns: I64) -> StepModel:
@@ -182,5 +202,5 @@ def with_casts(m: StepModel, casts: AutocastCasts) -> StepModel:
     return add_host(m, casts.events, casts.cast_ns)
 
 
-__all__ = ["AutocastCasts", "CAST_NS", "LayerRuns", "add_host", "autocast_casts",
+__all__ = ["AutocastCasts", "CAST_NS", "SUM_REDUCE", "LayerRuns", "add_host", "autocast_casts",
            "layer_params", "layer_runs", "spread", "with_casts"]

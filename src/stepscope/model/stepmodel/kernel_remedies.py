@@ -18,6 +18,7 @@ from stepscope.model.kernels import device_rows, op_names
 from stepscope.model.speedups import MIN_KERNEL_NS, conv_bf16_nhwc, speedups_for
 from stepscope.model.stepmodel import edits
 from stepscope.model.stepmodel.autocast_host import (
+    SUM_REDUCE,
     AutocastCasts,
     autocast_casts,
     layer_runs,
@@ -148,7 +149,19 @@ def _casts(analysis: Analysis, ra: RankAnalysis, m: StepModel, f: TcFactors
         names = names.cast(pa.string())
     if names.length() and pc.any(pc.starts_with(names, "triton_")).as_py():
         return None
-    return autocast_casts(m, f.amp > 1, f.launched)
+    return autocast_casts(m, f.amp > 1, f.launched, _sums(m, names))
+
+
+def _sums(m: StepModel, names: pa.Array | pa.ChunkedArray) -> bool:
+    """The step's kernels reduce by a sum (``autocast_host.SUM_REDUCE``), or their names are
+    not at hand."""
+    rows = m.ops.row[m.ops.kind == OpKind.KERNEL]
+    if rows.size == 0 or len(names) == 0 or int(rows.max()) >= len(names):
+        return True
+    step = names.take(pa.array(rows))
+    found = pc.and_(pc.match_substring(step, SUM_REDUCE[0]),
+                    pc.match_substring(step, SUM_REDUCE[1]))
+    return bool(pc.any(found).as_py())
 
 
 def precision(analysis: Analysis, ra: RankAnalysis, m: StepModel) -> list[Candidate]:
