@@ -120,12 +120,14 @@ def randn(*shape: int, device: str, dtype: torch.dtype = torch.float32, seed: in
 
 
 def mlp(widths: list[int], device: str, *, act: type[torch.nn.Module] = torch.nn.GELU,
-        seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:
-    """Linear(w0,w1) act Linear(w1,w2) act ... Linear(w[-2],w[-1]); deterministic init."""
+        seed: int = 0, dtype: torch.dtype = torch.float32, bias: bool = True
+        ) -> torch.nn.Sequential:
+    """Linear(w0,w1) act Linear(w1,w2) act ... Linear(w[-2],w[-1]); deterministic init;
+    ``bias`` False: Linear layers without a bias."""
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
     for i, (a, b) in enumerate(itertools.pairwise(widths)):
-        layers.append(torch.nn.Linear(a, b))
+        layers.append(torch.nn.Linear(a, b, bias=bias))
         if i < len(widths) - 2:
             layers.append(act())
     return torch.nn.Sequential(*layers).to(device=device, dtype=dtype)
@@ -167,16 +169,17 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
 
 
 def precision_mlp(variant: str | None, device: str, sizes: tuple[int, int, int], *,
-                  seed: int, flags: Callable[[bool], None]) -> Step:
+                  seed: int, flags: Callable[[bool], None], bias: bool = True) -> Step:
     """An fp32 MLP trained with fused AdamW (``mlp``, ``train_step``) of ``sizes`` ``(batch,
     width, layers)`` (picked by the scenario, whose ``pick`` ``host_floor_probe.py`` replaces
     for its tiny sizes), and its precision fix: ``variant`` "tf32" sets TF32 on
     through ``flags`` at the start of every step (off for the others), "bf16_amp" runs the step
-    under bf16 autocast, None is the fp32 baseline (``fp32_no_tf32``, ``deep_mlp_fp32``)."""
+    under bf16 autocast, None is the fp32 baseline (``fp32_no_tf32``, ``deep_mlp_fp32``,
+    ``mlp_nobias_fp32`` with ``bias`` False)."""
     tf32 = variant == "tf32"
     amp = torch.bfloat16 if variant == "bf16_amp" else None
     batch, width, layers = sizes
-    model = mlp([width] * (layers + 1), device)
+    model = mlp([width] * (layers + 1), device, bias=bias)
     opt = adamw(model, device)
     x = randn(batch, width, device=device, seed=seed)
 
@@ -185,7 +188,7 @@ def precision_mlp(variant: str | None, device: str, sizes: tuple[int, int, int],
         train_step(model, opt, x, device=device, amp=amp)
 
     return Step(step, info={"batch": batch, "width": width, "layers": layers, "tf32": tf32,
-                            "amp": str(amp) if amp else None})
+                            "amp": str(amp) if amp else None, "bias": bias})
 
 
 _CALIBRATIONS: dict[str, int] = {}

@@ -61,6 +61,7 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "jax_input_host": ("host", "input_wait"),
     "conv_fp32": ("compute",),
     "deep_mlp_fp32": ("compute",),
+    "mlp_nobias_fp32": ("compute",),
     "item_trap": ("launch", "host"),  # its default fix: CUDA graphs (the trap is a variant)
     # two planted problems; the default fix applies both remedies
     "graphs_pageable": ("launch", "host", "copies", "sync"),

@@ -29,7 +29,7 @@ were within ±30%. One call's ratio carries the host's pace at that call (docs/a
 "The host's two speeds"); the median over calls says whether the model itself is off.
 ``cpu_ops_midstep``'s variant "pinned" sorted its pinned buffer in place until 2026-11-27;
 in a result that has no "pinned_inplace" variant, that row is counted as "pinned_inplace"
-(:data:`RENAMED`).
+(``variants.RENAMED``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ if str(HERE) not in sys.path:
 import timing  # after the sys.path setup
 from remedy_report import totals_text
 from remedy_score import TARGET, TOLERANCE, measured_groups
+from variants import measured_name
 
 
 def load(spec: str) -> tuple[str, list[dict[str, Any]]]:
@@ -85,15 +86,6 @@ def _first_rows(res: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-# (scenario, old variant name) -> its name now, in results whose variants lack the new name
-RENAMED = {("cpu_ops_midstep", "pinned"): "pinned_inplace"}
-
-
-def _variant_name(res: dict[str, Any], variant: str) -> str:
-    new = RENAMED.get((str(res.get("scenario")), variant))
-    return new if new is not None and new not in (res.get("variants") or {}) else variant
-
-
 def per_fix(suites: list[tuple[str, list[dict[str, Any]]]]
             ) -> dict[tuple[str, str, str], list[float]]:
     """(scenario, variant, path) -> the ratio of its scored row in each suite, in order (no
@@ -105,7 +97,8 @@ def per_fix(suites: list[tuple[str, list[dict[str, Any]]]]
                 for variant, row in _first_rows(res, path).items():
                     if row.get("ratio") is None:
                         continue
-                    key = (str(res.get("scenario")), _variant_name(res, variant), path)
+                    scen = str(res.get("scenario"))
+                    key = (scen, measured_name(scen, variant, res.get("variants") or {}), path)
                     out.setdefault(key, []).append(float(row["ratio"]))
     return out
 

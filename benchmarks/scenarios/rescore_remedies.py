@@ -153,14 +153,20 @@ def legacy_variants(res: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def redeclare(res: dict[str, Any]) -> None:
-    """The measured variants named as the scenario declares them now: each variant's remedy
-    ids, trap flag and plan cover from ``variants.variants_of`` (its measurement unchanged;
-    a variant the module no longer declares, or a module not importable here, is kept)."""
+    """The measured variants named as the scenario declares them now: a variant whose program
+    changed under its name takes its program's name now (``variants.RENAMED``;
+    ``measured_as`` keeps the old one), then each variant's remedy ids, trap flag and plan
+    cover from ``variants.variants_of`` (its measurement unchanged; a variant the module no
+    longer declares, or a module not importable here, is kept)."""
     import importlib
 
     import variants
 
     got = res.get("variants") or {}
+    for old in list(got):  # a program that changed under its name keeps its measurement apart
+        name = variants.measured_name(str(res.get("scenario")), old, got)
+        if name != old and isinstance(got[old], dict):
+            got[name] = {**got.pop(old), "name": name, "measured_as": old}
     try:
         declared = variants.variants_of(importlib.import_module(res["scenario"]))
     except Exception:  # noqa: BLE001 - e.g. the scenario's framework is not here

@@ -34,7 +34,7 @@ SCENARIOS: tuple[str, ...] = (
     # JAX users' own problems (issue 23): a host callback in the step, the input pipeline inline
     "jax_host_callback", "jax_input_host",
     # remedy validation (issue 22): an fp32 conv net with three precision fixes, the sync trap
-    "conv_fp32", "item_trap", "deep_mlp_fp32",
+    "conv_fp32", "item_trap", "deep_mlp_fp32", "mlp_nobias_fp32",
     # the plan of two remedies (issue 22): two planted problems, each fix alone and both
     "graphs_pageable", "loader_tf32", "sync_tf32",
 )

@@ -91,3 +91,17 @@ def build_arg(mod: ModuleType, variant: str | None) -> bool | str:
     if variant != DEFAULT_NAME:
         raise ValueError(f"{mod.__name__} has one fix, {DEFAULT_NAME!r}; not {variant!r}")
     return True
+
+
+# A variant whose program changed under its name: (scenario, old name) -> the name that program
+# has now. A result that lacks the new name measured the old program under the old name.
+# cpu_ops_midstep's "pinned" sorted its pinned buffer in place until 2026-11-27, dropping a host
+# copy that the pinned_copies remedy keeps (docs/accuracy.md, "The host's two speeds").
+RENAMED: dict[tuple[str, str], str] = {("cpu_ops_midstep", "pinned"): "pinned_inplace"}
+
+
+def measured_name(scenario: str, name: str, measured: Any) -> str:
+    """The name, as declared now, of the variant a result measured as ``name``; ``measured``
+    is the result's variant names (a result that has the new name measured both)."""
+    new = RENAMED.get((scenario, name))
+    return new if new is not None and new not in measured else name

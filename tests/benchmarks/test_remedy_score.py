@@ -81,6 +81,13 @@ def test_scenario_modules_declare_known_remedies() -> None:
                                                  "pinned_copies", "remove_syncs")
     assert seen["launch_bound"][0].remedies == ("cuda_graphs",)
     assert seen["healthy"][0].remedies == ()
+    # the pinned round trip applies the remedy alone; the in-place sort applies none
+    pinned = {v.name: v.remedies for v in seen["cpu_ops_midstep"]}
+    assert pinned["pinned"] == ("pinned_copies",) and pinned["pinned_inplace"] == ()
+    # every renamed variant names a variant its scenario declares now
+    for (scenario, old_name), new_name in variants.RENAMED.items():
+        declared = [v.name for v in seen[scenario]]
+        assert new_name in declared and old_name in declared
 
 
 def test_program_runs_a_named_variant(capsys: pytest.CaptureFixture[str]) -> None:

@@ -206,6 +206,38 @@ def test_rescore_names_measured_variants_as_the_scenario_declares_them_now(
     assert res_unknown["variants"]["x"]["remedies"] == ["a"]
 
 
+def test_a_variant_whose_program_changed_under_its_name_is_measured_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # variants.RENAMED: cpu_ops_midstep's old "pinned" sorted in place; an old result's
+    # "pinned" is now "pinned_inplace" (no remedy: not scored), a new one keeps both
+    import types
+
+    import variants
+
+    mod = types.ModuleType("fake_renamed")
+    mod.VARIANTS = {"gpu": ("ops_to_gpu",), "pinned": ("pinned_copies",),  # type: ignore[attr-defined]
+                    "pinned_inplace": ()}
+    monkeypatch.setitem(sys.modules, "fake_renamed", mod)
+    monkeypatch.setitem(variants.RENAMED, ("fake_renamed", "pinned"), "pinned_inplace")
+
+    def measured(*names: str) -> dict[str, Any]:
+        return {"scenario": "fake_renamed", "variants": {
+            n: {"name": n, "remedies": ["pinned_copies"], "status": "measured",
+                "fixed_ms": 9.0} for n in names}}
+
+    old = measured("gpu", "pinned")
+    rescore_remedies.redeclare(old)
+    assert set(old["variants"]) == {"gpu", "pinned_inplace"}
+    moved = old["variants"]["pinned_inplace"]
+    assert moved["remedies"] == [] and moved["fixed_ms"] == 9.0
+    assert moved["name"] == "pinned_inplace" and moved["measured_as"] == "pinned"
+    new = measured("gpu", "pinned", "pinned_inplace")
+    rescore_remedies.redeclare(new)
+    assert new["variants"]["pinned"]["remedies"] == ["pinned_copies"]
+    assert new["variants"]["pinned_inplace"]["remedies"] == []
+    assert "measured_as" not in new["variants"]["pinned"]
+
+
 def test_rescore_a_jax_scenario_from_its_xspace_and_recorded_run(tmp_path: Path) -> None:
     """The JAX leg: the bundled XSpace re-advised as the profiler trace, the recorded run
     re-advised, and the fix (timed by program.py's own loop, ``--program-timing``) scored
