@@ -19,6 +19,9 @@ def test_chunks_and_raw_records_share_one_cap(tmp_path: Path) -> None:
     assert w.count_raw(5) and w.rows == 9  # 5 so far: 2 more
     assert not w.write(steps(2))  # would make 11: refused, nothing written
     assert w.rows == 9 and [d.code for d in w.diagnostics] == ["row_cap"]
+    # the way out for a window of steps and for a timed one (no step hook)
+    assert "--steps A-B" in w.diagnostics[0].message
+    assert "--duration S where no step hook fires" in w.diagnostics[0].message
     assert not w.count_raw(7) and w.rows == 11  # raw records are on disk already: counted
     assert [d.code for d in w.diagnostics] == ["row_cap"]  # said once
     assert w.write({}) and len(list((tmp_path / "p").glob("steps.*.parquet"))) == 1

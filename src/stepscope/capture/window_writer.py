@@ -69,7 +69,7 @@ class WindowWriter:
             self.diagnostics.append(Diagnostic(
                 "warning", "row_cap",
                 f"stopped capturing after {self.rows} rows (cap {self.max_rows}): "
-                "use a shorter window (--steps A-B)"))
+                "use a shorter window (--steps A-B; --duration S where no step hook fires)"))
 
 
 class IoGate:
