@@ -20,6 +20,8 @@ DESCRIPTION = ("fp32 MLP, 12 x Linear(1024, 1024) with GELU on a batch of 4096, 
 VARIANTS = {"tf32": ("tf32",), "bf16_amp": ("bf16_amp",)}
 
 
-def build(fixed: bool | str, device: str) -> Step:
-    return precision_mlp(variants.pick(fixed, VARIANTS), device, pick(device, (4096, 1024, 12), (64, 64, 12)),
-                         seed=21, flags=tf32_flags)
+def build(fixed: bool | str, device: str, bias: bool = True) -> Step:
+    """``bias`` False: the same net without biases (``mlp_nobias_fp32``)."""
+    return precision_mlp(variants.pick(fixed, VARIANTS), device,
+                         pick(device, (4096, 1024, 12), (64, 64, 12)), seed=21,
+                         flags=tf32_flags, bias=bias)

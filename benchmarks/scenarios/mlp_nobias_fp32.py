@@ -10,18 +10,16 @@ batch of 4096, host-bound after either fix.
 
 from __future__ import annotations
 
-import variants
-from common import Step, pick, precision_mlp, tf32_flags
+import deep_mlp_fp32
+from common import Step
 
-EXPECTED = "no_tensor_cores"
+EXPECTED = deep_mlp_fp32.EXPECTED
 DESCRIPTION = ("fp32 MLP without biases, 12 x Linear(1024, 1024, bias=False) with GELU on a "
                "batch of 4096, fused AdamW, TF32 off -> fixed: TF32 on; variant bf16_amp: bf16 "
                "autocast instead (TF32 flags left off)")
-# fix variants and the report's remedy ids they apply (variants.py); the first is --fixed
-VARIANTS = {"tf32": ("tf32",), "bf16_amp": ("bf16_amp",)}
+# fix variants and the report's remedy ids they apply (variants.py): deep_mlp_fp32's
+VARIANTS = deep_mlp_fp32.VARIANTS
 
 
 def build(fixed: bool | str, device: str) -> Step:
-    return precision_mlp(variants.pick(fixed, VARIANTS), device,
-                         pick(device, (4096, 1024, 12), (64, 64, 12)), seed=21,
-                         flags=tf32_flags, bias=False)
+    return deep_mlp_fp32.build(fixed, device, bias=False)
