@@ -9,7 +9,7 @@ and over time.
    ``/proc/stat``'s steal time (a virtual machine's CPU taken by its host).
 2. Each core's speed: a fixed pure-Python loop in a process pinned to that core
    (``--core-rounds`` times), with the core's steal % over it; and one core over time
-   (``--series-seconds``): a short loop every ~0.25 s.
+   (``--series-seconds``): a short loop every ~0.22 s.
 3. Each program (``program.py NAME``, untraced, ``--seconds`` each) ``--runs`` times unpinned and
    ``--runs`` times pinned to ``--pin`` (``os.sched_setaffinity`` in the child), alternating;
    per run its steady ms/step, the ``/proc/stat`` shares over it (user, system, steal, idle of
@@ -70,7 +70,10 @@ def shares(a: list[int], b: list[int]) -> dict[str, float]:
 
 
 def host_facts() -> dict[str, Any]:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:  # no lscpu here
+        lscpu = ""
     keep = ("Model name", "CPU(s)", "Thread(s) per core", "Core(s) per socket", "Socket(s)",
             "NUMA node", "Hypervisor vendor", "Virtualization type", "CPU max MHz")
     cpus = sorted(os.sched_getaffinity(0))
@@ -96,8 +99,9 @@ def core_speeds(cpus: list[int], rounds: int) -> dict[int, list[list[float]]]:
 
 
 def core_series(cpu: int, seconds: float) -> list[list[float]]:
-    """One core over time: every ~0.25 s, a loop of ~1/10 of LOOP's in this process pinned to
+    """One core over time: every ~0.22 s, a loop of ~1/10 of LOOP's in this process pinned to
     ``cpu``: [time since start, the loop's seconds, the core's steal % since the last one]."""
+    allowed = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
     out: list[list[float]] = []
     t_start = time.perf_counter()
@@ -113,7 +117,7 @@ def core_series(cpu: int, seconds: float) -> list[list[float]]:
         out.append([round(t - t_start, 2), round(took, 5),
                     shares(before, after).get("steal", float("nan"))])
         before = after
-    os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    os.sched_setaffinity(0, allowed)
     return out
 
 
