@@ -19,7 +19,7 @@ class UntracedSteps:
     step for every rank (``every``: the user's), or one per rank (``per_rank``: record's steps
     right after its capture window, CUPTI detached)."""
 
-    source: str  # GIVEN or AFTER_WINDOW
+    source: str  # GIVEN, AFTER_WINDOW or PACED (no rank has a step of its own)
     every: float | None = None
     per_rank: tuple[tuple[int, float], ...] = ()
     # ranks without a step of their own: the untraced over the captured pace (PACED)
